@@ -1,0 +1,40 @@
+"""coalitions: who should learn with whom.
+
+The game core (SPEC §1–4, §7): exhaustive games, maximal achievable utility,
+optimal collaborator sets, benefit graphs, peeling into a collaboration
+equilibrium, axiom checks with witnesses, brute-force enumeration, analytic
+games and file formats.  Pure NumPy/SciPy/networkx; PyTorch is never imported here.
+
+Examples
+--------
+>>> import coalitions as co
+>>> game = co.mean_estimation([5, 5, 25], clients=["a", "b", "c"])
+>>> co.solve(game).blocks()
+[['a', 'b'], ['c']]
+"""
+
+from .analytic import mean_estimation, planted
+from .axioms import (AxiomReport, Violation, all_checks, individual_rationality, individual_stability,
+                     inner_agreement, nash_stability, outer_agreement, strict_core)
+from .brute_force import equilibria
+from .equilibrium import Certificate, Equilibrium, certify, solve
+from .errors import InputError, NoEquilibrium
+from .game import Game
+from .graph import BenefitGraph, ExactOracle
+from .io import read_game, write_game
+from .ocs import OCS, optimal_collaborators
+from .partition import format_partition, parse_partition
+from .payoffs import mau, payoff_table
+from .peeling import Peeling, peel, peel_oracle
+from .scc import source_components, strongly_connected_components
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Game", "read_game", "write_game", "mean_estimation", "planted", "mau", "payoff_table",
+    "OCS", "optimal_collaborators", "BenefitGraph", "ExactOracle", "strongly_connected_components",
+    "source_components", "peel", "peel_oracle", "Peeling", "solve", "certify", "Equilibrium",
+    "Certificate", "equilibria", "inner_agreement", "outer_agreement", "individual_rationality",
+    "nash_stability", "individual_stability", "strict_core", "all_checks", "AxiomReport",
+    "Violation", "parse_partition", "format_partition", "InputError", "NoEquilibrium",
+]

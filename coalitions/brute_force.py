@@ -1,0 +1,135 @@
+"""Brute force: every partition, kept when it satisfies both CE axioms (SPEC §3).
+
+The reference that every other method is tested against.  Partitions are
+enumerated as *restricted growth strings* ``a_0 … a_{N-1}`` with ``a_0 = 0`` and
+``a_k ≤ 1 + max(a_0 … a_{k-1})`` (``a_k`` is the block of client ``k``); there are
+Bell(N) of them (Bell(10) = 115,975).  The enumeration and both checks are
+vectorised:
+
+1. *Inner agreement* depends on each block alone, so it is decided once for all
+   ``2^N`` coalitions (``inner_ok[K]``) and looked up per partition.
+2. *Outer agreement* compares, for a chunk of partitions at once, every
+   coalition's payoffs with each client's current payoff.
+
+Examples
+--------
+>>> restricted_growth_strings(3).tolist()
+[[0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 1, 1], [0, 1, 2]]
+>>> from coalitions.analytic import mean_estimation
+>>> len(equilibria(mean_estimation([2, 8, 2, 40])))
+2
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .bitmask import all_masks, contains, members, submasks
+from .errors import InputError
+from .game import Game
+from .payoffs import payoff_table
+
+__all__ = ["restricted_growth_strings", "bell", "inner_ok_table", "equilibria", "MAX_ENUMERATE"]
+
+#: Default largest game for exhaustive enumeration (Bell(12) = 4,213,597 partitions).
+MAX_ENUMERATE = 12
+
+
+def bell(n: int) -> int:
+    """The Bell number: how many partitions ``n`` clients have."""
+    row = [1]
+    for _ in range(n):
+        nxt = [row[-1]]
+        for x in row:
+            nxt.append(nxt[-1] + x)
+        row = nxt
+    return row[0]
+
+
+def restricted_growth_strings(n: int) -> np.ndarray:
+    """All restricted growth strings of length ``n`` as an ``(Bell(n), n)`` int8 array, lexicographic."""
+    if n < 1:
+        raise ValueError("n must be positive")
+    rgs = np.zeros((1, 1), dtype=np.int8)
+    top = np.zeros(1, dtype=np.int8)
+    for _ in range(1, n):
+        counts = top.astype(np.int64) + 2
+        parent = np.repeat(np.arange(rgs.shape[0]), counts)
+        start = np.repeat(np.cumsum(counts) - counts, counts)
+        label = (np.arange(parent.size) - start).astype(np.int8)
+        rgs = np.concatenate([rgs[parent], label[:, None]], axis=1)
+        top = np.maximum(top[parent], label)
+    return rgs
+
+
+def inner_ok_table(payoff: np.ndarray, n: int, tol: float) -> np.ndarray:
+    """``ok[K]``: no non-empty ``K' ⊊ K`` can split off with none of its members losing."""
+    ok = np.ones(1 << n, dtype=bool)
+    ok[0] = False
+    for k in range(1, 1 << n):
+        subs = submasks(k)[1:-1]
+        if subs.size == 0:
+            continue
+        nobody_loses = np.ones(subs.size, dtype=bool)
+        for i in members(k):
+            nobody_loses &= ~contains(subs, i) | (payoff[i, subs] >= payoff[i, k] - tol)
+        ok[k] = not nobody_loses.any()
+    return ok
+
+
+def equilibria(game: Game, semantics: str = "personalized", tol: float = 1e-9,
+               max_clients: int = MAX_ENUMERATE, chunk: int = 2048,
+               progress: Callable[[int, int], None] | None = None) -> list[tuple[int, ...]]:
+    """Every collaboration equilibrium of ``game``, by exhaustive enumeration.
+
+    Parameters
+    ----------
+    game : Game
+    semantics : {"personalized", "shared"}
+    tol : float
+    max_clients : int
+        Refuse games larger than this (Bell numbers grow fast).
+    chunk : int
+        Partitions checked together for outer agreement.
+    progress : callable, optional
+        ``progress(done, total)`` after each chunk.
+
+    Returns
+    -------
+    list of tuple of int
+        Each equilibrium as bitmask blocks ordered by lowest member, in
+        restricted-growth-string order.
+    """
+    n = game.n
+    if n > max_clients:
+        raise InputError(f"exhaustive enumeration of {n} clients ({bell(n):,} partitions) exceeds "
+                         f"the limit of {max_clients} clients")
+    pay = payoff_table(game, semantics)
+    rgs = restricted_growth_strings(n).astype(np.int64)
+    bits = np.int64(1) << np.arange(n, dtype=np.int64)
+    label_mask = np.zeros((rgs.shape[0], n), dtype=np.int64)
+    for label in range(n):
+        label_mask[:, label] = ((rgs == label) * bits).sum(axis=1)
+    block = np.take_along_axis(label_mask, rgs, axis=1)  # block[p, i] = P(i)
+    keep = inner_ok_table(pay, n, tol)[block].all(axis=1)
+    block, label_mask = block[keep], label_mask[keep]
+    now = pay[np.arange(n)[None, :], block]
+    masks = all_masks(n)[1:]
+    has = [contains(masks, i) for i in range(n)]
+    blocked = np.zeros(block.shape[0], dtype=bool)
+    for start in range(0, block.shape[0], chunk):
+        stop = min(start + chunk, block.shape[0])
+        cur = now[start:stop]
+        ok = np.ones((stop - start, masks.size), dtype=bool)
+        for i in range(n):
+            ok &= ~has[i][None, :] | (pay[i, masks][None, :] > cur[:, i:i + 1] + tol)
+        blocked[start:stop] = ok.any(axis=1)
+        if progress is not None:
+            progress(stop, block.shape[0])
+    out = []
+    for row in label_mask[~blocked]:
+        blocks = [int(k) for k in row if k]
+        out.append(tuple(sorted(blocks, key=lambda k: k & -k)))
+    return out

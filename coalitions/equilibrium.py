@@ -1,0 +1,185 @@
+"""The collaboration equilibrium of a game, with its certificate (SPEC §3).
+
+:func:`solve` peels the game (the paper's Algorithm 1 with the shrink step) and
+certifies the partition against both CE axioms.  Under ``personalized``
+semantics peeling always yields a CE.  Under ``shared`` semantics it may not:
+when peeling stalls or its partition fails an axiom, :func:`solve` falls back to
+exhaustive enumeration (up to ``max_enumerate`` clients) and raises
+:class:`~coalitions.errors.NoEquilibrium` when no CE exists.
+
+Examples
+--------
+>>> from coalitions.analytic import mean_estimation
+>>> ce = solve(mean_estimation([5, 5, 5]))
+>>> ce.blocks(), ce.certificate.holds, ce.certificate.method
+([['0', '1', '2']], True, 'exhaustive')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .axioms import AxiomReport, inner_agreement, outer_agreement
+from .brute_force import MAX_ENUMERATE, bell, equilibria
+from .errors import InputError, NoEquilibrium
+from .game import Game
+from .graph import BenefitGraph
+from .partition import block_of, canonical
+from .payoffs import check_semantics, mau, payoff_table
+from .peeling import peel
+
+__all__ = ["Certificate", "Equilibrium", "solve", "certify"]
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """Both CE axioms checked for a partition, with witnesses of any violation."""
+
+    inner: AxiomReport
+    outer: AxiomReport
+
+    @property
+    def holds(self) -> bool:
+        return self.inner.holds and self.outer.holds
+
+    @property
+    def method(self) -> str:
+        """``"exhaustive"`` when every (sub-)coalition was checked, else ``"sampled"``."""
+        return "exhaustive" if self.inner.method == self.outer.method == "exhaustive" else "sampled"
+
+
+def certify(game: Game, partition, semantics: str = "personalized", tol: float = 1e-9,
+            exhaustive_up_to: int | None = None, seed: int = 0) -> Certificate:
+    """Check inner and outer agreement of ``partition``."""
+    kw = dict(semantics=semantics, tol=tol, exhaustive_up_to=exhaustive_up_to, seed=seed)
+    return Certificate(inner_agreement(game, partition, **kw), outer_agreement(game, partition, **kw))
+
+
+@dataclass(frozen=True)
+class Equilibrium:
+    """A partition of the clients with how it was found and the proof that it is a CE.
+
+    Attributes
+    ----------
+    game : Game
+    semantics : str
+    tol : float
+    partition : tuple of int
+        Coalitions as bitmasks, ordered by lowest member.
+    rounds : tuple of tuple of int
+        The coalitions peeled in each round (empty when found by enumeration).
+    graphs : tuple of BenefitGraph
+        ``BG(R)`` of each peeling round.
+    found_by : str
+        ``"peeling"`` or ``"enumeration"``.
+    certificate : Certificate or None
+        ``None`` when certification was skipped.
+    """
+
+    game: Game
+    semantics: str
+    tol: float
+    partition: tuple[int, ...]
+    rounds: tuple[tuple[int, ...], ...]
+    graphs: tuple[BenefitGraph, ...]
+    found_by: str
+    certificate: Certificate | None
+
+    def blocks(self) -> list[list[str]]:
+        """The partition as lists of client names."""
+        return [self.game.names(k) for k in self.partition]
+
+    @property
+    def payoffs(self) -> np.ndarray:
+        """Each client's payoff in its coalition."""
+        where = block_of(self.game, self.partition)
+        return payoff_table(self.game, self.semantics)[np.arange(self.game.n), where]
+
+    @property
+    def mau_all(self) -> np.ndarray:
+        """Each client's ``MAU_i(all)``: the best it could hope for."""
+        return np.asarray(mau(self.game)[:, self.game.grand])
+
+    def round_of(self) -> np.ndarray:
+        """Peeling round (1-based) in which each client was placed; 0 if found by enumeration."""
+        out = np.zeros(self.game.n, dtype=int)
+        for r, ks in enumerate(self.rounds, start=1):
+            for k in ks:
+                for i in range(self.game.n):
+                    if (k >> i) & 1:
+                        out[i] = r
+        return out
+
+
+def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certify_result: bool = True,
+          exhaustive_up_to: int | None = None, max_enumerate: int = MAX_ENUMERATE, seed: int = 0,
+          progress=None) -> Equilibrium:
+    """Find a collaboration equilibrium and certify it.
+
+    Parameters
+    ----------
+    game : Game
+    semantics : {"personalized", "shared"}
+    tol : float
+        Absolute tolerance (SPEC §1), ``≥ 0``.
+    certify_result : bool
+        Check both axioms (exhaustively up to ``exhaustive_up_to`` clients).
+    exhaustive_up_to : int, optional
+        Enumerate (sub-)coalitions over at most this many clients; sample beyond.
+    max_enumerate : int
+        Under ``shared`` semantics, the largest game searched exhaustively when
+        peeling gives no CE.
+    seed : int
+        Seed for sampled certificates.
+    progress : callable, optional
+        ``progress(done, total)`` during exhaustive enumeration.
+
+    Raises
+    ------
+    NoEquilibrium
+        Exhaustive enumeration found no CE.
+    InputError
+        Bad arguments, or enumeration needed beyond ``max_enumerate`` clients.
+
+    Notes
+    -----
+    Under ``personalized`` semantics with ``tol = 0`` peeling always yields a CE
+    (SPEC §3).  With ``tol > 0`` "within tolerance" is not transitive and the
+    peeled partition can fail the certificate (three clients suffice); ``solve``
+    then searches all partitions like under ``shared`` semantics, or, above
+    ``max_enumerate`` clients, returns the peeled partition with its failed
+    certificate so that the caller can report it.  A tolerance of one payoff
+    step or more can leave a game with no CE at all; ``NoEquilibrium`` says so.
+    """
+    check_semantics(semantics)
+    if not (isinstance(tol, (int, float)) and np.isfinite(tol) and tol >= 0):
+        raise InputError(f"tolerance must be a finite number >= 0, got {tol!r}")
+    result = peel(game, semantics, tol)
+    cert = None
+    if result.complete:
+        partition = canonical(result.partition)
+        if certify_result or semantics == "shared":
+            cert = certify(game, partition, semantics, tol, exhaustive_up_to, seed)
+        peeled = Equilibrium(game, semantics, tol, partition,
+                             tuple(r.stable for r in result.rounds if r.stable),
+                             tuple(r.graph for r in result.rounds), "peeling",
+                             cert if certify_result else None)
+        if cert is None or cert.holds:
+            return peeled
+        if semantics == "personalized" and game.n > max_enumerate:
+            return peeled  # a tolerance > 0 is not transitive: report the failed certificate as it is
+    if game.n > max_enumerate:
+        why = "stalled" if not result.complete else "gave a partition that is not a CE"
+        raise InputError(f"peeling {why} under shared semantics, and exhaustive search of {game.n} clients "
+                         f"({bell(game.n):,} partitions) exceeds the limit of {max_enumerate} "
+                         "(raise --max-enumerate)")
+    found = equilibria(game, semantics, tol, max_clients=max_enumerate, progress=progress)
+    if not found:
+        raise NoEquilibrium(f"no collaboration equilibrium exists under {semantics} semantics "
+                            f"(all {bell(game.n):,} partitions checked)")
+    partition = found[0]
+    cert = certify(game, partition, semantics, tol) if certify_result else None
+    return Equilibrium(game, semantics, tol, partition, (), tuple(r.graph for r in result.rounds),
+                       "enumeration", cert)

@@ -1,0 +1,259 @@
+"""The exhaustive game: every client's value for every coalition that holds it.
+
+SPEC §1.  A game over clients ``0..N-1`` knows ``v_i(S)`` for every coalition
+``S ∋ i``: ``N·2^(N-1)`` numbers, stored as one float64 array ``values`` of shape
+``(N, 2^N)`` with entry ``[i, mask]`` and NaN where bit ``i`` is not in ``mask``.
+Values are stored *higher is better*: a game given with ``sense="min"`` (a loss)
+is negated on input, and ``sense`` is kept so that files round-trip.
+
+A :class:`Game` is immutable and validated completely when built; every
+constructor raises :class:`~coalitions.errors.InputError` with one line naming
+the client or coalition at fault.
+
+Examples
+--------
+>>> g = Game.from_mapping(["a", "b"], {"a": {"a": 1, "a,b": 2}, "b": {"b": 1, "a,b": 0}})
+>>> g.n, g.value("a", "a,b"), g.value("b", ["a", "b"])
+(2, 2.0, 0.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .bitmask import all_masks, contains, members
+from .errors import InputError
+
+__all__ = ["Game", "MAX_CLIENTS", "SENSES", "coalition_key", "parse_coalition"]
+
+#: Largest game held exhaustively: ``N·2^N`` float64 values (26 clients = 14 GiB).
+MAX_CLIENTS = 26
+SENSES = ("max", "min")
+
+
+def _check_names(clients: Sequence[object]) -> tuple[str, ...]:
+    if isinstance(clients, (str, bytes)) or not isinstance(clients, Sequence) or len(clients) == 0:
+        raise InputError("'clients' must be a non-empty list of names")
+    seen = set()
+    for name in clients:
+        if not isinstance(name, str) or not name.strip():
+            raise InputError(f"client name {name!r} must be a non-empty string")
+        if name != name.strip() or "," in name or "|" in name:
+            raise InputError(f"client name {name!r} may not contain ',' or '|' or surrounding spaces")
+        if name in seen:
+            raise InputError(f"client {name!r} is listed twice")
+        seen.add(name)
+    if len(clients) > MAX_CLIENTS:
+        raise InputError(f"{len(clients)} clients: exhaustive games hold at most {MAX_CLIENTS}")
+    return tuple(clients)
+
+
+def parse_coalition(key: str | Iterable[str], index: Mapping[str, int]) -> int:
+    """Bitmask of a coalition given as ``"A,B"`` or a list of names or indices.
+
+    Raises :class:`InputError` for an empty key, an unknown name or a name given twice.
+    """
+    names = [s.strip() for s in key.split(",")] if isinstance(key, str) else list(key)
+    if not names or any(isinstance(n, str) and not n for n in names):
+        raise InputError(f"coalition {key!r} has an empty member name")
+    mask = 0
+    n_clients = len(index)
+    for n in names:
+        if isinstance(n, (int, np.integer)) and not isinstance(n, bool):
+            if not 0 <= n < n_clients:
+                raise InputError(f"coalition {key!r} names unknown client index {n}")
+            n = list(index)[n]
+        if n not in index:
+            raise InputError(f"coalition {key!r} names unknown client {n!r}")
+        bit = 1 << index[n]
+        if mask & bit:
+            raise InputError(f"coalition {key!r} names client {n!r} twice")
+        mask |= bit
+    return mask
+
+
+def coalition_key(mask: int, clients: Sequence[str]) -> str:
+    """``"A,B"``: the member names of ``mask`` in client order."""
+    return ",".join(clients[i] for i in members(mask))
+
+
+@dataclass(frozen=True, eq=False)
+class Game:
+    """An exhaustive game (SPEC §1), validated and read-only.
+
+    Parameters
+    ----------
+    clients : tuple of str
+        Client names, index ``i`` is client ``i``.
+    values : ndarray of shape (N, 2**N)
+        ``values[i, mask] = v_i(mask)``, higher is better, NaN where ``i ∉ mask``.
+    sense : {"max", "min"}
+        The sense the values were given in; ``"min"`` values were negated.
+    provenance : dict
+        Free-form description of where the values came from (written to files).
+
+    Use the ``from_*`` constructors or :func:`coalitions.io.read_game` rather
+    than the raw constructor; they validate their input.
+    """
+
+    clients: tuple[str, ...]
+    values: np.ndarray
+    sense: str = "max"
+    provenance: Mapping = field(default_factory=dict)
+
+    def __post_init__(self):
+        clients = _check_names(self.clients)
+        object.__setattr__(self, "clients", clients)
+        if self.sense not in SENSES:
+            raise InputError(f"'sense' must be 'max' or 'min', got {self.sense!r}")
+        v = np.array(self.values, dtype=np.float64, copy=True)
+        n = len(clients)
+        if v.shape != (n, 1 << n):
+            raise InputError(f"values must have shape ({n}, {1 << n}) for {n} clients, got {v.shape}")
+        masks = all_masks(n)
+        for i in range(n):
+            inside = contains(masks, i)
+            bad = inside & ~np.isfinite(v[i])
+            if bad.any():
+                m = int(masks[bad][0])
+                what = "missing (NaN)" if np.isnan(v[i, m]) else f"not finite ({v[i, m]})"
+                raise InputError(
+                    f"value of client {clients[i]!r} for coalition {coalition_key(m, clients)!r} is {what}"
+                )
+            v[i, ~inside] = np.nan
+        v.setflags(write=False)
+        object.__setattr__(self, "values", v)
+        object.__setattr__(self, "provenance", dict(self.provenance))
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_array(cls, values, clients: Sequence[str] | None = None, sense: str = "max",
+                   provenance: Mapping | None = None) -> "Game":
+        """Build from a dense ``(N, 2**N)`` array given in ``sense`` (NaN outside ``i ∈ mask``)."""
+        arr = np.asarray(values, dtype=np.float64)
+        if arr.ndim != 2 or arr.shape[1] != 1 << arr.shape[0]:
+            raise InputError(f"values must have shape (N, 2**N), got {arr.shape}")
+        n = arr.shape[0]
+        if clients is None:
+            clients = [str(i) for i in range(n)]
+        if sense not in SENSES:
+            raise InputError(f"'sense' must be 'max' or 'min', got {sense!r}")
+        internal = arr if sense == "max" else -arr
+        return cls(tuple(clients), internal, sense, provenance or {})
+
+    @classmethod
+    def from_mapping(cls, clients: Sequence[str], values: Mapping[str, Mapping[str, float]],
+                     sense: str = "max", provenance: Mapping | None = None) -> "Game":
+        """Build from ``{client: {"A,B": value, ...}}`` as in ``coalitions/game@1`` (SPEC §7).
+
+        Every coalition containing a client must be present under that client.
+        """
+        clients = _check_names(clients)
+        if sense not in SENSES:
+            raise InputError(f"'sense' must be 'max' or 'min', got {sense!r}")
+        if not isinstance(values, Mapping):
+            raise InputError("'values' must be a mapping from client to {coalition: value}")
+        index = {c: i for i, c in enumerate(clients)}
+        n = len(clients)
+        arr = np.full((n, 1 << n), np.nan)
+        for name, table in values.items():
+            if name not in index:
+                raise InputError(f"values given for unknown client {name!r}")
+            if not isinstance(table, Mapping):
+                raise InputError(f"values of client {name!r} must be a mapping from coalition to number")
+            i = index[name]
+            for key, x in table.items():
+                if not isinstance(key, str):
+                    raise InputError(f"coalition key {key!r} of client {name!r} must be a string")
+                m = parse_coalition(key, index)
+                if not (m >> i) & 1:
+                    raise InputError(f"coalition {key!r} listed under client {name!r} does not contain {name!r}")
+                if not np.isnan(arr[i, m]):
+                    raise InputError(f"coalition {key!r} of client {name!r} is given twice")
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    raise InputError(f"value of client {name!r} for coalition {key!r} is not a number: {x!r}")
+                try:
+                    x = float(x)
+                except OverflowError:
+                    raise InputError(f"value of client {name!r} for coalition {key!r} is too large for a float") from None
+                if not np.isfinite(x):
+                    raise InputError(f"value of client {name!r} for coalition {key!r} is not finite ({x})")
+                arr[i, m] = float(x)
+        missing = [c for c in clients if c not in values]
+        if missing:
+            raise InputError(f"no values given for client {missing[0]!r}")
+        return cls.from_array(arr, clients, sense, provenance)
+
+    @classmethod
+    def from_callable(cls, clients: int | Sequence[str], v: Callable[[int, frozenset], float],
+                      sense: str = "max", provenance: Mapping | None = None) -> "Game":
+        """Build from ``v(i, coalition)`` called once per client and coalition ``∋ i``.
+
+        ``coalition`` is a ``frozenset`` of client indices.  Meant for small games;
+        vectorised generators should build the array and use :meth:`from_array`.
+        """
+        names = [str(i) for i in range(clients)] if isinstance(clients, int) else list(clients)
+        n = len(_check_names(names))
+        arr = np.full((n, 1 << n), np.nan)
+        for m in range(1, 1 << n):
+            s = frozenset(members(m))
+            for i in s:
+                x = v(i, s)
+                try:
+                    arr[i, m] = float(x)
+                except (TypeError, ValueError):
+                    raise InputError(
+                        f"value of client {names[i]!r} for coalition {coalition_key(m, names)!r} "
+                        f"is not a number: {x!r}") from None
+        return cls.from_array(arr, names, sense, provenance)
+
+    # ------------------------------------------------------------------ access
+    @property
+    def n(self) -> int:
+        """Number of clients ``N``."""
+        return len(self.clients)
+
+    @property
+    def grand(self) -> int:
+        """Bitmask of the grand coalition."""
+        return (1 << self.n) - 1
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Client name → index."""
+        return {c: i for i, c in enumerate(self.clients)}
+
+    def coalition(self, key: str | Iterable[str] | int) -> int:
+        """Bitmask of a coalition given as ``"A,B"``, a list of names, or a bitmask."""
+        if isinstance(key, (int, np.integer)):
+            if not 0 < int(key) <= self.grand:
+                raise InputError(f"coalition bitmask {key} is not a non-empty subset of {self.n} clients")
+            return int(key)
+        return parse_coalition(key, self.index)
+
+    def names(self, mask: int) -> list[str]:
+        """Member names of a coalition bitmask, in client order."""
+        return [self.clients[i] for i in members(mask)]
+
+    def key(self, mask: int) -> str:
+        """``"A,B"`` for a coalition bitmask."""
+        return coalition_key(mask, self.clients)
+
+    def value(self, client: str | int, coalition) -> float:
+        """``v_i(S)`` in the internal, higher-is-better units."""
+        i = self.index[client] if isinstance(client, str) else int(client)
+        m = self.coalition(coalition)
+        if not (m >> i) & 1:
+            raise InputError(f"coalition {self.key(m)!r} does not contain client {self.clients[i]!r}")
+        return float(self.values[i, m])
+
+    def raw_values(self) -> np.ndarray:
+        """Values in the sense they were given (``-values`` for a ``min`` game)."""
+        return np.array(self.values if self.sense == "max" else -self.values)
+
+    def __repr__(self) -> str:
+        return f"Game(clients={list(self.clients)!r}, sense={self.sense!r})"

@@ -1,0 +1,86 @@
+"""Optimal collaborator sets (SPEC §2).
+
+``OCS_i(R)`` is a *smallest* coalition ``S ⊆ R`` with ``i ∈ S`` and
+``v_i(S) ≥ MAU_i(R) − tol``, returned without ``i``.  Among smallest sets the
+one with the higher ``v_i(S)`` wins, then the smaller bitmask.  When another
+smallest set also qualifies the OCS is *ambiguous*, and that is reported.
+
+The search for one client is vectorised over the ``2^(|R|-1)`` sub-coalitions
+of ``R`` that contain it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .bitmask import members, popcount, submasks
+from .game import Game
+from .payoffs import mau
+
+__all__ = ["OCS", "optimal_collaborators"]
+
+
+@dataclass(frozen=True)
+class OCS:
+    """The optimal collaborator set of one client within a remaining set.
+
+    Attributes
+    ----------
+    client : int
+        The client ``i``.
+    within : int
+        The remaining set ``R`` (bitmask).
+    collaborators : int
+        ``OCS_i(R)`` as a bitmask, without ``i``.
+    value : float
+        ``v_i(OCS_i(R) ∪ {i})``.
+    mau : float
+        ``MAU_i(R)``.
+    alternatives : tuple of int
+        Every smallest qualifying collaborator set (without ``i``), the chosen one first.
+    """
+
+    client: int
+    within: int
+    collaborators: int
+    value: float
+    mau: float
+    alternatives: tuple[int, ...]
+
+    @property
+    def ambiguous(self) -> bool:
+        """True when more than one smallest set qualifies."""
+        return len(self.alternatives) > 1
+
+
+def optimal_collaborators(game: Game, i: int, within: int, tol: float = 1e-9) -> OCS:
+    """``OCS_i(R)`` with the SPEC §2 tie rule and every tied alternative.
+
+    Parameters
+    ----------
+    game : Game
+    i : int
+        Client index; must be in ``within``.
+    within : int
+        The remaining set ``R`` as a bitmask.
+    tol : float
+        Absolute tolerance: values within ``tol`` of ``MAU_i(R)`` qualify.
+    """
+    if not (within >> i) & 1:
+        raise ValueError(f"client {i} is not in coalition {members(within)}")
+    me = 1 << i
+    subs = submasks(within & ~me) | me
+    vals = game.values[i, subs]
+    best = mau(game)[i, within]
+    ok = vals >= best - tol
+    cand = subs[ok]
+    cvals = vals[ok]
+    sizes = popcount(cand)
+    smallest = sizes == sizes.min()
+    cand, cvals = cand[smallest], cvals[smallest]
+    order = np.lexsort((cand, -cvals))  # higher value first, then smaller mask
+    cand, cvals = cand[order], cvals[order]
+    return OCS(client=i, within=int(within), collaborators=int(cand[0]) & ~me, value=float(cvals[0]),
+               mau=float(best), alternatives=tuple(int(c) & ~me for c in cand))

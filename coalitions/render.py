@@ -1,0 +1,131 @@
+"""Human-readable renderings: text tables and Graphviz DOT.
+
+DOT output draws each coalition as a cluster (labelled with its peeling round)
+and the benefit graph's edges ``j → i``; render it with
+``dot -Tpng file.dot -o file.png``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from .bitmask import members
+
+__all__ = ["table", "equilibrium_text", "equilibrium_dot", "graph_text", "graph_dot",
+           "report_text", "fmt"]
+
+
+def fmt(x: float) -> str:
+    """A number in at most 6 significant digits."""
+    return f"{x:.6g}"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A left-aligned plain-text table."""
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h) for k, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _yes(b: bool) -> str:
+    return "holds" if b else "VIOLATED"
+
+
+def report_text(game, report) -> str:
+    """One line per check, then its witnesses."""
+    out = [f"{report.name.replace('_', ' ')}: {_yes(report.holds)} "
+           f"({report.method}, {report.checked:,} checked, {report.violations:,} violations)"]
+    for v in report.witnesses:
+        who = game.key(v.coalition) if v.coalition else "(alone)"
+        if v.subcoalition:
+            head = f"  {{{game.key(v.subcoalition)}}} can leave {{{who}}} with nobody losing:"
+        elif v.client >= 0:
+            head = f"  {game.clients[v.client]} gains by moving to {{{who}}}:"
+        else:
+            head = f"  {{{who}}} blocks:"
+        pays = ", ".join(f"{game.clients[i]} {fmt(a)} vs {fmt(b)} now" for i, a, b in v.payoffs)
+        out.append(f"{head} {pays}")
+    if report.violations > len(report.witnesses):
+        out.append(f"  ... and {report.violations - len(report.witnesses):,} more")
+    return "\n".join(out)
+
+
+def equilibrium_text(eq) -> str:
+    """Table of client, coalition, payoff, MAU(all), round, then the certificate."""
+    game = eq.game
+    where = {i: k for k in eq.partition for i in members(k)}
+    rnd = eq.round_of()
+    pay = eq.payoffs
+    best = eq.mau_all
+    rows = [(c, game.key(where[i]), fmt(pay[i]), fmt(best[i]), rnd[i] or "-")
+            for i, c in enumerate(game.clients)]
+    head = (f"Collaboration equilibrium ({eq.semantics} semantics, tol {eq.tol:g}), "
+            f"found by {eq.found_by}: " + " | ".join(game.key(k) for k in eq.partition))
+    parts = [head, "", table(["client", "coalition", "payoff", "MAU(all)", "round"], rows)]
+    if eq.certificate is not None:
+        parts += ["", f"certificate ({eq.certificate.method}):",
+                  report_text(game, eq.certificate.inner), report_text(game, eq.certificate.outer)]
+    return "\n".join(parts)
+
+
+def _q(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _graph_lines(graph, indent="  ") -> list[str]:
+    names = graph.clients
+    amb = graph.ambiguous
+    lines = []
+    for j, i in graph.edges:
+        style = " [style=dashed]" if i in amb else ""
+        lines.append(f"{indent}{_q(names[j])} -> {_q(names[i])}{style};")
+    return lines
+
+
+def equilibrium_dot(eq) -> str:
+    """DOT: coalitions as clusters labelled with round and payoffs, edges of ``BG(all)``."""
+    game = eq.game
+    rnd = eq.round_of()
+    lines = ["digraph equilibrium {", "  rankdir=LR;", '  node [shape=ellipse, fontname="Helvetica"];',
+             f'  label={_q(f"collaboration equilibrium ({eq.semantics}); edge j -> i: j is a necessary collaborator of i")};']
+    for n, k in enumerate(eq.partition):
+        r = rnd[members(k)[0]]
+        lab = f"round {r}" if r else "coalition"
+        lines.append(f"  subgraph cluster_{n} {{")
+        lines.append(f"    label={_q(lab)}; style=rounded; color=gray40;")
+        for i in members(k):
+            label = _q(game.clients[i])[:-1] + "\\n" + fmt(eq.payoffs[i]) + '"'
+            lines.append(f"    {_q(game.clients[i])} [label={label}];")
+        lines.append("  }")
+    if eq.graphs:
+        lines += _graph_lines(eq.graphs[0])
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def graph_text(graph) -> str:
+    """Each member's OCS, whether it is ambiguous, and the edge list."""
+    names = graph.clients
+    amb = graph.ambiguous
+    rows = []
+    for i, c in graph.collaborators:
+        alts = ""
+        if i in amb:
+            alts = "ambiguous: " + " / ".join("{" + ",".join(names[j] for j in members(a)) + "}" for a in amb[i])
+        rows.append((names[i], "{" + ",".join(names[j] for j in members(c)) + "}", alts))
+    within = ",".join(names[i] for i in members(graph.within))
+    edges = ", ".join(f"{names[j]}->{names[i]}" for j, i in graph.edges) or "(none)"
+    return "\n".join([f"Benefit graph within {{{within}}} (edge j->i: j is in OCS of i)", "",
+                      table(["client", "OCS", "note"], rows), "", f"edges: {edges}"])
+
+
+def graph_dot(graph) -> str:
+    """DOT of ``BG(R)``; edges into a client with an ambiguous OCS are dashed."""
+    names = graph.clients
+    lines = ["digraph benefit_graph {", '  node [shape=ellipse, fontname="Helvetica"];']
+    for i in members(graph.within):
+        lines.append(f"  {_q(names[i])};")
+    lines += _graph_lines(graph)
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,297 @@
+"""Shared test helpers: paths, small games, and naive reference implementations.
+
+The naive functions below work on frozensets with plain Python loops, written
+from SPEC §1–3 independently of the vectorised core, so that tests can compare
+the two.  Import them with ``from conftest import ...``.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from coalitions.game import Game
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+EXAMPLES = SHARED / "examples"
+DATA = Path(__file__).resolve().parent / "data"
+MALFORMED = DATA / "malformed"
+NO_CE = DATA / "shared-no-ce.json"
+
+TOL = 1e-9
+
+#: Every file of the malformed corpus and a fragment its one-line error message must contain
+#: (besides the file name).
+MALFORMED_FAULTS = {
+    "truncated.json": "not valid JSON",
+    "empty.json": "not valid JSON",
+    "deep-nesting.json": "not valid JSON",
+    "giant-integer.json": "not valid JSON",
+    "not-an-object.json": "JSON object",
+    "not-utf8.json": "cannot be read",
+    "wrong-format.json": "unknown format 'coalitions/game@2'",
+    "no-format.json": "unknown format None",
+    "no-clients.json": "'clients' must be a non-empty list",
+    "clients-field-missing.json": "missing field 'clients'",
+    "duplicate-client.json": "client 'a' is listed twice",
+    "comma-in-name.json": "client name 'a,b'",
+    "unknown-client.json": "unknown client 'zed'",
+    "unknown-client-in-key.json": "coalition 'a,zed' names unknown client 'zed'",
+    "missing-coalition.json": "client 'a' for coalition 'a,b' is missing",
+    "missing-client-values.json": "no values given for client 'b'",
+    "nan.json": "client 'a' for coalition 'a,b' is not finite",
+    "infinity.json": "client 'a' for coalition 'a,b' is not finite",
+    "overflow.json": "client 'a' for coalition 'a,b' is not finite",
+    "huge-integer.json": "client 'a' for coalition 'a,b' is too large",
+    "string-value.json": "client 'a' for coalition 'a,b' is not a number",
+    "boolean-value.json": "client 'a' for coalition 'a,b' is not a number",
+    "client-twice-in-key.json": "coalition 'a,a' names client 'a' twice",
+    "coalition-lacks-client.json": "coalition 'b' listed under client 'a' does not contain 'a'",
+    "coalition-given-twice.json": "coalition 'b,a' of client 'a' is given twice",
+    "empty-name-in-key.json": "coalition 'a,' has an empty member name",
+    "bad-sense.json": "'sense' must be 'max' or 'min'",
+    "values-not-object.json": "'values' must be a mapping",
+    "client-values-not-object.json": "values of client 'a' must be a mapping",
+    "provenance-not-object.json": "'provenance' must be an object",
+    "wrong-shape.npz": "'values' must have shape (2, 4)",
+    "missing-array.npz": "lacks array 'sense'",
+    "corrupt.npz": "not a readable .npz game",
+    "truncated.npz": "not a readable .npz game",
+    "nan-value.npz": "client 'a' for coalition 'a,b' is missing",
+    "bad-sense.npz": "'sense' must be 'max' or 'min'",
+    "numeric-clients.npz": "'clients' must be a 1-d array of names",
+    "string-values.npz": "'values' must be numeric",
+    "pickled-values.npz": "not a readable .npz game",
+    "bad-provenance.npz": "'provenance' must hold a JSON object",
+    "duplicate-client.npz": "client 'a' is listed twice",
+}
+
+
+# ---------------------------------------------------------------------------- building games
+def game_from_flat(n: int, flat, names=None, sense: str = "max") -> Game:
+    """A game whose values for coalitions ``∋ i`` are taken, in mask order, from ``flat``."""
+    arr = np.full((n, 1 << n), np.nan)
+    k = 0
+    for i in range(n):
+        for m in range(1, 1 << n):
+            if (m >> i) & 1:
+                arr[i, m] = flat[k]
+                k += 1
+    assert k == len(flat)
+    return Game.from_array(arr, names, sense)
+
+
+def n_values(n: int) -> int:
+    return n * (1 << (n - 1))
+
+
+@st.composite
+def tied_games(draw, min_n: int = 1, max_n: int = 7, levels: int = 3):
+    """Games whose values come from ``{0, ..., levels-1}``: ties everywhere."""
+    n = draw(st.sampled_from(range(min_n, max_n + 1)))  # uniform, unlike integers()
+    flat = draw(st.lists(st.integers(0, levels - 1), min_size=n_values(n), max_size=n_values(n)))
+    return game_from_flat(n, flat)
+
+
+@st.composite
+def continuous_games(draw, min_n: int = 1, max_n: int = 7):
+    """Games with Gaussian values: no two values within any tolerance (almost surely)."""
+    n = draw(st.sampled_from(range(min_n, max_n + 1)))  # uniform, unlike integers()
+    seed = draw(st.integers(0, 2**32 - 1))
+    flat = np.random.default_rng(seed).normal(size=n_values(n))
+    return game_from_flat(n, flat)
+
+
+def any_games(min_n: int = 1, max_n: int = 7):
+    return st.one_of(tied_games(min_n, max_n), continuous_games(min_n, max_n))
+
+
+def has_ties(game: Game, tol: float = TOL) -> bool:
+    """Does some client have two values within ``tol``?"""
+    for i in range(game.n):
+        row = np.sort(game.values[i][~np.isnan(game.values[i])])
+        if row.size > 1 and np.min(np.diff(row)) <= tol:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------- naive references
+def fs(mask: int) -> frozenset:
+    return frozenset(i for i in range(mask.bit_length()) if (mask >> i) & 1)
+
+
+def to_mask(s) -> int:
+    return sum(1 << i for i in s)
+
+
+def subsets(s):
+    """Every subset of ``s`` (the empty set included) as frozensets."""
+    items = sorted(s)
+    for r in range(len(items) + 1):
+        for c in combinations(items, r):
+            yield frozenset(c)
+
+
+def v(game: Game, i: int, s) -> float:
+    return float(game.values[i, to_mask(s)])
+
+
+def naive_mau(game: Game, i: int, r) -> float:
+    """``max_{S ⊆ R, i ∈ S} v_i(S)`` by looping over subsets."""
+    return max(v(game, i, s) for s in subsets(r) if i in s)
+
+
+def naive_payoff(game: Game, semantics: str, i: int, k) -> float:
+    return naive_mau(game, i, k) if semantics == "personalized" else v(game, i, k)
+
+
+def naive_ocs(game: Game, i: int, r, tol: float = TOL):
+    """SPEC §2: smallest qualifying S, higher value first, then smaller bitmask.
+
+    Returns ``(chosen, alternatives)`` as bitmasks without ``i``; the alternatives
+    are all smallest qualifying sets, chosen first.
+    """
+    best = naive_mau(game, i, r)
+    ok = [s for s in subsets(r) if i in s and v(game, i, s) >= best - tol]
+    size = min(len(s) for s in ok)
+    smallest = [s for s in ok if len(s) == size]
+    smallest.sort(key=lambda s: (-v(game, i, s), to_mask(s)))
+    alts = [to_mask(s - {i}) for s in smallest]
+    return alts[0], alts
+
+
+def naive_condition_a(game, semantics, k, r, tol=TOL) -> bool:
+    return all(naive_payoff(game, semantics, i, k) >= naive_mau(game, i, r) - tol for i in k)
+
+
+def naive_stable_sets(game: Game, r, semantics: str = "personalized", tol: float = TOL) -> set:
+    """Every ``K ⊆ R`` stable in ``R`` (SPEC §3 (a) and (b)), as bitmasks."""
+    passing = [k for k in subsets(r) if k and naive_condition_a(game, semantics, k, r, tol)]
+    return {to_mask(k) for k in passing if not any(p < k for p in passing)}
+
+
+def naive_partitions(items):
+    """All set partitions of a list, recursively (independent of restricted growth strings)."""
+    items = list(items)
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in naive_partitions(rest):
+        yield [frozenset([first])] + part
+        for k in range(len(part)):
+            yield part[:k] + [part[k] | {first}] + part[k + 1:]
+
+
+def naive_payoffs(game: Game, semantics: str = "personalized") -> dict:
+    """``{(i, K): payoff_i(K)}`` for every coalition ``K ∋ i``, by loops (MAU as a plain max)."""
+    table = {}
+    for k in subsets(range(game.n)):
+        for i in k:
+            table[i, k] = naive_payoff(game, semantics, i, k)
+    return table
+
+
+def naive_inner(game, partition, semantics="personalized", tol=TOL, pay=None) -> bool:
+    pay = naive_payoffs(game, semantics) if pay is None else pay
+    for k in partition:
+        for sub in subsets(k):
+            if sub and sub != k:
+                if not any(pay[i, sub] < pay[i, k] - tol for i in sub):
+                    return False
+    return True
+
+
+def naive_outer(game, partition, semantics="personalized", tol=TOL, pay=None) -> bool:
+    pay = naive_payoffs(game, semantics) if pay is None else pay
+    where = {i: k for k in partition for i in k}
+    for kp in subsets(range(game.n)):
+        if kp and kp not in partition:
+            if all(pay[i, kp] > pay[i, where[i]] + tol for i in kp):
+                return False
+    return True
+
+
+def naive_equilibria(game, semantics="personalized", tol=TOL) -> set:
+    """Every CE as a frozenset of bitmask blocks."""
+    pay = naive_payoffs(game, semantics)
+    out = set()
+    for part in naive_partitions(range(game.n)):
+        if naive_inner(game, part, semantics, tol, pay) and naive_outer(game, part, semantics, tol, pay):
+            out.add(frozenset(to_mask(k) for k in part))
+    return out
+
+
+# ---------------------------------------------------------------------------- fixtures
+#: Under shared semantics peeling stalls on this game (the only source component, the grand
+#: coalition, has no sub-coalition meeting condition (a)), yet everyone alone is a CE.
+STALLS = Game.from_mapping(["p", "q", "r"], {
+    "p": {"p": 1, "p,q": 2, "p,r": 0, "p,q,r": 1},
+    "q": {"q": 1, "p,q": 0, "q,r": 1, "p,q,r": 2},
+    "r": {"r": 0, "p,r": 2, "q,r": 0, "p,q,r": 1},
+})
+
+
+@pytest.fixture
+def tie_game():
+    from coalitions.io import read_game
+
+    return read_game(EXAMPLES / "tie.json")
+
+
+@pytest.fixture
+def me_game():
+    from coalitions.io import read_game
+
+    return read_game(EXAMPLES / "mean-estimation-5-5-25.json")
+
+
+@pytest.fixture
+def no_ce_game():
+    from coalitions.io import read_game
+
+    return read_game(NO_CE)
+
+
+# ---------------------------------------------------------------------------- SPEC §7 shapes
+def _names(x, clients):
+    assert isinstance(x, list) and x and all(isinstance(c, str) and c in clients for c in x), x
+
+
+def check_equilibrium_json(doc: dict, clients) -> None:
+    """Assert that ``doc`` has every field SPEC §7 gives ``coalitions/equilibrium@1``, well typed."""
+    clients = list(clients)
+    assert doc["format"] == "coalitions/equilibrium@1"
+    assert doc["semantics"] in ("personalized", "shared")
+    part = doc["partition"]
+    assert isinstance(part, list) and part
+    for block in part:
+        _names(block, clients)
+    flat = [c for b in part for c in b]
+    assert sorted(flat) == sorted(clients) and len(set(flat)) == len(flat)  # a partition
+    assert isinstance(doc["rounds"], list)
+    for rnd in doc["rounds"]:
+        assert isinstance(rnd, list)
+        for block in rnd:
+            _names(block, clients)
+            assert block in part
+    pay = doc["payoffs"]
+    assert isinstance(pay, dict) and set(pay) == set(clients)
+    assert all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pay.values())
+    cert = doc["certificate"]
+    assert isinstance(cert["inner_agreement"], bool) and isinstance(cert["outer_agreement"], bool)
+    assert cert["method"] in ("exhaustive", "sampled")
+
+
+def check_graph_json(doc: dict, clients) -> None:
+    """``coalitions/benefit-graph@1``: format, clients, edges ``[j, i]`` between those clients."""
+    assert doc["format"] == "coalitions/benefit-graph@1"
+    assert isinstance(doc["clients"], list) and set(doc["clients"]) <= set(clients)
+    for e in doc["edges"]:
+        assert isinstance(e, list) and len(e) == 2 and e[0] != e[1]
+        assert e[0] in doc["clients"] and e[1] in doc["clients"]
