@@ -1,0 +1,226 @@
+"""Benchmark of the exhaustive subset oracle (issue 3), one function per measurement.
+
+Prints, in one run:
+
+1. ``closed_form``: all 2^N − 1 subset least-squares models of ``synthetic`` at
+   N = 12 and 16 (weights from subset sums of Gram matrices, one batched solve,
+   validation MSE of every member), wall time; and the ratio to a per-subset loop
+   (``np.linalg.lstsq`` on the concatenated member data, then the validation MSE of
+   each member).  The loop is timed on a random sample of subsets and extrapolated
+   to all 2^N − 1; the output says so.
+2. ``batched_logistic``: all 2^N − 1 logistic-regression subset models at N = 10 on
+   the CPU, trained together (:func:`learners.oracle.train_subsets`), against a
+   per-subset loop of plain PyTorch models (no vmap) with the same optimiser and
+   epochs, timed on a sample of subsets and extrapolated.
+3. The same at N = 12 on a GPU when one is present (``--gpu``); otherwise it prints
+   that the GPU measurement was not run.
+
+Run:  python benchmarks/oracle.py   (``--quick`` for N = 12 and 8 only)
+
+Timings depend on the load of the machine; the load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# The repository root before this folder, so ``learners`` is the package, not benchmarks/learners.py.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from learners.datasets import load  # noqa: E402
+from learners.federation import Client, Federation, Split  # noqa: E402
+from learners.metrics import evaluate  # noqa: E402
+from learners.models import make_model  # noqa: E402
+from learners.oracle import closed_form_mse, closed_form_weights, train_subsets  # noqa: E402
+
+
+def _members(mask: int, n: int) -> list[int]:
+    return [i for i in range(n) if mask >> i & 1]
+
+
+# --------------------------------------------------------------------------- 1. closed form
+def closed_form(n: int, samples: int = 50, sample_loop: int = 300, seed: int = 0) -> dict:
+    """Time every subset model of ``synthetic`` in closed form vs a per-subset lstsq loop."""
+    fed = load("synthetic", clients=n, samples=samples, val=200, test=10, seed=seed)
+    t = time.perf_counter()
+    W = closed_form_weights(fed)
+    val = closed_form_mse(fed, W, "val")
+    batched = time.perf_counter() - t
+    rng = np.random.default_rng(seed)
+    masks = rng.choice(np.arange(1, 1 << n), size=min(sample_loop, (1 << n) - 1), replace=False)
+    aug = [np.hstack([c.train.X.astype(np.float64), np.ones((len(c.train), 1))]) for c in fed.clients]
+    t = time.perf_counter()
+    worst = 0.0
+    for mask in masks:
+        idx = _members(int(mask), n)
+        X = np.concatenate([aug[i] for i in idx])
+        y = np.concatenate([fed.clients[i].train.y for i in idx]).astype(np.float64)
+        w = np.linalg.lstsq(X, y, rcond=None)[0]
+        for i in idx:
+            v = fed.clients[i].val
+            mse = evaluate("mse", v.y, v.X.astype(np.float64) @ w[:-1] + w[-1])
+            worst = max(worst, abs(mse - val[i, mask]) / mse)
+    loop_each = (time.perf_counter() - t) / len(masks)
+    return {"n": n, "models": (1 << n) - 1, "batched_s": batched, "loop_sampled": len(masks),
+            "loop_s": loop_each * ((1 << n) - 1), "max_rel_diff": worst}
+
+
+# --------------------------------------------------------------------------- 2./3. batched logistic
+def binary_federation(n: int, samples: int = 100, seed: int = 0) -> Federation:
+    """``synthetic`` with labels ``y > 0``: a binary task with the same planted groups."""
+    fed = load("synthetic", clients=n, samples=samples, rho=0.3, val=50, test=10, seed=seed)
+
+    def b(s):
+        return Split(s.X, (s.y > 0).astype(np.int64))
+
+    clients = tuple(Client(c.name, b(c.train), b(c.val), b(c.test)) for c in fed.clients)
+    return Federation("synthetic-binary", "binary", "accuracy", clients, 2, fed.planted_groups, fed.options)
+
+
+def _loop_one(spec, X, y, init, epochs, lr, l2, device):
+    module = spec.module().to(device)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            p.copy_(init[name])
+    opt = torch.optim.Adam(module.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
+    for _ in range(epochs):
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(module(X)[:, 0], y)
+        loss = loss + 0.5 * l2 * module.weight.pow(2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    return module
+
+
+def batched_logistic(n: int = 10, device: str = "cpu", epochs: int = 200, samples: int = 100,
+                     sample_loop: int = 20, seed: int = 0) -> dict:
+    """Time all 2^N − 1 logistic subsets trained together vs a per-subset loop (sampled)."""
+    fed = binary_federation(n, samples, seed)
+    spec = make_model("logistic", fed.input_shape, 1)
+    X = torch.as_tensor(np.concatenate([c.train.X for c in fed.clients]), device=device)
+    y = torch.as_tensor(np.concatenate([c.train.y for c in fed.clients]), device=device)
+    owner = torch.as_tensor(np.repeat(np.arange(n), fed.sizes("train")), device=device)
+    init = {k: v[0].to(device) for k, v in spec.init(torch.Generator().manual_seed(seed), 1).items()}
+    masks = list(range(1, 1 << n))
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    t = time.perf_counter()
+    params = train_subsets(spec, "binary", X, y, owner, masks, n, init, epochs=epochs, lr=0.05, l2=1e-3)
+    sync()
+    batched = time.perf_counter() - t
+    rng = np.random.default_rng(seed)
+    sample = rng.choice(masks, size=min(sample_loop, len(masks)), replace=False)
+    worst = 0.0
+    t = time.perf_counter()
+    for mask in sample:
+        idx = _members(int(mask), n)
+        keep = torch.as_tensor(np.isin(owner.cpu().numpy(), idx), device=device)
+        m = _loop_one(spec, X[keep], y[keep].float(), init, epochs, 0.05, 1e-3, device)
+        worst = max(worst, (m.weight.detach() - params["weight"][mask - 1]).abs().max().item())
+    sync()
+    loop_each = (time.perf_counter() - t) / len(sample)
+    return {"n": n, "device": device, "models": len(masks), "epochs": epochs, "batched_s": batched,
+            "loop_sampled": len(sample), "loop_s": loop_each * len(masks), "max_weight_diff": worst}
+
+
+# --------------------------------------------------------------------------- main
+def _machine() -> str:
+    load_avg = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads, load average {load_avg[0]:.2f}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="N = 12 closed form and N = 8 logistic only")
+    ap.add_argument("--gpu", action="store_true", help="also run the N = 12 logistic measurement on CUDA")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads [torch's default]")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"machine: {_machine()}")
+    print("\n1. closed-form least squares, synthetic (dim 20, 50 samples/client, 200 val points/client)")
+    print("   per-subset loop: np.linalg.lstsq + validation MSE, timed on a random sample of subsets and "
+          "extrapolated to all 2^N - 1")
+    for n in ((12,) if args.quick else (12, 16)):
+        r = closed_form(n)
+        print(f"   N={n:2d}: {r['models']:6d} models in {r['batched_s']:.3f} s (closed form); "
+              f"loop ~{r['loop_s']:.1f} s (extrapolated from {r['loop_sampled']}); "
+              f"ratio {r['loop_s'] / r['batched_s']:.0f}x; max rel. MSE difference {r['max_rel_diff']:.1e}")
+    print("\n2. logistic regression, all subsets trained together on the CPU "
+          "(synthetic with labels y > 0, 100 samples/client, full batch, Adam, 200 epochs)")
+    print("   per-subset loop: one plain torch model per subset, same optimiser and epochs, timed on a "
+          "random sample of subsets and extrapolated")
+    n = 8 if args.quick else 10
+    r = batched_logistic(n, "cpu")
+    print(f"   N={n:2d}: {r['models']:5d} models in {r['batched_s']:.2f} s (batched); loop ~{r['loop_s']:.1f} s "
+          f"(extrapolated from {r['loop_sampled']}); ratio {r['loop_s'] / r['batched_s']:.1f}x; "
+          f"max weight difference {r['max_weight_diff']:.1e}")
+    print("\n3. the same at N = 12 on a GPU")
+    if args.gpu and torch.cuda.is_available():
+        r = batched_logistic(12, "cuda")
+        print(f"   N=12 on {torch.cuda.get_device_name()}: {r['models']} models in {r['batched_s']:.2f} s; "
+              f"loop ~{r['loop_s']:.1f} s (extrapolated from {r['loop_sampled']}); "
+              f"ratio {r['loop_s'] / r['batched_s']:.1f}x")
+    else:
+        print("   not run: " + ("no CUDA device on this machine" if not torch.cuda.is_available()
+                                 else "pass --gpu to run it"))
+    print_spo_vs_exhaustive((6, 10) if args.quick else (6, 10, 14))
+
+
+if __name__ == "__main__":
+    main()
+
+
+# --------------------------------------------------------------------------- 4. SPO vs exhaustive
+def spo_vs_exhaustive(n: int, steps: int = 3000, seed: int = 0, logistic_epochs: int = 200) -> dict:
+    """SPO's time to the full benefit graph vs the exhaustive oracle's, at ``n`` clients.
+
+    ``synthetic`` regression (few samples, small rho) for SPO against the closed-form
+    oracle, and the binary variant (labels ``y > 0``) for SPO with a logistic target
+    against all 2^N − 1 logistic subset models trained together.  SPO's time is the
+    hypernetwork's training plus every direction search that peeling asks for
+    (``BG(all)`` and each later ``BG(R)``, elimination rule), i.e. ``SPO.fit``.
+    """
+    from learners.oracle import ExhaustiveOracle
+    from learners.spo import SPO
+
+    out = {"n": n}
+    fed = load("synthetic", clients=n, samples=10, rho=0.01, val=200, test=10, seed=seed)
+    t = time.perf_counter()
+    ExhaustiveOracle().fit(fed)
+    out["exhaustive_linear_s"] = time.perf_counter() - t
+    spo = SPO(steps=steps, device="cpu", seed=seed).fit(fed)
+    out["spo_linear"] = dict(spo.timings_)
+    bfed = binary_federation(n, samples=100, seed=seed)
+    t = time.perf_counter()
+    ExhaustiveOracle(epochs=logistic_epochs, device="cpu", seed=seed).fit(bfed)
+    out["exhaustive_logistic_s"] = time.perf_counter() - t
+    spo = SPO(steps=steps, device="cpu", seed=seed).fit(bfed)
+    out["spo_logistic"] = dict(spo.timings_)
+    return out
+
+
+def print_spo_vs_exhaustive(sizes=(6, 10, 14)) -> None:
+    print("\n4. SPO's time to the full benefit graph vs the exhaustive oracle (CPU)")
+    print("   SPO: training (3000 steps) + BG(all) + the rest of the peeling; exhaustive: all 2^N - 1 subsets")
+    for n in sizes:
+        r = spo_vs_exhaustive(n)
+        a, b = r["spo_linear"], r["spo_logistic"]
+        print(f"   N={n:2d} linear:   exhaustive {r['exhaustive_linear_s']:7.2f} s (closed form) | SPO "
+              f"{a['total']:6.1f} s (train {a['train']:.1f}, BG(all) {a['graph_all']:.1f}, "
+              f"other rounds {a['peeling']:.1f})")
+        print(f"   N={n:2d} logistic: exhaustive {r['exhaustive_logistic_s']:7.2f} s (batched, 200 epochs) | SPO "
+              f"{b['total']:6.1f} s (train {b['train']:.1f}, BG(all) {b['graph_all']:.1f}, "
+              f"other rounds {b['peeling']:.1f})")
+

@@ -1,0 +1,491 @@
+"""The exhaustive subset oracle: a model for every coalition (SPEC §5).
+
+``v_i(S)`` is the metric, on client ``i``'s validation data, of a model trained
+on the union of the training data of the clients in ``S``.  The oracle trains
+all ``2^N − 1`` subset models and returns the exhaustive game (SPEC §1, §7),
+with the test-set values alongside.
+
+Two ways, never one Python loop per subset:
+
+* **Closed form** (``model="linear"`` on a regression task).  With the bias
+  folded in (``x̃ = (x, 1)``), client ``i`` contributes ``G_i = X̃_iᵀX̃_i`` and
+  ``b_i = X̃_iᵀy_i``.  The sums ``G_S = Σ_{i∈S} G_i`` for all ``2^N`` masks come
+  from one doubling pass (``G[2^i : 2^{i+1}] = G[0 : 2^i] + G_i``), and all
+  systems are solved in one batched call
+  ``w_S = (G_S + λ·n_S·I)⁻¹ b_S`` with a tiny ridge ``λ`` (default ``1e-10``,
+  relative to the mean loss; ``n_S`` = training samples of ``S``) that keeps
+  under-determined subsets solvable and, as ``λ → 0``, tends to the
+  minimum-norm least-squares fit.  The validation MSE of every subset model on
+  client ``i`` is the quadratic form ``(wᵀA_i w − 2wᵀc_i + e_i)/n_i`` with
+  ``A_i = X̃ᵀX̃``, ``c_i = X̃ᵀy``, ``e_i = yᵀy`` of ``i``'s validation set, so
+  predictions are never materialised.
+* **Batched training** (every other model).  All subset models of a chunk are
+  stacked (leading dimension = subset) and trained together with
+  ``torch.func.vmap``: each model sees every training sample once per step;
+  per-sample losses are summed per client (``(M, n) @ onehot(owner) → (M, N)``)
+  and weighted by the subset-membership matrix, so model ``S`` minimises
+
+  ``L_S(θ) = Σ_{i∈S} Σ_{x∈D_i} ℓ(θ; x) / Σ_{i∈S} |D_i| + (l2/2)·‖weights‖²``,
+
+  the mean loss over the union of its members' data, without copying data per
+  subset.  Adam, cosine-decayed learning rate, full batch unless
+  ``batch_size`` is given (then one shared random order of all samples per
+  epoch; a subset's loss on a batch is the mean over its members' samples in
+  it).  Every subset model starts from the same initial parameters (drawn
+  from ``seed``) and sees the same batch order, so a subset's result does not
+  depend on which chunk holds it, and a resumed run gives the same game.
+  Chunks are sized to a memory budget; a checkpoint file
+  (:mod:`learners.checkpoint`) records finished chunks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import numpy as np
+
+import coalitions as co
+from coalitions.errors import InputError
+
+from .federation import Federation
+from .metrics import evaluate_batch
+
+__all__ = ["ExhaustiveOracle", "subset_sums", "membership", "closed_form_weights", "closed_form_mse",
+           "train_subsets", "resolve_device", "DEFAULTS"]
+
+#: Default epochs and learning rate per model kind (Adam, cosine decay).
+DEFAULTS = {"linear": (500, 0.05), "logistic": (500, 0.05), "mlp": (300, 0.01), "cnn": (60, 0.005)}
+
+
+# ---------------------------------------------------------------------------- bitmask helpers
+def subset_sums(per_client) -> np.ndarray:
+    """``out[mask] = Σ_{i ∈ mask} per_client[i]`` for all ``2^N`` masks, by doubling.
+
+    ``per_client`` has shape ``(N, ...)``; ``out`` has shape ``(2^N, ...)``,
+    float64, with ``out[0] = 0``.  ``O(2^N)`` additions of one item each.
+    """
+    a = np.asarray(per_client, dtype=np.float64)
+    out = np.zeros((1 << a.shape[0],) + a.shape[1:])
+    for i in range(a.shape[0]):
+        np.add(out[: 1 << i], a[i], out=out[1 << i: 2 << i])
+    return out
+
+
+def membership(masks, n: int) -> np.ndarray:
+    """Boolean ``(M, N)`` matrix: ``[k, i]`` is bit ``i`` of ``masks[k]``."""
+    m = np.asarray(masks, dtype=np.int64)
+    return ((m[:, None] >> np.arange(n)) & 1).astype(bool)
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` → ``"cuda"`` when available else ``"cpu"``; checks an explicit choice."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: no CUDA device is available (use --device cpu or auto)")
+    if device not in ("cpu", "cuda"):
+        raise InputError(f"--device must be auto, cpu or cuda, got {device!r}")
+    return device
+
+
+# ---------------------------------------------------------------------------- closed form
+def _aug(X) -> np.ndarray:
+    X = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
+    return np.hstack([X, np.ones((len(X), 1))])
+
+
+def closed_form_weights(fed: Federation, ridge: float = 1e-10) -> np.ndarray:
+    """Least-squares weights ``(2^N, d+1)`` (bias last) of every subset; row 0 is zero.
+
+    Solves ``(G_S + ridge·n_S·I) w_S = b_S`` for all masks in one batched call.
+    """
+    G = subset_sums([_aug(c.train.X).T @ _aug(c.train.X) for c in fed.clients])
+    b = subset_sums([_aug(c.train.X).T @ c.train.y.astype(np.float64) for c in fed.clients])
+    n_s = subset_sums(fed.sizes("train").astype(np.float64))
+    eye = np.eye(G.shape[1])
+    W = np.zeros(b.shape)
+    W[1:] = np.linalg.solve(G[1:] + (ridge * n_s[1:])[:, None, None] * eye, b[1:, :, None])[..., 0]
+    return W
+
+
+def closed_form_mse(fed: Federation, W: np.ndarray, part: str = "val") -> np.ndarray:
+    """``(N, 2^N)`` MSE of each subset model ``W[mask]`` on each member's ``part`` split (NaN outside)."""
+    n = fed.n
+    masks = np.arange(1 << n)
+    out = np.full((n, 1 << n), np.nan)
+    for i, c in enumerate(fed.clients):
+        s = getattr(c, part)
+        A = _aug(s.X)
+        y = s.y.astype(np.float64)
+        inside = ((masks >> i) & 1).astype(bool)
+        w = W[inside]
+        quad = np.einsum("md,de,me->m", w, A.T @ A, w) - 2 * w @ (A.T @ y) + y @ y
+        out[i, inside] = np.maximum(quad, 0.0) / len(s)
+    return out
+
+
+# ---------------------------------------------------------------------------- batched training
+def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
+                  lr: float, l2: float = 0.0, batch_size: int | None = None, seed: int = 0,
+                  progress: Callable[[int], None] | None = None) -> dict:
+    """Train one model per mask, all at once; returns stacked parameters ``(M, ...)``.
+
+    Parameters
+    ----------
+    spec : learners.models.ModelSpec
+    task : {"regression", "binary", "multiclass"}
+    X, y : torch.Tensor
+        All clients' training data concatenated (on the training device).
+    owner : torch.LongTensor of shape (n,)
+        Client index of each sample.
+    masks : sequence of int
+        The subsets, one model each.
+    init : dict
+        One model's initial parameters (unstacked); every model starts there.
+    epochs, lr, l2, batch_size, seed
+        Adam with cosine-decayed ``lr``; ``l2/2·‖w‖²`` on weights (parameters
+        of dimension ≥ 2, not biases); full batch when ``batch_size`` is None,
+        else a random order drawn from ``seed`` (the same for every chunk).
+    progress : callable, optional
+        Called with the number of finished epochs after each epoch.
+
+    Returns
+    -------
+    dict of str -> torch.Tensor
+        Trained stacked parameters (detached).
+    """
+    import torch
+
+    from .metrics import loss_function
+
+    loss = loss_function(task)
+    device = X.device
+    M = len(masks)
+    dtype = next(iter(init.values())).dtype
+    W = torch.as_tensor(membership(masks, n_clients), device=device).to(dtype)   # (M, N) membership
+    onehot = torch.nn.functional.one_hot(owner, n_clients).to(W.dtype)
+    params = {k: v.detach().unsqueeze(0).repeat((M,) + (1,) * v.dim()).requires_grad_(True)
+              for k, v in init.items()}
+    decay = [k for k, v in init.items() if v.dim() >= 2]
+    opt = torch.optim.Adam(list(params.values()), lr=lr)
+    n = X.shape[0]
+    bs = n if batch_size is None else max(1, min(int(batch_size), n))
+    steps_per_epoch = math.ceil(n / bs)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
+    gen = torch.Generator().manual_seed(int(seed))
+    from .models import stacked_forward
+
+    for epoch in range(epochs):
+        order = None if batch_size is None else torch.randperm(n, generator=gen).to(device)
+        for b in range(steps_per_epoch):
+            idx = None if order is None else order[b * bs:(b + 1) * bs]
+            xb, yb, oh = (X, y, onehot) if idx is None else (X[idx], y[idx], onehot[idx])
+            per_sample = loss(stacked_forward(spec, params, xb), yb)  # (M, b)
+            per_client = per_sample @ oh                             # (M, N) loss sums
+            count = W @ oh.sum(0)                                    # member samples in batch
+            mean = (W * per_client).sum(1) / count.clamp(min=1)
+            if l2 and decay:
+                mean = mean + 0.5 * l2 * sum(params[k].pow(2).flatten(1).sum(1) for k in decay)
+            opt.zero_grad(set_to_none=True)
+            mean.sum().backward()
+            opt.step()
+            sched.step()
+        if progress is not None:
+            progress(epoch + 1)
+    return {k: v.detach() for k, v in params.items()}
+
+
+def _scores(spec, params: dict, X, batch: int = 4096) -> np.ndarray:
+    """Outputs ``(M, n, k)`` of every stacked model on ``X`` as float64 NumPy."""
+    import torch
+
+    from .models import stacked_forward
+
+    with torch.no_grad():
+        outs = [stacked_forward(spec, params, X[s:s + batch]).double().cpu().numpy()
+                for s in range(0, X.shape[0], batch)]
+    return np.concatenate(outs, axis=1)
+
+
+# ---------------------------------------------------------------------------- the estimator
+class ExhaustiveOracle:
+    """Train a model on every non-empty subset of clients; the exact game (SPEC §5).
+
+    Parameters
+    ----------
+    model : {"auto", "linear", "logistic", "mlp", "cnn"}
+        ``"auto"``: linear for regression, logistic otherwise.  ``"linear"``
+        on a regression task is solved in closed form.
+    epochs, lr : int, float, optional
+        Training length and Adam learning rate (defaults per model in
+        :data:`DEFAULTS`); unused in closed form.
+    l2 : float
+        Weight decay ``l2/2·‖w‖²`` on weights (not biases) of trained models.
+    ridge : float
+        Relative ridge of the closed form (see module docstring).
+    batch_size : int, optional
+        Minibatch size; full batch when None.
+    hidden : int
+        Hidden units of the MLP.
+    chunk_size : int, optional
+        Subset models trained together; by default as many as fit
+        ``memory_mb`` of activations.
+    memory_mb : float
+        Activation budget used to size chunks.
+    device : {"auto", "cpu", "cuda"}
+    dtype : {"float32", "float64"}
+        Precision of trained models (closed form is always float64).
+    seed : int
+        Seeds the initial parameters and the batch order.
+    checkpoint : str or Path, optional
+        File recording finished chunks; an interrupted run resumes from it.
+    threads : int, optional
+        PyTorch intra-op CPU threads during :meth:`fit` (restored afterwards);
+        ``None`` keeps PyTorch's setting.  On a busy machine one thread can be
+        several times faster for these small kernels (see docs/learners-data.md).
+    progress : callable, optional
+        ``progress(done, total)`` in model-epochs (closed form: one step).
+
+    Attributes
+    ----------
+    values_val_, values_test_ : ndarray of shape (N, 2**N)
+        The metric (raw units: MSE, accuracy or AUC) of the model of ``S`` on
+        client ``i``'s validation / test data; NaN where ``i ∉ S``.
+    game_ : coalitions.Game
+        The game from ``values_val_`` with the metric's sense and provenance.
+    test_game_ : coalitions.Game
+        The same from ``values_test_`` (for reporting, never for choosing).
+    method_ : str
+        ``"closed-form"`` or ``"batched"``.
+    device_ : str
+    chunks_trained_, chunks_resumed_ : int
+        Chunks trained in this call and chunks loaded from the checkpoint.
+    elapsed_ : float
+        Seconds spent in :meth:`fit`.
+    """
+
+    def __init__(self, model: str = "auto", epochs: int | None = None, lr: float | None = None,
+                 l2: float = 1e-3, ridge: float = 1e-10, batch_size: int | None = None, hidden: int = 64,
+                 chunk_size: int | None = None, memory_mb: float = 512.0, device: str = "auto",
+                 dtype: str = "float32", seed: int = 0, checkpoint=None, threads: int | None = None,
+                 progress=None):
+        self.model = model
+        self.epochs = epochs
+        self.lr = lr
+        self.l2 = l2
+        self.ridge = ridge
+        self.batch_size = batch_size
+        self.hidden = hidden
+        self.chunk_size = chunk_size
+        self.memory_mb = memory_mb
+        self.device = device
+        self.dtype = dtype
+        self.seed = seed
+        self.checkpoint = checkpoint
+        self.threads = threads
+        self.progress = progress
+
+    # -------------------------------------------------------------- configuration
+    def _kind(self, fed: Federation) -> str:
+        kind = self.model
+        if kind == "auto":
+            kind = "linear" if fed.task == "regression" else "logistic"
+        if kind not in DEFAULTS:
+            raise InputError(f"--model must be one of auto, {', '.join(DEFAULTS)}, got {kind!r}")
+        if kind == "linear" and fed.task != "regression":
+            raise InputError(f"--model linear fits regression; dataset {fed.name!r} is {fed.task} "
+                             "(use --model logistic)")
+        return kind
+
+    def config(self, fed: Federation) -> dict:
+        """The options that determine the result (written as provenance)."""
+        kind = self._kind(fed)
+        if kind == "linear":
+            return {"model": kind, "solver": "closed-form", "ridge": float(self.ridge)}
+        epochs, lr = DEFAULTS[kind]
+        cfg = {"model": kind, "solver": "batched-adam", "epochs": int(self.epochs or epochs),
+               "lr": float(self.lr or lr), "l2": float(self.l2), "batch_size": self.batch_size,
+               "dtype": self.dtype, "seed": int(self.seed)}
+        if kind == "mlp":
+            cfg["hidden"] = int(self.hidden)
+        return cfg
+
+    def _check(self):
+        if self.epochs is not None and (not isinstance(self.epochs, int) or self.epochs < 1):
+            raise InputError(f"--epochs must be an integer >= 1, got {self.epochs!r}")
+        for name in ("lr", "l2", "ridge"):
+            x = getattr(self, name)
+            if x is not None and not (isinstance(x, (int, float)) and math.isfinite(x) and x >= 0):
+                raise InputError(f"--{name} must be a finite number >= 0, got {x!r}")
+        if self.lr is not None and self.lr == 0:
+            raise InputError("--lr must be > 0")
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
+            raise InputError(f"--batch-size must be an integer >= 1, got {self.batch_size!r}")
+        if self.chunk_size is not None and (not isinstance(self.chunk_size, int) or self.chunk_size < 1):
+            raise InputError(f"--chunk-size must be an integer >= 1, got {self.chunk_size!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise InputError(f"--threads must be an integer >= 1, got {self.threads!r}")
+        if self.dtype not in ("float32", "float64"):
+            raise InputError(f"dtype must be float32 or float64, got {self.dtype!r}")
+
+    # -------------------------------------------------------------- fitting
+    def fit(self, federation: Federation) -> "ExhaustiveOracle":
+        """Train every subset model of ``federation``; returns ``self``."""
+        self._check()
+        fed = federation
+        if fed.n > 20:
+            raise InputError(f"{fed.n} clients: the exhaustive oracle trains 2^N - 1 models; use at most 20")
+        start = time.perf_counter()
+        cfg = self.config(fed)
+        self.chunks_trained_ = 0
+        self.chunks_resumed_ = 0
+        if cfg["model"] == "linear":
+            self.method_ = "closed-form"
+            self.device_ = "cpu"
+            W = closed_form_weights(fed, self.ridge)
+            val, test = closed_form_mse(fed, W, "val"), closed_form_mse(fed, W, "test")
+            self.weights_ = W
+            if self.progress is not None:
+                self.progress(1, 1)
+        else:
+            import torch
+
+            self.method_ = "batched"
+            self.device_ = resolve_device(self.device)
+            before = torch.get_num_threads()
+            try:
+                if self.threads is not None:
+                    torch.set_num_threads(self.threads)
+                val, test = self._fit_batched(fed, cfg)
+            finally:
+                torch.set_num_threads(before)
+        self.values_val_, self.values_test_ = val, test
+        self.config_ = cfg
+        self.game_ = co.Game.from_array(val, fed.names, fed.sense, self._provenance(fed, cfg, "val"))
+        self.test_game_ = co.Game.from_array(test, fed.names, fed.sense, self._provenance(fed, cfg, "test"))
+        self.elapsed_ = time.perf_counter() - start
+        return self
+
+    def _provenance(self, fed: Federation, cfg: dict, split: str) -> dict:
+        return {"source": "coalitions oracle (exhaustive subset oracle, SPEC §5)",
+                "dataset": fed.name, "options": dict(fed.options), "task": fed.task,
+                "metric": fed.metric, "split": split, "model": dict(cfg), "seed": int(self.seed),
+                "planted_groups": [list(g) for g in fed.planted_groups] if fed.planted_groups else None,
+                "version": co.__version__}
+
+    @staticmethod
+    def _activation_floats(spec) -> int:
+        """Floats one model keeps per sample: each layer's activations and outputs."""
+        if spec.kind == "cnn":
+            c, h, w = spec.input_shape
+            c1, c2 = spec.shapes["c1"][0], spec.shapes["c2"][0]
+            act = 2 * c1 * h * w + c1 * h * w // 4 + 2 * c2 * h * w // 4 + c2 * h * w // 16
+        elif spec.kind == "mlp":
+            act = 2 * spec.shapes["w1"][1]
+        else:
+            act = 0
+        return act + 2 * spec.n_outputs + 2
+
+    def _eval_batch(self, spec, n_models: int) -> int:
+        """Evaluation samples per forward pass so that ``n_models`` fit ``memory_mb``."""
+        per_sample = 4 * n_models * self._activation_floats(spec)
+        return int(max(1, min(4096, self.memory_mb * 2 ** 20 // per_sample)))
+
+    def _chunk_size(self, spec, fed: Federation, n_masks: int) -> int:
+        if self.chunk_size is not None:
+            return min(self.chunk_size, n_masks)
+        n = int(fed.sizes("train").sum())
+        if self.batch_size is not None:
+            n = min(n, self.batch_size)
+        # bytes per model: float32 activations ×3 for autograd, plus parameters and Adam state
+        per_model = 3 * 4 * n * self._activation_floats(spec) + 16 * spec.n_params
+        return int(max(1, min(n_masks, self.memory_mb * 2 ** 20 // per_model)))
+
+    def _fit_batched(self, fed: Federation, cfg: dict):
+        import torch
+
+        from .checkpoint import Checkpoint, fingerprint
+        from .models import make_model
+
+        device = self.device_
+        dtype = torch.float64 if self.dtype == "float64" else torch.float32
+        spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=self.hidden)
+        n = fed.n
+        masks = np.arange(1, 1 << n)
+        chunk = self._chunk_size(spec, fed, len(masks))
+        chunks = [masks[s:s + chunk] for s in range(0, len(masks), chunk)]
+
+        def cat(part, attr):
+            return np.concatenate([getattr(getattr(c, part), attr) for c in fed.clients])
+
+        y_dtype = dtype if fed.task == "regression" else torch.int64
+        X = torch.as_tensor(cat("train", "X"), device=device).to(dtype)
+        y = torch.as_tensor(cat("train", "y"), device=device).to(y_dtype)
+        owner = torch.as_tensor(np.repeat(np.arange(n), fed.sizes("train")), device=device)
+        evals = {part: torch.as_tensor(cat(part, "X"), device=device).to(dtype) for part in ("val", "test")}
+        bounds = {part: np.concatenate([[0], np.cumsum(fed.sizes(part))]) for part in ("val", "test")}
+
+        gen = torch.Generator().manual_seed(int(self.seed))
+        init = {k: v[0].to(device) for k, v in spec.init(gen, 1, dtype=dtype).items()}
+
+        ckpt = None
+        shape = (n, 1 << n)
+        if self.checkpoint is not None:
+            key = fingerprint({"config": cfg, "chunk": chunk, "device": device, "dataset": fed.name,
+                               "options": fed.options},
+                              [a for c in fed.clients for s in (c.train, c.val, c.test) for a in (s.X, s.y)])
+            ckpt = Checkpoint(self.checkpoint, key, {"val": shape, "test": shape}, len(chunks)).load()
+            results = ckpt.arrays
+        else:
+            results = {"val": np.full(shape, np.nan), "test": np.full(shape, np.nan)}
+
+        epochs = cfg["epochs"]
+        total = len(masks) * epochs
+        done_units = 0
+        for k, ms in enumerate(chunks):
+            if ckpt is not None and ckpt.done[k]:
+                self.chunks_resumed_ += 1
+                done_units += len(ms) * epochs
+                if self.progress is not None:
+                    self.progress(done_units, total)
+                continue
+            base = done_units
+
+            def tick(ep, base=base, m=len(ms)):
+                if self.progress is not None:
+                    self.progress(base + ep * m, total)
+
+            params = train_subsets(spec, fed.task, X, y, owner, ms, n, init, epochs=epochs, lr=cfg["lr"],
+                                   l2=cfg["l2"], batch_size=cfg["batch_size"], seed=self.seed, progress=tick)
+            member = membership(ms, n)
+            for part in ("val", "test"):
+                scores = _scores(spec, params, evals[part], self._eval_batch(spec, len(ms)))
+                lo = bounds[part]
+                for i, c in enumerate(fed.clients):
+                    rows = member[:, i]
+                    if rows.any():
+                        vals = evaluate_batch(fed.metric, getattr(c, part).y, scores[rows, lo[i]:lo[i + 1]])
+                        if not np.all(np.isfinite(vals)):
+                            raise InputError(f"client {c.name!r}: the {fed.metric} of its {part} split is "
+                                             "undefined (a single class?)")
+                        results[part][i, ms[rows]] = vals
+            done_units += len(ms) * epochs
+            self.chunks_trained_ += 1
+            if ckpt is not None:
+                ckpt.done[k] = True
+                ckpt.save()
+        return results["val"], results["test"]
+
+    # -------------------------------------------------------------- benefit oracle protocol
+    @property
+    def clients(self) -> tuple[str, ...]:
+        """Client names of the fitted game."""
+        return self.game_.clients
+
+    def benefit_graph(self, within: int, semantics: str = "personalized", tol: float = 1e-9):
+        """``BG(within)`` of the fitted game (:class:`coalitions.ExactOracle`)."""
+        return co.ExactOracle(self.game_, semantics, tol).benefit_graph(within)

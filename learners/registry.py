@@ -1,0 +1,264 @@
+"""The learners that ``coalitions learn --method NAME`` can run (SPEC §5, §8).
+
+A :class:`Method` names an estimator class by its import path (so listing the
+methods, or building the command line, never imports PyTorch) and declares the
+options it takes.  The ``learn`` command turns every declared option into a
+command-line flag, passes to the chosen method only the options the user gave
+(the estimator's own defaults apply otherwise), and refuses an option that the
+chosen method does not take.
+
+Adding a learner (issue 4: ``fedamp``, ``federico``, ``superfed-mm``, ``local``,
+``fedavg``, ...) is one :func:`register` call with its estimator's path and
+options; the estimator must accept ``device``, ``seed`` and ``progress`` keywords,
+``fit(federation)`` must return it, and it must expose ``estimate_`` (an
+:class:`~learners.estimate.Estimate`).
+
+Examples
+--------
+>>> sorted(METHODS)
+['fedamp', 'fedamp-heuristic', 'fedavg', 'federico', 'local', 'spo', 'superfed-lm', 'superfed-mm']
+>>> METHODS["spo"].option("rule").default
+'elimination'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any
+
+from coalitions.errors import InputError
+
+__all__ = ["Option", "Method", "METHODS", "register", "create", "all_options"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a method.
+
+    Attributes
+    ----------
+    flag : str
+        Command-line name without dashes, e.g. ``"search-steps"``.
+    arg : str
+        The estimator's keyword, e.g. ``"search_steps"``.
+    kind : str
+        ``"int"``, ``"float"``, ``"str"``, ``"bool"`` (a ``--x/--no-x`` switch) or ``"choice"``.
+    default : object
+        The estimator's default (shown in the help; the estimator applies it).
+    help : str
+    choices : tuple of str
+        For ``kind == "choice"``.
+    """
+
+    flag: str
+    arg: str
+    kind: str
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """The keyword click uses for this flag."""
+        return self.flag.replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Method:
+    """A learner selectable by name: where its estimator lives and what it takes."""
+
+    name: str
+    target: str  # "module:Class"
+    summary: str
+    options: tuple[Option, ...]
+
+    def option(self, key: str) -> Option:
+        for o in self.options:
+            if o.key == key or o.arg == key:
+                return o
+        raise KeyError(key)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(o.key for o in self.options)
+
+    def estimator_class(self):
+        module, cls = self.target.split(":")
+        return getattr(import_module(module), cls)
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add a method (a name may be registered once)."""
+    if method.name in METHODS:
+        raise ValueError(f"method {method.name!r} is already registered")
+    METHODS[method.name] = method
+    return method
+
+
+def all_options() -> list[Option]:
+    """Every option of every method, each flag once (first registration wins)."""
+    seen: dict[str, Option] = {}
+    for m in METHODS.values():
+        for o in m.options:
+            seen.setdefault(o.flag, o)
+    return list(seen.values())
+
+
+def create(name: str, given: dict, *, device: str = "auto", seed: int = 0, progress=None):
+    """An unfitted estimator of method ``name`` with the options in ``given`` (click keys).
+
+    Raises
+    ------
+    InputError
+        Unknown method, or an option the method does not take.
+    """
+    if name not in METHODS:
+        raise InputError(f"unknown method {name!r}: choose one of {', '.join(METHODS)}")
+    method = METHODS[name]
+    kwargs = {}
+    for key, value in given.items():
+        if key not in method.keys:
+            raise InputError(f"--{key.replace('_', '-')} does not apply to --method {name} "
+                             f"(it takes {', '.join('--' + o.flag for o in method.options) or 'no options'})")
+        kwargs[method.option(key).arg] = value
+    return method.estimator_class()(device=device, seed=seed, progress=progress, **kwargs)
+
+
+register(Method(
+    name="spo",
+    target="learners.spo:SPO",
+    summary="Specific Pareto Optimization (Cui et al. 2022): one Pareto hypernetwork, a direction "
+            "search per client and remaining set.",
+    options=(
+        Option("rule", "rule", "choice", "elimination",
+               "How collaborators are read off the best direction: the paper's ratio threshold, or "
+               "backward elimination.", ("ratio", "elimination")),
+        Option("threshold", "threshold", "float", 0.7, "Ratio rule: j collaborates when d_j/d_i >= this."),
+        Option("tol", "tol", "float", 0.02,
+               "Elimination rule: drop j when the loss without j is within this relative tolerance."),
+        Option("min-weight", "min_weight", "float", 0.01,
+               "Elimination rule: directions' weights at or below this count as zero."),
+        Option("steps", "steps", "int", 3000, "Hypernetwork training steps."),
+        Option("lr", "lr", "float", 0.01, "Adam learning rate (cosine-decayed)."),
+        Option("hidden", "hidden", "int", 200, "Hypernetwork hidden width."),
+        Option("embed", "embed", "int", 64, "Width of the direction embedding."),
+        Option("layers", "layers", "int", 3, "Hidden layers of the hypernetwork."),
+        Option("directions", "directions", "int", 64, "Directions sampled per training step."),
+        Option("direction-alpha", "alpha", "float", 0.5, "Dirichlet concentration of the training directions."),
+        Option("faces", "faces", "float", 0.5, "Share of training directions drawn on a random face."),
+        Option("l2", "l2", "float", None,
+               "Weight decay on the target's weights [0.01 for regression, 0.001 otherwise]."),
+        Option("batch-size", "batch_size", "int", 256, "Training samples per client per step."),
+        Option("epo", "epo", "bool", False, "Weight each direction's losses by EPO's linear program (cvxpy)."),
+        Option("search-steps", "search_steps", "int", 100, "Projected-gradient iterations per direction search."),
+        Option("starts", "starts", "int", 4, "Starts per direction search (barycentre, e_i, random)."),
+        Option("target-model", "model", "choice", None,
+               "Target model [linear for regression, logistic otherwise].", ("linear", "logistic", "mlp")),
+    ),
+))
+
+
+# ---------------------------------------------------------------------------- issue 4: personalised learners
+def _personalized_options() -> tuple[Option, ...]:
+    """Options every personalised learner takes (learners/personalized.py; defaults applied there)."""
+    return (
+        Option("rounds", "rounds", "int", 50, "Communication rounds."),
+        Option("local-epochs", "local_epochs", "int", 1, "Passes over each client's training data per round."),
+        Option("client-batch", "batch_size", "int", 32, "Minibatch size per client."),
+        Option("optimizer", "optimizer", "choice", None, "Client optimiser [sgd; federico: adam].",
+               ("sgd", "adam")),
+        Option("client-lr", "lr", "float", None, "Client learning rate [0.1; federico: 0.001]."),
+        Option("momentum", "momentum", "float", 0.9, "SGD momentum."),
+        Option("weight-decay", "weight_decay", "float", 0.0, "Weight decay of the client optimiser."),
+        Option("model", "model", "choice", None, "Each client's model [cnn for images, linear for regression, "
+               "logistic otherwise].", ("linear", "logistic", "mlp", "cnn")),
+        Option("mlp-hidden", "hidden", "int", 64, "Hidden units of --model mlp."),
+        Option("weight-rule", "rule", "choice", None,
+               "How a weight row becomes collaborators: w_ij/w_ii >= t (relative), w_ij >= t (absolute), or "
+               "the smallest set holding a share t of the row's off-diagonal mass (mass) [relative; "
+               "federico: mass].",
+               ("relative", "absolute", "mass")),
+        Option("weight-threshold", "threshold", "float", None,
+               "Threshold t of --weight-rule [relative 0.7, absolute 0.1, mass 0.9]."),
+        Option("refit", "refit", "bool", False,
+               "BG(R) for R smaller than all clients by training again on R (default: renormalised rows)."),
+        Option("engine", "engine", "choice", "auto",
+               "Training engine: vmap over clients (batched), a per-client loop (sequential), or auto "
+               "(batched on CUDA; on the CPU the faster of the two, measured on the first step).",
+               ("auto", "batched", "sequential")),
+        Option("chunk", "chunk", "int", None, "Clients per vmap call on the batched engine [all]."),
+        Option("checkpoint", "checkpoint", "str", None,
+               "Save after every round to this file; a rerun with the same settings resumes from it."),
+    )
+
+
+_FEDAMP = (
+    Option("alpha-k", "alpha_k", "float", 0.5, "FedAMP step size alpha_k; 0 turns message passing off (= local)."),
+    Option("lam", "lam", "float", 0.2, "FedAMP lambda; the local proximal weight is lambda/(2 alpha_k)."),
+)
+register(Method(
+    name="fedamp",
+    target="learners.fedamp:FedAMP",
+    summary="FedAMP (Huang et al. 2021): cloud models u_i = sum_j xi_ij w_j with "
+            "xi_ij = alpha_k A'(|w_i - w_j|^2), proximal local steps.",
+    options=_FEDAMP + (Option("sigma", "sigma", "float", None, "sigma of A(x) = 1 - exp(-x/sigma) [10]; "
+                                                               "fedamp-heuristic: cosine temperature [200]."),)
+    + _personalized_options(),
+))
+register(Method(
+    name="fedamp-heuristic",
+    target="learners.fedamp:FedAMPHeuristic",
+    summary="HeurFedAMP: xi_ij proportional to exp(sigma cos(w_i, w_j)), self-attention xi_ii given.",
+    options=_FEDAMP + (Option("sigma", "sigma", "float", None, "Cosine temperature [200]."),
+                       Option("self-weight", "self_weight", "float", 0.3, "Self-attention xi_ii in [0, 1]."))
+    + _personalized_options(),
+))
+register(Method(
+    name="federico",
+    target="learners.federico:FedeRiCo",
+    summary="FedeRiCo (Sui, Wen et al. 2022): EM posteriors over the clients' models from EMA-tracked "
+            "losses, epsilon-greedy neighbours, mixture prediction.",
+    options=(
+        Option("neighbours", "neighbours", "int", 3, "Other clients sampled per round (K)."),
+        Option("eps", "eps", "float", 0.3, "Epsilon of the epsilon-greedy neighbour sampling."),
+        Option("beta", "beta", "float", 0.6, "EMA momentum of the tracked losses."),
+        Option("accumulate", "accumulate", "bool", True, "Prior <- posterior after every E-step (SPEC)."),
+        Option("weights", "weights", "choice", "data",
+               "Estimate's weights: data drawn on through the models (A = w diag(1/colsum) w^T), or the "
+               "posterior w itself.", ("data", "posterior")),
+    ) + _personalized_options(),
+))
+_SUPERFED = (
+    Option("mu", "mu", "float", 0.01, "SuPerFed proximity weight mu."),
+    Option("nu", "nu", "float", 1.0, "SuPerFed orthogonality weight nu on cos^2(W_f, W_l)."),
+    Option("start", "start", "float", 0.4, "Share of the rounds before personalisation (phase II) starts."),
+)
+register(Method(
+    name="superfed-mm",
+    target="learners.superfed:SuPerFedMM",
+    summary="SuPerFed with model mixing (Hahn et al. 2022); lambda* per client on validation data. "
+            "Utilities only.",
+    options=_SUPERFED + _personalized_options(),
+))
+register(Method(
+    name="superfed-lm",
+    target="learners.superfed:SuPerFedLM",
+    summary="SuPerFed with layer mixing (one lambda per layer). Utilities only.",
+    options=_SUPERFED + _personalized_options(),
+))
+register(Method(
+    name="local",
+    target="learners.baselines:Local",
+    summary="Every client trains alone (baseline; utilities only).",
+    options=_personalized_options(),
+))
+register(Method(
+    name="fedavg",
+    target="learners.baselines:FedAvg",
+    summary="Federated averaging, one model for all (baseline; utilities only).",
+    options=_personalized_options(),
+))

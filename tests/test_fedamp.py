@@ -1,0 +1,107 @@
+"""FedAMP and HeurFedAMP (learners/fedamp.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from coalitions.errors import InputError
+from learners.baselines import Local
+from learners.engine import Engine, flatten
+from learners.fedamp import FedAMP, FedAMPHeuristic, attention_heuristic, attention_plain, proximal_loss
+from learner_fixtures import blobs
+
+finite = st.floats(-5, 5, allow_nan=False, width=32)
+
+
+@settings(max_examples=80, deadline=None)
+@given(arrays(np.float32, st.tuples(st.integers(1, 7), st.integers(1, 6)), elements=finite),
+       st.floats(0, 50), st.floats(1e-3, 50))
+def test_plain_xi_rows_are_stochastic_and_the_diagonal_never_negative(W, alpha, sigma):
+    xi, guarded = attention_plain(torch.as_tensor(W), alpha, sigma)
+    xi = xi.numpy()
+    assert np.allclose(xi.sum(axis=1), 1, atol=1e-9)
+    assert (xi >= 0).all() and (np.diag(xi) >= 0).all()
+    n = W.shape[0]
+    off = alpha / sigma * np.exp(-((W[:, None, :].astype(np.float64) - W[None]) ** 2).sum(-1) / sigma)
+    np.fill_diagonal(off, 0)
+    s = off.sum(axis=1)
+    for i in range(n):  # rows below the guard follow the formula exactly; guarded rows keep proportions
+        want = off[i] if s[i] <= 1 else off[i] / s[i]
+        assert np.allclose(np.delete(xi[i], i), np.delete(want, i), rtol=1e-6, atol=1e-12)
+    assert guarded == int((s > 1).sum())
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.float32, st.tuples(st.integers(2, 7), st.integers(2, 6)), elements=finite.filter(lambda x: abs(x) > 1e-3)),
+       st.floats(0, 100), st.floats(0, 1))
+def test_heuristic_xi_has_the_given_diagonal_and_a_softmax_of_cosines(W, sigma, self_weight):
+    xi = attention_heuristic(torch.as_tensor(W), sigma, self_weight).numpy()
+    assert np.allclose(xi.sum(axis=1), 1) and (xi >= 0).all()
+    assert np.allclose(np.diag(xi), self_weight)
+    U = W.astype(np.float64) / np.linalg.norm(W.astype(np.float64), axis=1, keepdims=True)
+    cos = U @ U.T
+    i = 0
+    e = np.exp(sigma * np.delete(cos[i], i) - np.max(sigma * np.delete(cos[i], i)))
+    assert np.allclose(np.delete(xi[i], i), (1 - self_weight) * e / e.sum(), atol=1e-9)
+
+
+def test_proximal_term_has_a_gradient():
+    """The bug of a popular re-implementation: a detached proximal term has no gradient."""
+    task = lambda p, X, y, m: torch.zeros(())
+    loss = proximal_loss(task, coef=0.5)
+    p = {"w": torch.tensor([[1.0, 2.0]])}
+    u = {"w": torch.tensor([[0.0, 0.0]])}
+    X, y, m = torch.zeros(1, 1), torch.zeros(1), torch.zeros(1)
+    g, _ = Engine("cpu", path="batched").value_and_grad(loss, p, (X, y, m, u))
+    assert torch.allclose(g["w"], torch.tensor([[1.0, 2.0]]))  # coef·2·(w − u)
+
+
+def test_fedamp_with_lambda_differs_from_local_and_alpha_zero_equals_local():
+    fed = blobs(sizes=(10, 14, 9, 12), image=False)
+    kw = dict(model="mlp", rounds=3, batch_size=5, seed=2, engine="batched")
+    local = flatten(Local(**kw).fit(fed).params_)
+    amp = FedAMP(alpha_k=0.5, lam=1.0, sigma=10.0, **kw).fit(fed)
+    assert not torch.allclose(flatten(amp.params_), local, atol=1e-3)
+    # the same run with λ = 0 only moves the starting point: still different, but the
+    # proximal term alone must change the result (λ > 0 vs λ = 0 from the same ξ)
+    lam0 = FedAMP(alpha_k=0.5, lam=0.0, sigma=10.0, **kw).fit(fed)
+    assert not torch.allclose(flatten(amp.params_), flatten(lam0.params_), atol=1e-4)
+    off = FedAMP(alpha_k=0.0, lam=1.0, **kw).fit(fed)
+    assert torch.equal(flatten(off.params_), local)
+    assert np.array_equal(off.weights_, np.eye(fed.n))
+    heur_off = FedAMPHeuristic(alpha_k=0.0, **kw).fit(fed)
+    assert torch.equal(flatten(heur_off.params_), local)
+
+
+def test_fedamp_weights_history_and_estimate():
+    fed = blobs(sizes=(10, 14, 9, 12))
+    m = FedAMPHeuristic(model="logistic", rounds=4, seed=0, engine="batched").fit(fed)
+    assert len(m.weights_history_) == 4
+    for xi in [*m.weights_history_, m.weights_]:
+        assert np.allclose(xi.sum(axis=1), 1) and (np.diag(xi) >= 0).all()
+    e = m.estimate_
+    assert e.method == "fedamp-heuristic" and e.config["restricted"] == "renormalise"
+    assert np.allclose(e.weights, m.weights_)
+    assert len(e.extra["weights_history"]) == 4
+    assert e.planted_groups == fed.planted_groups
+    assert set(e.utilities["test"]) == set(fed.names)
+
+
+def test_heuristic_recovers_planted_groups_on_separable_blobs():
+    fed = blobs(sizes=(20, 20, 20, 20, 20, 20), groups=((0, 1, 2), (3, 4, 5)), separation=4.0, seed=3)
+    m = FedAMPHeuristic(model="logistic", rounds=15, sigma=200, self_weight=0.3, seed=0, engine="batched").fit(fed)
+    assert sorted(m.estimate_.blocks()) == [["0", "1", "2"], ["3", "4", "5"]]
+
+
+@pytest.mark.parametrize("kw,match", [({"alpha_k": -1}, "--alpha-k"), ({"sigma": 0}, "--sigma"),
+                                      ({"lam": float("nan")}, "--lam"), ({"rounds": -1}, "--rounds")])
+def test_bad_options_are_input_errors(kw, match):
+    with pytest.raises(InputError, match=match):
+        FedAMP(**kw).fit(blobs())
+    with pytest.raises(InputError, match="--self-weight"):
+        FedAMPHeuristic(self_weight=1.5).fit(blobs())

@@ -1,0 +1,114 @@
+"""FedeRiCo (learners/federico.py): EM posteriors, EMA of losses, ε-greedy sampling, mixtures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coalitions.errors import InputError
+from learners.engine import stack_select
+from learners.federico import FedeRiCo, data_weights, posterior, sample_neighbours
+from learner_fixtures import blobs, regression
+
+KW = dict(model="logistic", batch_size=6, seed=4, engine="batched")
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(2, 9), st.integers(0, 8), st.floats(0, 1), st.integers(0, 2**31))
+def test_sampling_picks_distinct_others(n, k, eps, seed):
+    k = min(k, n - 1)
+    rng = np.random.default_rng(seed)
+    w = rng.dirichlet(np.ones(n), size=n)
+    nb = sample_neighbours(w, k, eps, np.random.default_rng(seed))
+    assert nb.shape == (n, k)
+    for i in range(n):
+        assert i not in nb[i] and len(set(nb[i])) == k
+    if eps == 0:  # greedy: the k others of highest weight
+        for i in range(n):
+            others = [j for j in range(n) if j != i]
+            top = sorted(others, key=lambda j: (-w[i, j], j))[:k]
+            assert list(nb[i]) == top
+
+
+def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
+    fed = blobs(sizes=(12, 9, 15, 10, 8))
+    beta = 0.5
+    m = FedeRiCo(rounds=4, beta=beta, neighbours=2, eps=0.5, **KW).fit(fed)
+    n = fed.n
+    prev_w = np.full((n, n), 1 / n)
+    prev_ema = None
+    for t, (w, ema) in enumerate(zip(m.posterior_history_, m.ema_history_)):
+        assert np.allclose(w.sum(axis=1), 1) and (w >= 0).all()
+        # w_t ∝ π_t·exp(−L̂_t) with π_t = w_{t−1} (accumulate=True)
+        want = prev_w * np.exp(-(ema - ema.min(axis=1, keepdims=True)))
+        assert np.allclose(w, want / want.sum(axis=1, keepdims=True), atol=1e-9)
+        if prev_ema is not None:  # only the sampled pairs (and self) moved
+            sampled = np.zeros((n, n), bool)
+            sampled[np.arange(n)[:, None], m.neighbours_history_[t]] = True
+            sampled[np.arange(n), np.arange(n)] = True
+            assert np.array_equal(ema[~sampled], prev_ema[~sampled])
+        prev_w, prev_ema = w, ema
+    # the last E-step's L̂ is the EMA of the losses of the models after round 3 (same seed ⇒ same models)
+    before = FedeRiCo(rounds=3, beta=beta, neighbours=2, eps=0.5, **KW).fit(fed)
+    phi = {k: v for k, v in before.params_.items()}
+    d = before.train_data_
+    nb = m.neighbours_history_[-1]
+    for i in range(n):
+        for j in [i, *nb[i]]:
+            params = stack_select(phi, torch.tensor([j]))
+            loss = before._task_loss({k: v[0] for k, v in params.items()}, d.X[i], d.y[i], d.m[i]).item()
+            assert m.ema_loss_[i, j] == pytest.approx((1 - beta) * before.ema_loss_[i, j] + beta * loss, rel=1e-5)
+
+
+def test_uniform_prior_gives_the_softmax_of_the_ema():
+    fed = blobs(sizes=(12, 9, 15))
+    m = FedeRiCo(rounds=3, accumulate=False, **KW).fit(fed)
+    for w, ema in zip(m.posterior_history_, m.ema_history_):
+        assert np.allclose(w, posterior(torch.zeros(3, 3, dtype=torch.float64), torch.as_tensor(ema)).numpy())
+
+
+def test_prediction_mixes_the_models_by_the_posterior():
+    fed = blobs(sizes=(12, 9, 15))
+    m = FedeRiCo(rounds=2, **KW).fit(fed)
+    data = m.train_data_
+    scores = m._scores(data)
+    spec = m.spec_
+    for i in range(fed.n):
+        probs = sum(m.posterior_[i, j] * torch.softmax(spec.forward({k: v[j] for k, v in m.params_.items()},
+                                                                    data.X[i]).double(), -1)
+                    for j in range(fed.n))
+        assert torch.allclose(scores[i], torch.log(probs), atol=1e-6)
+
+
+def test_regression_mixture_is_the_weighted_prediction():
+    fed = regression()
+    m = FedeRiCo(model="linear", rounds=2, lr=0.01, seed=0, engine="batched").fit(fed)
+    data = m.train_data_
+    out = m._scores(data)
+    i = 1
+    want = sum(m.posterior_[i, j] * m.spec_.forward({k: v[j] for k, v in m.params_.items()}, data.X[i]).double()
+               for j in range(fed.n))
+    assert torch.allclose(out[i], want, atol=1e-6)
+
+
+def test_data_weights_are_stochastic_and_follow_model_users():
+    w = np.array([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])  # clients 0, 1 both use model 1
+    a = data_weights(w)
+    assert np.allclose(a, [[0.5, 0.5, 0], [0.5, 0.5, 0], [0, 0, 1]])
+    rng = np.random.default_rng(0)
+    a = data_weights(rng.dirichlet(np.ones(5), size=5))
+    assert np.allclose(a.sum(axis=1), 1) and (a >= 0).all()
+
+
+def test_estimate_weights_and_options():
+    fed = blobs(sizes=(12, 9, 15, 10))
+    m = FedeRiCo(rounds=2, weights="data", **KW).fit(fed)
+    assert np.allclose(m.estimate_.weights, data_weights(m.posterior_))
+    assert m.estimate_.config["weights"] == "data"
+    with pytest.raises(InputError, match="--eps"):
+        FedeRiCo(eps=2).fit(fed)
+    with pytest.raises(InputError, match="--weights"):
+        FedeRiCo(weights="x").fit(fed)

@@ -1,0 +1,76 @@
+"""SuPerFed (learners/superfed.py): mixing, phases, λ* on validation data, reduction to FedAvg."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from coalitions.errors import InputError
+from learners.baselines import FedAvg
+from learners.engine import flatten
+from learners.superfed import SuPerFedLM, SuPerFedMM, layer_index, mix
+from learner_fixtures import blobs, regression
+
+KW = dict(model="mlp", rounds=4, batch_size=5, seed=3, engine="batched")
+
+
+@pytest.mark.parametrize("cls", [SuPerFedMM, SuPerFedLM])
+def test_reduces_to_fedavg_with_mixing_off(cls):
+    fed = blobs(sizes=(10, 13, 7, 12))
+    avg = FedAvg(**KW).fit(fed)
+    sup = cls(mu=0.0, nu=0.0, start=1.0, lambda_grid=(0.0,), **KW).fit(fed)
+    assert torch.allclose(flatten(sup.global_), flatten(avg.global_), atol=1e-6)
+    assert torch.allclose(flatten(sup.params_), flatten(avg.params_), atol=1e-6)
+    assert sup.utilities_ == avg.utilities_
+    assert sup.estimate_.blocks() == avg.estimate_.blocks() == [list(fed.names)]
+    assert sup.estimate_.weights is None and sup.estimate_.config["graph"] == "structural"
+
+
+def test_phase_two_trains_the_local_models_and_mixing_matters():
+    fed = blobs(sizes=(10, 13, 7, 12))
+    mm = SuPerFedMM(start=0.5, **KW).fit(fed)
+    lm = SuPerFedLM(start=0.5, **KW).fit(fed)
+    init_local = SuPerFedMM(start=0.5, **{**KW, "rounds": 0}).fit(fed).local_
+    assert not torch.allclose(flatten(mm.local_), flatten(init_local))
+    assert not torch.allclose(flatten(mm.local_), flatten(lm.local_))
+    # phase I only: local models are never touched
+    only1 = SuPerFedMM(start=1.0, **KW).fit(fed)
+    assert torch.equal(flatten(only1.local_), flatten(init_local))
+
+
+def test_lambda_is_chosen_on_validation_data():
+    fed = blobs(sizes=(10, 13, 7, 12))
+    m = SuPerFedMM(start=0.25, **KW).fit(fed)
+    assert m.val_curve_.shape == (fed.n, 11)
+    for i, name in enumerate(fed.names):
+        k = list(m.lambda_grid).index(m.lambda_[i])
+        assert m.val_curve_[i, k] == m.val_curve_[i].max()           # best validation accuracy
+        assert m.utilities_["val"][name] == pytest.approx(m.val_curve_[i, k])
+    lam = torch.as_tensor(m.lambda_, dtype=torch.float32)[:, None]
+    want = (1 - lam) * flatten({k: v.expand(fed.n, *v.shape[1:]) for k, v in m.global_.items()}) \
+        + lam * flatten(m.local_)
+    assert torch.allclose(flatten(m.params_), want, atol=1e-6)
+
+
+def test_regression_picks_the_lowest_validation_mse():
+    fed = regression()
+    m = SuPerFedMM(model="linear", rounds=4, start=0.25, lr=0.02, seed=0, engine="batched").fit(fed)
+    for i in range(fed.n):
+        assert m.val_curve_[i, list(m.lambda_grid).index(m.lambda_[i])] == m.val_curve_[i].min()
+
+
+def test_mix_and_layers():
+    p = {"c1": torch.ones(2, 2), "cb1": torch.ones(2), "w": torch.ones(3, 3), "b": torch.ones(3)}
+    assert layer_index(p) == {"c1": 0, "cb1": 0, "w": 1, "b": 1}
+    f = {"a": torch.zeros(2), "b": torch.zeros(2)}
+    l = {"a": torch.ones(2), "b": torch.ones(2)}
+    assert torch.equal(mix(f, l, torch.tensor(0.25), None)["a"], torch.full((2,), 0.25))
+    out = mix(f, l, torch.tensor([0.1, 0.9]), {"a": 0, "b": 1})
+    assert torch.allclose(out["a"], torch.full((2,), 0.1)) and torch.allclose(out["b"], torch.full((2,), 0.9))
+
+
+@pytest.mark.parametrize("kw,match", [({"mu": -1}, "--mu"), ({"start": 2}, "--start"),
+                                      ({"lambda_grid": (0.5, 2.0)}, "--lambda-grid")])
+def test_bad_options(kw, match):
+    with pytest.raises(InputError, match=match):
+        SuPerFedMM(**kw).fit(blobs())
