@@ -28,7 +28,7 @@ import numpy as np
 
 from .game import Game
 
-__all__ = ["SEMANTICS", "subset_max", "mau", "payoff_table", "check_semantics"]
+__all__ = ["SEMANTICS", "subset_max", "mau", "payoff_table", "check_semantics", "models_in"]
 
 SEMANTICS = ("personalized", "shared")
 
@@ -71,3 +71,55 @@ def payoff_table(game: Game, semantics: str = "personalized") -> np.ndarray:
     """``payoff[i, K]`` for every client and coalition under the given semantics (SPEC §1)."""
     check_semantics(semantics)
     return mau(game) if semantics == "personalized" else game.values
+
+
+def models_in(game: Game, partition, semantics: str = "personalized") -> list[int]:
+    """The coalition whose model each client uses in ``partition``.
+
+    Under ``personalized`` semantics a member ``i`` of block ``K`` uses the
+    best model on ``K``'s Pareto front for its own objective,
+
+    .. math::  S_i^* = \\arg\\max_{S \\subseteq K,\\; i \\in S} v_i(S),
+
+    so that ``v_i(S_i^*) = MAU_i(K)`` (SPEC §1); ties go to the smallest
+    bitmask.  Under ``shared`` semantics it is ``K`` itself.  Reporting uses
+    this to score, on held-out data, the very model that earned the payoff.
+
+    Parameters
+    ----------
+    game : Game
+    partition : sequence of int
+        Disjoint bitmasks covering every client.
+    semantics : {"personalized", "shared"}
+
+    Returns
+    -------
+    list of int
+        ``S_i^*`` (a bitmask) for each client ``i``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> v = np.array([[np.nan, 3.0, np.nan, 2.0], [np.nan, np.nan, 1.0, 4.0]])
+    >>> models_in(Game(("a", "b"), v), [0b11])   # a prefers its own model, b the pair's
+    [1, 3]
+    """
+    check_semantics(semantics)
+    out = [0] * game.n
+    for block in partition:
+        block = int(block)
+        subs, s = [], block
+        while s:  # every non-empty sub-mask of the block, in decreasing order
+            subs.append(s)
+            s = (s - 1) & block
+        subs.reverse()
+        for i in range(game.n):
+            if not block >> i & 1:
+                continue
+            if semantics == "shared":
+                out[i] = block
+                continue
+            mine = [s for s in subs if s >> i & 1]
+            vals = game.values[i, mine]
+            out[i] = mine[int(np.argmax(vals))]
+    return out

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, settings, strategies as st
 
 from coalitions.errors import InputError
-from coalitions.payoffs import check_semantics, mau, payoff_table, subset_max
+from coalitions.payoffs import check_semantics, mau, models_in, payoff_table, subset_max
 from conftest import fs, naive_mau, tied_games
 
 
@@ -60,3 +60,30 @@ def test_payoff_table_semantics(tie_game):
     with pytest.raises(InputError, match="semantics"):
         payoff_table(tie_game, "selfish")
     assert check_semantics("shared") == "shared"
+
+
+@given(tied_games(max_n=6, levels=3), st.randoms(use_true_random=False))
+@settings(max_examples=100, deadline=None)
+def test_models_in_earns_the_payoff(game, rnd):
+    """The model each client uses is inside its block, holds it, and achieves MAU (ties: smallest)."""
+    labels = [rnd.randrange(game.n) for _ in range(game.n)]
+    partition = sorted({sum(1 << i for i in range(game.n) if labels[i] == b) for b in labels})
+    used = models_in(game, partition)
+    m = mau(game)
+    for block in partition:
+        for i in range(game.n):
+            if block >> i & 1:
+                s = used[i]
+                assert s >> i & 1 and s & ~block == 0
+                assert game.values[i, s] == m[i, block]
+                smaller = [t for t in range(1, s) if t & block == t and t >> i & 1]
+                assert all(game.values[i, t] < m[i, block] for t in smaller)
+    assert models_in(game, partition, "shared") == [next(k for k in partition if k >> i & 1)
+                                                    for i in range(game.n)]
+
+
+def test_models_in_tie_example(tie_game):
+    # CE {c0,c2},{c1}: c0 gets 3 from {c0,c2}, c2 gets 2 from {c0,c2}, c1 alone
+    assert models_in(tie_game, [0b101, 0b010]) == [0b101, 0b010, 0b101]
+    with pytest.raises(InputError):
+        models_in(tie_game, [0b111], "both")

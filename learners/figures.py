@@ -1,0 +1,198 @@
+"""Figures of a reproduction: matplotlib PNGs when it is installed, Graphviz DOT always.
+
+Per regime (first seed):
+
+* ``<regime>-benefit-graph.png``: the exact ``BG(all)`` with the CE's coalitions
+  as shaded clusters labelled with the peeling round that removed them;
+* ``<regime>-weights.png``: each learner's ``N×N`` weight matrix as a heatmap,
+  beside the exact benefit graph as a matrix (row ``i``, column ``j``: ``j`` is
+  in ``OCS_i``; the diagonal is the client itself);
+* ``<regime>-utilities.png``: each client's test metric per method (mean over
+  seeds, bars of one sample standard deviation);
+* ``<regime>-exact-ce.dot`` and ``<regime>-<method>-graph.dot``: the same graphs
+  for Graphviz (``dot -Tpng FILE.dot -o FILE.png``).
+
+matplotlib is an optional extra (``pip install 'coalitions[plot]'``); without it
+only the DOT files are written and :func:`write_figures` returns a hint.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from coalitions.render import equilibrium_dot, graph_dot
+
+from .experiments import METHOD_LABELS
+
+__all__ = ["write_figures", "PLOT_HINT"]
+
+PLOT_HINT = ("matplotlib is not installed, so no PNG figures were drawn: `pip install 'coalitions[plot]'` "
+             "and run the same command again (finished runs are reused), or render the DOT files "
+             "with Graphviz (`dot -Tpng FILE.dot -o FILE.png`).")
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _layout(clients, partition):
+    """Coalitions around a circle, members around each coalition's centre."""
+    pos, centres = {}, []
+    k = len(partition)
+    big = 0.0 if k == 1 else 3.0
+    for b, block in enumerate(partition):
+        a = 2 * math.pi * b / k + math.pi / 2
+        cx, cy = big * math.cos(a), big * math.sin(a)
+        r = 0.0 if len(block) == 1 else 0.55 + 0.12 * len(block)
+        for m, c in enumerate(block):
+            t = 2 * math.pi * m / len(block) + math.pi / 2
+            pos[c] = (cx + r * math.cos(t), cy + r * math.sin(t))
+        centres.append((cx, cy, r + 0.55))
+    return pos, centres
+
+
+def _draw_benefit_graph(plt, reg: dict, path: Path) -> None:
+    from matplotlib.patches import Circle, FancyArrowPatch
+
+    ex = reg["runs"][0]["exact"]
+    partition = ex["partition"]
+    round_of = {c: k + 1 for k, r in enumerate(ex["rounds"]) for block in r for c in block}
+    pos, centres = _layout(reg["clients"], partition)
+    fig, ax = plt.subplots(figsize=(6.4, 6.4))
+    colours = plt.get_cmap("tab10")
+    for b, (block, (cx, cy, r)) in enumerate(zip(partition, centres)):
+        ax.add_patch(Circle((cx, cy), r, color=colours(b % 10), alpha=0.15, zorder=0))
+        rnd = round_of.get(block[0])
+        ax.text(cx, cy + r + 0.12, f"round {rnd}" if rnd else "coalition", ha="center", va="bottom",
+                fontsize=9, color="0.3")
+    for j, i in ex["edges"]:
+        ax.add_patch(FancyArrowPatch(pos[j], pos[i], arrowstyle="-|>", mutation_scale=12, shrinkA=14,
+                                     shrinkB=14, color="0.35", lw=1.0, connectionstyle="arc3,rad=0.12",
+                                     zorder=1))
+    block_of = {c: b for b, block in enumerate(partition) for c in block}
+    for c, (x, y) in pos.items():
+        ax.add_patch(Circle((x, y), 0.3, facecolor="white", edgecolor=colours(block_of[c] % 10), lw=2,
+                            zorder=2))
+        ax.text(x, y, c, ha="center", va="center", fontsize=8 if len(c) > 3 else 10, zorder=3)
+    xs = [p[0] for p in pos.values()] + [c[0] - c[2] for c in centres] + [c[0] + c[2] for c in centres]
+    ys = [p[1] for p in pos.values()] + [c[1] - c[2] for c in centres] + [c[1] + c[2] + 0.5 for c in centres]
+    ax.set_xlim(min(xs) - 0.3, max(xs) + 0.3)
+    ax.set_ylim(min(ys) - 0.3, max(ys) + 0.3)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(f"{reg['title']}\nexact benefit graph BG(all), seed {reg['runs'][0]['seed']} "
+                 "(edge j → i: j is in OCS of i);\nshaded: the collaboration equilibrium's coalitions",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _draw_weights(plt, reg: dict, path: Path) -> bool:
+    run = reg["runs"][0]
+    clients = reg["clients"]
+    n = len(clients)
+    mats = []
+    if "exact" in run:
+        a = np.eye(n)
+        index = {c: i for i, c in enumerate(clients)}
+        for j, i in run["exact"]["edges"]:
+            a[index[i], index[j]] = 1.0
+        mats.append(("exact benefit graph\n(row i: i's OCS and itself)", a))
+    for m, s in run["methods"].items():
+        if s.get("weights") is not None:
+            mats.append((f"{METHOD_LABELS.get(m, m)} weights", np.asarray(s["weights"])))
+    if len(mats) < 2:
+        return False
+    cols = min(4, len(mats))
+    rows = math.ceil(len(mats) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.2 * rows + 0.4), squeeze=False)
+    for ax in axes.flat[len(mats):]:
+        ax.axis("off")
+    for ax, (title, m) in zip(axes.flat, mats):
+        im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
+        ax.set_title(title, fontsize=9)
+        ticks = range(n)
+        ax.set_xticks(ticks, clients, rotation=90 if max(map(len, clients)) > 2 else 0, fontsize=7)
+        ax.set_yticks(ticks, clients, fontsize=7)
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.7, label="weight of column j in row i")
+    fig.suptitle(f"{reg['title']}, seed {run['seed']}", fontsize=9)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
+def _draw_utilities(plt, reg: dict, path: Path) -> None:
+    s = reg["summary"]
+    cols = s["columns"]
+    clients = reg["clients"]
+    width = 0.8 / len(cols)
+    fig, ax = plt.subplots(figsize=(min(12.0, max(6.0, 0.3 * len(clients) * len(cols))), 4.2))
+    x = np.arange(len(clients))
+    cmap = plt.get_cmap("tab10")
+    for k, col in enumerate(cols):
+        cells = [s["test"][col][c] for c in clients]
+        mean = [np.nan if c["mean"] is None else c["mean"] for c in cells]
+        std = [0.0 if c["std"] is None else c["std"] for c in cells]
+        ax.bar(x + (k - (len(cols) - 1) / 2) * width, mean, width, yerr=std if len(reg["runs"]) > 1 else None,
+               label=col, color=cmap(k % 10), capsize=2, error_kw={"lw": 0.8})
+    ax.set_xticks(x, clients)
+    metric = reg["metric"]
+    if metric == "mse":
+        ax.set_yscale("log")
+    ax.set_ylabel(f"test {metric} ({'lower' if metric == 'mse' else 'higher'} is better)")
+    n = len(reg["runs"])
+    ax.set_title(f"{reg['title']}\nmean over {n} seed{'s' if n > 1 else ''}"
+                 + (", bars: one std" if n > 1 else ""), fontsize=9)
+    ax.legend(fontsize=7, ncol=len(cols), loc="upper center", bbox_to_anchor=(0.5, -0.1), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_figures(results: dict, out: str | Path) -> tuple[list[str], str | None]:
+    """Write every figure of ``results`` into ``out``.
+
+    Returns the file names written (relative to ``out``) and a hint for the
+    user when matplotlib is missing (else ``None``).
+    """
+    out = Path(out)
+    files: list[str] = []
+    for reg in results["regimes"]:
+        run = reg["runs"][0]
+        eq = run.get("exact", {}).get("_equilibrium")
+        if eq is not None:
+            name = f"{reg['name']}-exact-ce.dot"
+            (out / name).write_text(equilibrium_dot(eq), encoding="utf-8")
+            files.append(name)
+        for m, s in run["methods"].items():
+            est = s.get("_estimate")
+            if est is not None:
+                name = f"{reg['name']}-{m}-graph.dot"
+                (out / name).write_text(graph_dot(est.benefit_graph), encoding="utf-8")
+                files.append(name)
+    plt = _pyplot()
+    if plt is None:
+        return files, PLOT_HINT
+    for reg in results["regimes"]:
+        if "exact" in reg["runs"][0]:
+            name = f"{reg['name']}-benefit-graph.png"
+            _draw_benefit_graph(plt, reg, out / name)
+            files.append(name)
+        name = f"{reg['name']}-weights.png"
+        if _draw_weights(plt, reg, out / name):
+            files.append(name)
+        name = f"{reg['name']}-utilities.png"
+        _draw_utilities(plt, reg, out / name)
+        files.append(name)
+    return files, None

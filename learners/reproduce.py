@@ -1,0 +1,285 @@
+"""Run one of the paper's experiments end to end: ``coalitions reproduce``.
+
+For every regime and seed of an :class:`~learners.experiments.Experiment`:
+
+1. build the federation (the seed fixes the data split and all training);
+2. where affordable, train the exhaustive oracle (SPEC §5) and solve the exact
+   game: its benefit graph, its CE with certificate, and each client's test
+   metric alone, in the CE (the model :func:`coalitions.payoffs.models_in`
+   picks on the client's coalition) and with everyone;
+3. train every learner, keep its estimate, score it with
+   :func:`coalitions.compare.compare` against the exact game, and certify
+   whether the partition it proposes is a CE of the exact game.
+
+Finished pieces are written under ``DIR/runs/<mode>/`` as they finish (the
+exact games as ``coalitions/game@1``, the learners' estimates as
+``coalitions/estimate@1``); a rerun of the same command reuses them, so an
+interrupted run resumes without losing finished work.  Then ``results.json``
+(``coalitions/reproduction@1``), ``report.md`` and the figures are written.
+
+Examples
+--------
+>>> from learners.reproduce import reproduce                  # doctest: +SKIP
+>>> results = reproduce("synthetic", "out", quick=True)       # doctest: +SKIP
+>>> results["regimes"][0]["runs"][0]["exact"]["partition"]    # doctest: +SKIP
+[['0', '1', '2'], ['3', '4', '5']]
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import coalitions as co
+from coalitions.compare import compare
+from coalitions.errors import InputError
+from coalitions.io import read_json, write_json
+from coalitions.payoffs import models_in
+
+from .experiments import METHOD_LABELS, Experiment, get_experiment
+
+__all__ = ["RESULTS_FORMAT", "reproduce", "run_experiment", "summarize", "exact_summary"]
+
+RESULTS_FORMAT = "coalitions/reproduction@1"
+
+
+def _names(game: co.Game, mask: int) -> list[str]:
+    return list(game.names(int(mask)))
+
+
+def _blocks(game: co.Game, partition) -> list[list[str]]:
+    return [_names(game, k) for k in sorted(partition, key=lambda k: k & -k)]
+
+
+def exact_summary(game: co.Game, test_game: co.Game, metric: str) -> dict:
+    """The exact game's CE and each client's metric alone, in the CE and with everyone.
+
+    ``game`` holds validation metrics (it decides everything); ``test_game`` the
+    same models scored on test data (reported, never used to choose).
+    """
+    eq = co.solve(game)
+    bg = co.ExactOracle(game).benefit_graph(game.grand)
+    used = models_in(game, eq.partition)
+    raw_val, raw_test = game.raw_values(), test_game.raw_values()
+    out = {"metric": metric, "partition": _blocks(game, eq.partition),
+           "certificate": bool(eq.certificate.holds), "found_by": eq.found_by,
+           "rounds": [[_names(game, k) for k in r] for r in eq.rounds],
+           "ocs": {game.clients[i]: _names(game, c) for i, c in bg.collaborators},
+           "ambiguous": sorted(game.clients[i] for i in bg.ambiguous),
+           "edges": [[game.clients[j], game.clients[i]] for j, i in bg.edges],
+           "model_in_ce": {game.clients[i]: _names(game, used[i]) for i in range(game.n)},
+           "val": {}, "test": {}}
+    for part, raw in (("val", raw_val), ("test", raw_test)):
+        out[part] = {
+            "local": {c: float(raw[i, 1 << i]) for i, c in enumerate(game.clients)},
+            "ce": {c: float(raw[i, used[i]]) for i, c in enumerate(game.clients)},
+            "all": {c: float(raw[i, game.grand]) for i, c in enumerate(game.clients)},
+        }
+    return out
+
+
+def _is_ce(game: co.Game, estimate) -> bool:
+    """Whether the learner's partition is a CE of the exact game (exhaustive certificate)."""
+    index = {c: i for i, c in enumerate(game.clients)}
+    partition = [sum(1 << index[estimate.clients[i]] for i in co.bitmask.members(k)) for k in estimate.partition]
+    return bool(co.certify(game, partition).holds)
+
+
+def _method_summary(estimate, game) -> dict:
+    out = {"partition": [list(b) for b in estimate.blocks()],
+           "test": dict(estimate.utilities["test"]), "val": dict(estimate.utilities["val"]),
+           "weights": None if estimate.weights is None else estimate.weights.tolist(),
+           "edges": [[estimate.clients[j], estimate.clients[i]] for j, i in estimate.benefit_graph.edges]}
+    if game is not None:
+        cmp = compare(estimate, game)
+        out["compare"] = {k: cmp[k] for k in ("edge_precision", "edge_recall", "edge_f1", "ocs_exact",
+                                              "same_partition", "ari", "regret")}
+        out["compare"]["is_exact_ce"] = _is_ce(game, estimate)
+    return out
+
+
+def _exact(fed, exp: Experiment, seed: int, device: str, where: Path, log) -> tuple:
+    """The exact (validation, test) games, trained or read back from ``where``."""
+    val_file, test_file = where.with_name(where.name + "-game.json"), where.with_name(where.name + "-test-game.json")
+    if val_file.exists() and test_file.exists():
+        log(f"{where.name}: exact game read back from {val_file.name}")
+        return co.read_game(val_file), co.read_game(test_file)
+    from .oracle import ExhaustiveOracle
+
+    t = time.perf_counter()
+    o = ExhaustiveOracle(device=device, seed=seed, **exp.oracle).fit(fed)
+    co.write_game(o.test_game_, test_file)
+    co.write_game(o.game_, val_file)  # last: its presence marks the pair finished
+    log(f"{where.name}: exact game, {2 ** fed.n - 1} subset models ({o.method_}), {time.perf_counter() - t:.1f} s")
+    return o.game_, o.test_game_
+
+
+def _learner(fed, method: str, options: dict, seed: int, device: str, where: Path, log):
+    from .estimate import read_estimate, write_estimate
+    from .registry import create
+
+    path = where.with_name(f"{where.name}-{method}.json")
+    if path.exists():
+        log(f"{where.name}: {method} read back from {path.name}")
+        return read_estimate(path)
+    t = time.perf_counter()
+    est = create(method, options, device=device, seed=seed).fit(fed).estimate_
+    write_estimate(est, path)
+    log(f"{where.name}: {method}, {time.perf_counter() - t:.1f} s")
+    return est
+
+
+def _stats(values: list[float]) -> dict:
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if x.size == 0:
+        return {"mean": None, "std": None, "n": 0}
+    return {"mean": float(x.mean()), "std": float(x.std(ddof=1)) if x.size > 1 else 0.0, "n": int(x.size)}
+
+
+def summarize(regime: dict, methods) -> dict:
+    """Per-client test metric of every column (mean, sample std and count over seeds).
+
+    Columns: each learner by its label, ``CE`` (the exact equilibrium) where the
+    exact game was computed.  ``mean`` averages the clients of each seed first.
+    """
+    runs = regime["runs"]
+    clients = regime["clients"]
+    columns: dict[str, list[dict]] = {}
+    for m in methods:
+        columns[METHOD_LABELS.get(m, m)] = [r["methods"][m]["test"] for r in runs]
+        if m == "spo" and all("exact" in r for r in runs):
+            columns["CE"] = [r["exact"]["test"]["ce"] for r in runs]
+    table = {}
+    for label, per_seed in columns.items():
+        row = {c: _stats([t[c] for t in per_seed]) for c in clients}
+        row["mean"] = _stats([float(np.nanmean([t[c] for c in clients])) for t in per_seed])
+        table[label] = row
+    out = {"columns": list(columns), "test": table}
+    if all("exact" in r for r in runs):
+        exact = [tuple(tuple(b) for b in r["exact"]["partition"]) for r in runs]
+        out["exact_partitions"] = {" | ".join(",".join(b) for b in p): exact.count(p) for p in dict.fromkeys(exact)}
+        agree = {}
+        for m in methods:
+            cmps = [r["methods"][m].get("compare") for r in runs]
+            if all(c is not None for c in cmps):
+                agree[m] = {"same_partition": sum(c["same_partition"] for c in cmps),
+                            "edge_f1": _stats([c["edge_f1"] for c in cmps]),
+                            "ari": _stats([c["ari"] for c in cmps]),
+                            "is_exact_ce": sum(c["is_exact_ce"] for c in cmps)}
+        out["agreement"] = agree
+    return out
+
+
+def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, device: str = "auto",
+                   seeds=None, methods=None, log: Callable[[str], None] | None = None) -> dict:
+    """Run ``exp`` into ``out`` and return the results (also written as ``results.json``).
+
+    Parameters
+    ----------
+    exp : Experiment
+    out : path
+        Output folder; created if missing.  ``out/runs/<quick|full>/`` keeps
+        every finished piece so that a rerun resumes.
+    quick : bool
+        Use the experiment's short settings.
+    device : {"auto", "cpu", "cuda"}
+    seeds, methods : sequence, optional
+        Override the settings' seeds or the experiment's learners.
+    log : callable, optional
+        Receives one line per finished piece (progress).
+
+    Returns
+    -------
+    dict
+        ``coalitions/reproduction@1``: the settings, every run (exact summary
+        and each learner's summary), and per regime a :func:`summarize` table.
+    """
+    from .datasets import load
+
+    log = log or (lambda line: None)
+    settings = exp.settings(quick)
+    seeds = tuple(settings.seeds if seeds is None else seeds)
+    methods = tuple(exp.methods if methods is None else methods)
+    for m in methods:
+        if m not in METHOD_LABELS:
+            raise InputError(f"unknown method {m!r} for reproduce: choose from {', '.join(METHOD_LABELS)}")
+    if not seeds:
+        raise InputError("no seeds to run")
+    out = Path(out)
+    runs_dir = out / "runs" / ("quick" if quick else "full")
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
+    start = time.perf_counter()
+    results = {"format": RESULTS_FORMAT, "experiment": exp.name, "title": exp.title, "dataset": exp.dataset,
+               "quick": quick, "device": device, "seeds": list(seeds), "methods": list(methods),
+               "method_options": {m: settings.options_for(m) for m in methods},
+               "oracle": exp.oracle, "published": exp.published, "notes": exp.notes, "regimes": []}
+    for regime in exp.regimes:
+        reg = {"name": regime.name, "title": regime.title, "options": regime.options, "runs": []}
+        for seed in seeds:
+            fed = load(exp.dataset, seed=seed, **regime.options)
+            reg["clients"] = list(fed.names)
+            reg["metric"] = getattr(fed, "metric", None)
+            where = runs_dir / f"{regime.name}-seed{seed}"
+            run = {"seed": seed, "methods": {}}
+            game = test_game = None
+            if exp.oracle is not None:
+                game, test_game = _exact(fed, exp, seed, device, where, log)
+                run["exact"] = exact_summary(game, test_game, reg["metric"])
+                if seed == seeds[0]:
+                    run["exact"]["_equilibrium"] = co.solve(game)  # kept for figures, dropped from JSON
+            for m in methods:
+                est = _learner(fed, m, settings.options_for(m), seed, device, where, log)
+                run["methods"][m] = _method_summary(est, game)
+                if seed == seeds[0]:
+                    run["methods"][m]["_estimate"] = est
+            reg["runs"].append(run)
+        reg["summary"] = summarize(reg, methods)
+        results["regimes"].append(reg)
+    results["elapsed_s"] = time.perf_counter() - start
+    return results
+
+
+def _public(x):
+    """Drop the in-memory objects (keys starting with ``_``) before writing JSON."""
+    if isinstance(x, dict):
+        return {k: _public(v) for k, v in x.items() if not str(k).startswith("_")}
+    if isinstance(x, list):
+        return [_public(v) for v in x]
+    return x
+
+
+def reproduce(name: str, out: str | Path, *, quick: bool = False, device: str = "auto", seeds=None,
+              methods=None, log: Callable[[str], None] | None = None, figures: bool = True) -> dict:
+    """Run experiment ``name`` and write ``results.json``, ``report.md`` and figures into ``out``.
+
+    Returns the results (without in-memory objects) with ``"files"``: the
+    paths written, relative to ``out``, and ``"plot_hint"`` when matplotlib is
+    missing (DOT files are written either way).
+    """
+    from .figures import write_figures
+    from .report import report_markdown
+
+    exp = get_experiment(name)
+    results = run_experiment(exp, out, quick=quick, device=device, seeds=seeds, methods=methods, log=log)
+    out = Path(out)
+    files, hint = write_figures(results, out) if figures else ([], None)
+    public = _public(results)
+    public["figures"] = files
+    if hint:
+        public["plot_hint"] = hint
+    write_json(public, out / "results.json")
+    (out / "report.md").write_text(report_markdown(public), encoding="utf-8")
+    public["files"] = ["report.md", "results.json"] + files
+    return public
+
+
+def read_results(path: str | Path) -> dict:
+    """Read a ``results.json`` written by :func:`reproduce`."""
+    return read_json(path, RESULTS_FORMAT)

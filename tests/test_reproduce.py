@@ -1,0 +1,164 @@
+"""learners/reproduce.py, experiments.py, report.py, figures.py and ``coalitions reproduce``.
+
+The end-to-end test runs ``coalitions reproduce synthetic --quick`` once (about 15 s on a
+2-core CPU) and checks the report's structure and the exact CE of both regimes of the paper's
+Table 1; a second run must read every piece back instead of training again.
+"""
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+import cli  # noqa: E402
+from coalitions.errors import InputError  # noqa: E402
+from learners import figures  # noqa: E402
+from learners.experiments import EXPERIMENTS, METHOD_LABELS, get_experiment  # noqa: E402
+from learners.report import fmt_stat, report_markdown  # noqa: E402
+from learners.reproduce import RESULTS_FORMAT, read_results, summarize  # noqa: E402
+
+COLUMNS = ["Local", "FedAvg", "SPO", "CE", "FedAMP", "HeurFedAMP", "FedeRiCo", "SuPerFed-MM"]
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reproduce") / "synthetic"
+    rc = cli.main(["reproduce", "synthetic", "--quick", "-o", str(out)])
+    assert rc == 0
+    return out
+
+
+def test_quick_synthetic_finds_the_papers_two_equilibria(quick):
+    res = read_results(quick / "results.json")
+    assert res["format"] == RESULTS_FORMAT and res["experiment"] == "synthetic" and res["quick"]
+    assert [r["name"] for r in res["regimes"]] == ["few", "many"]
+    few, many = res["regimes"]
+    ex = few["runs"][0]["exact"]
+    assert ex["partition"] == [["0", "1", "2"], ["3", "4", "5"]] and ex["certificate"]
+    assert ex["ocs"] == {"0": ["1", "2"], "1": ["0", "2"], "2": ["0", "1"],
+                         "3": ["4", "5"], "4": ["3", "5"], "5": ["3", "4"]}
+    assert many["runs"][0]["exact"]["partition"] == [[c] for c in "012345"]
+    assert all(v == [] for v in many["runs"][0]["exact"]["ocs"].values())
+    # in the CE each client's test MSE is far below its MSE alone (regime I) and equal to it (II)
+    for c in "012345":
+        assert ex["test"]["ce"][c] < 0.1 * ex["test"]["local"][c]
+        m = many["runs"][0]["exact"]["test"]
+        assert m["ce"][c] == m["local"][c]
+
+
+def test_quick_report_has_every_section_and_column(quick):
+    res = read_results(quick / "results.json")
+    for reg in res["regimes"]:
+        s = reg["summary"]
+        assert s["columns"] == COLUMNS
+        for col in COLUMNS:
+            for c in reg["clients"] + ["mean"]:
+                assert s["test"][col][c]["n"] == 1 and s["test"][col][c]["mean"] is not None
+        assert set(s["agreement"]) == set(res["methods"])
+    text = (quick / "report.md").read_text()
+    for heading in ("# Synthetic", "## I: few samples", "## II: many samples", "### The exact game",
+                    "### Each learner's benefit graph", "### Test mse per client", "## Published numbers"):
+        assert heading in text, heading
+    assert "| client | " + " | ".join(COLUMNS) + " |" in text
+    assert "0.24 ± 0.08" in text and "1e-4 ± .0" in text  # the paper's Table 1 beside ours
+    assert "`0,1,2 | 3,4,5` (1/1 seeds)" in text
+
+
+def test_quick_figures_exist(quick):
+    res = read_results(quick / "results.json")
+    names = set(res["figures"])
+    for reg in ("few", "many"):
+        assert f"{reg}-exact-ce.dot" in names and f"{reg}-spo-graph.dot" in names
+        assert (quick / f"{reg}-exact-ce.dot").read_text().startswith("digraph")
+    if figures._pyplot() is None:
+        assert "plot_hint" in res
+    else:
+        for reg in ("few", "many"):
+            for kind in ("benefit-graph", "weights", "utilities"):
+                png = quick / f"{reg}-{kind}.png"
+                assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+                assert f"![{png.name}]({png.name})" in (quick / "report.md").read_text()
+
+
+def test_rerun_reads_every_piece_back(quick, capsys):
+    before = json.loads((quick / "results.json").read_text())
+    rc = cli.main(["reproduce", "synthetic", "--quick", "-o", str(quick)])
+    err = capsys.readouterr().err
+    assert rc == 0
+    trained = [line for line in err.splitlines() if line.startswith("[synthetic]") and "read back" not in line]
+    assert trained == []
+    after = json.loads((quick / "results.json").read_text())
+    assert after["regimes"] == before["regimes"]
+
+
+def test_without_matplotlib_dot_files_and_a_hint(quick, tmp_path, monkeypatch):
+    res = read_results(quick / "results.json")
+    for reg in res["regimes"]:  # the in-memory objects are gone from JSON: DOT of the exact CE is skipped
+        for run in reg["runs"]:
+            run.get("exact", {}).pop("_equilibrium", None)
+    monkeypatch.setattr(figures, "_pyplot", lambda: None)
+    files, hint = figures.write_figures(res, tmp_path)
+    assert hint == figures.PLOT_HINT and "coalitions[plot]" in hint
+    assert not any(f.endswith(".png") for f in files)
+    res["figures"], res["plot_hint"] = files, hint
+    assert hint in report_markdown(res)
+
+
+def test_experiments_are_well_formed():
+    from learners.datasets import loader_options
+    from learners.registry import METHODS
+
+    assert set(EXPERIMENTS) == {"synthetic", "heart", "adult", "digits"}
+    for exp in EXPERIMENTS.values():
+        for reg in exp.regimes:
+            assert set(reg.options) <= set(loader_options(exp.dataset))
+        for m in exp.methods:
+            assert m in METHODS and m in METHOD_LABELS
+            for quick in (True, False):
+                assert set(exp.settings(quick).options_for(m)) <= set(METHODS[m].keys)
+    # "*" options go only to the learners that take them
+    syn = EXPERIMENTS["synthetic"]
+    assert "rounds" not in syn.quick.options_for("spo") and syn.quick.options_for("spo")["steps"] == 1000
+    assert syn.quick.options_for("fedavg") == {"rounds": 20}
+
+
+def test_unknown_experiment():
+    with pytest.raises(InputError, match="unknown experiment 'cifar'"):
+        get_experiment("cifar")
+
+
+def test_cli_rejects_bad_arguments(capsys, tmp_path):
+    assert cli.main(["reproduce", "cifar", "-o", str(tmp_path)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert cli.main(["reproduce", "synthetic", "--seeds", "a,b", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--seeds" in err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert cli.main(["reproduce", "synthetic", "--quick", "-o", str(blocker / "out")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "cannot create the output folder" in err
+
+
+def test_summarize_means_and_spread():
+    reg = {"clients": ["a", "b"],
+           "runs": [{"methods": {"local": {"test": {"a": 1.0, "b": 3.0}}}},
+                    {"methods": {"local": {"test": {"a": 3.0, "b": 5.0}}}}]}
+    s = summarize(reg, ["local"])
+    assert s["columns"] == ["Local"]
+    assert s["test"]["Local"]["a"] == {"mean": 2.0, "std": pytest.approx(2 ** 0.5), "n": 2}
+    assert s["test"]["Local"]["mean"]["mean"] == 3.0
+    assert fmt_stat(s["test"]["Local"]["a"]) == "2 ± 1.4"
+    assert fmt_stat({"mean": 0.5, "std": 0.0, "n": 1}) == "0.5" and fmt_stat(None) == "–"
+
+
+def test_readme_commands_are_the_ones_tested():
+    """README's first command runs the quick reproduction tested above; .ci/run runs its second."""
+    from conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert len(block) == 2
+    assert block[0].endswith("coalitions reproduce synthetic --quick -o results")
+    assert block[1] in (ROOT / ".ci" / "run").read_text()
