@@ -35,21 +35,30 @@ MAX_CLIENTS = 26
 SENSES = ("max", "min")
 
 
-def _check_names(clients: Sequence[object]) -> tuple[str, ...]:
+def check_client_names(clients: Sequence[object], where: str = "'clients'", prefix: str = "") -> tuple[str, ...]:
+    """Distinct non-empty names without ``,`` / ``|`` / surrounding spaces (any number of them).
+
+    ``where`` names the list in the empty-list message, ``prefix`` starts the others.
+    """
     if isinstance(clients, (str, bytes)) or not isinstance(clients, Sequence) or len(clients) == 0:
-        raise InputError("'clients' must be a non-empty list of names")
+        raise InputError(f"{where} must be a non-empty list of names")
     seen = set()
     for name in clients:
         if not isinstance(name, str) or not name.strip():
-            raise InputError(f"client name {name!r} must be a non-empty string")
+            raise InputError(f"{prefix}client name {name!r} must be a non-empty string")
         if name != name.strip() or "," in name or "|" in name:
-            raise InputError(f"client name {name!r} may not contain ',' or '|' or surrounding spaces")
+            raise InputError(f"{prefix}client name {name!r} may not contain ',' or '|' or surrounding spaces")
         if name in seen:
-            raise InputError(f"client {name!r} is listed twice")
+            raise InputError(f"{prefix}client {name!r} is listed twice")
         seen.add(name)
+    return tuple(clients)
+
+
+def _check_names(clients: Sequence[object]) -> tuple[str, ...]:
+    clients = check_client_names(clients)
     if len(clients) > MAX_CLIENTS:
         raise InputError(f"{len(clients)} clients: exhaustive games hold at most {MAX_CLIENTS}")
-    return tuple(clients)
+    return clients
 
 
 def parse_coalition(key: str | Iterable[str], index: Mapping[str, int]) -> int:

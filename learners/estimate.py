@@ -33,6 +33,7 @@ import numpy as np
 
 from coalitions.bitmask import mask_of, members
 from coalitions.errors import InputError
+from coalitions.game import check_client_names
 from coalitions.graph import BenefitGraph
 from coalitions.io import benefit_graph_to_json, read_json, write_json
 
@@ -51,19 +52,7 @@ ROW_SUM_TOL = 1e-6
 
 # --------------------------------------------------------------------------- names
 def _check_client_names(clients, where: str = "'clients'") -> tuple[str, ...]:
-    """Distinct non-empty names without ',' / '|' / surrounding spaces (any number of them)."""
-    if isinstance(clients, (str, bytes)) or not isinstance(clients, Sequence) or len(clients) == 0:
-        raise InputError(f"{where} must be a non-empty list of names")
-    seen = set()
-    for name in clients:
-        if not isinstance(name, str) or not name.strip():
-            raise InputError(f"{where}: client name {name!r} must be a non-empty string")
-        if name != name.strip() or "," in name or "|" in name:
-            raise InputError(f"{where}: client name {name!r} may not contain ',' or '|' or surrounding spaces")
-        if name in seen:
-            raise InputError(f"{where}: client {name!r} is listed twice")
-        seen.add(name)
-    return tuple(clients)
+    return check_client_names(clients, where, prefix=f"{where}: ")
 
 
 def check_weights(weights, clients: Sequence[str], where: str = "'weights'") -> np.ndarray:

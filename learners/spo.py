@@ -84,6 +84,7 @@ from coalitions.errors import InputError
 from coalitions.graph import BenefitGraph
 from coalitions.peeling import peel_oracle
 
+from .engine import resolve_device
 from .estimate import Estimate
 from .federation import Federation
 from .metrics import evaluate_batch, loss_function
@@ -96,19 +97,6 @@ RULES = ("ratio", "elimination")
 
 
 # --------------------------------------------------------------------------- helpers
-def resolve_device(device: str = "auto") -> torch.device:
-    """``"auto"``: CUDA when available, else the CPU; ``"cuda"`` without a GPU is an error."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cpu":
-        return torch.device("cpu")
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError("--device cuda: no CUDA device is available (use --device cpu or auto)")
-        return torch.device("cuda")
-    raise InputError(f"--device must be auto, cpu or cuda, got {device!r}")
-
-
 def project_simplex(v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Exact Euclidean projection of each row of ``v`` onto the simplex (or a face of it).
 
