@@ -51,7 +51,7 @@ def _layout(clients, partition):
     k = len(partition)
     big = 0.0 if k == 1 else 3.0
     for b, block in enumerate(partition):
-        a = 2 * math.pi * b / k + math.pi / 2
+        a = 2 * math.pi * b / k + (math.pi if k == 2 else math.pi / 2)  # two coalitions side by side
         cx, cy = big * math.cos(a), big * math.sin(a)
         r = 0.0 if len(block) == 1 else 0.55 + 0.12 * len(block)
         for m, c in enumerate(block):
@@ -75,15 +75,24 @@ def _draw_benefit_graph(plt, reg: dict, path: Path) -> None:
         rnd = round_of.get(block[0])
         ax.text(cx, cy + r + 0.12, f"round {rnd}" if rnd else "coalition", ha="center", va="bottom",
                 fontsize=9, color="0.3")
+    def shrink(c, dx, dy):
+        """Points from a label's centre to the edge of its box (about 5.5 pt a character at size 9)
+        along the direction (dx, dy), so that arrows end at the box."""
+        half_w, half_h = 2.75 * len(c) + 8.0, 11.0
+        norm = math.hypot(dx, dy) or 1.0
+        cos, sin = abs(dx) / norm, abs(dy) / norm
+        return min(half_w / cos if cos > 1e-9 else math.inf, half_h / sin if sin > 1e-9 else math.inf) + 2.0
+
     for j, i in ex["edges"]:
-        ax.add_patch(FancyArrowPatch(pos[j], pos[i], arrowstyle="-|>", mutation_scale=12, shrinkA=14,
-                                     shrinkB=14, color="0.35", lw=1.0, connectionstyle="arc3,rad=0.12",
-                                     zorder=1))
+        dx, dy = pos[i][0] - pos[j][0], pos[i][1] - pos[j][1]
+        ax.add_patch(FancyArrowPatch(pos[j], pos[i], arrowstyle="-|>", mutation_scale=12,
+                                     shrinkA=shrink(j, dx, dy), shrinkB=shrink(i, dx, dy), color="0.35", lw=1.0,
+                                     connectionstyle="arc3,rad=0.12", zorder=1))
     block_of = {c: b for b, block in enumerate(partition) for c in block}
     for c, (x, y) in pos.items():
-        ax.add_patch(Circle((x, y), 0.3, facecolor="white", edgecolor=colours(block_of[c] % 10), lw=2,
-                            zorder=2))
-        ax.text(x, y, c, ha="center", va="center", fontsize=8 if len(c) > 3 else 10, zorder=3)
+        ax.text(x, y, c, ha="center", va="center", fontsize=9, zorder=3,
+                bbox={"boxstyle": "round,pad=0.5", "facecolor": "white",
+                      "edgecolor": colours(block_of[c] % 10), "linewidth": 2})
     xs = [p[0] for p in pos.values()] + [c[0] - c[2] for c in centres] + [c[0] + c[2] for c in centres]
     ys = [p[1] for p in pos.values()] + [c[1] - c[2] for c in centres] + [c[1] + c[2] + 0.5 for c in centres]
     ax.set_xlim(min(xs) - 0.3, max(xs) + 0.3)
@@ -94,7 +103,7 @@ def _draw_benefit_graph(plt, reg: dict, path: Path) -> None:
                  "(edge j → i: j is in OCS of i);\nshaded: the collaboration equilibrium's coalitions",
                  fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -216,8 +216,10 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
     except OSError as e:
         raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
     start = time.perf_counter()
+    from .engine import resolve_device
+
     results = {"format": RESULTS_FORMAT, "experiment": exp.name, "title": exp.title, "dataset": exp.dataset,
-               "quick": quick, "device": device, "seeds": list(seeds), "methods": list(methods),
+               "quick": quick, "device": str(resolve_device(device)), "seeds": list(seeds), "methods": list(methods),
                "method_options": {m: settings.options_for(m) for m in methods},
                "oracle": exp.oracle, "published": exp.published, "notes": exp.notes, "regimes": []}
     for regime in exp.regimes:
