@@ -136,8 +136,9 @@ def write_game(game: Game, path: str | os.PathLike) -> None:
     """Write JSON, or ``.npz`` when ``path`` ends in ``.npz``."""
     path = str(path)
     if path.endswith(".npz"):
-        np.savez_compressed(path, values=game.raw_values(), clients=np.array(game.clients),
-                            sense=np.array(game.sense), provenance=np.array(json.dumps(_clean(dict(game.provenance)))))
+        _atomic(path, lambda tmp: np.savez_compressed(
+            tmp, values=game.raw_values(), clients=np.array(game.clients), sense=np.array(game.sense),
+            provenance=np.array(json.dumps(_clean(dict(game.provenance))))))
     else:
         write_json(game_to_json(game), path)
 
@@ -158,8 +159,20 @@ def write_json(data: Mapping, path: str | os.PathLike | None) -> str:
     """Serialise with NaN/inf as null; write to ``path`` unless it is None. Returns the text."""
     text = json.dumps(_clean(data), indent=1, allow_nan=False) + "\n"
     if path is not None:
-        Path(path).write_text(text, encoding="utf-8")
+        _atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     return text
+
+
+def _atomic(path, write) -> None:
+    """``write(tmp)`` next to ``path``, then rename: an interrupted write never leaves half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.partial{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def benefit_graph_to_json(graph) -> dict:

@@ -162,3 +162,21 @@ def test_equilibria_and_checks_json(tie_game):
     assert w["coalition"] == ["c0", "c1", "c2"] and w["subcoalition"] == ["c0", "c2"]
     assert w["payoffs"]["c0"] == {"deviation": 3.0, "current": 3.0}
     assert json.loads(write_json(chk, None)) == chk
+
+
+def test_an_interrupted_write_leaves_no_file(tmp_path, monkeypatch):
+    """write_json writes next to the target and renames, so a resumable run never reads half a file."""
+    from coalitions import io as cio
+
+    target = tmp_path / "game.json"
+
+    def boom(self, *a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cio.Path, "write_text", boom)
+    with pytest.raises(KeyboardInterrupt):
+        cio.write_json({"a": 1}, target)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    cio.write_json({"a": 1}, target)
+    assert json.loads(target.read_text()) == {"a": 1} and list(tmp_path.iterdir()) == [target]
