@@ -175,6 +175,16 @@ def published_markdown(results: dict) -> list[str]:
     return f(results)
 
 
+def _compute(results: dict) -> str:
+    total = results.get("compute_s")
+    if total is None:
+        return f"{results.get('elapsed_s', 0):.0f} s"
+    text = f"{total:.0f} s of training and solving"
+    if not results.get("compute_complete", True):
+        text += " (some pieces have no recorded time)"
+    return text + f", this invocation {results.get('elapsed_s', 0):.0f} s"
+
+
 def report_markdown(results: dict) -> str:
     """The whole ``report.md``."""
     from .experiments import METHOD_LABELS
@@ -183,8 +193,7 @@ def report_markdown(results: dict) -> str:
     lines = [f"# {results['title']}", "",
              f"`coalitions reproduce {results['experiment']}{' --quick' if results['quick'] else ''}` "
              f"({mode} settings): seeds {', '.join(map(str, results['seeds']))}, device "
-             f"`{results['device']}`, {results.get('elapsed_s', 0):.0f} s "
-             "(pieces read back from an earlier interrupted run count as 0 s).", ""]
+             f"`{results['device']}`; {_compute(results)}.", ""]
     if results.get("notes"):
         lines += [results["notes"], ""]
     opts = {m: o for m, o in results["method_options"].items() if o}

@@ -90,6 +90,9 @@ def test_rerun_reads_every_piece_back(quick, capsys):
     assert trained == []
     after = json.loads((quick / "results.json").read_text())
     assert after["regimes"] == before["regimes"]
+    # the time spent on the pieces is remembered, so the report of a resumed run still states it
+    assert after["compute_complete"] and after["compute_s"] == pytest.approx(before["compute_s"])
+    assert after["compute_s"] > 0
 
 
 def test_without_matplotlib_dot_files_and_a_hint(quick, tmp_path, monkeypatch):
