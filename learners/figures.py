@@ -146,7 +146,8 @@ def _draw_utilities(plt, reg: dict, path: Path) -> None:
     cols = s["columns"]
     clients = reg["clients"]
     width = 0.8 / len(cols)
-    fig, ax = plt.subplots(figsize=(min(12.0, max(6.0, 0.3 * len(clients) * len(cols))), 4.2))
+    width_in = min(12.0, max(6.0, 0.3 * len(clients) * len(cols)))
+    fig, ax = plt.subplots(figsize=(width_in, 4.2))
     x = np.arange(len(clients))
     cmap = plt.get_cmap("tab10")
     for k, col in enumerate(cols):
@@ -163,9 +164,9 @@ def _draw_utilities(plt, reg: dict, path: Path) -> None:
     n = len(reg["runs"])
     ax.set_title(f"{reg['title']}\nmean over {n} seed{'s' if n > 1 else ''}"
                  + (", bars: one std" if n > 1 else ""), fontsize=9)
-    ax.legend(fontsize=7, ncol=len(cols), loc="upper center", bbox_to_anchor=(0.5, -0.1), frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    ax.legend(fontsize=7, ncol=min(len(cols), int(width_in / 1.5)), loc="upper center",
+              bbox_to_anchor=(0.5, -0.1), frameon=False)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
