@@ -56,13 +56,14 @@ def _blocks(game: co.Game, partition) -> list[list[str]]:
     return [_names(game, k) for k in sorted(partition, key=lambda k: k & -k)]
 
 
-def exact_summary(game: co.Game, test_game: co.Game, metric: str) -> dict:
+def exact_summary(game: co.Game, test_game: co.Game, metric: str, eq: co.Equilibrium | None = None) -> dict:
     """The exact game's CE and each client's metric alone, in the CE and with everyone.
 
     ``game`` holds validation metrics (it decides everything); ``test_game`` the
-    same models scored on test data (reported, never used to choose).
+    same models scored on test data (reported, never used to choose).  ``eq``:
+    ``co.solve(game)`` when the caller already has it.
     """
-    eq = co.solve(game)
+    eq = co.solve(game) if eq is None else eq
     bg = co.ExactOracle(game).benefit_graph(game.grand)
     used = models_in(game, eq.partition)
     raw_val, raw_test = game.raw_values(), test_game.raw_values()
@@ -256,9 +257,10 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
             game = test_game = None
             if exp.oracle is not None:
                 game, test_game = _exact(fed, exp, seed, device, where, log)
-                run["exact"] = exact_summary(game, test_game, reg["metric"])
+                eq = co.solve(game)
+                run["exact"] = exact_summary(game, test_game, reg["metric"], eq)
                 if seed == seeds[0]:
-                    run["exact"]["_equilibrium"] = co.solve(game)  # kept for figures, dropped from JSON
+                    run["exact"]["_equilibrium"] = eq  # kept for figures, dropped from JSON
             for m in methods:
                 est = _learner(fed, m, settings.options_for(m), seed, device, where, log)
                 run["methods"][m] = _method_summary(est, game)
