@@ -449,8 +449,13 @@ def reproduce_cmd(experiment, quick, device, seeds, threads, out):
         import torch
 
         torch.set_num_threads(threads)
-    res = reproduce(experiment, out, quick=quick, device=device, seeds=seed_list,
-                    log=lambda line: click.echo(f"[{experiment}] {line}", err=True))
+    try:
+        res = reproduce(experiment, out, quick=quick, device=device, seeds=seed_list,
+                        log=lambda line: click.echo(f"[{experiment}] {line}", err=True))
+    except KeyboardInterrupt:
+        click.echo(f"coalitions: finished pieces are kept in {out}/runs/; run the same command again "
+                   "to resume", err=True)
+        raise
     for reg in res["regimes"]:
         ex = reg["runs"][0].get("exact")
         if ex is not None:

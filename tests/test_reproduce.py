@@ -165,3 +165,29 @@ def test_readme_commands_are_the_ones_tested():
     assert len(block) == 2
     assert block[0].endswith("coalitions reproduce synthetic --quick -o results")
     assert block[1] in (ROOT / ".ci" / "run").read_text()
+
+
+def test_an_interrupt_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    import learners.reproduce as rp
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rp, "reproduce", interrupted)
+    assert cli.main(["reproduce", "synthetic", "--quick", "-o", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert "run the same command again to resume" in err and "interrupted" in err and "Traceback" not in err
+
+
+def test_a_missing_piece_is_the_only_one_trained_again(quick, tmp_path, capsys):
+    """What an interrupted run leaves: some pieces finished, one missing."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(quick, out)
+    (out / "runs" / "quick" / "many-seed0-fedavg.json").unlink()
+    assert cli.main(["reproduce", "synthetic", "--quick", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    trained = [line for line in err.splitlines() if line.startswith("[synthetic]") and "read back" not in line]
+    assert len(trained) == 1 and trained[0].startswith("[synthetic] many-seed0: fedavg, ")
+    assert (out / "runs" / "quick" / "many-seed0-fedavg.json").exists()
