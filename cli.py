@@ -439,8 +439,8 @@ def reproduce_cmd(experiment, quick, device, seeds, threads, out):
     The exact game (exhaustive oracle) and its certified equilibrium, every
     learner's estimate scored against it, a per-client utility table over
     seeds, the paper's numbers beside ours, and figures (PNG with matplotlib,
-    DOT always).  Finished pieces are kept under OUT/runs/: rerunning the
-    same command after an interruption resumes where it stopped.
+    DOT always).  Finished pieces are kept in the output folder's runs/:
+    rerunning the same command after an interruption resumes where it stopped.
     """
     from learners.reproduce import reproduce
 
