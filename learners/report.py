@@ -179,7 +179,7 @@ def _compute(results: dict) -> str:
     total = results.get("compute_s")
     if total is None:
         return f"{results.get('elapsed_s', 0):.0f} s"
-    text = f"{total:.0f} s of training and solving"
+    text = f"{total:.0f} s of model fitting (oracle and learners)"
     if not results.get("compute_complete", True):
         text += " (some pieces have no recorded time)"
     return text + f", this invocation {results.get('elapsed_s', 0):.0f} s"

@@ -104,24 +104,20 @@ def _method_summary(estimate, game) -> dict:
     return out
 
 
-def _timings(where: Path) -> Path:
-    return where.parent / "timings.json"
-
-
-def _record_time(where: Path, piece: str, seconds: float) -> None:
-    """Remember how long a finished piece took, so that a resumed run still reports it."""
-    path = _timings(where)
-    table = json.loads(path.read_text()) if path.exists() else {}
-    table[piece] = round(seconds, 3)
-    write_json(table, path)
-
-
-def _recorded_time(where: Path, piece: str) -> float | None:
-    path = _timings(where)
+def _read_timings(folder: Path) -> dict:
+    """``{piece file name: seconds}`` of the pieces finished in ``folder`` (empty if none)."""
+    path = folder / "timings.json"
     try:
-        return json.loads(path.read_text()).get(piece) if path.exists() else None
+        return json.loads(path.read_text()) if path.exists() else {}
     except (OSError, ValueError):
-        return None
+        return {}
+
+
+def _record_time(folder: Path, piece: str, seconds: float) -> None:
+    """Remember how long a finished piece took, so that a resumed run still reports it."""
+    table = _read_timings(folder)
+    table[piece] = round(seconds, 3)
+    write_json(table, folder / "timings.json")
 
 
 def _exact(fed, exp: Experiment, seed: int, device: str, where: Path, log) -> tuple:
@@ -136,7 +132,7 @@ def _exact(fed, exp: Experiment, seed: int, device: str, where: Path, log) -> tu
     o = ExhaustiveOracle(device=device, seed=seed, **exp.oracle).fit(fed)
     co.write_game(o.test_game_, test_file)
     co.write_game(o.game_, val_file)  # last: its presence marks the pair finished
-    _record_time(where, val_file.name, time.perf_counter() - t)
+    _record_time(where.parent, val_file.name, time.perf_counter() - t)
     log(f"{where.name}: exact game, {2 ** fed.n - 1} subset models ({o.method_}), {time.perf_counter() - t:.1f} s")
     return o.game_, o.test_game_
 
@@ -152,7 +148,7 @@ def _learner(fed, method: str, options: dict, seed: int, device: str, where: Pat
     t = time.perf_counter()
     est = create(method, options, device=device, seed=seed).fit(fed).estimate_
     write_estimate(est, path)
-    _record_time(where, path.name, time.perf_counter() - t)
+    _record_time(where.parent, path.name, time.perf_counter() - t)
     log(f"{where.name}: {method}, {time.perf_counter() - t:.1f} s")
     return est
 
@@ -272,7 +268,8 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
     results["elapsed_s"] = time.perf_counter() - start
     pieces = [f"{r['name']}-seed{k}-{suffix}" for r in results["regimes"] for k in seeds
               for suffix in (["game.json"] if exp.oracle is not None else []) + [f"{m}.json" for m in methods]]
-    recorded = [_recorded_time(runs_dir / "x", p) for p in pieces]
+    timings = _read_timings(runs_dir)
+    recorded = [timings.get(p) for p in pieces]
     results["compute_s"] = float(sum(t for t in recorded if t is not None))
     results["compute_complete"] = all(t is not None for t in recorded)
     return results

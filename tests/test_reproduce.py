@@ -191,3 +191,14 @@ def test_a_missing_piece_is_the_only_one_trained_again(quick, tmp_path, capsys):
     trained = [line for line in err.splitlines() if line.startswith("[synthetic]") and "read back" not in line]
     assert len(trained) == 1 and trained[0].startswith("[synthetic] many-seed0: fedavg, ")
     assert (out / "runs" / "quick" / "many-seed0-fedavg.json").exists()
+
+
+def test_report_rebuilds_from_results_json_alone(quick, tmp_path):
+    """report.md is a pure function of results.json (learners.report.rebuild)."""
+    import shutil
+
+    from learners.report import rebuild
+
+    shutil.copy(quick / "results.json", tmp_path / "results.json")
+    rebuild(tmp_path)
+    assert (tmp_path / "report.md").read_text() == (quick / "report.md").read_text()
