@@ -278,7 +278,7 @@ def load_federation(dataset: str, opts: dict):
     Options left at ``None`` take the loader's defaults; an option the loader does
     not take is an InputError (exit 2).
     """
-    from learners.datasets import load
+    from coalitions.learners.data.datasets import load
 
     given = {k: v for k, v in opts.items() if k in DATASET_OPTIONS and v is not None}
     return load(dataset, **given)
@@ -312,7 +312,7 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
     the training data of S.  Linear regression is solved in closed form; other
     models train all subset models at once, chunked, with --checkpoint to resume.
     """
-    from learners.oracle import ExhaustiveOracle
+    from coalitions.learners.exact import ExhaustiveOracle
 
     fed = load_federation(dataset, data_opts)
     est = ExhaustiveOracle(model=model, epochs=epochs, lr=lr, l2=l2, hidden=hidden, batch_size=batch_size,
@@ -335,7 +335,7 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
 # ---------------------------------------------------------------------------- learn, compare (issue 3)
 def _method_options(f):
     """One flag per option of every registered learner (learners/registry.py); default None = the method's."""
-    from learners.registry import all_options
+    from coalitions.learners.methods.registry import all_options
 
     types = {"int": int, "float": float, "str": str}
     for o in reversed(all_options()):
@@ -351,7 +351,7 @@ def _method_options(f):
 
 
 def _method_names():
-    from learners.registry import METHODS
+    from coalitions.learners.methods.registry import METHODS
 
     return list(METHODS)
 
@@ -374,8 +374,8 @@ def learn(dataset, method, device, threads, output, **opts):
     the learned benefit graph and the equilibrium that peeling reaches on the
     learner's benefit oracle.  Options apply to the methods that take them.
     """
-    from learners.estimate import write_estimate
-    from learners.registry import METHODS, create
+    from coalitions.estimate import write_estimate
+    from coalitions.learners.methods.registry import METHODS, create
 
     keys = {o.key for m in METHODS.values() for o in m.options}  # every method's flags; create() checks
     given = {k: v for k, v in opts.items() if k in keys and k not in DATASET_OPTIONS and v is not None}
@@ -407,7 +407,7 @@ def compare_cmd(estimate_file, game_file, semantics, tol, fmt):
     (exact payoff in the exact CE minus exact payoff in the learned CE).
     """
     from coalitions.compare import compare, compare_text
-    from learners.estimate import read_estimate
+    from coalitions.estimate import read_estimate
 
     est = read_estimate(estimate_file)
     game = co.read_game(game_file)
@@ -442,7 +442,7 @@ def reproduce_cmd(experiment, quick, device, seeds, threads, out):
     DOT always).  Finished pieces are kept in the output folder's runs/:
     rerunning the same command after an interruption resumes where it stopped.
     """
-    from learners.reproduce import reproduce
+    from coalitions.learners.experiments.runner import reproduce
 
     seed_list = None if seeds is None else _numbers(seeds, "--seeds", int)
     if threads is not None:
@@ -509,9 +509,9 @@ def main(argv=None) -> int:
 
 # Optional packages a command may need, with the command that installs them (README, pyproject extras).
 OPTIONAL_PACKAGES = {
-    "torch": "pip install torch==2.13.0 && pip install 'coalitions[learn]' (the CPU build; see README)",
-    "cvxpy": "pip install 'coalitions[learn]'",
-    "matplotlib": "pip install 'coalitions[plot]'",
+    "torch": "pip install torch==2.13.0 && pip install 'collaboration-equilibrium[learn]' (the CPU build; see README)",
+    "cvxpy": "pip install 'collaboration-equilibrium[learn]'",
+    "matplotlib": "pip install 'collaboration-equilibrium[plot]'",
 }
 
 

@@ -47,10 +47,10 @@ import torch  # noqa: E402
 from coalitions import peel_oracle  # noqa: E402
 from coalitions.bitmask import members  # noqa: E402
 from coalitions.compare import adjusted_rand_index  # noqa: E402
-from learners.engine import Engine, Padded, SGD, masked_mean, resolve_device, train_epochs  # noqa: E402
-from learners.estimate import WEIGHT_RULES, WeightOracle  # noqa: E402
-from learners.federation import Client, Federation, Split  # noqa: E402
-from learners.models import make_model  # noqa: E402
+from coalitions.learners.training.engine import Engine, Padded, SGD, masked_mean, resolve_device, train_epochs  # noqa: E402
+from coalitions.estimate import WEIGHT_RULES, WeightOracle  # noqa: E402
+from coalitions.learners.data.federation import Client, Federation, Split  # noqa: E402
+from coalitions.learners.training.models import make_model  # noqa: E402
 
 METHODS = ("local", "fedavg", "fedamp", "fedamp-heuristic", "federico", "superfed-mm", "superfed-lm")
 
@@ -165,10 +165,10 @@ def timing(args) -> None:
 
 # --------------------------------------------------------------------------- accuracy
 def _make(method: str, **kw):
-    from learners.baselines import FedAvg, Local
-    from learners.fedamp import FedAMP, FedAMPHeuristic
-    from learners.federico import FedeRiCo
-    from learners.superfed import SuPerFedLM, SuPerFedMM
+    from coalitions.learners.methods.baselines import FedAvg, Local
+    from coalitions.learners.methods.fedamp import FedAMP, FedAMPHeuristic
+    from coalitions.learners.methods.federico import FedeRiCo
+    from coalitions.learners.methods.superfed import SuPerFedLM, SuPerFedMM
 
     cls = {"local": Local, "fedavg": FedAvg, "fedamp": FedAMP, "fedamp-heuristic": FedAMPHeuristic,
            "federico": FedeRiCo, "superfed-mm": SuPerFedMM, "superfed-lm": SuPerFedLM}[method]
@@ -183,8 +183,8 @@ def _labels(partition_masks, n):
 
 
 def accuracy(args) -> None:
-    from learners.datasets import load
-    from learners.federico import data_weights
+    from coalitions.learners.data.datasets import load
+    from coalitions.learners.methods.federico import data_weights
 
     out = open(args.output, "a") if args.output else sys.stdout
     for partition in args.partitions.split(","):

@@ -9,7 +9,7 @@ Prints, in one run:
    each member).  The loop is timed on a random sample of subsets and extrapolated
    to all 2^N − 1; the output says so.
 2. ``batched_logistic``: all 2^N − 1 logistic-regression subset models at N = 10 on
-   the CPU, trained together (:func:`learners.oracle.train_subsets`), against a
+   the CPU, trained together (:func:`coalitions.learners.exact.train_subsets`), against a
    per-subset loop of plain PyTorch models (no vmap) with the same optimiser and
    epochs, timed on a sample of subsets and extrapolated.
 3. The same at N = 12 on a GPU when one is present (``--gpu``); otherwise it prints
@@ -35,11 +35,11 @@ import torch
 # The repository root before this folder, so ``learners`` is the package, not benchmarks/learners.py.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from learners.datasets import load  # noqa: E402
-from learners.federation import Client, Federation, Split  # noqa: E402
-from learners.metrics import evaluate  # noqa: E402
-from learners.models import make_model  # noqa: E402
-from learners.oracle import closed_form_mse, closed_form_weights, train_subsets  # noqa: E402
+from coalitions.learners.data.datasets import load  # noqa: E402
+from coalitions.learners.data.federation import Client, Federation, Split  # noqa: E402
+from coalitions.learners.data.metrics import evaluate  # noqa: E402
+from coalitions.learners.training.models import make_model  # noqa: E402
+from coalitions.learners.exact import closed_form_mse, closed_form_weights, train_subsets  # noqa: E402
 
 
 def _members(mask: int, n: int) -> list[int]:
@@ -192,8 +192,8 @@ def spo_vs_exhaustive(n: int, steps: int = 3000, seed: int = 0, logistic_epochs:
     hypernetwork's training plus every direction search that peeling asks for
     (``BG(all)`` and each later ``BG(R)``, elimination rule), i.e. ``SPO.fit``.
     """
-    from learners.oracle import ExhaustiveOracle
-    from learners.spo import SPO
+    from coalitions.learners.exact import ExhaustiveOracle
+    from coalitions.learners.methods.spo import SPO
 
     out = {"n": n}
     fed = load("synthetic", clients=n, samples=10, rho=0.01, val=200, test=10, seed=seed)

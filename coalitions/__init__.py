@@ -3,7 +3,7 @@
 The game core (SPEC §1–4, §7): exhaustive games, maximal achievable utility,
 optimal collaborator sets, benefit graphs, peeling into a collaboration
 equilibrium, axiom checks with witnesses, brute-force enumeration, analytic
-games and file formats.  Pure NumPy/SciPy/networkx; PyTorch is never imported here.
+games and file formats.  NumPy only; PyTorch is never imported here.
 
 Examples
 --------
@@ -28,7 +28,7 @@ from .payoffs import mau, payoff_table
 from .peeling import Peeling, peel, peel_oracle
 from .scc import source_components, strongly_connected_components
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "Game", "read_game", "write_game", "mean_estimation", "planted", "mau", "payoff_table",

@@ -122,7 +122,7 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     estimate : Estimate
         Anything with ``clients`` (names), ``benefit_graph`` (``BG(all)``, with
         ``collaborators`` as ``(i, mask)`` in the estimate's client order) and
-        ``partition`` (bitmasks in that order), e.g. :class:`learners.estimate.Estimate`.
+        ``partition`` (bitmasks in that order), e.g. :class:`coalitions.estimate.Estimate`.
     game : Game
         The exact game over the same client names (any order).
     semantics : {"personalized", "shared"}

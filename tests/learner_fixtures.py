@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from learners.federation import Client, Federation, Split
+from coalitions.learners.data.federation import Client, Federation, Split
 
 
 def blobs(sizes=(12, 20, 7, 16), groups=None, dim=5, classes=3, image=False, seed=0,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from learners.baselines import FedAvg, Local, weighted_average
-from learners.engine import Padded, flatten
+from coalitions.learners.methods.baselines import FedAvg, Local, weighted_average
+from coalitions.learners.training.engine import Padded, flatten
 from learner_fixtures import binary, blobs, regression
 
 KW = dict(model="mlp", rounds=3, batch_size=4, seed=0, engine="batched")

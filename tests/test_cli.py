@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-import cli
+from coalitions import cli
 import coalitions as co
 from conftest import (EXAMPLES, MALFORMED, MALFORMED_FAULTS, NO_CE, ROOT, STALLS, check_equilibrium_json,
                       check_graph_json)
@@ -311,7 +311,7 @@ def test_help_and_version(capsys):
 # ---------------------------------------------------------------------------- the installed command
 def _command():
     exe = shutil.which("coalitions")
-    return [exe] if exe else [sys.executable, str(ROOT / "cli.py")]
+    return [exe] if exe else [sys.executable, "-m", "coalitions.cli"]
 
 
 @pytest.mark.parametrize("args", [
@@ -327,7 +327,7 @@ def test_installed_command_matches_in_process(capsys, args):
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("package, extra", [("torch", "torch==2.13.0"), ("cvxpy", "coalitions[learn]")])
+@pytest.mark.parametrize("package, extra", [("torch", "torch==2.13.0"), ("cvxpy", "collaboration-equilibrium[learn]")])
 def test_missing_optional_package_is_exit_2_with_the_install_command(capsys, monkeypatch, tmp_path, package,
                                                                        extra):
     def missing(*args, **kwargs):

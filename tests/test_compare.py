@@ -8,7 +8,7 @@ import coalitions as co
 from coalitions.compare import KEYS, adjusted_rand_index, compare, compare_text, edge_scores
 from coalitions.errors import InputError
 from coalitions.graph import BenefitGraph
-from learners.estimate import Estimate
+from coalitions.estimate import Estimate
 
 # a: best with b (3); b: best with a (2); c: best alone (5).  CE {a,b} | {c}; exact edges b->a, a->b.
 VALUES = {
@@ -161,8 +161,8 @@ def test_text_report_lists_every_client():
 def test_compare_command(tmp_path, capsys):
     import json
 
-    from cli import main
-    from learners.estimate import write_estimate
+    from coalitions.cli import main
+    from coalitions.estimate import write_estimate
 
     game = tmp_path / "g.json"
     co.write_game(GAME, game)

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coalitions.errors import InputError
-from learners.datasets import load, loader_options
-from learners.datasets._common import package_file, split_indices
-from learners.datasets.label_skew import MIN_SAMPLES, assign, partition_counts
+from coalitions.learners.data.datasets import load, loader_options
+from coalitions.learners.data.datasets._common import package_file, split_indices
+from coalitions.learners.data.datasets.label_skew import MIN_SAMPLES, assign, partition_counts
 
 
 def installed(package):
@@ -170,7 +170,7 @@ def test_heart_counts_cleaning_and_normalisation():
 
 @needs["heart"]
 def test_heart_row_304_is_hungarian():
-    from learners.datasets.heart import read_rows
+    from coalitions.learners.data.datasets.heart import read_rows
 
     rows = read_rows()
     # the first Hungarian patient (age 28, atypical angina, cholesterol 132)
@@ -219,6 +219,6 @@ def test_missing_package_names_the_install_command(monkeypatch):
 def test_docstring_examples():
     import doctest
 
-    import learners.datasets
+    import coalitions.learners.data.datasets
 
-    assert doctest.testmod(learners.datasets).failed == 0
+    assert doctest.testmod(coalitions.learners.data.datasets).failed == 0

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coalitions.errors import InputError
-from learners.baselines import Local
-from learners.engine import (Adam, Engine, Padded, SGD, epoch_plan, flatten, masked_mean, resolve_device,
+from coalitions.learners.methods.baselines import Local
+from coalitions.learners.training.engine import (Adam, Engine, Padded, SGD, epoch_plan, flatten, masked_mean, resolve_device,
                              train_epochs)
-from learners.models import make_model
+from coalitions.learners.training.models import make_model
 from learner_fixtures import blobs
 
 

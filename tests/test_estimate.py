@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from coalitions.errors import InputError
 from coalitions.graph import BenefitGraph
 from coalitions.peeling import peel_oracle
-from learners.estimate import (Estimate, WeightOracle, estimate_from_json, estimate_to_json, read_estimate,
+from coalitions.estimate import (Estimate, WeightOracle, estimate_from_json, estimate_to_json, read_estimate,
                                write_estimate)
 
 NAMES = ("a", "b", "c", "d")
@@ -276,7 +276,7 @@ def test_reading_an_estimate_needs_no_torch(tmp_path):
     write_estimate(make_estimate(), path)
     import subprocess
 
-    code = ("import sys; from learners.estimate import read_estimate; "
+    code = ("import sys; from coalitions.estimate import read_estimate; "
             f"read_estimate({str(path)!r}); import coalitions.compare; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from coalitions.errors import InputError
-from learners.baselines import Local
-from learners.engine import Engine, flatten
-from learners.fedamp import FedAMP, FedAMPHeuristic, attention_heuristic, attention_plain, proximal_loss
+from coalitions.learners.methods.baselines import Local
+from coalitions.learners.training.engine import Engine, flatten
+from coalitions.learners.methods.fedamp import FedAMP, FedAMPHeuristic, attention_heuristic, attention_plain, proximal_loss
 from learner_fixtures import blobs
 
 finite = st.floats(-5, 5, allow_nan=False, width=32)

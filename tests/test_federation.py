@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from coalitions.errors import InputError
-from learners.federation import Client, Federation, Split
+from coalitions.learners.data.federation import Client, Federation, Split
 
 
 def split(n=4, d=3, classes=None, seed=0):
@@ -84,6 +84,6 @@ def test_rejects_shape_mismatch_and_empty():
 def test_docstring_examples():
     import doctest
 
-    import learners.federation
+    import coalitions.learners.data.federation
 
-    assert doctest.testmod(learners.federation).failed == 0
+    assert doctest.testmod(coalitions.learners.data.federation).failed == 0

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coalitions.errors import InputError
-from learners.engine import stack_select
-from learners.federico import FedeRiCo, data_weights, posterior, sample_neighbours
+from coalitions.learners.training.engine import stack_select
+from coalitions.learners.methods.federico import FedeRiCo, data_weights, posterior, sample_neighbours
 from learner_fixtures import blobs, regression
 
 KW = dict(model="logistic", batch_size=6, seed=4, engine="batched")

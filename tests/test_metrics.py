@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coalitions.errors import InputError
-from learners.metrics import evaluate, evaluate_batch, loss_function, sense
+from coalitions.learners.data.metrics import evaluate, evaluate_batch, loss_function, sense
 
 
 def pairwise_auc(y, s):
@@ -74,6 +74,6 @@ def test_losses_match_torch():
 def test_docstring_examples():
     import doctest
 
-    import learners.metrics
+    import coalitions.learners.data.metrics
 
-    assert doctest.testmod(learners.metrics).failed == 0
+    assert doctest.testmod(coalitions.learners.data.metrics).failed == 0

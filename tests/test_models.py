@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from coalitions.errors import InputError
-from learners.models import make_model, stacked_forward
+from coalitions.learners.training.models import make_model, stacked_forward
 
 CASES = [("linear", (6,), 1), ("logistic", (6,), 3), ("mlp", (2, 3), 4), ("cnn", (1, 8, 8), 10),
          ("cnn", (3, 9, 7), 2)]

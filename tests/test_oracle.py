@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import coalitions as co
-from cli import main
+from coalitions.cli import main
 from coalitions.errors import InputError
-from learners.datasets import load
-from learners.federation import Client, Federation, Split
-from learners.metrics import evaluate
-from learners.models import make_model
-from learners.oracle import (ExhaustiveOracle, closed_form_mse, closed_form_weights, membership,
+from coalitions.learners.data.datasets import load
+from coalitions.learners.data.federation import Client, Federation, Split
+from coalitions.learners.data.metrics import evaluate
+from coalitions.learners.training.models import make_model
+from coalitions.learners.exact import (ExhaustiveOracle, closed_form_mse, closed_form_weights, membership,
                              resolve_device, subset_sums, train_subsets)
 
 

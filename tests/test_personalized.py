@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from coalitions.errors import InputError
-from learners.baselines import FedAvg, Local
-from learners.engine import flatten
-from learners.estimate import estimate_from_json, estimate_to_json
-from learners.fedamp import FedAMP, FedAMPHeuristic
-from learners.federico import FedeRiCo
-from learners.personalized import RefitOracle, StructuralOracle
-from learners.superfed import SuPerFedLM, SuPerFedMM
+from coalitions.learners.methods.baselines import FedAvg, Local
+from coalitions.learners.training.engine import flatten
+from coalitions.estimate import estimate_from_json, estimate_to_json
+from coalitions.learners.methods.fedamp import FedAMP, FedAMPHeuristic
+from coalitions.learners.methods.federico import FedeRiCo
+from coalitions.learners.methods.base import RefitOracle, StructuralOracle
+from coalitions.learners.methods.superfed import SuPerFedLM, SuPerFedMM
 from learner_fixtures import blobs
 
 KW = dict(model="logistic", rounds=5, batch_size=6, seed=1, engine="batched")
@@ -110,8 +110,8 @@ def test_fit_checks_its_input():
 
 
 def test_learn_command_runs_every_personalised_method(tmp_path, capsys):
-    from cli import main
-    from learners.estimate import read_estimate
+    from coalitions.cli import main
+    from coalitions.estimate import read_estimate
 
     for method in ("local", "fedavg", "fedamp", "fedamp-heuristic", "federico", "superfed-mm", "superfed-lm"):
         out = tmp_path / f"{method}.json"

@@ -13,10 +13,10 @@ pytest.importorskip("torch")
 
 import cli  # noqa: E402
 from coalitions.errors import InputError  # noqa: E402
-from learners import figures  # noqa: E402
-from learners.experiments import EXPERIMENTS, METHOD_LABELS, get_experiment  # noqa: E402
-from learners.report import fmt_stat, report_markdown  # noqa: E402
-from learners.reproduce import RESULTS_FORMAT, read_results, summarize  # noqa: E402
+from coalitions.learners.experiments import figures  # noqa: E402
+from coalitions.learners.experiments.catalogue import EXPERIMENTS, METHOD_LABELS, get_experiment  # noqa: E402
+from coalitions.learners.experiments.report import fmt_stat, report_markdown  # noqa: E402
+from coalitions.learners.experiments.runner import RESULTS_FORMAT, read_results, summarize  # noqa: E402
 
 COLUMNS = ["Local", "FedAvg", "SPO", "CE", "FedAMP", "HeurFedAMP", "FedeRiCo", "SuPerFed-MM"]
 
@@ -102,15 +102,15 @@ def test_without_matplotlib_dot_files_and_a_hint(quick, tmp_path, monkeypatch):
             run.get("exact", {}).pop("_equilibrium", None)
     monkeypatch.setattr(figures, "_pyplot", lambda: None)
     files, hint = figures.write_figures(res, tmp_path)
-    assert hint == figures.PLOT_HINT and "coalitions[plot]" in hint
+    assert hint == figures.PLOT_HINT and "collaboration-equilibrium[plot]" in hint
     assert not any(f.endswith(".png") for f in files)
     res["figures"], res["plot_hint"] = files, hint
     assert hint in report_markdown(res)
 
 
 def test_experiments_are_well_formed():
-    from learners.datasets import loader_options
-    from learners.registry import METHODS
+    from coalitions.learners.data.datasets import loader_options
+    from coalitions.learners.methods.registry import METHODS
 
     assert set(EXPERIMENTS) == {"synthetic", "heart", "adult", "digits"}
     for exp in EXPERIMENTS.values():
@@ -168,7 +168,7 @@ def test_readme_commands_are_the_ones_tested():
 
 
 def test_an_interrupt_says_how_to_resume(tmp_path, capsys, monkeypatch):
-    import learners.reproduce as rp
+    import coalitions.learners.experiments.runner as rp
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
@@ -194,10 +194,10 @@ def test_a_missing_piece_is_the_only_one_trained_again(quick, tmp_path, capsys):
 
 
 def test_report_rebuilds_from_results_json_alone(quick, tmp_path):
-    """report.md is a pure function of results.json (learners.report.rebuild)."""
+    """report.md is a pure function of results.json (coalitions.learners.experiments.report.rebuild)."""
     import shutil
 
-    from learners.report import rebuild
+    from coalitions.learners.experiments.report import rebuild
 
     shutil.copy(quick / "results.json", tmp_path / "results.json")
     rebuild(tmp_path)

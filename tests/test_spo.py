@@ -10,11 +10,11 @@ from hypothesis import given, settings, strategies as st
 import coalitions as co
 from coalitions.compare import compare
 from coalitions.errors import InputError
-from learners.datasets import load
-from learners.estimate import estimate_from_json, estimate_to_json
-from learners.federation import Client, Federation, Split
-from learners.oracle import ExhaustiveOracle
-from learners.spo import SPO, SPOOracle, epo_lp, project_simplex, sample_directions
+from coalitions.learners.data.datasets import load
+from coalitions.estimate import estimate_from_json, estimate_to_json
+from coalitions.learners.data.federation import Client, Federation, Split
+from coalitions.learners.exact import ExhaustiveOracle
+from coalitions.learners.methods.spo import SPO, SPOOracle, epo_lp, project_simplex, sample_directions
 
 cp = pytest.importorskip("cvxpy")
 
@@ -283,8 +283,8 @@ def test_cuda_without_gpu_is_an_input_error():
 
 
 def test_learn_command(tmp_path, capsys):
-    from cli import main
-    from learners.estimate import read_estimate
+    from coalitions.cli import main
+    from coalitions.estimate import read_estimate
 
     out = tmp_path / "e.json"
     args = ["learn", "synthetic", "--method", "spo", "--clients", "3", "--flipped", "2", "--samples", "10",

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from coalitions.errors import InputError
-from learners.baselines import FedAvg
-from learners.engine import flatten
-from learners.superfed import SuPerFedLM, SuPerFedMM, layer_index, mix
+from coalitions.learners.methods.baselines import FedAvg
+from coalitions.learners.training.engine import flatten
+from coalitions.learners.methods.superfed import SuPerFedLM, SuPerFedMM, layer_index, mix
 from learner_fixtures import blobs, regression
 
 KW = dict(model="mlp", rounds=4, batch_size=5, seed=3, engine="batched")

@@ -33,7 +33,7 @@ from scipy.stats import rankdata
 
 from coalitions.errors import InputError
 
-from .federation import METRIC_SENSE
+from coalitions.learners.data.federation import METRIC_SENSE
 
 __all__ = ["evaluate", "evaluate_batch", "sense", "loss_function", "METRIC_SENSE"]
 

@@ -51,8 +51,8 @@ import torch
 
 from coalitions.errors import InputError
 
-from .engine import flatten, train_epochs
-from .personalized import PersonalizedLearner, unflatten
+from coalitions.learners.training.engine import flatten, train_epochs
+from coalitions.learners.methods.base import PersonalizedLearner, unflatten
 
 __all__ = ["FedAMP", "FedAMPHeuristic", "attention_plain", "attention_heuristic", "proximal_loss"]
 
@@ -112,7 +112,7 @@ class FedAMP(PersonalizedLearner):
     sigma : float
         ``σ`` of ``A(x) = 1 − e^{−x/σ}`` (10.0).
     **common
-        See :class:`~learners.personalized.PersonalizedLearner`.
+        See :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
 
     Attributes
     ----------
@@ -192,7 +192,7 @@ class FedAMPHeuristic(FedAMP):
     self_weight : float
         ``ξ_ii`` in ``[0, 1]`` (0.3).
     **common
-        See :class:`~learners.personalized.PersonalizedLearner`.
+        See :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
     """
 
     method = "fedamp-heuristic"

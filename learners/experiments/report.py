@@ -1,10 +1,10 @@
 """``report.md`` of a reproduction: pure functions from a results dict to Markdown.
 
-The results are those of :func:`learners.reproduce.reproduce`
+The results are those of :func:`coalitions.learners.experiments.runner.reproduce`
 (``coalitions/reproduction@1``); nothing here trains or imports torch, so a
 report can be rebuilt from a committed ``results.json``::
 
-    python -c "from learners.report import rebuild; rebuild('docs/results/synthetic')"
+    python -c "from coalitions.learners.experiments.report import rebuild; rebuild('docs/results/synthetic')"
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _g(x, digits: int = 3) -> str:
 
 
 def fmt_stat(s: dict | None, digits: int = 3) -> str:
-    """``mean ± std`` of a :func:`learners.reproduce.summarize` cell (``mean`` alone for one seed)."""
+    """``mean ± std`` of a :func:`coalitions.learners.experiments.runner.summarize` cell (``mean`` alone for one seed)."""
     if not s or s.get("mean") is None:
         return "–"
     if s.get("n", 0) > 1:
@@ -187,7 +187,7 @@ def _compute(results: dict) -> str:
 
 def report_markdown(results: dict) -> str:
     """The whole ``report.md``."""
-    from .experiments import METHOD_LABELS
+    from coalitions.learners.experiments.catalogue import METHOD_LABELS
 
     mode = "quick" if results["quick"] else "full"
     lines = [f"# {results['title']}", "",
@@ -222,7 +222,7 @@ def report_markdown(results: dict) -> str:
 
 def rebuild(folder: str | Path) -> str:
     """Rewrite ``report.md`` in ``folder`` from its ``results.json``; returns the path."""
-    from .reproduce import read_results
+    from coalitions.learners.experiments.runner import read_results
 
     folder = Path(folder)
     path = folder / "report.md"

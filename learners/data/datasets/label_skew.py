@@ -40,8 +40,8 @@ import numpy as np
 
 from coalitions.errors import InputError
 
-from ..federation import Federation
-from ._common import check_float, check_int, make_client, package_file, split_indices
+from coalitions.learners.data.federation import Federation
+from coalitions.learners.data.datasets._common import check_float, check_int, make_client, package_file, split_indices
 
 __all__ = ["digits", "mnist", "partition_counts", "assign", "PARTITIONS", "FRACTIONS", "MIN_SAMPLES"]
 

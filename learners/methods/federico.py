@@ -59,8 +59,8 @@ import torch
 
 from coalitions.errors import InputError
 
-from .engine import Padded, epoch_plan, stack_select
-from .personalized import PersonalizedLearner
+from coalitions.learners.training.engine import Padded, epoch_plan, stack_select
+from coalitions.learners.methods.base import PersonalizedLearner
 
 __all__ = ["FedeRiCo", "posterior", "sample_neighbours", "data_weights", "WEIGHTS"]
 
@@ -134,7 +134,7 @@ class FedeRiCo(PersonalizedLearner):
         off the data weights more often than the ratio rule
         (``docs/learners-personalized.md``).
     **common
-        See :class:`~learners.personalized.PersonalizedLearner`.
+        See :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
 
     Attributes
     ----------

@@ -11,7 +11,7 @@ Adding a learner (issue 4: ``fedamp``, ``federico``, ``superfed-mm``, ``local``,
 ``fedavg``, ...) is one :func:`register` call with its estimator's path and
 options; the estimator must accept ``device``, ``seed`` and ``progress`` keywords,
 ``fit(federation)`` must return it, and it must expose ``estimate_`` (an
-:class:`~learners.estimate.Estimate`).
+:class:`~coalitions.estimate.Estimate`).
 
 Examples
 --------
@@ -130,7 +130,7 @@ def create(name: str, given: dict, *, device: str = "auto", seed: int = 0, progr
 
 register(Method(
     name="spo",
-    target="learners.spo:SPO",
+    target="coalitions.learners.methods.spo:SPO",
     summary="Specific Pareto Optimization (Cui et al. 2022): one Pareto hypernetwork, a direction "
             "search per client and remaining set.",
     options=(
@@ -202,7 +202,7 @@ _FEDAMP = (
 )
 register(Method(
     name="fedamp",
-    target="learners.fedamp:FedAMP",
+    target="coalitions.learners.methods.fedamp:FedAMP",
     summary="FedAMP (Huang et al. 2021): cloud models u_i = sum_j xi_ij w_j with "
             "xi_ij = alpha_k A'(|w_i - w_j|^2), proximal local steps.",
     options=_FEDAMP + (Option("sigma", "sigma", "float", None, "sigma of A(x) = 1 - exp(-x/sigma) [10]; "
@@ -211,7 +211,7 @@ register(Method(
 ))
 register(Method(
     name="fedamp-heuristic",
-    target="learners.fedamp:FedAMPHeuristic",
+    target="coalitions.learners.methods.fedamp:FedAMPHeuristic",
     summary="HeurFedAMP: xi_ij proportional to exp(sigma cos(w_i, w_j)), self-attention xi_ii given.",
     options=_FEDAMP + (Option("sigma", "sigma", "float", None, "Cosine temperature [200]."),
                        Option("self-weight", "self_weight", "float", 0.3, "Self-attention xi_ii in [0, 1]."))
@@ -219,7 +219,7 @@ register(Method(
 ))
 register(Method(
     name="federico",
-    target="learners.federico:FedeRiCo",
+    target="coalitions.learners.methods.federico:FedeRiCo",
     summary="FedeRiCo (Sui, Wen et al. 2022): EM posteriors over the clients' models from EMA-tracked "
             "losses, epsilon-greedy neighbours, mixture prediction.",
     options=(
@@ -239,26 +239,26 @@ _SUPERFED = (
 )
 register(Method(
     name="superfed-mm",
-    target="learners.superfed:SuPerFedMM",
+    target="coalitions.learners.methods.superfed:SuPerFedMM",
     summary="SuPerFed with model mixing (Hahn et al. 2022); lambda* per client on validation data. "
             "Utilities only.",
     options=_SUPERFED + _personalized_options(),
 ))
 register(Method(
     name="superfed-lm",
-    target="learners.superfed:SuPerFedLM",
+    target="coalitions.learners.methods.superfed:SuPerFedLM",
     summary="SuPerFed with layer mixing (one lambda per layer). Utilities only.",
     options=_SUPERFED + _personalized_options(),
 ))
 register(Method(
     name="local",
-    target="learners.baselines:Local",
+    target="coalitions.learners.methods.baselines:Local",
     summary="Every client trains alone (baseline; utilities only).",
     options=_personalized_options(),
 ))
 register(Method(
     name="fedavg",
-    target="learners.baselines:FedAvg",
+    target="coalitions.learners.methods.baselines:FedAvg",
     summary="Federated averaging, one model for all (baseline; utilities only).",
     options=_personalized_options(),
 ))

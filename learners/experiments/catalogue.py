@@ -6,7 +6,7 @@ the learners to compare, two sets of run settings (``quick`` and ``full``) and
 the published numbers to print beside ours (Cui et al., KDD 2022, Tables 1–3,
 as far as ``../shared/seeds/`` preserves them).
 
-Nothing here trains anything; :mod:`learners.reproduce` runs it.
+Nothing here trains anything; :mod:`coalitions.learners.experiments.runner` runs it.
 
 Examples
 --------
@@ -58,7 +58,7 @@ class Settings:
 
     def options_for(self, method: str) -> dict:
         """The options of ``method``: those under ``"*"`` that it takes, then its own."""
-        from .registry import METHODS
+        from coalitions.learners.methods.registry import METHODS
 
         takes = METHODS[method].keys if method in METHODS else ()
         common = {k: v for k, v in self.method_options.get("*", {}).items() if k in takes}
@@ -74,10 +74,10 @@ class Experiment:
     name, dataset, title : str
     regimes : tuple of Regime
     oracle : dict or None
-        :class:`learners.oracle.ExhaustiveOracle` keyword options; ``None``
+        :class:`coalitions.learners.exact.ExhaustiveOracle` keyword options; ``None``
         where the exact game is not affordable.
     methods : tuple of str
-        Registered learners (``learners.registry``).
+        Registered learners (``coalitions.learners.methods.registry``).
     quick, full : Settings
     published : dict
         The paper's numbers, keyed by what they describe (see the reports).

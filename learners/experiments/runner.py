@@ -1,6 +1,6 @@
 """Run one of the paper's experiments end to end: ``coalitions reproduce``.
 
-For every regime and seed of an :class:`~learners.experiments.Experiment`:
+For every regime and seed of an :class:`~coalitions.learners.experiments.catalogue.Experiment`:
 
 1. build the federation (the seed fixes the data split and all training);
 2. where affordable, train the exhaustive oracle (SPEC §5) and solve the exact
@@ -19,7 +19,7 @@ interrupted run resumes without losing finished work.  Then ``results.json``
 
 Examples
 --------
->>> from learners.reproduce import reproduce                  # doctest: +SKIP
+>>> from coalitions.learners.experiments.runner import reproduce                  # doctest: +SKIP
 >>> results = reproduce("synthetic", "out", quick=True)       # doctest: +SKIP
 >>> results["regimes"][0]["runs"][0]["exact"]["partition"]    # doctest: +SKIP
 [['0', '1', '2'], ['3', '4', '5']]
@@ -41,7 +41,7 @@ from coalitions.errors import InputError
 from coalitions.io import read_json, write_json
 from coalitions.payoffs import models_in
 
-from .experiments import METHOD_LABELS, Experiment, get_experiment
+from coalitions.learners.experiments.catalogue import METHOD_LABELS, Experiment, get_experiment
 
 __all__ = ["RESULTS_FORMAT", "reproduce", "run_experiment", "summarize", "exact_summary"]
 
@@ -126,7 +126,7 @@ def _exact(fed, exp: Experiment, seed: int, device: str, where: Path, log) -> tu
     if val_file.exists() and test_file.exists():
         log(f"{where.name}: exact game read back from {val_file.name}")
         return co.read_game(val_file), co.read_game(test_file)
-    from .oracle import ExhaustiveOracle
+    from coalitions.learners.exact import ExhaustiveOracle
 
     t = time.perf_counter()
     o = ExhaustiveOracle(device=device, seed=seed, **exp.oracle).fit(fed)
@@ -138,8 +138,8 @@ def _exact(fed, exp: Experiment, seed: int, device: str, where: Path, log) -> tu
 
 
 def _learner(fed, method: str, options: dict, seed: int, device: str, where: Path, log):
-    from .estimate import read_estimate, write_estimate
-    from .registry import create
+    from coalitions.estimate import read_estimate, write_estimate
+    from coalitions.learners.methods.registry import create
 
     path = where.with_name(f"{where.name}-{method}.json")
     if path.exists():
@@ -218,7 +218,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
         ``coalitions/reproduction@1``: the settings, every run (exact summary
         and each learner's summary), and per regime a :func:`summarize` table.
     """
-    from .datasets import load
+    from coalitions.learners.data.datasets import load
 
     log = log or (lambda line: None)
     settings = exp.settings(quick)
@@ -236,7 +236,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
     except OSError as e:
         raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
     start = time.perf_counter()
-    from .engine import resolve_device
+    from coalitions.learners.training.engine import resolve_device
 
     results = {"format": RESULTS_FORMAT, "experiment": exp.name, "title": exp.title, "dataset": exp.dataset,
                "quick": quick, "device": str(resolve_device(device)), "seeds": list(seeds), "methods": list(methods),
@@ -292,8 +292,8 @@ def reproduce(name: str, out: str | Path, *, quick: bool = False, device: str = 
     paths written, relative to ``out``, and ``"plot_hint"`` when matplotlib is
     missing (DOT files are written either way).
     """
-    from .figures import write_figures
-    from .report import report_markdown
+    from coalitions.learners.experiments.figures import write_figures
+    from coalitions.learners.experiments.report import report_markdown
 
     exp = get_experiment(name)
     results = run_experiment(exp, out, quick=quick, device=device, seeds=seeds, methods=methods, log=log)

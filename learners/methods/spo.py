@@ -84,11 +84,11 @@ from coalitions.errors import InputError
 from coalitions.graph import BenefitGraph
 from coalitions.peeling import peel_oracle
 
-from .engine import resolve_device
-from .estimate import Estimate
-from .federation import Federation
-from .metrics import evaluate_batch, loss_function
-from .models import ModelSpec, make_model
+from coalitions.learners.training.engine import resolve_device
+from coalitions.estimate import Estimate
+from coalitions.learners.data.federation import Federation
+from coalitions.learners.data.metrics import evaluate_batch, loss_function
+from coalitions.learners.training.models import ModelSpec, make_model
 
 __all__ = ["SPO", "SPOOracle", "ParetoHypernetwork", "project_simplex", "epo_lp", "resolve_device",
            "RULES"]

@@ -1,7 +1,7 @@
 """Federations from data shipped with installable packages (SPEC §6).
 
 :func:`load` dispatches on the dataset name; each loader takes keyword options
-and returns a :class:`~learners.federation.Federation`.  Nothing downloads: a
+and returns a :class:`~coalitions.learners.data.federation.Federation`.  Nothing downloads: a
 missing optional package raises :class:`~coalitions.errors.InputError` with the
 exact ``pip install`` command.
 
@@ -28,8 +28,8 @@ import inspect
 
 from coalitions.errors import InputError
 
-from ..federation import Federation
-from .synthetic import synthetic
+from coalitions.learners.data.federation import Federation
+from coalitions.learners.data.datasets.synthetic import synthetic
 
 __all__ = ["load", "LOADERS", "loader_options", "synthetic"]
 

@@ -24,8 +24,8 @@ import numpy as np
 
 from coalitions.errors import InputError
 
-from ..federation import Client, Federation, Split
-from ._common import check_float, check_int
+from coalitions.learners.data.federation import Client, Federation, Split
+from coalitions.learners.data.datasets._common import check_float, check_int
 
 __all__ = ["synthetic", "DEFAULTS"]
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from coalitions.errors import InputError
 
-from ..federation import Client, Split
+from coalitions.learners.data.federation import Client, Split
 
 __all__ = ["package_file", "split_indices", "make_client", "check_int", "child_rngs"]
 

@@ -12,7 +12,7 @@ Per regime (first seed):
 * ``<regime>-exact-ce.dot`` and ``<regime>-<method>-graph.dot``: the same graphs
   for Graphviz (``dot -Tpng FILE.dot -o FILE.png``).
 
-matplotlib is an optional extra (``pip install 'coalitions[plot]'``); without it
+matplotlib is an optional extra (``pip install 'collaboration-equilibrium[plot]'``); without it
 only the DOT files are written and :func:`write_figures` returns a hint.
 """
 
@@ -25,11 +25,11 @@ import numpy as np
 
 from coalitions.render import equilibrium_dot, graph_dot
 
-from .experiments import METHOD_LABELS
+from coalitions.learners.experiments.catalogue import METHOD_LABELS
 
 __all__ = ["write_figures", "PLOT_HINT"]
 
-PLOT_HINT = ("matplotlib is not installed, so no PNG figures were drawn: `pip install 'coalitions[plot]'` "
+PLOT_HINT = ("matplotlib is not installed, so no PNG figures were drawn: `pip install 'collaboration-equilibrium[plot]'` "
              "and run the same command again (finished runs are reused), or render the DOT files "
              "with Graphviz (`dot -Tpng FILE.dot -o FILE.png`).")
 

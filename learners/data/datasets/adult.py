@@ -26,8 +26,8 @@ import numpy as np
 
 from coalitions.errors import InputError
 
-from ..federation import Client, Federation, Split
-from ._common import check_int, package_file, split_indices
+from coalitions.learners.data.federation import Client, Federation, Split
+from coalitions.learners.data.datasets._common import check_int, package_file, split_indices
 
 __all__ = ["adult", "COLUMNS", "INSTALL"]
 

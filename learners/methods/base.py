@@ -4,7 +4,7 @@
 ``fedamp-heuristic``, ``federico``, ``superfed-mm``, ``superfed-lm``, ``local``
 and ``fedavg``.  A subclass says how to start (:meth:`~PersonalizedLearner._init_state`),
 what one communication round does (:meth:`~PersonalizedLearner._round`) and how a
-client predicts; the base runs the rounds on the batched :class:`~learners.engine.Engine`,
+client predicts; the base runs the rounds on the batched :class:`~coalitions.learners.training.engine.Engine`,
 saves a checkpoint after every round, reports progress, scores every client on its
 validation and test data, and turns the result into a ``coalitions/estimate@1``.
 
@@ -21,7 +21,7 @@ Optimiser
     each model's Adam state: its models never leave their owners).
 From weights to an equilibrium (SPEC §5)
     With a weight matrix (FedAMP's ``ξ``, FedeRiCo's posteriors) ``BG(R)``
-    comes from :class:`~learners.estimate.WeightOracle` (rule and threshold
+    comes from :class:`~coalitions.estimate.WeightOracle` (rule and threshold
     configurable): for ``R ⊊ all`` rows are **renormalised** over ``R`` by
     default; ``refit=True`` trains the method again on the clients of ``R``
     alone and reads ``BG(R)`` off the new weights (:class:`RefitOracle`).  The
@@ -50,11 +50,11 @@ from coalitions.errors import InputError
 from coalitions.graph import BenefitGraph
 from coalitions.peeling import peel_oracle
 
-from .engine import Engine, Padded, resolve_device
-from .estimate import DEFAULT_THRESHOLDS, WEIGHT_RULES, Estimate, WeightOracle
-from .federation import Federation
-from .metrics import evaluate_batch, loss_function
-from .models import KINDS, make_model
+from coalitions.learners.training.engine import Engine, Padded, resolve_device
+from coalitions.estimate import DEFAULT_THRESHOLDS, WEIGHT_RULES, Estimate, WeightOracle
+from coalitions.learners.data.federation import Federation
+from coalitions.learners.data.metrics import evaluate_batch, loss_function
+from coalitions.learners.training.models import KINDS, make_model
 
 __all__ = ["PersonalizedLearner", "RefitOracle", "StructuralOracle", "COMMON_DEFAULTS", "save_checkpoint", "load_checkpoint",
            "unflatten", "default_model"]
@@ -75,7 +75,7 @@ def default_model(federation: Federation) -> str:
 
 
 def unflatten(flat: torch.Tensor, like: dict) -> dict:
-    """Inverse of :func:`learners.engine.flatten`: ``(M, P)`` back to a stacked dict shaped like ``like``."""
+    """Inverse of :func:`coalitions.learners.training.engine.flatten`: ``(M, P)`` back to a stacked dict shaped like ``like``."""
     out, at = {}, 0
     m = flat.shape[0]
     for k, v in like.items():
@@ -233,7 +233,7 @@ class PersonalizedLearner:
     Common parameters
     -----------------
     model : {"linear", "logistic", "mlp", "cnn"} or None
-        Each client's model (:func:`learners.models.make_model`); ``None``:
+        Each client's model (:func:`coalitions.learners.training.models.make_model`); ``None``:
         :func:`default_model` (``cnn`` for images).
     hidden : int
         MLP hidden units (64).
@@ -248,7 +248,7 @@ class PersonalizedLearner:
         Optimiser settings (SGD with momentum 0.9, lr 0.1 unless the method
         documents other defaults).
     rule : {"relative", "absolute", "mass"}
-        How a weight row becomes collaborators (:class:`~learners.estimate.WeightOracle`).
+        How a weight row becomes collaborators (:class:`~coalitions.estimate.WeightOracle`).
     threshold : float or None
         The rule's threshold (``None``: the rule's default).
     refit : bool
@@ -256,7 +256,7 @@ class PersonalizedLearner:
         renormalising rows (much slower: one fit per set peeling asks about).
     device : {"auto", "cpu", "cuda"}
     engine : {"auto", "batched", "sequential"}
-        Path of the training engine (:mod:`learners.engine`).
+        Path of the training engine (:mod:`coalitions.learners.training.engine`).
     chunk : int or None
         Models per ``vmap`` call on the batched path.
     seed : int
@@ -280,8 +280,8 @@ class PersonalizedLearner:
         ``{"val": {name: metric}, "test": {name: metric}}``.
     loss_history_ : list of float
         Mean training loss of each round.
-    estimate_ : learners.estimate.Estimate
-    engine_ : learners.engine.Engine
+    estimate_ : coalitions.estimate.Estimate
+    engine_ : coalitions.learners.training.engine.Engine
     fit_seconds_ : float
     resumed_from_ : int
         Rounds loaded from the checkpoint (0 when none).
@@ -436,7 +436,7 @@ class PersonalizedLearner:
         return (per * m).sum() / m.sum().clamp(min=1.0)
 
     def _make_optimizer(self):
-        from .engine import make_optimizer
+        from coalitions.learners.training.engine import make_optimizer
 
         return make_optimizer(self.optimizer, self.lr, self.momentum, self.weight_decay)
 

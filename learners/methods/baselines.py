@@ -14,7 +14,7 @@ utilities.
   server averages ``w ← Σ_i n_i w_i / Σ_i n_i`` (``n_i`` training samples;
   full participation, the cross-silo setting).  Every client predicts with ``w``.
 
-Both train all clients in one batched step per minibatch (:mod:`learners.engine`).
+Both train all clients in one batched step per minibatch (:mod:`coalitions.learners.training.engine`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .engine import train_epochs
-from .personalized import PersonalizedLearner
+from coalitions.learners.training.engine import train_epochs
+from coalitions.learners.methods.base import PersonalizedLearner
 
 __all__ = ["Local", "FedAvg", "weighted_average"]
 
@@ -38,7 +38,7 @@ def weighted_average(params: dict, sizes) -> dict:
 class Local(PersonalizedLearner):
     """Every client trains alone on its own data (no communication).
 
-    Parameters are the common ones of :class:`~learners.personalized.PersonalizedLearner`
+    Parameters are the common ones of :class:`~coalitions.learners.methods.base.PersonalizedLearner`
     (defaults: 50 rounds of 1 local epoch, SGD lr 0.1 momentum 0.9, batch 32).
     """
 
@@ -68,7 +68,7 @@ class Local(PersonalizedLearner):
 class FedAvg(PersonalizedLearner):
     """Federated averaging: one global model trained by all clients (full participation).
 
-    Parameters are the common ones of :class:`~learners.personalized.PersonalizedLearner`.
+    Parameters are the common ones of :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
 
     Attributes
     ----------

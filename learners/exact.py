@@ -35,7 +35,7 @@ Two ways, never one Python loop per subset:
   from ``seed``) and sees the same batch order, so a subset's result does not
   depend on which chunk holds it, and a resumed run gives the same game.
   Chunks are sized to a memory budget; a checkpoint file
-  (:mod:`learners.checkpoint`) records finished chunks.
+  (:mod:`coalitions.learners.training.checkpoint`) records finished chunks.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ import numpy as np
 import coalitions as co
 from coalitions.errors import InputError
 
-from .federation import Federation
-from .metrics import evaluate_batch
+from coalitions.learners.data.federation import Federation
+from coalitions.learners.data.metrics import evaluate_batch
 
 __all__ = ["ExhaustiveOracle", "subset_sums", "membership", "closed_form_weights", "closed_form_mse",
            "train_subsets", "resolve_device", "DEFAULTS"]
@@ -136,7 +136,7 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
 
     Parameters
     ----------
-    spec : learners.models.ModelSpec
+    spec : coalitions.learners.training.models.ModelSpec
     task : {"regression", "binary", "multiclass"}
     X, y : torch.Tensor
         All clients' training data concatenated (on the training device).
@@ -160,7 +160,7 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
     """
     import torch
 
-    from .metrics import loss_function
+    from coalitions.learners.data.metrics import loss_function
 
     loss = loss_function(task)
     device = X.device
@@ -177,7 +177,7 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
     steps_per_epoch = math.ceil(n / bs)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
     gen = torch.Generator().manual_seed(int(seed))
-    from .models import stacked_forward
+    from coalitions.learners.training.models import stacked_forward
 
     for epoch in range(epochs):
         order = None if batch_size is None else torch.randperm(n, generator=gen).to(device)
@@ -203,7 +203,7 @@ def _scores(spec, params: dict, X, batch: int = 4096) -> np.ndarray:
     """Outputs ``(M, n, k)`` of every stacked model on ``X`` as float64 NumPy."""
     import torch
 
-    from .models import stacked_forward
+    from coalitions.learners.training.models import stacked_forward
 
     with torch.no_grad():
         outs = [stacked_forward(spec, params, X[s:s + batch]).double().cpu().numpy()
@@ -408,8 +408,8 @@ class ExhaustiveOracle:
     def _fit_batched(self, fed: Federation, cfg: dict):
         import torch
 
-        from .checkpoint import Checkpoint, fingerprint
-        from .models import make_model
+        from coalitions.learners.training.checkpoint import Checkpoint, fingerprint
+        from coalitions.learners.training.models import make_model
 
         device = self.device_
         dtype = torch.float64 if self.dtype == "float64" else torch.float32

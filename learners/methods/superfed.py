@@ -44,9 +44,9 @@ import torch
 
 from coalitions.errors import InputError
 
-from .baselines import weighted_average
-from .engine import Padded, train_epochs
-from .personalized import PersonalizedLearner
+from coalitions.learners.methods.baselines import weighted_average
+from coalitions.learners.training.engine import Padded, train_epochs
+from coalitions.learners.methods.base import PersonalizedLearner
 
 __all__ = ["SuPerFed", "SuPerFedMM", "SuPerFedLM", "layer_index", "mix"]
 
@@ -82,7 +82,7 @@ class SuPerFed(PersonalizedLearner):
     lambda_grid : sequence of float
         Candidates for each client's ``λ*`` (``0, 0.1, …, 1``).
     **common
-        See :class:`~learners.personalized.PersonalizedLearner`.
+        See :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
 
     Attributes
     ----------
@@ -182,7 +182,7 @@ class SuPerFed(PersonalizedLearner):
 
     def _choose_lambda(self):
         """Each client's ``λ*`` on its validation data (metric, then loss, then smaller ``λ``)."""
-        from .metrics import evaluate_batch
+        from coalitions.learners.data.metrics import evaluate_batch
 
         fed = self.federation_
         dev = self.engine_.device_

@@ -1,0 +1,1 @@
+"""Data: federations, metrics and the packaged datasets (SPEC §5–6)."""

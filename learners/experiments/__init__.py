@@ -1,0 +1,1 @@
+"""The paper's experiments as data, their runner, results, report and figures."""

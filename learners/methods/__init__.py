@@ -1,0 +1,1 @@
+"""Learners of a collaboration estimate: SPO, FedAMP, FedeRiCo, SuPerFed and the baselines."""

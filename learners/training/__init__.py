@@ -1,0 +1,1 @@
+"""Training: models, the batched engine, optimisers and checkpoints."""
