@@ -47,9 +47,9 @@ import torch  # noqa: E402
 from coalitions import peel_oracle  # noqa: E402
 from coalitions.bitmask import members  # noqa: E402
 from coalitions.compare import adjusted_rand_index  # noqa: E402
-from coalitions.learners.training.engine import Engine, Padded, SGD, masked_mean, resolve_device, train_epochs  # noqa: E402
 from coalitions.estimate import WEIGHT_RULES, WeightOracle  # noqa: E402
 from coalitions.learners.data.federation import Client, Federation, Split  # noqa: E402
+from coalitions.learners.training.engine import SGD, Engine, Padded, masked_mean, resolve_device, train_epochs  # noqa: E402
 from coalitions.learners.training.models import make_model  # noqa: E402
 
 METHODS = ("local", "fedavg", "fedamp", "fedamp-heuristic", "federico", "superfed-mm", "superfed-lm")
@@ -94,7 +94,7 @@ class _GpuSampler:
 
 
 def _time_rounds(engines: dict, spec, fed: Federation, device, repeats: int, batch: int,
-                 sampler: "_GpuSampler | None" = None) -> dict:
+                 sampler: _GpuSampler | None = None) -> dict:
     """Best time of one round per engine; rounds of the engines interleave, so load bursts hit all alike."""
     data = Padded(fed, "train", device)
     per = torch.nn.functional.cross_entropy

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from coalitions.learners.data.datasets import load  # noqa: E402
 from coalitions.learners.data.federation import Client, Federation, Split  # noqa: E402
 from coalitions.learners.data.metrics import evaluate  # noqa: E402
-from coalitions.learners.training.models import make_model  # noqa: E402
 from coalitions.learners.exact import closed_form_mse, closed_form_weights, train_subsets  # noqa: E402
+from coalitions.learners.training.models import make_model  # noqa: E402
 
 
 def _members(mask: int, n: int) -> list[int]:

@@ -13,9 +13,19 @@ Examples
 [['a', 'b'], ['c']]
 """
 
+from ._version import __version__
 from .analytic import mean_estimation, planted
-from .axioms import (AxiomReport, Violation, all_checks, individual_rationality, individual_stability,
-                     inner_agreement, nash_stability, outer_agreement, strict_core)
+from .axioms import (
+                     AxiomReport,
+                     Violation,
+                     all_checks,
+                     individual_rationality,
+                     individual_stability,
+                     inner_agreement,
+                     nash_stability,
+                     outer_agreement,
+                     strict_core,
+)
 from .brute_force import equilibria
 from .equilibrium import Certificate, Equilibrium, certify, solve
 from .errors import InputError, NoEquilibrium
@@ -27,8 +37,6 @@ from .partition import format_partition, parse_partition
 from .payoffs import mau, payoff_table
 from .peeling import Peeling, peel, peel_oracle
 from .scc import source_components, strongly_connected_components
-
-from ._version import __version__
 
 __all__ = [
     "Game", "read_game", "write_game", "mean_estimation", "planted", "mau", "payoff_table",

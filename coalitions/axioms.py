@@ -23,8 +23,8 @@ coalitions are enumerated exhaustively over at most ``exhaustive_up_to`` clients
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import numpy as np
 

@@ -19,9 +19,9 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -141,7 +141,7 @@ class Game:
     # ------------------------------------------------------------------ constructors
     @classmethod
     def from_array(cls, values, clients: Sequence[str] | None = None, sense: str = "max",
-                   provenance: Mapping | None = None) -> "Game":
+                   provenance: Mapping | None = None) -> Game:
         """Build from a dense ``(N, 2**N)`` array given in ``sense`` (NaN outside ``i ∈ mask``)."""
         arr = np.asarray(values, dtype=np.float64)
         if arr.ndim != 2 or arr.shape[1] != 1 << arr.shape[0]:
@@ -156,7 +156,7 @@ class Game:
 
     @classmethod
     def from_mapping(cls, clients: Sequence[str], values: Mapping[str, Mapping[str, float]],
-                     sense: str = "max", provenance: Mapping | None = None) -> "Game":
+                     sense: str = "max", provenance: Mapping | None = None) -> Game:
         """Build from ``{client: {"A,B": value, ...}}`` as in ``coalitions/game@1`` (SPEC §7).
 
         Every coalition containing a client must be present under that client.
@@ -199,7 +199,7 @@ class Game:
 
     @classmethod
     def from_callable(cls, clients: int | Sequence[str], v: Callable[[int, frozenset], float],
-                      sense: str = "max", provenance: Mapping | None = None) -> "Game":
+                      sense: str = "max", provenance: Mapping | None = None) -> Game:
         """Build from ``v(i, coalition)`` called once per client and coalition ``∋ i``.
 
         ``coalition`` is a ``frozenset`` of client indices.  Meant for small games;

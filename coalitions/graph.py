@@ -15,15 +15,16 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Protocol
 
-from .bitmask import members, submasks, popcount
+import numpy as np
+
+from .bitmask import members, popcount, submasks
 from .game import Game
 from .ocs import OCS, optimal_collaborators
 from .payoffs import check_semantics, mau, payoff_table
-
-import numpy as np
 
 __all__ = ["BenefitGraph", "BenefitOracle", "ExactOracle", "satisfies_stability", "shrink_to_minimal"]
 

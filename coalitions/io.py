@@ -16,8 +16,9 @@ import json
 import math
 import os
 import zipfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -16,7 +16,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from .errors import InputError
 from .game import Game, parse_coalition

@@ -7,7 +7,7 @@ and the benefit graph's edges ``j → i``; render it with
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from .bitmask import members
 

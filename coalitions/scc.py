@@ -22,7 +22,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 
 __all__ = ["strongly_connected_components", "source_components"]
 

@@ -42,13 +42,12 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 import coalitions as co
 from coalitions.errors import InputError
-
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch
 
@@ -333,7 +332,7 @@ class ExhaustiveOracle:
             raise InputError(f"dtype must be float32 or float64, got {self.dtype!r}")
 
     # -------------------------------------------------------------- fitting
-    def fit(self, federation: Federation) -> "ExhaustiveOracle":
+    def fit(self, federation: Federation) -> ExhaustiveOracle:
         """Train every subset model of ``federation``; returns ``self``."""
         self._check()
         fed = federation

@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
+from conftest import fs
 
 from coalitions.analytic import mean_estimation, planted
 from coalitions.brute_force import equilibria
 from coalitions.errors import InputError
 from coalitions.peeling import peel
-from conftest import fs
 
 
 def direct_error(sizes, c, j, mu_e, sigma2):

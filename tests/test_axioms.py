@@ -1,14 +1,21 @@
 """coalitions.axioms: inner/outer agreement with witnesses, and classic stability notions (SPEC §3)."""
 
 import pytest
+from conftest import any_games, naive_inner, naive_outer, naive_partitions, to_mask
 from hypothesis import given, settings
 
-from coalitions.axioms import (all_checks, individual_rationality, individual_stability, inner_agreement,
-                               nash_stability, outer_agreement, strict_core)
 from coalitions.analytic import planted
+from coalitions.axioms import (
+    all_checks,
+    individual_rationality,
+    individual_stability,
+    inner_agreement,
+    nash_stability,
+    outer_agreement,
+    strict_core,
+)
 from coalitions.errors import InputError
 from coalitions.game import Game
-from conftest import any_games, naive_inner, naive_outer, naive_partitions, to_mask
 
 ALL3 = ["a", "b", "c", "a,b", "a,c", "b,c", "a,b,c"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from learner_fixtures import binary, blobs, regression
 
 from coalitions.learners.methods.baselines import FedAvg, Local, weighted_average
 from coalitions.learners.training.engine import Padded, flatten
-from learner_fixtures import binary, blobs, regression
 
 KW = dict(model="mlp", rounds=3, batch_size=4, seed=0, engine="batched")
 

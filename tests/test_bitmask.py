@@ -1,7 +1,8 @@
 """coalitions.bitmask: coalitions as integer bitmasks (SPEC §1)."""
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coalitions.bitmask import all_masks, contains, mask_of, members, popcount, submasks
 

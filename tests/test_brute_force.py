@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
+from conftest import any_games, fs, naive_equilibria, naive_partitions, subsets
 from hypothesis import given, settings
 
 from coalitions.analytic import mean_estimation, planted
 from coalitions.brute_force import bell, equilibria, inner_ok_table, restricted_growth_strings
 from coalitions.errors import InputError
 from coalitions.payoffs import payoff_table
-from conftest import any_games, fs, naive_equilibria, naive_partitions, subsets
 
 BELL = [1, 1, 2, 5, 15, 52, 203, 877, 4140, 21147, 115975]
 

@@ -11,11 +11,19 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import (
+    EXAMPLES,
+    MALFORMED,
+    MALFORMED_FAULTS,
+    NO_CE,
+    ROOT,
+    STALLS,
+    check_equilibrium_json,
+    check_graph_json,
+)
 
-from coalitions import cli
 import coalitions as co
-from conftest import (EXAMPLES, MALFORMED, MALFORMED_FAULTS, NO_CE, ROOT, STALLS, check_equilibrium_json,
-                      check_graph_json)
+from coalitions import cli
 
 TIE = str(EXAMPLES / "tie.json")
 ME = str(EXAMPLES / "mean-estimation-5-5-25.json")

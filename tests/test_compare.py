@@ -2,13 +2,14 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import coalitions as co
 from coalitions.compare import KEYS, adjusted_rand_index, compare, compare_text, edge_scores
 from coalitions.errors import InputError
-from coalitions.graph import BenefitGraph
 from coalitions.estimate import Estimate
+from coalitions.graph import BenefitGraph
 
 # a: best with b (3); b: best with a (2); c: best alone (5).  CE {a,b} | {c}; exact edges b->a, a->b.
 VALUES = {

@@ -7,13 +7,22 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from learner_fixtures import blobs
 
 from coalitions.errors import InputError
 from coalitions.learners.methods.baselines import Local
-from coalitions.learners.training.engine import (Adam, Engine, Padded, SGD, epoch_plan, flatten, masked_mean, resolve_device,
-                             train_epochs)
+from coalitions.learners.training.engine import (
+    SGD,
+    Adam,
+    Engine,
+    Padded,
+    epoch_plan,
+    flatten,
+    masked_mean,
+    resolve_device,
+    train_epochs,
+)
 from coalitions.learners.training.models import make_model
-from learner_fixtures import blobs
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,13 +1,14 @@
 """coalitions.equilibrium: solve = peel + certificate, with the shared-semantics fallback (SPEC §3)."""
 
 import pytest
+from conftest import STALLS
 
 from coalitions.analytic import mean_estimation, planted
 from coalitions.brute_force import equilibria
 from coalitions.equilibrium import certify, solve
 from coalitions.errors import InputError, NoEquilibrium
 from coalitions.game import Game
-from conftest import STALLS
+
 
 def test_tie_example(tie_game):
     eq = solve(tie_game)

@@ -6,13 +6,20 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coalitions.errors import InputError
+from coalitions.estimate import (
+    Estimate,
+    WeightOracle,
+    estimate_from_json,
+    estimate_to_json,
+    read_estimate,
+    write_estimate,
+)
 from coalitions.graph import BenefitGraph
 from coalitions.peeling import peel_oracle
-from coalitions.estimate import (Estimate, WeightOracle, estimate_from_json, estimate_to_json, read_estimate,
-                               write_estimate)
 
 NAMES = ("a", "b", "c", "d")
 

@@ -8,12 +8,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+from learner_fixtures import blobs
 
 from coalitions.errors import InputError
 from coalitions.learners.methods.baselines import Local
+from coalitions.learners.methods.fedamp import (
+    FedAMP,
+    FedAMPHeuristic,
+    attention_heuristic,
+    attention_plain,
+    proximal_loss,
+)
 from coalitions.learners.training.engine import Engine, flatten
-from coalitions.learners.methods.fedamp import FedAMP, FedAMPHeuristic, attention_heuristic, attention_plain, proximal_loss
-from learner_fixtures import blobs
 
 finite = st.floats(-5, 5, allow_nan=False, width=32)
 

@@ -7,11 +7,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from learner_fixtures import blobs, regression
 
 from coalitions.errors import InputError
-from coalitions.learners.training.engine import stack_select
 from coalitions.learners.methods.federico import FedeRiCo, data_weights, posterior, sample_neighbours
-from learner_fixtures import blobs, regression
+from coalitions.learners.training.engine import stack_select
 
 KW = dict(model="logistic", batch_size=6, seed=4, engine="batched")
 

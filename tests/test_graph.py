@@ -1,13 +1,13 @@
 """coalitions.graph: benefit graphs BG(R), the exact oracle, stability condition (a) and the shrink."""
 
 import pytest
+from conftest import any_games, fs, naive_condition_a, naive_ocs, naive_stable_sets
 from hypothesis import given, settings
 
 from coalitions.errors import InputError
 from coalitions.game import Game
 from coalitions.graph import BenefitGraph, ExactOracle, satisfies_stability, shrink_to_minimal
 from coalitions.payoffs import mau, payoff_table
-from conftest import any_games, fs, naive_condition_a, naive_ocs, naive_stable_sets
 
 
 def test_benefit_graph_accessors():

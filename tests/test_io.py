@@ -4,16 +4,25 @@ import json
 
 import numpy as np
 import pytest
+from conftest import MALFORMED, MALFORMED_FAULTS, check_equilibrium_json, check_graph_json
 
 from coalitions.analytic import mean_estimation, planted
+from coalitions.axioms import all_checks
 from coalitions.equilibrium import solve
 from coalitions.errors import InputError
 from coalitions.game import Game
 from coalitions.graph import ExactOracle
-from coalitions.axioms import all_checks
-from coalitions.io import (benefit_graph_to_json, checks_to_json, equilibria_to_json, equilibrium_to_json,
-                           game_from_json, read_game, read_json, write_game, write_json)
-from conftest import MALFORMED, MALFORMED_FAULTS, check_equilibrium_json, check_graph_json
+from coalitions.io import (
+    benefit_graph_to_json,
+    checks_to_json,
+    equilibria_to_json,
+    equilibrium_to_json,
+    game_from_json,
+    read_game,
+    read_json,
+    write_game,
+    write_json,
+)
 
 
 def same_game(a: Game, b: Game):

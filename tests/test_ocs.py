@@ -1,11 +1,11 @@
 """coalitions.ocs: optimal collaborator sets with the SPEC §2 tie rule and ambiguity."""
 
 import pytest
+from conftest import any_games, fs, game_from_flat, naive_ocs
 from hypothesis import given, settings
 
 from coalitions.game import Game
 from coalitions.ocs import optimal_collaborators
-from conftest import any_games, fs, game_from_flat, naive_ocs
 
 
 def test_tie_example_ocs(tie_game):

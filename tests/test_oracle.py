@@ -15,9 +15,16 @@ from coalitions.errors import InputError
 from coalitions.learners.data.datasets import load
 from coalitions.learners.data.federation import Client, Federation, Split
 from coalitions.learners.data.metrics import evaluate
+from coalitions.learners.exact import (
+    ExhaustiveOracle,
+    closed_form_mse,
+    closed_form_weights,
+    membership,
+    resolve_device,
+    subset_sums,
+    train_subsets,
+)
 from coalitions.learners.training.models import make_model
-from coalitions.learners.exact import (ExhaustiveOracle, closed_form_mse, closed_form_weights, membership,
-                             resolve_device, subset_sums, train_subsets)
 
 
 def members(mask, n):

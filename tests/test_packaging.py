@@ -6,11 +6,11 @@ pyproject.toml maps ``learners/`` to ``coalitions.learners`` and ``cli.py`` (thr
 
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 

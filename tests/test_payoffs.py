@@ -2,11 +2,12 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from conftest import fs, naive_mau, tied_games
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coalitions.errors import InputError
 from coalitions.payoffs import check_semantics, mau, models_in, payoff_table, subset_max
-from conftest import fs, naive_mau, tied_games
 
 
 def test_subset_max_small_example():

@@ -7,16 +7,16 @@ import json
 import numpy as np
 import pytest
 import torch
+from learner_fixtures import blobs
 
 from coalitions.errors import InputError
-from coalitions.learners.methods.baselines import FedAvg, Local
-from coalitions.learners.training.engine import flatten
 from coalitions.estimate import estimate_from_json, estimate_to_json
+from coalitions.learners.methods.base import RefitOracle, StructuralOracle
+from coalitions.learners.methods.baselines import FedAvg, Local
 from coalitions.learners.methods.fedamp import FedAMP, FedAMPHeuristic
 from coalitions.learners.methods.federico import FedeRiCo
-from coalitions.learners.methods.base import RefitOracle, StructuralOracle
 from coalitions.learners.methods.superfed import SuPerFedLM, SuPerFedMM
-from learner_fixtures import blobs
+from coalitions.learners.training.engine import flatten
 
 KW = dict(model="logistic", rounds=5, batch_size=6, seed=1, engine="batched")
 METHODS = [Local, FedAvg, FedAMP, FedAMPHeuristic, FedeRiCo, SuPerFedMM, SuPerFedLM]

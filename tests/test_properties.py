@@ -7,7 +7,21 @@ values tie.  Every property is checked against an independent naive reference fr
 
 import networkx as nx
 import numpy as np
-from hypothesis import event, given, settings, strategies as st
+from conftest import (
+    any_games,
+    continuous_games,
+    fs,
+    has_ties,
+    naive_equilibria,
+    naive_inner,
+    naive_ocs,
+    naive_outer,
+    subsets,
+    tied_games,
+    to_mask,
+)
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from coalitions.analytic import planted
 from coalitions.brute_force import equilibria
@@ -19,8 +33,6 @@ from coalitions.partition import canonical
 from coalitions.payoffs import mau
 from coalitions.peeling import peel
 from coalitions.scc import source_components, strongly_connected_components
-from conftest import (any_games, continuous_games, fs, has_ties, naive_equilibria, naive_inner, naive_ocs,
-                      naive_outer, subsets, tied_games, to_mask)
 
 FAST = settings(max_examples=150, deadline=None)
 SLOW = settings(max_examples=60, deadline=None)

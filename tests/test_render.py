@@ -4,8 +4,8 @@ import re
 
 from coalitions.axioms import inner_agreement, outer_agreement
 from coalitions.equilibrium import solve
-from coalitions.graph import ExactOracle
 from coalitions.game import Game
+from coalitions.graph import ExactOracle
 from coalitions.render import equilibrium_dot, equilibrium_text, fmt, graph_dot, graph_text, report_text, table
 
 

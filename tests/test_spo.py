@@ -5,13 +5,14 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import coalitions as co
 from coalitions.compare import compare
 from coalitions.errors import InputError
-from coalitions.learners.data.datasets import load
 from coalitions.estimate import estimate_from_json, estimate_to_json
+from coalitions.learners.data.datasets import load
 from coalitions.learners.data.federation import Client, Federation, Split
 from coalitions.learners.exact import ExhaustiveOracle
 from coalitions.learners.methods.spo import SPO, SPOOracle, epo_lp, project_simplex, sample_directions

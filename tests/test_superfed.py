@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from learner_fixtures import blobs, regression
 
 from coalitions.errors import InputError
 from coalitions.learners.methods.baselines import FedAvg
-from coalitions.learners.training.engine import flatten
 from coalitions.learners.methods.superfed import SuPerFedLM, SuPerFedMM, layer_index, mix
-from learner_fixtures import blobs, regression
+from coalitions.learners.training.engine import flatten
 
 KW = dict(model="mlp", rounds=4, batch_size=5, seed=3, engine="batched")
 

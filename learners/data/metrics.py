@@ -32,7 +32,6 @@ import numpy as np
 from scipy.stats import rankdata
 
 from coalitions.errors import InputError
-
 from coalitions.learners.data.federation import METRIC_SENSE
 
 __all__ = ["evaluate", "evaluate_batch", "sense", "loss_function", "METRIC_SENSE"]

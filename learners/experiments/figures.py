@@ -23,9 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from coalitions.render import equilibrium_dot, graph_dot
-
 from coalitions.learners.experiments.catalogue import METHOD_LABELS
+from coalitions.render import equilibrium_dot, graph_dot
 
 __all__ = ["write_figures", "PLOT_HINT"]
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -39,9 +39,8 @@ import coalitions as co
 from coalitions.compare import compare
 from coalitions.errors import InputError
 from coalitions.io import read_json, write_json
-from coalitions.payoffs import models_in
-
 from coalitions.learners.experiments.catalogue import METHOD_LABELS, Experiment, get_experiment
+from coalitions.payoffs import models_in
 
 __all__ = ["RESULTS_FORMAT", "reproduce", "run_experiment", "summarize", "exact_summary"]
 

@@ -39,22 +39,21 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
 from coalitions.bitmask import mask_of, members
 from coalitions.errors import InputError
-from coalitions.graph import BenefitGraph
-from coalitions.peeling import peel_oracle
-
-from coalitions.learners.training.engine import Engine, Padded, resolve_device
 from coalitions.estimate import DEFAULT_THRESHOLDS, WEIGHT_RULES, Estimate, WeightOracle
+from coalitions.graph import BenefitGraph
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
+from coalitions.learners.training.engine import Engine, Padded, resolve_device
 from coalitions.learners.training.models import KINDS, make_model
+from coalitions.peeling import peel_oracle
 
 __all__ = ["PersonalizedLearner", "RefitOracle", "StructuralOracle", "COMMON_DEFAULTS", "save_checkpoint", "load_checkpoint",
            "unflatten", "default_model"]
@@ -178,7 +177,7 @@ class RefitOracle:
     Single clients have no collaborators.  Graphs are cached per ``R``.
     """
 
-    def __init__(self, learner: "PersonalizedLearner", federation: Federation, weights: np.ndarray):
+    def __init__(self, learner: PersonalizedLearner, federation: Federation, weights: np.ndarray):
         self.clients = federation.names
         self._learner = learner
         self._fed = federation
@@ -306,7 +305,7 @@ class PersonalizedLearner:
         """Every constructor setting (method's own first, then the common ones)."""
         return {k: getattr(self, k) for k in (*self._own_params, *COMMON_DEFAULTS)}
 
-    def set_params(self, **params) -> "PersonalizedLearner":
+    def set_params(self, **params) -> PersonalizedLearner:
         for k, v in params.items():
             if k not in self.get_params():
                 raise InputError(f"{self.method}: unknown option {k!r}")
@@ -360,7 +359,7 @@ class PersonalizedLearner:
         """Validate the method's own settings (subclasses)."""
 
     # -- fitting
-    def fit(self, federation: Federation) -> "PersonalizedLearner":
+    def fit(self, federation: Federation) -> PersonalizedLearner:
         """Train every client for ``rounds`` rounds, score them, and build the estimate."""
         if not isinstance(federation, Federation):
             raise InputError(f"{self.method}: fit() takes a Federation, got {type(federation).__name__}")

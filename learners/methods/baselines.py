@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from coalitions.learners.training.engine import train_epochs
 from coalitions.learners.methods.base import PersonalizedLearner
+from coalitions.learners.training.engine import train_epochs
 
 __all__ = ["Local", "FedAvg", "weighted_average"]
 

@@ -50,9 +50,8 @@ import numpy as np
 import torch
 
 from coalitions.errors import InputError
-
-from coalitions.learners.training.engine import flatten, train_epochs
 from coalitions.learners.methods.base import PersonalizedLearner, unflatten
+from coalitions.learners.training.engine import flatten, train_epochs
 
 __all__ = ["FedAMP", "FedAMPHeuristic", "attention_plain", "attention_heuristic", "proximal_loss"]
 

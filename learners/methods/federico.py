@@ -58,9 +58,8 @@ import numpy as np
 import torch
 
 from coalitions.errors import InputError
-
-from coalitions.learners.training.engine import Padded, epoch_plan, stack_select
 from coalitions.learners.methods.base import PersonalizedLearner
+from coalitions.learners.training.engine import Padded, epoch_plan, stack_select
 
 __all__ = ["FedeRiCo", "posterior", "sample_neighbours", "data_weights", "WEIGHTS"]
 

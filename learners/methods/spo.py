@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -81,14 +81,13 @@ from torch.func import functional_call, jacrev, vmap
 
 from coalitions.bitmask import mask_of, members
 from coalitions.errors import InputError
-from coalitions.graph import BenefitGraph
-from coalitions.peeling import peel_oracle
-
-from coalitions.learners.training.engine import resolve_device
 from coalitions.estimate import Estimate
+from coalitions.graph import BenefitGraph
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
+from coalitions.learners.training.engine import resolve_device
 from coalitions.learners.training.models import ModelSpec, make_model
+from coalitions.peeling import peel_oracle
 
 __all__ = ["SPO", "SPOOracle", "ParetoHypernetwork", "project_simplex", "epo_lp", "resolve_device",
            "RULES"]
@@ -295,7 +294,7 @@ class SPOOracle:
     cached per ``R``.  Built by :meth:`SPO.fit`.
     """
 
-    def __init__(self, model: "SPO", fed: Federation):
+    def __init__(self, model: SPO, fed: Federation):
         self._m = model
         self.clients = fed.names
         self.rule = model.rule
@@ -518,7 +517,7 @@ class SPO:
             raise InputError(f"--rule must be one of {', '.join(RULES)}, got {self.rule!r}")
 
     # -- training
-    def fit(self, federation: Federation) -> "SPO":
+    def fit(self, federation: Federation) -> SPO:
         """Train the hypernetwork, search every client's best direction, peel the learned graph."""
         self._check()
         t0 = time.perf_counter()

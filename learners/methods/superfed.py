@@ -43,10 +43,9 @@ import numpy as np
 import torch
 
 from coalitions.errors import InputError
-
+from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.methods.baselines import weighted_average
 from coalitions.learners.training.engine import Padded, train_epochs
-from coalitions.learners.methods.base import PersonalizedLearner
 
 __all__ = ["SuPerFed", "SuPerFedMM", "SuPerFedLM", "layer_index", "mix"]
 

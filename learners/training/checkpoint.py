@@ -54,7 +54,7 @@ class Checkpoint:
         self.arrays = {k: np.full(s, np.nan) for k, s in arrays.items()}
         self.done = np.zeros(n_chunks, dtype=bool)
 
-    def load(self) -> "Checkpoint":
+    def load(self) -> Checkpoint:
         """Read finished chunks from ``path`` if it exists (else keep an empty state)."""
         if not self.path.exists():
             return self

@@ -26,8 +26,8 @@ weight and bias ``~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, drawn from the given
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

@@ -27,9 +27,8 @@ from __future__ import annotations
 import inspect
 
 from coalitions.errors import InputError
-
-from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.datasets.synthetic import synthetic
+from coalitions.learners.data.federation import Federation
 
 __all__ = ["load", "LOADERS", "loader_options", "synthetic"]
 

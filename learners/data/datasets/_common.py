@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 
 from coalitions.errors import InputError
-
 from coalitions.learners.data.federation import Client, Split
 
 __all__ = ["package_file", "split_indices", "make_client", "check_int", "child_rngs"]

@@ -25,9 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from coalitions.errors import InputError
-
-from coalitions.learners.data.federation import Client, Federation, Split
 from coalitions.learners.data.datasets._common import check_int, package_file, split_indices
+from coalitions.learners.data.federation import Client, Federation, Split
 
 __all__ = ["adult", "COLUMNS", "INSTALL"]
 

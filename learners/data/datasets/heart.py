@@ -35,9 +35,8 @@ import csv
 import numpy as np
 
 from coalitions.errors import InputError
-
-from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.datasets._common import check_int, make_client, package_file, split_indices
+from coalitions.learners.data.federation import Federation
 
 __all__ = ["heart", "HOSPITALS", "FRACTIONS", "read_rows"]
 

@@ -39,9 +39,8 @@ import gzip
 import numpy as np
 
 from coalitions.errors import InputError
-
-from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.datasets._common import check_float, check_int, make_client, package_file, split_indices
+from coalitions.learners.data.federation import Federation
 
 __all__ = ["digits", "mnist", "partition_counts", "assign", "PARTITIONS", "FRACTIONS", "MIN_SAMPLES"]
 

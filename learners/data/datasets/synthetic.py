@@ -18,14 +18,13 @@ then its train, validation and test sets in that order, so ``v`` and every
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from coalitions.errors import InputError
-
-from coalitions.learners.data.federation import Client, Federation, Split
 from coalitions.learners.data.datasets._common import check_float, check_int
+from coalitions.learners.data.federation import Client, Federation, Split
 
 __all__ = ["synthetic", "DEFAULTS"]
 
