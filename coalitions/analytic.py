@@ -18,13 +18,14 @@ Examples
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from .bitmask import all_masks, contains
 from .errors import InputError
-from .game import Game
+from .game import Game, check_client_names, check_size
 
 __all__ = ["mean_estimation", "planted"]
 
@@ -59,7 +60,9 @@ def mean_estimation(sizes: Sequence[float], mu_e: float = 10.0, sigma2: float = 
         raise InputError(f"mu_e must be positive, got {mu_e}")
     if not (np.isfinite(sigma2) and sigma2 >= 0):
         raise InputError(f"sigma2 must be non-negative, got {sigma2}")
-    N = n.size
+    N = check_size(n.size)
+    names = [str(i) for i in range(N)] if clients is None else list(clients)
+    check_client_names(names, "clients")
     masks = all_masks(N)
     total = _subset_sums(n)
     squares = _subset_sums(n ** 2)
@@ -70,7 +73,6 @@ def mean_estimation(sizes: Sequence[float], mu_e: float = 10.0, sigma2: float = 
             nc = total[inside]
             s = squares[inside] - n[j] ** 2 + (nc - n[j]) ** 2
             values[j, inside] = -(mu_e / nc + sigma2 * s / nc ** 2)
-    names = [str(i) for i in range(N)] if clients is None else list(clients)
     prov = {"generator": "mean-estimation", "sizes": n.tolist(), "mu_e": mu_e, "sigma2": sigma2}
     return Game.from_array(values, names, "max", prov)
 
@@ -99,12 +101,14 @@ def planted(groups: Sequence[int], noise: float = 0.05, ties: float = 0.0, seed:
     sizes = [int(g) for g in groups]
     if not sizes or any(g <= 0 for g in sizes):
         raise InputError(f"group sizes must be positive integers, got {list(groups)}")
-    if noise < 0 or ties < 0:
-        raise InputError("noise and ties must be non-negative")
-    label = np.repeat(np.arange(len(sizes)), sizes)
-    N = label.size
+    if not (math.isfinite(noise) and noise >= 0 and math.isfinite(ties) and ties >= 0):
+        raise InputError(f"noise and ties must be finite and non-negative, got {noise} and {ties}")
+    N = check_size(sum(sizes))  # before anything of size N or 2^N is allocated
     if clients is not None and len(clients) != N:
         raise InputError(f"{len(clients)} names for {N} clients")
+    names = [f"c{i}" for i in range(N)] if clients is None else list(clients)
+    check_client_names(names, "clients")
+    label = np.repeat(np.arange(len(sizes)), sizes)
     rng = np.random.default_rng(seed)
     same = label[:, None] == label[None, :]
     W = np.where(same, rng.uniform(0.5, 1.0, (N, N)), rng.uniform(-1.0, -0.5, (N, N)))
@@ -120,6 +124,5 @@ def planted(groups: Sequence[int], noise: float = 0.05, ties: float = 0.0, seed:
         if ties:
             v = np.round(v / ties) * ties
         values[i, inside] = v
-    names = [f"c{i}" for i in range(N)] if clients is None else list(clients)
     prov = {"generator": "planted", "groups": sizes, "noise": noise, "ties": ties, "seed": seed}
     return Game.from_array(values, names, "max", prov)

@@ -19,6 +19,7 @@ Examples
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -28,17 +29,44 @@ import numpy as np
 from .bitmask import all_masks, contains, members
 from .errors import InputError
 
-__all__ = ["Game", "MAX_CLIENTS", "SENSES", "coalition_key", "parse_coalition"]
+__all__ = ["Game", "MAX_CLIENTS", "SENSES", "coalition_key", "parse_coalition", "check_client_names",
+           "check_size"]
 
 #: Largest game held exhaustively: ``N·2^N`` float64 values (26 clients = 14 GiB).
 MAX_CLIENTS = 26
 SENSES = ("max", "min")
 
 
-def check_client_names(clients: Sequence[object], where: str = "'clients'", prefix: str = "") -> tuple[str, ...]:
-    """Distinct non-empty names without ``,`` / ``|`` / surrounding spaces (any number of them).
+def _name_fault(name: str) -> str | None:
+    """Why ``name`` cannot be a client name, or None.
 
-    ``where`` names the list in the empty-list message, ``prefix`` starts the others.
+    A name is shown in text tables, partitions (``"A,B|C"``) and files, so it
+    must be valid Unicode (no lone surrogate: a ``"\\ud800"`` escape in JSON, or
+    an undecodable byte on the command line), hold no control character (a
+    newline or NUL would split a table line or a C string) and no line or
+    paragraph separator, and not contain the separators ``,`` and ``|``.
+    """
+    if "," in name or "|" in name or name != name.strip():
+        return "may not contain ',' or '|' or surrounding spaces"
+    for ch in name:
+        cat = unicodedata.category(ch)
+        if cat == "Cs":
+            return "is not valid Unicode (it holds a lone surrogate, e.g. from an undecodable byte)"
+        if cat == "Cc":
+            return "may not contain control characters (newline, tab, NUL, ...)"
+        if cat in ("Zl", "Zp"):
+            return "may not contain line or paragraph separators"
+    return None
+
+
+def check_client_names(clients: Sequence[object], where: str = "'clients'", prefix: str = "") -> tuple[str, ...]:
+    """Distinct non-empty names that are valid Unicode, without control characters, ``,`` or ``|``.
+
+    The one check of client names: every reader (JSON, ``.npz``, estimates),
+    every generator and the command line's ``--names`` call it.  ``where``
+    names the list in the empty-list message, ``prefix`` starts the others.
+    Names are shown with ``repr`` in messages, so a hostile name never breaks
+    the one-line error.
     """
     if isinstance(clients, (str, bytes)) or not isinstance(clients, Sequence) or len(clients) == 0:
         raise InputError(f"{where} must be a non-empty list of names")
@@ -46,18 +74,30 @@ def check_client_names(clients: Sequence[object], where: str = "'clients'", pref
     for name in clients:
         if not isinstance(name, str) or not name.strip():
             raise InputError(f"{prefix}client name {name!r} must be a non-empty string")
-        if name != name.strip() or "," in name or "|" in name:
-            raise InputError(f"{prefix}client name {name!r} may not contain ',' or '|' or surrounding spaces")
+        fault = _name_fault(name)
+        if fault is not None:
+            raise InputError(f"{prefix}client name {name!r} {fault}")
         if name in seen:
             raise InputError(f"{prefix}client {name!r} is listed twice")
         seen.add(name)
     return tuple(clients)
 
 
+def check_size(n: int, what: str = "") -> int:
+    """``n`` if an exhaustive game of ``n`` clients can be held, else :class:`InputError`.
+
+    The one size limit (:data:`MAX_CLIENTS`), used by the readers before they
+    read values and by the generators before they allocate ``N·2^N`` floats.
+    """
+    if n > MAX_CLIENTS:
+        raise InputError(f"{what}{n} clients: exhaustive games hold at most {MAX_CLIENTS} "
+                         f"({n}·2^{n} values would need {n * 8 * 2.0 ** n / 2 ** 30:,.0f} GiB)")
+    return n
+
+
 def _check_names(clients: Sequence[object]) -> tuple[str, ...]:
     clients = check_client_names(clients)
-    if len(clients) > MAX_CLIENTS:
-        raise InputError(f"{len(clients)} clients: exhaustive games hold at most {MAX_CLIENTS}")
+    check_size(len(clients))
     return clients
 
 

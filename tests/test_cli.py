@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -318,7 +319,8 @@ def test_help_and_version(capsys):
 
 # ---------------------------------------------------------------------------- the installed command
 def _command():
-    exe = shutil.which("coalitions")
+    here = Path(sys.executable).with_name("coalitions")  # this environment's command, not another on PATH
+    exe = str(here) if here.exists() else shutil.which("coalitions")
     return [exe] if exe else [sys.executable, "-m", "coalitions.cli"]
 
 
