@@ -7,6 +7,10 @@ or coalition at fault and never a traceback.
 
 from __future__ import annotations
 
+import io
+import math
+import os
+import signal
 import sys
 
 import click
@@ -15,6 +19,8 @@ import coalitions as co
 from coalitions import io as cio
 from coalitions import render
 from coalitions.brute_force import MAX_ENUMERATE
+from coalitions.files import check_output_path, write_text
+from coalitions.game import check_client_names
 
 FORMATS = click.Choice(["text", "json", "dot"])
 SEMANTICS = click.Choice(["personalized", "shared"])
@@ -24,15 +30,113 @@ class Negative(Exception):
     """A well-formed question whose answer is no (exit code 1)."""
 
 
-def _emit(text: str, output: str | None) -> None:
-    if output:
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that writers remove their temporary files (exit 143)."""
+
+
+# ---------------------------------------------------------------------------- bad-input plumbing
+# The contract for bad input (docs/cli.md#bad-input): exit 2 and one line naming the file, option,
+# client or coalition.  These option types and _emit are shared by every command.
+#: Every seed option: numpy and torch generators both take any integer in this range.
+SEED = click.IntRange(0, 2**32 - 1)
+
+
+class _Finite(click.ParamType):
+    """A finite float at least ``low`` (click's FloatRange lets NaN through: ``nan < 0`` is False)."""
+
+    name = "float"
+
+    def __init__(self, low: float | None = None):
+        self.low = low
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            x = value
+        else:
+            try:
+                x = float(value)
+            except (TypeError, ValueError):
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.low is not None and x < self.low:
+            self.fail(f"{value!r} is below {self.low:g}", param, ctx)
+        return x
+
+
+FINITE = _Finite()
+NON_NEGATIVE = _Finite(0.0)
+
+
+class _InputFile(click.ParamType):
+    """A file argument; the readers check everything else (coalitions.files.open_input)."""
+
+    name = "file"
+    #: The files the command reads, named by the out-of-memory message (main).
+    given: list = []
+
+    def convert(self, value, param, ctx):
+        if not str(value):
+            self.fail("empty file name", param, ctx)
+        self.given.append(str(value))
+        return str(value)
+
+
+class _OutputFile(click.ParamType):
+    """An output file, checked before any work: not empty, in an existing folder, not a non-regular file."""
+
+    name = "file"
+
+    def convert(self, value, param, ctx):
+        if not str(value):
+            self.fail("empty file name", param, ctx)
         try:
-            with open(output, "w", encoding="utf-8") as f:
-                f.write(text if text.endswith("\n") else text + "\n")
-        except OSError as e:
-            raise co.InputError(f"{output}: cannot write ({e.strerror})") from None
-    else:
-        click.echo(text.rstrip("\n"))
+            check_output_path(str(value))
+        except co.InputError as e:
+            self.fail(str(e), param, ctx)
+        return str(value)
+
+
+class _OutputFolder(click.ParamType):
+    """An output folder (created if missing); an existing non-folder is refused."""
+
+    name = "directory"
+
+    def convert(self, value, param, ctx):
+        if not str(value):
+            self.fail("empty folder name", param, ctx)
+        if os.path.exists(value) and not os.path.isdir(value):
+            self.fail(f"{value}: exists and is not a folder", param, ctx)
+        return str(value)
+
+
+INPUT = _InputFile()
+OUTPUT = _OutputFile()
+OUTPUT_FOLDER = _OutputFolder()
+
+
+def _stdout_failed(e: OSError):
+    """Standard output cannot be written (a full disk, a closed pipe): one line, exit 2."""
+    try:  # what is still buffered must not fail again, with a traceback, when Python exits
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+    return co.InputError(f"standard output: cannot write ({e.strerror or e.__class__.__name__})")
+
+
+def _emit(text: str, output: str | None) -> None:
+    """The command's result: to ``output`` through the one writer, else to standard output."""
+    text = text if text.endswith("\n") else text + "\n"
+    if output:
+        write_text(output, text)
+        return
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as e:
+        raise _stdout_failed(e) from None
 
 
 def _progress(label: str):
@@ -84,7 +188,7 @@ def cli():
 
 
 @cli.command()
-@click.argument("game_file", metavar="GAME")
+@click.argument("game_file", metavar="GAME", type=INPUT)
 @with_common
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
 @click.option("--exhaustive-up-to", type=click.IntRange(0), default=None,
@@ -92,8 +196,8 @@ def cli():
                    "[default: always exhaustive].")
 @click.option("--max-enumerate", type=click.IntRange(1), default=MAX_ENUMERATE, show_default=True,
               help="Largest game searched exhaustively when peeling finds no CE (shared semantics).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled certificates.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed for sampled certificates.")
+@click.option("-o", "--output", type=OUTPUT, help="Write here instead of stdout.")
 def solve(game_file, semantics, tol, fmt, exhaustive_up_to, max_enumerate, seed, output):
     """Peel GAME into a collaboration equilibrium and certify it."""
     game = co.read_game(game_file)
@@ -114,13 +218,13 @@ def solve(game_file, semantics, tol, fmt, exhaustive_up_to, max_enumerate, seed,
 
 
 @cli.command()
-@click.argument("game_file", metavar="GAME")
+@click.argument("game_file", metavar="GAME", type=INPUT)
 @click.option("--partition", "partition_text", required=True, help='Blocks separated by "|", members by ",": "A,B|C".')
 @with_common
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--exhaustive-up-to", type=click.IntRange(0), default=None,
               help="Exhaustive over at most this many clients, sampled beyond [default: always exhaustive].")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 def verify(game_file, partition_text, semantics, tol, fmt, exhaustive_up_to, seed):
     """Check a partition against both CE axioms (and the classic stability notions).
 
@@ -144,7 +248,7 @@ def verify(game_file, partition_text, semantics, tol, fmt, exhaustive_up_to, see
 
 
 @cli.command()
-@click.argument("game_file", metavar="GAME")
+@click.argument("game_file", metavar="GAME", type=INPUT)
 @with_common
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--max-clients", type=click.IntRange(1), default=MAX_ENUMERATE, show_default=True,
@@ -169,7 +273,7 @@ def enumerate(game_file, semantics, tol, fmt, max_clients):
 
 
 @cli.command()
-@click.argument("game_file", metavar="GAME")
+@click.argument("game_file", metavar="GAME", type=INPUT)
 @click.option("--within", default=None, help="Remaining set R as 'A,B,C' [default: all clients].")
 @click.option("--tol", type=float, default=1e-9, show_default=True)
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
@@ -208,35 +312,58 @@ def _numbers(text: str, what: str, cast=float) -> list:
 
 @game.command("mean-estimation")
 @click.option("--sizes", required=True, help="Sample count of each client, e.g. 5,5,25.")
-@click.option("--mu-e", type=float, default=10.0, show_default=True, help="Mean noise variance.")
-@click.option("--sigma2", type=float, default=1.0, show_default=True, help="Spread of the true means.")
+@click.option("--mu-e", type=FINITE, default=10.0, show_default=True, help="Mean noise variance.")
+@click.option("--sigma2", type=FINITE, default=1.0, show_default=True, help="Spread of the true means.")
 @click.option("--names", default=None, help="Client names, comma-separated [default: 0,1,...].")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=OUTPUT)
 def mean_estimation(sizes, mu_e, sigma2, names, output):
     """Mean estimation under uniform federation (Donahue & Kleinberg; SPEC §4)."""
     n = _numbers(sizes, "--sizes")
-    names = names.split(",") if names else None
-    if names is not None and len(names) != len(n):
-        raise co.InputError(f"--names gives {len(names)} names for {len(n)} sizes")
-    _write(co.mean_estimation(n, mu_e, sigma2, names), output)
+    if names is not None:
+        names = list(check_client_names(names.split(","), "--names", prefix="--names: "))
+        if len(names) != len(n):
+            raise co.InputError(f"--names gives {len(names)} names for {len(n)} sizes")
+    _check_game_size(len(n), output, "--sizes")
+    try:
+        g = co.mean_estimation(n, mu_e, sigma2, names)
+    except MemoryError:
+        raise co.InputError(f"--sizes: out of memory building a game of {len(n)} clients; {output} not written"
+                            ) from None
+    _write(g, output)
 
 
 @game.command("planted")
 @click.option("--groups", required=True, help="Hidden group sizes, e.g. 3,3,2.")
-@click.option("--noise", type=float, default=0.05, show_default=True, help="Noise standard deviation.")
-@click.option("--ties", type=float, default=0.0, show_default=True, help="Round values to multiples of this (0: off).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("--noise", type=NON_NEGATIVE, default=0.05, show_default=True, help="Noise standard deviation.")
+@click.option("--ties", type=NON_NEGATIVE, default=0.0, show_default=True,
+              help="Round values to multiples of this (0: off).")
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("-o", "--output", required=True, type=OUTPUT)
 def planted(groups, noise, ties, seed, output):
     """Hidden groups whose members help each other, with noise and optional ties."""
-    _write(co.planted(_numbers(groups, "--groups", int), noise, ties, seed), output)
+    sizes = _numbers(groups, "--groups", int)
+    if any(g <= 0 for g in sizes):
+        raise co.InputError(f"--groups: group sizes must be positive integers, got {groups!r}")
+    _check_game_size(sum(sizes), output, "--groups")
+    try:
+        g = co.planted(sizes, noise, ties, seed)
+    except MemoryError:
+        raise co.InputError(f"--groups {groups}: out of memory building a game of {sum(sizes)} clients; "
+                            f"{output} not written") from None
+    _write(g, output)
+
+
+def _check_game_size(n: int, output: str, option: str) -> None:
+    """Refuse, before generating anything, a game the readers would refuse (coalitions.io limits)."""
+    try:
+        co.game.check_size(n)
+    except co.InputError as e:
+        raise co.InputError(f"{option}: {e}") from None
+    cio.check_game_output(n, output)
 
 
 def _write(g, output):
-    try:
-        co.write_game(g, output)
-    except OSError as e:
-        raise co.InputError(f"{output}: cannot write ({e.strerror})") from None
+    co.write_game(g, output)
     click.echo(f"wrote {output}: {g.n} clients", err=True)
 
 
@@ -261,7 +388,7 @@ _dataset_option_list = [
                  help="Game metric of a binary dataset (heart, adult) [accuracy]."),
     click.option("--hospitals", default=None, help="Subset of Cleveland,Hungary,Switzerland,VA (heart)."),
     click.option("--max-train", type=int, default=None, help="Cap on each client's training rows (adult)."),
-    click.option("--seed", type=int, default=None, help="Seed of the data split and of training [0]."),
+    click.option("--seed", type=SEED, default=None, help="Seed of the data split and of training [0]."),
 ]
 
 
@@ -300,9 +427,9 @@ def load_federation(dataset: str, opts: dict):
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="CPU threads for training [PyTorch's default]; 1 is often faster on a busy machine.")
-@click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
+@click.option("--checkpoint", type=OUTPUT, default=None,
               help="Record finished chunks here; a rerun resumes from it.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", required=True, type=OUTPUT,
               help="Game file: coalitions/game@1 JSON, or .npz by the ending.")
 def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memory_mb, device, threads,
            checkpoint, output, **data_opts):
@@ -323,10 +450,7 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
     if fed.n >= 16 and not str(output).endswith(".npz"):
         click.echo(f"note: {fed.n} clients make a large JSON game; a name ending in .npz writes the "
                    "compact binary form", err=True)
-    try:
-        co.write_game(est.game_, output)
-    except OSError as e:
-        raise co.InputError(f"{output}: cannot write ({e.strerror})") from None
+    co.write_game(est.game_, output)
     resumed = f", {est.chunks_resumed_} chunk(s) from checkpoint" if est.chunks_resumed_ else ""
     click.echo(f"wrote {output}: {fed.n} clients, {(1 << fed.n) - 1} subset models, "
                f"{est.config_['model']} ({est.method_}, {est.device_}{resumed}), {est.elapsed_:.2f} s", err=True)
@@ -365,7 +489,7 @@ def _method_names():
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="CPU threads for training [PyTorch's default]; 1 is often faster on a busy machine.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", required=True, type=OUTPUT,
               help="Estimate file (coalitions/estimate@1 JSON).")
 def learn(dataset, method, device, threads, output, **opts):
     """Learn who benefits from whom on DATASET: a coalitions/estimate@1 file (SPEC §5, §7).
@@ -395,8 +519,8 @@ def learn(dataset, method, device, threads, output, **opts):
 
 
 @cli.command("compare")
-@click.argument("estimate_file", metavar="ESTIMATE")
-@click.argument("game_file", metavar="GAME")
+@click.argument("estimate_file", metavar="ESTIMATE", type=INPUT)
+@click.argument("game_file", metavar="GAME", type=INPUT)
 @with_common
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def compare_cmd(estimate_file, game_file, semantics, tol, fmt):
@@ -431,7 +555,7 @@ def compare_cmd(estimate_file, game_file, semantics, tol, fmt):
 @click.option("--seeds", default=None, help="Comma-separated seeds, instead of the experiment's.")
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="PyTorch CPU threads [PyTorch's default]; 1 is often faster on a busy machine.")
-@click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False),
+@click.option("-o", "--output", "out", required=True, type=OUTPUT_FOLDER,
               help="Folder for report.md, results.json and the figures (created if missing).")
 def reproduce_cmd(experiment, quick, device, seeds, threads, out):
     """Rebuild one of the paper's experiments end to end into a folder.
@@ -445,6 +569,8 @@ def reproduce_cmd(experiment, quick, device, seeds, threads, out):
     from coalitions.learners.experiments.runner import reproduce
 
     seed_list = None if seeds is None else _numbers(seeds, "--seeds", int)
+    if seed_list is not None and any(x not in range(SEED.min, SEED.max + 1) for x in seed_list):
+        raise co.InputError(f"--seeds: every seed must be an integer in [{SEED.min}, {SEED.max}], got {seeds!r}")
     if threads is not None:
         import torch
 
@@ -459,18 +585,43 @@ def reproduce_cmd(experiment, quick, device, seeds, threads, out):
     for reg in res["regimes"]:
         ex = reg["runs"][0].get("exact")
         if ex is not None:
-            click.echo(f"{experiment} {reg['name']}: exact CE "
-                       f"{' | '.join(','.join(b) for b in ex['partition'])} (seed {reg['runs'][0]['seed']}, "
-                       f"certificate {'holds' if ex['certificate'] else 'FAILS'})")
+            _emit(f"{experiment} {reg['name']}: exact CE "
+                  f"{' | '.join(','.join(b) for b in ex['partition'])} (seed {reg['runs'][0]['seed']}, "
+                  f"certificate {'holds' if ex['certificate'] else 'FAILS'})", None)
     if res.get("plot_hint"):
         click.echo(res["plot_hint"], err=True)
     click.echo(f"wrote {out}/: " + ", ".join(res["files"]) + f" ({res['elapsed_s']:.0f} s)", err=True)
 
 
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
-    """Entry point: run the command, map outcomes to exit codes 0 / 1 / 2."""
+    """Entry point: run the command, map outcomes to exit codes 0 / 1 / 2 (130, 143 when interrupted).
+
+    SIGTERM is turned into an exception for the run, so that a write in progress
+    removes its temporary file (coalitions.files.write_file) as on Ctrl-C.
+    """
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        return _run(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv) -> int:
+    INPUT.given.clear()
     try:
         cli.main(args=argv, prog_name="coalitions", standalone_mode=False)
+        try:
+            sys.stdout.flush()
+        except OSError as e:
+            raise _stdout_failed(e) from None
         return 0
     except Negative as e:
         if e.args and e.args[0]:
@@ -496,8 +647,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         click.echo("coalitions: interrupted", err=True)
         return 130
+    except Terminated:
+        click.echo("coalitions: terminated", err=True)
+        return 143
     except MemoryError:
-        click.echo("coalitions: error: out of memory (the game is too large for this machine)", err=True)
+        where = ", ".join(INPUT.given) or "the command"
+        click.echo(f"coalitions: error: {where}: out of memory (too large for this machine)", err=True)
         return 2
     except ModuleNotFoundError as e:
         hint = OPTIONAL_PACKAGES.get((e.name or "").split(".")[0])

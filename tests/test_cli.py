@@ -252,7 +252,7 @@ def test_game_planted(capsys, tmp_path, ext):
     (["mean-estimation", "--sizes", "5,5", "--mu-e", "0"], "mu_e"),
     (["planted", "--groups", "2,0"], "group sizes"),
     (["planted", "--groups", "2.5"], "--groups"),
-    (["planted", "--groups", "2", "--noise", "-1"], "non-negative"),
+    (["planted", "--groups", "2", "--noise", "-1"], "--noise"),
 ])
 def test_game_bad_arguments(capsys, tmp_path, args, fault):
     rc, _, err = run(capsys, "game", *args, "-o", tmp_path / "g.json")
