@@ -288,7 +288,7 @@ def _check_outside_nan(path, values: np.ndarray, names) -> None:
             m = int(masks[bad][0])
             where = f"coalition {coalition_key(m, names)!r}" if m else "the empty coalition (mask 0)"
             _fail(path, f"value of client {names[i]!r} for {where}, which does not contain it, must be NaN "
-                        f"(got {values[i, m]!r})")
+                        f"(got {float(values[i, m])!r})")
 
 
 def read_game(path: str | os.PathLike) -> Game:

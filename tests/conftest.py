@@ -69,6 +69,29 @@ MALFORMED_FAULTS = {
     "pickled-values.npz": "array 'values' holds pickled Python objects",
     "bad-provenance.npz": "'provenance' must hold a JSON object",
     "duplicate-client.npz": "client 'a' is listed twice",
+    # JSON keeps the last of two equal keys: a silently different game unless refused
+    "duplicate-sense.json": "duplicate key 'sense' in the top-level object",
+    "duplicate-coalition-key.json": "duplicate key 'a,b' in object ['values']['a']",
+    "duplicate-client-values.json": "duplicate key 'a' in object ['values']",
+    "duplicate-provenance-key.json": "duplicate key 'seed' in object ['provenance']['runs'][0]",
+    "duplicate-provenance-key.npz": "'provenance' must hold a JSON object (duplicate key 'seed'",
+    "duplicate-member.npz": "the archive holds member 'values.npy' twice",
+    # client names: valid Unicode, no control characters or line separators
+    "lone-surrogate-name.json": "'\\ud800' at ['clients'][1] is not valid Unicode",
+    "surrogate-name.npz": "client name '\\ud800' is not valid Unicode",
+    "newline-in-name.json": "client name 'b\\nc' may not contain control characters",
+    "newline-name.npz": "client name 'b\\nc' may not contain control characters",
+    "nul-in-name.json": "client name 'b\\x00' may not contain control characters",
+    "escape-in-name.json": "client name 'b\\x1b[31m' may not contain control characters",
+    "line-separator-in-name.json": "client name 'b\\u2028c' may not contain line or paragraph separators",
+    # N6 (SPEC §7): NaN where bit i is not in mask
+    "value-outside-coalition.npz": "value of client 'a' for coalition 'b', which does not contain it, must be NaN (got 7.0)",
+    "value-for-empty-coalition.npz": "value of client 'b' for the empty coalition (mask 0), which does not contain it",
+    "integer-values.npz": "value of client 'a' for the empty coalition (mask 0), which does not contain it",
+    # .npz headers are checked before any data is read
+    "npy-not-npz.npz": "not a .npz game: a single .npy array",
+    "too-many-clients.npz": "30 clients: exhaustive games hold at most 26",
+    "values-header-lies.npz": "'values' must have shape (2, 4) for 2 clients, got (2, 1099511627776)",
 }
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from coalitions.files import write_text
+
 __all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown"]
 
 
@@ -226,5 +228,5 @@ def rebuild(folder: str | Path) -> str:
 
     folder = Path(folder)
     path = folder / "report.md"
-    path.write_text(report_markdown(read_results(folder / "results.json")), encoding="utf-8")
+    write_text(path, report_markdown(read_results(folder / "results.json")))
     return str(path)

@@ -27,7 +27,6 @@ Examples
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -38,6 +37,7 @@ import numpy as np
 import coalitions as co
 from coalitions.compare import compare
 from coalitions.errors import InputError
+from coalitions.files import write_text
 from coalitions.io import read_json, write_json
 from coalitions.learners.experiments.catalogue import METHOD_LABELS, Experiment, get_experiment
 from coalitions.payoffs import models_in
@@ -107,8 +107,8 @@ def _read_timings(folder: Path) -> dict:
     """``{piece file name: seconds}`` of the pieces finished in ``folder`` (empty if none)."""
     path = folder / "timings.json"
     try:
-        return json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError):
+        return read_json(path) if path.exists() else {}
+    except InputError:  # an unreadable table only loses the timings of earlier invocations
         return {}
 
 
@@ -303,7 +303,7 @@ def reproduce(name: str, out: str | Path, *, quick: bool = False, device: str = 
     if hint:
         public["plot_hint"] = hint
     write_json(public, out / "results.json")
-    (out / "report.md").write_text(report_markdown(public), encoding="utf-8")
+    write_text(out / "report.md", report_markdown(public))
     public["files"] = ["report.md", "results.json"] + files
     return public
 

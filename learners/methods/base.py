@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +47,7 @@ import torch
 from coalitions.bitmask import mask_of, members
 from coalitions.errors import InputError
 from coalitions.estimate import DEFAULT_THRESHOLDS, WEIGHT_RULES, Estimate, WeightOracle
+from coalitions.files import open_input, write_file
 from coalitions.graph import BenefitGraph
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
@@ -124,13 +124,8 @@ def _from_saved(x, device):
 
 def save_checkpoint(path, key: str, round_done: int, state: dict, meta: dict) -> None:
     """Write ``state`` after ``round_done`` rounds to ``path`` atomically (temporary file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        torch.save({"key": key, "round": int(round_done), "state": _to_saveable(state), "meta": dict(meta)}, tmp)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write checkpoint ({e.strerror})") from None
+    blob = {"key": key, "round": int(round_done), "state": _to_saveable(state), "meta": dict(meta)}
+    write_file(path, lambda f: torch.save(blob, f))  # complete or not at all (coalitions.files)
 
 
 def load_checkpoint(path, key: str, device):
@@ -143,8 +138,11 @@ def load_checkpoint(path, key: str, device):
     if not path.exists():
         return None
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
+        with open_input(path) as f:  # a regular file only (coalitions.files)
+            blob = torch.load(f, map_location="cpu", weights_only=True)
         ok = isinstance(blob, dict) and {"key", "round", "state", "meta"} <= set(blob)
+    except InputError:
+        raise
     except Exception as e:  # torch raises many kinds on a damaged file
         raise InputError(f"{path}: not a readable learner checkpoint ({e.__class__.__name__}); "
                          "delete it to start afresh") from None

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from coalitions.errors import InputError
+from coalitions.files import open_input, write_file
+from coalitions.io import MAX_NPZ_BYTES
 
 __all__ = ["Checkpoint", "fingerprint"]
 
@@ -59,7 +60,8 @@ class Checkpoint:
         if not self.path.exists():
             return self
         try:
-            with np.load(self.path, allow_pickle=False) as z:
+            with open_input(self.path, MAX_NPZ_BYTES, "an oracle checkpoint") as f, \
+                    np.load(f, allow_pickle=False) as z:
                 key = str(z["key"])
                 done = z["done"]
                 arrays = {k: z[k] for k in self.arrays}
@@ -75,9 +77,4 @@ class Checkpoint:
 
     def save(self) -> None:
         """Write the current state atomically."""
-        tmp = self.path.with_name(self.path.name + ".tmp.npz")
-        try:
-            np.savez(tmp, key=np.array(self.key), done=self.done, **self.arrays)
-            os.replace(tmp, self.path)
-        except OSError as e:
-            raise InputError(f"{self.path}: cannot write checkpoint ({e.strerror})") from None
+        write_file(self.path, lambda f: np.savez(f, key=np.array(self.key), done=self.done, **self.arrays))
