@@ -133,10 +133,25 @@ def _emit(text: str, output: str | None) -> None:
         write_text(output, text)
         return
     try:
-        sys.stdout.write(text)
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):  # not a real file (tests capture it)
+        fd = None
+    try:
+        if fd is None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        # Straight to the descriptor: a buffered stream can report a short write (a disk filling up
+        # mid-way) as success and lose the rest; os.write raises on the part that does not fit.
+        data = text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
         sys.stdout.flush()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
     except OSError as e:
         raise _stdout_failed(e) from None
+    except UnicodeEncodeError as e:
+        raise co.InputError(f"standard output: cannot write {text[e.start]!r} in its encoding {e.encoding}") from None
 
 
 def _progress(label: str):
@@ -442,6 +457,7 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
     from coalitions.learners.exact import ExhaustiveOracle
 
     fed = load_federation(dataset, data_opts)
+    cio.check_game_output(fed.n, output)  # before hours of training, not after
     est = ExhaustiveOracle(model=model, epochs=epochs, lr=lr, l2=l2, hidden=hidden, batch_size=batch_size,
                            chunk_size=chunk_size, memory_mb=memory_mb, device=device,
                            seed=data_opts.get("seed") or 0, checkpoint=checkpoint, threads=threads,

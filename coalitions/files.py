@@ -35,6 +35,7 @@ b'hello\\n'
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -77,7 +78,7 @@ def _check_stat(path, st: os.stat_result, max_bytes: int | None, what: str) -> N
     if kind is not None:
         _fail(path, f"is {kind}, not a regular file; only regular files are read")
     if max_bytes is not None and st.st_size > max_bytes:
-        _fail(path, f"is {_human(st.st_size)}, larger than the {_human(max_bytes)} limit of {what}")
+        _fail(path, f"is {st.st_size:,} bytes, larger than the {_human(max_bytes)} limit of {what}")
 
 
 def _os_reason(e: OSError) -> str:
@@ -203,6 +204,8 @@ def write_file(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> 
             write(f)
             f.flush()
             os.fsync(f.fileno())
+            if os.fstat(f.fileno()).st_size < f.tell():  # a short write that nobody reported
+                raise OSError(errno.EIO, "short write: the file is shorter than what was written")
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException as e:

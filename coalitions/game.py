@@ -46,8 +46,6 @@ def _name_fault(name: str) -> str | None:
     newline or NUL would split a table line or a C string) and no line or
     paragraph separator, and not contain the separators ``,`` and ``|``.
     """
-    if "," in name or "|" in name or name != name.strip():
-        return "may not contain ',' or '|' or surrounding spaces"
     for ch in name:
         cat = unicodedata.category(ch)
         if cat == "Cs":
@@ -56,6 +54,8 @@ def _name_fault(name: str) -> str | None:
             return "may not contain control characters (newline, tab, NUL, ...)"
         if cat in ("Zl", "Zp"):
             return "may not contain line or paragraph separators"
+    if "," in name or "|" in name or name != name.strip():
+        return "may not contain ',' or '|' or surrounding spaces"
     return None
 
 
@@ -90,8 +90,9 @@ def check_size(n: int, what: str = "") -> int:
     read values and by the generators before they allocate ``N·2^N`` floats.
     """
     if n > MAX_CLIENTS:
+        need = f"{n * 8 * 2 ** n / 2 ** 30:,.0f} GiB" if n < 64 else "more memory than exists"
         raise InputError(f"{what}{n} clients: exhaustive games hold at most {MAX_CLIENTS} "
-                         f"({n}·2^{n} values would need {n * 8 * 2.0 ** n / 2 ** 30:,.0f} GiB)")
+                         f"({n}·2^{n} values would need {need})")
     return n
 
 

@@ -65,6 +65,8 @@ class Checkpoint:
                 key = str(z["key"])
                 done = z["done"]
                 arrays = {k: z[k] for k in self.arrays}
+        except InputError:
+            raise
         except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as e:
             raise InputError(f"{self.path}: not a readable oracle checkpoint ({e.__class__.__name__}); "
                              "delete it to start afresh") from None
