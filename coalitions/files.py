@@ -114,7 +114,7 @@ def open_input(path: str | os.PathLike, max_bytes: int | None = None, what: str 
         raise InputError("empty file name")
     try:
         _check_stat(path, os.stat(p), max_bytes, what)  # before opening: a FIFO is never opened
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         _fail(path, _os_reason(e))
     try:

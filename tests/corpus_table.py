@@ -115,7 +115,8 @@ def rows() -> list[tuple[str, str, int, str]]:
             proc = subprocess.run([sys.executable, "-c", limited, *args], capture_output=True, text=True, cwd=ROOT)
             state = "old file kept" if (t / "old.json").read_text() == "old" else "old file changed!"
             state += ", no full.txt" if not (t / "full.txt").exists() else ", full.txt exists!"
-            out.append((f"disk full (file-size limit 300 bytes; {state})", " ".join(args[:2]), proc.returncode,
+            cmd = " ".join(args[:2]) if args[0] == "game" else args[0]
+            out.append((f"disk full (file-size limit 300 bytes; {state})", cmd, proc.returncode,
                         proc.stderr.strip().replace(tmp, "TMP")))
         rc, msg = run(["solve", TIE, "-o", f"{tmp}/link.json"], tmp=tmp)
         kept = "link kept, target written" if (t / "link.json").is_symlink() and (t / "target.json").is_file() else "?"
