@@ -644,7 +644,7 @@ def _run(argv) -> int:
             click.echo(f"coalitions: {e.args[0]}", err=True)
         return 1
     except co.InputError as e:
-        click.echo(f"coalitions: error: {e}", err=True)
+        click.echo(f"coalitions: error: {' '.join(str(e).splitlines())}", err=True)  # one line, always
         return 2
     except getattr(click.exceptions, "NoArgsIsHelpError", ()) as e:  # click >= 8.2: no arguments given
         click.echo(e.ctx.get_help() if e.ctx else str(e))

@@ -16,7 +16,9 @@ import json
 import math
 import os
 import re
+import struct
 import zipfile
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -52,7 +54,7 @@ MAX_NPZ_SMALL_BYTES = 16 << 20
 
 
 def _fail(path, msg: str):
-    raise InputError(f"{path}: {msg}")
+    raise InputError(f"{path}: {' '.join(msg.splitlines())}")
 
 
 class _Duplicates(dict):
@@ -175,6 +177,9 @@ def game_from_json(data: Mapping[str, Any]) -> Game:
 
 
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+#: What a damaged zip archive or .npy header can raise (found by fuzzing in tests/test_hostile.py).
+_DAMAGED = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError,
+            struct.error, KeyError, SyntaxError, OverflowError, RecursionError, TypeError)
 
 
 def _npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path, key: str):
@@ -184,7 +189,7 @@ def _npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path, key: str):
             version = npformat.read_magic(m)
             read = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
             shape, _, dtype = read(m)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError, SyntaxError) as e:
+    except _DAMAGED as e:
         _fail(path, f"array {key!r} is not a readable NumPy array ({e.__class__.__name__}: {e})")
     if dtype.hasobject:
         _fail(path, f"array {key!r} holds pickled Python objects (dtype {dtype}), which are never loaded")
@@ -197,7 +202,7 @@ def _npy_data(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path, key: str) -> np.
             return npformat.read_array(m, allow_pickle=False)
     except MemoryError:
         _fail(path, f"out of memory reading array {key!r} ({info.file_size:,} bytes)")
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+    except _DAMAGED as e:
         _fail(path, f"array {key!r} is not readable ({e.__class__.__name__}: {e})")
 
 
@@ -217,7 +222,7 @@ def _read_npz(path) -> Game:
         f.seek(0)
         try:
             zf = zipfile.ZipFile(f)
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        except _DAMAGED as e:
             _fail(path, f"not a readable .npz game: damaged zip archive ({e})")
         with zf:
             names = zf.namelist()

@@ -572,3 +572,57 @@ def test_malformed_corpus_is_listed_in_the_docs_table():
     for p in [*MALFORMED.iterdir(), *HOSTILE.iterdir()]:
         if p.name != "estimate.json":
             assert f"`{p.name}`" in doc, p.name
+
+
+# ---------------------------------------------------------------------------- damaged files: an answer or one InputError
+@st.composite
+def damaged(draw, data: bytes) -> bytes:
+    """``data`` with a few random edits: bytes overwritten, ranges deleted, duplicated or truncated."""
+    out = bytearray(data)
+    for _ in range(draw(st.integers(1, 4))):
+        if not out:
+            break
+        i = draw(st.integers(0, len(out) - 1))
+        kind = draw(st.sampled_from(["byte", "delete", "repeat", "truncate"]))
+        if kind == "byte":
+            out[i] = draw(st.integers(0, 255))
+        elif kind == "delete":
+            del out[i:i + draw(st.integers(1, 16))]
+        elif kind == "repeat":
+            out[i:i] = out[i:i + draw(st.integers(1, 16))]
+        else:
+            del out[i:]
+    return bytes(out)
+
+
+def _read_damaged(tmp_path_factory, suffix: str, blob: bytes):
+    path = tmp_path_factory.mktemp("damaged") / f"g{suffix}"
+    path.write_bytes(blob)
+    try:
+        game = co.read_game(path)
+    except InputError as e:
+        assert str(e).startswith(f"{path}: ") and "\n" not in str(e)
+        return
+    assert isinstance(game, co.Game)  # the damage left a valid game: it reads as one
+
+
+def _valid_npz() -> bytes:
+    import io as _io
+
+    buf = _io.BytesIO()
+    g = co.planted([2, 1], seed=1)
+    np.savez_compressed(buf, values=g.raw_values(), clients=np.array(g.clients), sense=np.array("max"),
+                        provenance=np.array(json.dumps(dict(g.provenance))))
+    return buf.getvalue()
+
+
+@settings(max_examples=150, deadline=None)
+@given(damaged(Path(TIE).read_bytes()))
+def test_a_damaged_json_game_reads_or_fails_in_one_line(tmp_path_factory, blob):
+    _read_damaged(tmp_path_factory, ".json", blob)
+
+
+@settings(max_examples=150, deadline=None)
+@given(damaged(_valid_npz()))
+def test_a_damaged_npz_game_reads_or_fails_in_one_line(tmp_path_factory, blob):
+    _read_damaged(tmp_path_factory, ".npz", blob)
