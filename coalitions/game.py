@@ -246,7 +246,7 @@ class Game:
         ``coalition`` is a ``frozenset`` of client indices.  Meant for small games;
         vectorised generators should build the array and use :meth:`from_array`.
         """
-        names = [str(i) for i in range(clients)] if isinstance(clients, int) else list(clients)
+        names = [str(i) for i in range(check_size(clients))] if isinstance(clients, int) else list(clients)
         n = len(_check_names(names))
         arr = np.full((n, 1 << n), np.nan)
         for m in range(1, 1 << n):

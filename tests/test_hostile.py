@@ -321,6 +321,8 @@ def test_library_generators_refuse_too(tmp_path):
         co.planted([30])
     with pytest.raises(InputError, match="27 clients"):
         co.mean_estimation([1] * 27)
+    with pytest.raises(InputError, match="1000000000 clients"):
+        co.Game.from_callable(10**9, lambda i, s: 0.0)
     with pytest.raises(InputError, match="JSON game too large"):
         co.write_game(co.planted([21], noise=0), tmp_path / "g.json")
     assert leftovers(tmp_path) == []
