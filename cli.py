@@ -211,14 +211,17 @@ def _numbers(text: str, what: str, cast=float) -> list:
 @click.option("--mu-e", type=float, default=10.0, show_default=True, help="Mean noise variance.")
 @click.option("--sigma2", type=float, default=1.0, show_default=True, help="Spread of the true means.")
 @click.option("--names", default=None, help="Client names, comma-separated [default: 0,1,...].")
+@click.option("--federation", type=click.Choice(["uniform", "coarse", "fine"]), default="uniform",
+              show_default=True, help="How a member uses the coalition's data: the pooled mean, the optimal "
+                                      "mix of its own and the pooled mean, or optimal weights on every member.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-def mean_estimation(sizes, mu_e, sigma2, names, output):
-    """Mean estimation under uniform federation (Donahue & Kleinberg; SPEC §4)."""
+def mean_estimation(sizes, mu_e, sigma2, names, federation, output):
+    """Mean estimation: each client's expected error, a loss (Donahue & Kleinberg; SPEC §4)."""
     n = _numbers(sizes, "--sizes")
     names = names.split(",") if names else None
     if names is not None and len(names) != len(n):
         raise co.InputError(f"--names gives {len(names)} names for {len(n)} sizes")
-    _write(co.mean_estimation(n, mu_e, sigma2, names), output)
+    _write(co.mean_estimation(n, mu_e, sigma2, names, federation), output)
 
 
 @game.command("planted")
