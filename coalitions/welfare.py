@@ -242,6 +242,7 @@ def price(optimum: float, stable: float, tol: float = 0.0) -> float | None:
     ``stable / optimum`` when both are negative (costs), ``optimum / stable`` when both
     are positive (gains), ``1.0`` when they are within ``tol``, else ``None``.
     """
+    optimum, stable = float(optimum), float(stable)
     if abs(optimum - stable) <= tol:
         return 1.0
     if optimum < 0 and stable < 0:
