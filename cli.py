@@ -168,6 +168,38 @@ def enumerate(game_file, semantics, tol, fmt, max_clients):
         raise Negative(None)
 
 
+@cli.command("welfare")
+@click.argument("game_file", metavar="GAME")
+@with_common
+@click.option("--weights", default="uniform", show_default=True,
+              help="Client weights: uniform, sizes (the sample counts the game records), or a=3,b=5.")
+@click.option("--stability", type=click.Choice(["ce", "core", "individual_stability", "nash_stability"]),
+              default="ce", show_default=True, help="The notion a stable partition satisfies.")
+@click.option("--max-enumerate", type=click.IntRange(1), default=MAX_ENUMERATE, show_default=True,
+              help="Largest game whose partitions are enumerated for the stable ones (the optimum has no limit).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+def welfare_cmd(game_file, semantics, tol, weights, stability, max_enumerate, fmt, output):
+    """The social optimum of GAME, every stable partition's welfare, and the prices of anarchy and stability.
+
+    A loss game (sense min) reports the cost sum of w_i * err_i and prices as cost ratios (stable over
+    optimum); a gain game, welfare ratios (optimum over stable).  Exit 1 when no partition is stable.
+    """
+    from coalitions.welfare import resolve_weights, welfare, welfare_text, welfare_to_json
+
+    game = co.read_game(game_file)
+    try:
+        omega = resolve_weights(game, weights)
+    except co.InputError as e:
+        raise co.InputError(f"{game_file}: --weights {weights}: {e}") from None
+    report = welfare(game, omega, semantics, stability, _tol(tol), max_enumerate,
+                     progress=_progress("optimum over partitions"),
+                     enumeration_progress=_progress("enumerating partitions"))
+    _emit(cio.write_json(welfare_to_json(report), None) if fmt == "json" else welfare_text(report), output)
+    if report.stable == ():
+        raise Negative(f"{game_file}: {report.notes[0]}")
+
+
 @cli.command()
 @click.argument("game_file", metavar="GAME")
 @click.option("--within", default=None, help="Remaining set R as 'A,B,C' [default: all clients].")

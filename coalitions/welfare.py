@@ -57,7 +57,10 @@ from .payoffs import check_semantics, payoff_table
 from .stable import NOTIONS, stable_partitions
 
 __all__ = ["WelfareReport", "welfare", "resolve_weights", "coalition_welfare", "partition_welfare",
-           "structure_values", "optimal_partitions", "price"]
+           "structure_values", "optimal_partitions", "price", "welfare_to_json", "welfare_text",
+           "WELFARE_FORMAT"]
+
+WELFARE_FORMAT = "coalitions/welfare@1"
 
 #: Pairs (set, sub-mask) formed at once in the dynamic programme (about 8 bytes × 6 arrays each).
 CHUNK = 1 << 21
@@ -296,7 +299,8 @@ class WelfareReport:
 def welfare(game: Game, weights: str | Sequence[float] | Mapping[str, float] = "uniform",
             semantics: str = "personalized", stability: str = "ce", tol: float = 1e-9,
             max_enumerate: int = MAX_ENUMERATE, max_optima: int = 20,
-            progress: Callable[[int, int], None] | None = None) -> WelfareReport:
+            progress: Callable[[int, int], None] | None = None,
+            enumeration_progress: Callable[[int, int], None] | None = None) -> WelfareReport:
     """The social optimum, every stable partition's welfare, and the prices of anarchy and stability.
 
     Parameters
@@ -315,8 +319,9 @@ def welfare(game: Game, weights: str | Sequence[float] | Mapping[str, float] = "
         it only the optimum is computed and the prices are ``None``.
     max_optima : int
         Most optimal partitions listed.
-    progress : callable, optional
-        ``progress(done, total)`` during the dynamic programme and the enumeration.
+    progress, enumeration_progress : callable, optional
+        ``progress(done, total)`` during the dynamic programme, and during the
+        enumeration of partitions.
     """
     check_semantics(semantics)
     if stability not in NOTIONS:
@@ -335,7 +340,8 @@ def welfare(game: Game, weights: str | Sequence[float] | Mapping[str, float] = "
         notes.append(f"stable partitions not enumerated: {game.n} clients ({bell(game.n):,} partitions) "
                      f"exceed the limit of {max_enumerate}")
     else:
-        found = stable_partitions(game, stability, semantics, tol, max_clients=max_enumerate, progress=progress)
+        found = stable_partitions(game, stability, semantics, tol, max_clients=max_enumerate,
+                                  progress=enumeration_progress)
         scored = sorted(((p, float(sum(w[k] for k in p))) for p in found), key=lambda t: -t[1])
         stable = tuple((p, sign * x) for p, x in scored)
         if not scored:
@@ -351,3 +357,68 @@ def welfare(game: Game, weights: str | Sequence[float] | Mapping[str, float] = "
         notes.append(f"more than {max_optima} optimal partitions: the first {max_optima} are listed")
     return WelfareReport(game, semantics, stability, tol, omega, "cost" if loss else "welfare",
                          sign * float(f[-1]), tuple(optima), truncated, stable, poa, pos, tuple(notes))
+
+
+def _names(game: Game, partition) -> list[list[str]]:
+    return [game.names(k) for k in partition]
+
+
+def _notion(stability: str) -> str:
+    return "CE" if stability == "ce" else stability.replace("_", " ")
+
+
+def welfare_to_json(report: WelfareReport) -> dict:
+    """``coalitions/welfare@1``: the objective, the optimum (and every tie), the stable partitions, the prices.
+
+    ``welfare`` fields hold the positive cost for a loss game (``objective.quantity == "cost"``).
+    """
+    game = report.game
+    entry = lambda p, x: {"partition": _names(game, p), "welfare": x}  # noqa: E731
+    return {
+        "format": WELFARE_FORMAT,
+        "objective": {"quantity": report.quantity, "sense": game.sense, "semantics": report.semantics,
+                      "stability": report.stability, "tol": report.tol,
+                      "weights": {c: float(report.weights[i]) for i, c in enumerate(game.clients)}},
+        "optimum": entry(report.optima[0], report.optimum),
+        "optima": [entry(p, report.optimum) for p in report.optima],
+        "optima_truncated": report.optima_truncated,
+        "stable": None if report.stable is None else [entry(p, x) for p, x in report.stable],
+        "price_of_anarchy": report.price_of_anarchy,
+        "price_of_stability": report.price_of_stability,
+        "notes": list(report.notes),
+    }
+
+
+def welfare_text(report: WelfareReport, max_rows: int = 20) -> str:
+    """The objective, the optimum, each stable partition with its ratio to the optimum, the prices."""
+    from .partition import format_partition
+    from .render import fmt, table
+
+    game = report.game
+    q = report.quantity
+    weights = ("uniform" if np.all(report.weights == 1) else
+               ", ".join(f"{c}={fmt(report.weights[i])}" for i, c in enumerate(game.clients)))
+    what = ("cost = sum of w_i * err_i, lower is better" if q == "cost"
+            else "welfare = sum of w_i * v_i, higher is better")
+    sign = -1.0 if q == "cost" else 1.0
+    lines = [f"Welfare ({report.semantics} semantics, tol {report.tol:g}): {what}; weights {weights}", ""]
+    optima = [format_partition(game, p) for p in report.optima]
+    lines.append(f"optimum: {optima[0]} ({q} {fmt(report.optimum)})" if len(optima) == 1 else
+                 f"optimum: {q} {fmt(report.optimum)}, {len(optima)} partitions tie: " + "; ".join(optima))
+    if report.stable is not None:
+        lines += ["", f"{len(report.stable)} stable partition{'' if len(report.stable) == 1 else 's'} "
+                      f"({_notion(report.stability)}):"]
+        rows = []
+        for p, x in report.stable[:max_rows]:
+            r = price(sign * report.optimum, sign * x, report.tol)
+            rows.append((format_partition(game, p), fmt(x), "-" if r is None else fmt(r)))
+        if rows:
+            lines += ["", table(["partition", q, "ratio to optimum"], rows)]
+        if len(report.stable) > max_rows:
+            lines.append(f"... and {len(report.stable) - max_rows:,} more (--format json lists them all)")
+        lines.append("")
+        show = lambda r: "undefined" if r is None else fmt(r)  # noqa: E731
+        lines.append(f"price of anarchy: {show(report.price_of_anarchy)}    "
+                     f"price of stability: {show(report.price_of_stability)}")
+    lines += [f"note: {n}" for n in report.notes]
+    return "\n".join(lines)
