@@ -230,3 +230,17 @@ def test_sizes_need_provenance(tie_game):
     bad = co.Game(tie_game.clients, tie_game.values, provenance={"sizes": [1, 2]})
     with pytest.raises(InputError, match="must list 3 sample counts"):
         resolve_weights(bad, "sizes")
+
+
+def test_benchmark_quick_runs_to_its_end():
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "welfare.py"), "--quick"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    rows = [l.split() for l in proc.stdout.splitlines() if l.strip()[:2] in ("8 ", "10")]
+    assert [r[-1] for r in rows if len(r) == 6] == ["yes", "yes"]  # enumeration and DP agree at N = 8, 10
+    assert "load average after" in proc.stdout
