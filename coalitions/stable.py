@@ -18,7 +18,9 @@ Partitions are enumerated as restricted growth strings (as in
 notions need only two tables over coalitions: ``payoff`` and, for individual
 stability, ``consent[K, i]`` (every member of ``K`` accepts ``i``), computed once
 in ``O(N²·2^N)``; each partition then costs ``O(N²)`` look-ups.  The core scans
-all ``2^N`` coalitions per partition, ``O(N·2^N)``.
+all ``2^N`` coalitions per partition, ``O(N·2^N)``, but only for the partitions
+that are individually rational (a client better off alone is a blocking
+coalition of one), which are few in most games.
 
 Examples
 --------
@@ -144,12 +146,16 @@ def stable_partitions(game: Game, notion: str = "ce", semantics: str = "personal
     rgs, label_mask = enumerate_partitions(n)
     keep = np.zeros(rgs.shape[0], dtype=bool)
     clients = np.arange(n)
+    alone = pay[clients, 1 << clients]
     for start in range(0, rgs.shape[0], chunk):
         stop = min(start + chunk, rgs.shape[0])
         r, lm = rgs[start:stop], label_mask[start:stop]
         now = pay[clients[None, :], np.take_along_axis(lm, r, axis=1)]
-        if notion == "core":
-            keep[start:stop] = ~_blocked_by_coalition(now, pay, n, tol)
+        if notion == "core":  # a client better off alone blocks alone: scan the rest only if nobody is
+            rational = ~(alone[None, :] > now + tol).any(axis=1)
+            ok = np.zeros(stop - start, dtype=bool)
+            ok[rational] = ~_blocked_by_coalition(now[rational], pay, n, tol)
+            keep[start:stop] = ok
         else:
             keep[start:stop] = ~_blocked_by_move(r, lm, now, pay, consent, tol)
         if progress is not None:
