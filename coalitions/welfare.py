@@ -91,7 +91,13 @@ def resolve_weights(game: Game, spec: str | Sequence[float] | Mapping[str, float
     elif isinstance(spec, str):
         values = _parse_pairs(game, spec)
     elif isinstance(spec, Mapping):
-        values = _parse_pairs(game, ",".join(f"{k}={v}" for k, v in spec.items()))
+        unknown = [k for k in spec if k not in game.index]
+        if unknown:
+            raise InputError(f"unknown client {unknown[0]!r}")
+        missing = [c for c in game.clients if c not in spec]
+        if missing:
+            raise InputError(f"client {missing[0]!r} has no weight")
+        values = [spec[c] for c in game.clients]
     else:
         values = list(spec)
         if len(values) != n:
@@ -110,7 +116,7 @@ def _parse_pairs(game: Game, text: str) -> list[float]:
     """``"a=3,b=5"`` naming every client once; the weights in client order."""
     got: dict[str, float] = {}
     for item in text.split(","):
-        name, eq, num = item.partition("=")
+        name, eq, num = item.rpartition("=")  # a client's name may itself hold "="
         name = name.strip()
         if not eq or not name:
             raise InputError(f"expected 'uniform', 'sizes' or name=number pairs like a=3,b=5, got {text!r}")

@@ -210,6 +210,12 @@ def test_weights():
     assert resolve_weights(g, "sizes").tolist() == [1, 8, 15]
     assert resolve_weights(g, "c=2, a=0.5,b=1").tolist() == [0.5, 1, 2]
     assert resolve_weights(g, {"a": 1, "b": 2, "c": 3}).tolist() == [1, 2, 3]
+    odd = co.mean_estimation([1, 2], clients=["x=1", "y"])
+    assert resolve_weights(odd, "x=1=4,y=2").tolist() == [4, 2]
+    with pytest.raises(InputError, match="client 'c' has no weight"):
+        resolve_weights(g, {"a": 1, "b": 2})
+    with pytest.raises(InputError, match="weight of client 'c' is not a number"):
+        resolve_weights(g, {"a": 1, "b": 2, "c": "3"})
 
 
 @pytest.mark.parametrize("spec, fault", [
