@@ -75,11 +75,12 @@ def equilibrium_text(eq) -> str:
     return "\n".join(parts)
 
 
-def carries_text(game, partition, semantics: str = "personalized") -> str:
+def carries_text(game, partition, semantics: str = "personalized", max_members: int = 12) -> str:
     """Who carries whom: per coalition of two or more, what each member loses if another leaves.
 
     Row ``i``, column ``j``: ``payoff_j(K) − payoff_j(K ∖ {i})`` (:mod:`coalitions.contribution`).
-    Indented, so that no line starts with a client name.
+    Indented, so that no line starts with a client name.  A coalition of more than
+    ``max_members`` gets one line pointing to the JSON output instead of its table.
     """
     c = contributions(game, partition, semantics)
     blocks = [k for k in partition if k & (k - 1)]
@@ -89,6 +90,9 @@ def carries_text(game, partition, semantics: str = "personalized") -> str:
            "contribution = the row's total, gain = payoff - payoff alone"]
     for k in blocks:
         ms = members(k)
+        if len(ms) > max_members:
+            out += ["", f"  {{{game.key(k)}}}: {len(ms)} members, too many for a table (--format json: carries)"]
+            continue
         rows = [[game.clients[i]] + ["-" if i == j else fmt(c[i, j]) for j in ms] for i in ms]
         sub = table([f"{{{game.key(k)}}}"] + [game.clients[j] for j in ms], rows)
         out += [""] + ["  " + line for line in sub.splitlines()]

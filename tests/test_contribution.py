@@ -87,3 +87,12 @@ def test_singletons_carry_nothing(semantics):
     g = co.mean_estimation([25, 25, 25])
     assert benefits(g, [1, 2, 4], semantics).tolist() == [0, 0, 0]
     assert total_contributions(g, [1, 2, 4], semantics).tolist() == [0, 0, 0]
+
+
+def test_large_coalitions_point_to_json():
+    from coalitions.render import carries_text
+
+    g = co.planted([4, 2], noise=0.0)
+    text = carries_text(g, [0b001111, 0b110000], max_members=3)
+    assert "{c0,c1,c2,c3}: 4 members, too many for a table (--format json: carries)" in text
+    assert "  {c4,c5}  c4" in text
