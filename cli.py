@@ -287,6 +287,38 @@ def enumerate(game_file, semantics, tol, fmt, max_clients):
         raise Negative(None)
 
 
+@cli.command("welfare")
+@click.argument("game_file", metavar="GAME", type=INPUT)
+@with_common
+@click.option("--weights", default="uniform", show_default=True,
+              help="Client weights: uniform, sizes (the sample counts the game records), or a=3,b=5.")
+@click.option("--stability", type=click.Choice(["ce", "core", "individual_stability", "nash_stability"]),
+              default="ce", show_default=True, help="The notion a stable partition satisfies.")
+@click.option("--max-enumerate", type=click.IntRange(1), default=MAX_ENUMERATE, show_default=True,
+              help="Largest game whose partitions are enumerated for the stable ones (the optimum has no limit).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=OUTPUT, help="Write here instead of stdout.")
+def welfare_cmd(game_file, semantics, tol, weights, stability, max_enumerate, fmt, output):
+    """The social optimum of GAME, every stable partition's welfare, and the prices of anarchy and stability.
+
+    A loss game (sense min) reports the cost sum of w_i * err_i and prices as cost ratios (stable over
+    optimum); a gain game, welfare ratios (optimum over stable).  Exit 1 when no partition is stable.
+    """
+    from coalitions.welfare import resolve_weights, welfare, welfare_text, welfare_to_json
+
+    game = co.read_game(game_file)
+    try:
+        omega = resolve_weights(game, weights)
+    except co.InputError as e:
+        raise co.InputError(f"{game_file}: --weights {weights}: {e}") from None
+    report = welfare(game, omega, semantics, stability, _tol(tol), max_enumerate,
+                     progress=_progress("optimum over partitions"),
+                     enumeration_progress=_progress("enumerating partitions"))
+    _emit(cio.write_json(welfare_to_json(report), None) if fmt == "json" else welfare_text(report), output)
+    if report.stable == ():
+        raise Negative(f"{game_file}: {report.notes[0]}")
+
+
 @cli.command()
 @click.argument("game_file", metavar="GAME", type=INPUT)
 @click.option("--within", default=None, help="Remaining set R as 'A,B,C' [default: all clients].")
@@ -330,9 +362,12 @@ def _numbers(text: str, what: str, cast=float) -> list:
 @click.option("--mu-e", type=FINITE, default=10.0, show_default=True, help="Mean noise variance.")
 @click.option("--sigma2", type=FINITE, default=1.0, show_default=True, help="Spread of the true means.")
 @click.option("--names", default=None, help="Client names, comma-separated [default: 0,1,...].")
+@click.option("--federation", type=click.Choice(["uniform", "coarse", "fine"]), default="uniform",
+              show_default=True, help="How a member uses the coalition's data: the pooled mean, the optimal "
+                                      "mix of its own and the pooled mean, or optimal weights on every member.")
 @click.option("-o", "--output", required=True, type=OUTPUT)
-def mean_estimation(sizes, mu_e, sigma2, names, output):
-    """Mean estimation under uniform federation (Donahue & Kleinberg; SPEC §4)."""
+def mean_estimation(sizes, mu_e, sigma2, names, federation, output):
+    """Mean estimation: each client's expected error, a loss (Donahue & Kleinberg; SPEC §4)."""
     n = _numbers(sizes, "--sizes")
     if names is not None:
         names = list(check_client_names(names.split(","), "--names", prefix="--names: "))
@@ -340,7 +375,7 @@ def mean_estimation(sizes, mu_e, sigma2, names, output):
             raise co.InputError(f"--names gives {len(names)} names for {len(n)} sizes")
     _check_game_size(len(n), output, "--sizes")
     try:
-        g = co.mean_estimation(n, mu_e, sigma2, names)
+        g = co.mean_estimation(n, mu_e, sigma2, names, federation)
     except MemoryError:
         raise co.InputError(f"--sizes: out of memory building a game of {len(n)} clients; {output} not written"
                             ) from None

@@ -413,6 +413,7 @@ def equilibrium_to_json(eq) -> dict:
         "mau": {c: float(eq.mau_all[i]) for i, c in enumerate(game.clients)},
         "found_by": eq.found_by,
         "benefit_graphs": [benefit_graph_to_json(g) for g in eq.graphs],
+        **_contribution_json(eq),
     }
     if eq.certificate is not None:
         cert = eq.certificate
@@ -424,6 +425,19 @@ def equilibrium_to_json(eq) -> dict:
             "outer": _report_json(game, cert.outer),
         }
     return out
+
+
+def _contribution_json(eq) -> dict:
+    """``benefit``, ``contribution`` and ``carries`` (:mod:`coalitions.contribution`) of an equilibrium."""
+    from .contribution import benefits, contributions
+
+    game, names = eq.game, eq.game.clients
+    gain = benefits(game, eq.partition, eq.semantics)
+    c = contributions(game, eq.partition, eq.semantics)
+    return {"benefit": {names[i]: float(gain[i]) for i in range(game.n)},
+            "contribution": {names[i]: float(np.nansum(c[i])) for i in range(game.n)},
+            "carries": {names[i]: {names[j]: float(c[i, j]) for j in range(game.n) if not np.isnan(c[i, j])}
+                        for i in range(game.n)}}
 
 
 def equilibria_to_json(game: Game, semantics: str, found: Iterable[tuple[int, ...]]) -> dict:

@@ -373,6 +373,7 @@ class ExhaustiveOracle:
         return {"source": "coalitions oracle (exhaustive subset oracle, SPEC §5)",
                 "dataset": fed.name, "options": dict(fed.options), "task": fed.task,
                 "metric": fed.metric, "split": split, "model": dict(cfg), "seed": int(self.seed),
+                "sizes": fed.sizes("train").tolist(),  # training samples: `coalitions welfare --weights sizes`
                 "planted_groups": [list(g) for g in fed.planted_groups] if fed.planted_groups else None,
                 "version": co.__version__}
 

@@ -33,6 +33,7 @@ GAME_COMMANDS = {
     "verify": ["--partition", "a|b"],
     "enumerate": [],
     "graph": [],
+    "welfare": [],
 }
 
 
@@ -228,6 +229,19 @@ def test_game_mean_estimation(capsys, tmp_path, ext):
     np.testing.assert_array_equal(g.values, expect.values)
     assert g.clients == expect.clients and g.provenance == expect.provenance
     np.testing.assert_allclose(g.values, co.read_game(ME).values, rtol=1e-14)
+
+
+@pytest.mark.parametrize("federation", ["uniform", "coarse", "fine"])
+def test_game_mean_estimation_federation(capsys, tmp_path, federation):
+    path = tmp_path / "me.json"
+    rc, _, _ = run(capsys, "game", "mean-estimation", "--sizes", "1,8,15", "--federation", federation, "-o", path)
+    g = co.read_game(path)
+    expect = co.mean_estimation([1, 8, 15], federation=federation)
+    assert rc == 0 and g.sense == "min" and g.provenance["federation"] == federation
+    np.testing.assert_allclose(g.values, expect.values, rtol=1e-15)
+    assert json.loads(path.read_text())["values"]["0"]["0"] == 10.0  # the error itself, not negated
+    rc, _, err = run(capsys, "game", "mean-estimation", "--sizes", "1,8", "--federation", "median", "-o", path)
+    assert rc == 2 and "--federation" in one_error_line(err)
 
 
 @pytest.mark.parametrize("ext", ["json", "npz"])

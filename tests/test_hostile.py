@@ -47,7 +47,7 @@ HOSTILE_FAULTS = {
 }
 
 #: Commands that read a game, with the arguments they need besides it.
-GAME_COMMANDS = {"solve": [], "verify": ["--partition", "a|b"], "enumerate": [], "graph": []}
+GAME_COMMANDS = {"solve": [], "verify": ["--partition", "a|b"], "enumerate": [], "graph": [], "welfare": []}
 
 
 def run(capsys, *args):
@@ -385,6 +385,7 @@ def test_reproduce_seeds_in_the_same_range(capsys, tmp_path, seeds):
 # ---------------------------------------------------------------------------- outputs
 OUTPUT_COMMANDS = {
     "solve": ["solve", TIE, "-o"],
+    "welfare": ["welfare", TIE, "-o"],
     "planted": ["game", "planted", "--groups", "2", "-o"],
     "mean-estimation": ["game", "mean-estimation", "--sizes", "1,2", "-o"],
     "oracle": ["oracle", "synthetic", "--clients", "3", "--threads", "1", "-o"],
@@ -434,7 +435,8 @@ def test_writer_refuses_special_files_at_write_time_too(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.npz", "pipe.json", "sock.json"]
 
 
-@pytest.mark.parametrize("args", [["game", "planted", "--groups", "2", "-o"], ["solve", TIE, "-o"]])
+@pytest.mark.parametrize("args", [["game", "planted", "--groups", "2", "-o"], ["solve", TIE, "-o"],
+                                  ["welfare", TIE, "-o"]])
 def test_symlinks_are_written_through_by_every_command(capsys, tmp_path, args):
     (tmp_path / "target.json").write_text("old")
     os.symlink("target.json", tmp_path / "link.json")

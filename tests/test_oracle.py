@@ -92,6 +92,9 @@ def test_oracle_game_sense_provenance_and_round_trip(tmp_path):
     prov = o.game_.provenance
     assert prov["dataset"] == "synthetic" and prov["metric"] == "mse" and prov["split"] == "val"
     assert prov["options"]["samples"] == 10 and prov["model"]["model"] == "linear" and prov["version"]
+    assert prov["sizes"] == fed.sizes("train").tolist() == [10, 10, 10]  # the weights of `welfare --weights sizes`
+    from coalitions.welfare import resolve_weights
+    assert resolve_weights(o.game_, "sizes").tolist() == [10, 10, 10]
     for path in (tmp_path / "g.json", tmp_path / "g.npz"):
         co.write_game(o.game_, path)
         back = co.read_game(path)
