@@ -8,6 +8,7 @@ or coalition at fault and never a traceback.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -39,7 +40,7 @@ def _progress(label: str):
     """A progress callback drawing a bar on stderr when it is a terminal."""
     if not sys.stderr.isatty():
         return None
-    state = {}
+    state: dict[str, Any] = {}
 
     def update(done: int, total: int) -> None:
         bar = state.get("bar")

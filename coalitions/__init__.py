@@ -39,7 +39,7 @@ from .peeling import Peeling, peel, peel_oracle
 from .scc import source_components, strongly_connected_components
 
 __all__ = [
-    "Game", "read_game", "write_game", "mean_estimation", "planted", "mau", "payoff_table",
+    "__version__", "Game", "read_game", "write_game", "mean_estimation", "planted", "mau", "payoff_table",
     "OCS", "optimal_collaborators", "BenefitGraph", "ExactOracle", "strongly_connected_components",
     "source_components", "peel", "peel_oracle", "Peeling", "solve", "certify", "Equilibrium",
     "Certificate", "equilibria", "inner_agreement", "outer_agreement", "individual_rationality",

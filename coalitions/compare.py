@@ -55,13 +55,13 @@ __all__ = ["compare", "adjusted_rand_index", "edge_scores", "compare_text", "KEY
 KEYS = ("edge_precision", "edge_recall", "edge_f1", "ocs_exact", "same_partition", "ari", "regret")
 
 
-def _pairs(x: np.ndarray) -> np.ndarray:
+def _pairs(x: np.ndarray | int) -> np.ndarray:
     """``C(x, 2)`` elementwise, as float."""
     x = np.asarray(x, dtype=np.float64)
     return x * (x - 1) / 2
 
 
-def adjusted_rand_index(labels_a: Sequence[int], labels_b: Sequence[int]) -> float:
+def adjusted_rand_index(labels_a: Sequence[int] | np.ndarray, labels_b: Sequence[int] | np.ndarray) -> float:
     """Adjusted Rand index of two labelings of the same items (Hubert & Arabie, 1985).
 
     With the contingency table ``n_uv`` (items in block ``u`` of A and ``v`` of B),

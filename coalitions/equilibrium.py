@@ -53,8 +53,9 @@ class Certificate:
 def certify(game: Game, partition, semantics: str = "personalized", tol: float = 1e-9,
             exhaustive_up_to: int | None = None, seed: int = 0) -> Certificate:
     """Check inner and outer agreement of ``partition``."""
-    kw = dict(semantics=semantics, tol=tol, exhaustive_up_to=exhaustive_up_to, seed=seed)
-    return Certificate(inner_agreement(game, partition, **kw), outer_agreement(game, partition, **kw))
+    return Certificate(
+        inner_agreement(game, partition, semantics, tol, exhaustive_up_to=exhaustive_up_to, seed=seed),
+        outer_agreement(game, partition, semantics, tol, exhaustive_up_to=exhaustive_up_to, seed=seed))
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ def check_client_names(clients: Sequence[object], where: str = "'clients'", pref
         if name in seen:
             raise InputError(f"{prefix}client {name!r} is listed twice")
         seen.add(name)
-    return tuple(clients)
+    return tuple(name for name in clients if isinstance(name, str))  # all of them (checked above)
 
 
 def _check_names(clients: Sequence[object]) -> tuple[str, ...]:

@@ -67,7 +67,7 @@ class BenefitGraph:
 
     def successors(self) -> dict[int, list[int]]:
         """Adjacency ``j → [i, ...]`` over the members of ``R``."""
-        succ = {i: [] for i, _ in self.collaborators}
+        succ: dict[int, list[int]] = {i: [] for i, _ in self.collaborators}
         for j, i in self.edges:
             succ[j].append(i)
         return succ
@@ -81,7 +81,8 @@ class BenefitOracle(Protocol):
     component, or ``None`` when the component is not stable at all.
     """
 
-    clients: Sequence[str]
+    @property
+    def clients(self) -> Sequence[str]: ...
 
     def benefit_graph(self, within: int) -> BenefitGraph: ...
 

@@ -453,8 +453,9 @@ class ExhaustiveOracle:
                     self.progress(done_units, total)
                 continue
             base = done_units
+            n_ms = len(ms)
 
-            def tick(ep, base=base, m=len(ms)):
+            def tick(ep, base=base, m=n_ms):
                 if self.progress is not None:
                     self.progress(base + ep * m, total)
 

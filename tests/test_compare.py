@@ -139,7 +139,7 @@ def test_ari_properties(pair):
     assert ari == pytest.approx(adjusted_rand_index(a, (b * 7 + 3) % 11))  # relabelling
     assert ari <= 1.0 + 1e-12
     assert adjusted_rand_index(a, a) == 1.0
-    same = len({(x, y) for x, y in zip(a, b)}) == len(set(a)) == len(set(b))
+    same = len({(x, y) for x, y in zip(a, b, strict=True)}) == len(set(a)) == len(set(b))
     assert (ari == pytest.approx(1.0)) == same
 
 

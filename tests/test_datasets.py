@@ -50,12 +50,12 @@ def rows(fed):
 def test_reproducible_and_seed_dependent(name, opts):
     a, b, c = load(name, seed=3, **opts), load(name, seed=3, **opts), load(name, seed=4, **opts)
     assert a.names == b.names and a.options == b.options
-    for ca, cb in zip(a.clients, b.clients):
+    for ca, cb in zip(a.clients, b.clients, strict=True):
         for part in ("train", "val", "test"):
             assert np.array_equal(getattr(ca, part).X, getattr(cb, part).X)
             assert np.array_equal(getattr(ca, part).y, getattr(cb, part).y)
     assert any(not np.array_equal(x.train.X, z.train.X) if x.train.X.shape == z.train.X.shape else True
-               for x, z in zip(a.clients, c.clients))
+               for x, z in zip(a.clients, c.clients, strict=True))
 
 
 @pytest.mark.parametrize("name, opts", CONFIGS)
@@ -90,7 +90,7 @@ def test_synthetic_model_and_groups():
 def test_synthetic_weights_do_not_depend_on_samples():
     a = load("synthetic", samples=50, noise=0.0, rho=0.3, seed=2)
     b = load("synthetic", samples=80, noise=0.0, rho=0.3, seed=2)
-    for ca, cb in zip(a.clients, b.clients):
+    for ca, cb in zip(a.clients, b.clients, strict=True):
         wa = np.linalg.lstsq(ca.train.X.astype(float), ca.train.y.astype(float), rcond=None)[0]
         wb = np.linalg.lstsq(cb.train.X.astype(float), cb.train.y.astype(float), rcond=None)[0]
         assert np.allclose(wa, wb, atol=1e-4)

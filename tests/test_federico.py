@@ -40,7 +40,7 @@ def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
     n = fed.n
     prev_w = np.full((n, n), 1 / n)
     prev_ema = None
-    for t, (w, ema) in enumerate(zip(m.posterior_history_, m.ema_history_)):
+    for t, (w, ema) in enumerate(zip(m.posterior_history_, m.ema_history_, strict=True)):
         assert np.allclose(w.sum(axis=1), 1) and (w >= 0).all()
         # w_t ∝ π_t·exp(−L̂_t) with π_t = w_{t−1} (accumulate=True)
         want = prev_w * np.exp(-(ema - ema.min(axis=1, keepdims=True)))
@@ -66,7 +66,7 @@ def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
 def test_uniform_prior_gives_the_softmax_of_the_ema():
     fed = blobs(sizes=(12, 9, 15))
     m = FedeRiCo(rounds=3, accumulate=False, **KW).fit(fed)
-    for w, ema in zip(m.posterior_history_, m.ema_history_):
+    for w, ema in zip(m.posterior_history_, m.ema_history_, strict=True):
         assert np.allclose(w, posterior(torch.zeros(3, 3, dtype=torch.float64), torch.as_tensor(ema)).numpy())
 
 

@@ -48,7 +48,7 @@ def test_resume_from_checkpoint_equals_an_uninterrupted_run(cls, tmp_path):
     assert resumed.loss_history_ == whole.loss_history_
     if whole.weights_ is not None:
         assert np.array_equal(resumed.weights_, whole.weights_)
-        assert all(np.array_equal(a, b) for a, b in zip(resumed.weights_history_, whole.weights_history_))
+        assert all(np.array_equal(a, b) for a, b in zip(resumed.weights_history_, whole.weights_history_, strict=True))
 
 
 def test_same_seed_same_result_and_another_seed_differs():

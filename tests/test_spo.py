@@ -216,7 +216,7 @@ def test_oracle_answers_any_remaining_set_without_retraining(easy):
     g3 = o.benefit_graph(0b0111)           # {0, 1, 2}
     assert dict(g3.collaborators) == {0: 0b0010, 1: 0b0001, 2: 0}
     assert o.benefit_graph(0b0111) is g3   # cached
-    for p, q in zip(before, m.hypernet_.parameters()):
+    for p, q in zip(before, m.hypernet_.parameters(), strict=True):
         assert torch.equal(p, q)
     D, L = o.best_directions(0b0101)
     assert (D[[1, 3]] == 0).all() and np.isnan(L[[1, 3]]).all()

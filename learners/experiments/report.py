@@ -116,7 +116,7 @@ def _published_synthetic(results: dict) -> list[str]:
                   f"`{_blocks(pub['ce_partition'][reg['name']])}`. Ours: "
                   + ", ".join(f"`{p}` ({k}/{len(runs)} seeds)" for p, k in ours_p.items()) + ".", ""]
         rows = []
-        for c, paper in zip(reg["clients"], pub["ce_mse"][reg["name"]]):
+        for c, paper in zip(reg["clients"], pub["ce_mse"][reg["name"]], strict=False):
             ocs = {_set(r["exact"]["ocs"][c]) for r in runs}
             rows.append([c, " or ".join(sorted(ocs)), paper, fmt_stat(reg["summary"]["test"]["CE"][c])
                          if "CE" in reg["summary"]["test"] else "–"])

@@ -248,7 +248,7 @@ class ParetoHypernetwork(torch.nn.Module):
         x = torch.cat(feats, dim=-1)
         flat = self.head(self.body(x))
         parts = torch.split(flat, self.sizes, dim=-1)
-        return {k: p.reshape(*d.shape[:-1], *s) for k, p, s in zip(self.names, parts, self.shapes)}
+        return {k: p.reshape(*d.shape[:-1], *s) for k, p, s in zip(self.names, parts, self.shapes, strict=True)}
 
 
 # --------------------------------------------------------------------------- data

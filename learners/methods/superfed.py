@@ -47,7 +47,10 @@ from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.methods.baselines import weighted_average
 from coalitions.learners.training.engine import Padded, train_epochs
 
-__all__ = ["SuPerFed", "SuPerFedMM", "SuPerFedLM", "layer_index", "mix"]
+__all__ = ["SuPerFed", "SuPerFedMM", "SuPerFedLM", "layer_index", "mix", "LAMBDA_GRID"]
+
+#: Default candidates for each client's ``λ*``: ``0, 0.1, …, 1``.
+LAMBDA_GRID = tuple(float(x) for x in np.round(np.linspace(0, 1, 11), 2))
 
 
 def layer_index(params: dict) -> dict:
@@ -102,7 +105,7 @@ class SuPerFed(PersonalizedLearner):
     _own_params = ("mu", "nu", "start", "lambda_grid")
 
     def __init__(self, mu: float = 0.01, nu: float = 1.0, start: float = 0.4,
-                 lambda_grid=tuple(np.round(np.linspace(0, 1, 11), 2)), **common):
+                 lambda_grid=LAMBDA_GRID, **common):
         super().__init__(**common)
         self.mu, self.nu, self.start = mu, nu, start
         self.lambda_grid = tuple(float(x) for x in lambda_grid)

@@ -116,7 +116,7 @@ def heart(metric: str = "accuracy", hospitals=None, seed: int = 0) -> Federation
         if name not in names:
             continue
         if metric == "auc":
-            for part, idx in zip(("train", "validation", "test"), parts):
+            for part, idx in zip(("train", "validation", "test"), parts, strict=True):
                 if len(np.unique(y[idx])) < 2:
                     raise InputError(f"heart: hospital {name!r} has a single class in its {part} split, "
                                      "so its AUC is undefined; use --metric accuracy or leave it out "
