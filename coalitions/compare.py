@@ -43,7 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .bitmask import members
-from .equilibrium import solve
+from .equilibrium import Equilibrium, solve
 from .errors import InputError
 from .game import Game
 from .graph import ExactOracle
@@ -114,8 +114,9 @@ def _labels(partition: Sequence[int], n: int) -> np.ndarray:
     return out
 
 
-def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 1e-9) -> dict:
-    """Compare a learned estimate with the exact game (issue 3 item 5).
+def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 1e-9, *,
+            exact: Equilibrium | None = None) -> dict:
+    """Compare a learned estimate with the exact game (metrics in the module docstring).
 
     Parameters
     ----------
@@ -128,7 +129,10 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     semantics : {"personalized", "shared"}
         Payoff semantics for the exact CE and the regrets.
     tol : float
-        Tolerance of the exact analysis (SPEC §1).
+        Tolerance of the exact analysis (``docs/concepts.md`` §1).
+    exact : Equilibrium, optional
+        The game's equilibrium under ``semantics`` when the caller already solved it
+        (:func:`coalitions.solve`); otherwise it is solved here.
 
     Returns
     -------
@@ -141,7 +145,8 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     Raises
     ------
     InputError
-        A client of one side is missing from the other.
+        A client of one side is missing from the other, or ``exact`` was solved for
+        another game, semantics or tolerance.
     NoEquilibrium
         ``shared`` semantics and the game has no CE.
     """
@@ -176,7 +181,12 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     alternatives = exact_bg.ambiguous
     hits = [learned_ocs[i] in alternatives.get(i, (exact_ocs[i],)) for i in range(n)]
 
-    eq = solve(game, semantics, tol, certify_result=False)
+    if exact is None:
+        eq = solve(game, semantics, tol, certify_result=False)
+    elif exact.game is not game or exact.semantics != semantics or exact.tol != tol:
+        raise InputError("the exact equilibrium given was solved for another game, semantics or tolerance")
+    else:
+        eq = exact
     exact_partition = tuple(eq.partition)
     learned_partition = tuple(remap(k) for k in estimate.partition)
     if sorted(learned_partition) and (np.bitwise_or.reduce(learned_partition) != grand

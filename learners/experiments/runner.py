@@ -90,13 +90,13 @@ def _is_ce(game: co.Game, estimate) -> bool:
     return bool(co.certify(game, partition).holds)
 
 
-def _method_summary(estimate, game) -> dict:
+def _method_summary(estimate, game, eq: co.Equilibrium | None = None) -> dict:
     out = {"partition": [list(b) for b in estimate.blocks()],
            "test": dict(estimate.utilities["test"]), "val": dict(estimate.utilities["val"]),
            "weights": None if estimate.weights is None else estimate.weights.tolist(),
            "edges": [[estimate.clients[j], estimate.clients[i]] for j, i in estimate.benefit_graph.edges]}
     if game is not None:
-        cmp = compare(estimate, game)
+        cmp = compare(estimate, game, exact=eq)
         out["compare"] = {k: cmp[k] for k in ("edge_precision", "edge_recall", "edge_f1", "ocs_exact",
                                               "same_partition", "ari", "regret")}
         out["compare"]["is_exact_ce"] = _is_ce(game, estimate)
@@ -249,7 +249,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
             reg["metric"] = getattr(fed, "metric", None)
             where = runs_dir / f"{regime.name}-seed{seed}"
             run = {"seed": seed, "methods": {}}
-            game = test_game = None
+            game = test_game = eq = None
             if exp.oracle is not None:
                 game, test_game = _exact(fed, exp, seed, device, where, log)
                 eq = co.solve(game)
@@ -258,7 +258,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
                     run["exact"]["_equilibrium"] = eq  # kept for figures, dropped from JSON
             for m in methods:
                 est = _learner(fed, m, settings.options_for(m), seed, device, where, log)
-                run["methods"][m] = _method_summary(est, game)
+                run["methods"][m] = _method_summary(est, game, eq)
                 if seed == seeds[0]:
                     run["methods"][m]["_estimate"] = est
             reg["runs"].append(run)
