@@ -19,7 +19,7 @@ Examples
 --------
 >>> import numpy as np
 >>> from coalitions.oracles import WeightOracle
->>> w = np.array([[0.6, 0.4, 0.0], [0.3, 0.7, 0.0], [0.0, 0.0, 1.0]])
+>>> w = np.array([[0.5, 0.4, 0.1], [0.45, 0.55, 0.0], [0.0, 0.0, 1.0]])
 >>> util = {"val": {"a": 1.0, "b": 2.0, "c": 3.0}, "test": {"a": 1.0, "b": 2.0, "c": 3.0}}
 >>> e = build_estimate(WeightOracle(["a", "b", "c"], w), method="demo", config={}, utilities=util,
 ...                    metric="accuracy", sense="max", weights=w)

@@ -16,7 +16,8 @@ from coalitions.errors import InputError  # noqa: E402
 from coalitions.learners.experiments import figures  # noqa: E402
 from coalitions.learners.experiments.catalogue import EXPERIMENTS, METHOD_LABELS, get_experiment  # noqa: E402
 from coalitions.learners.experiments.report import fmt_stat, report_markdown  # noqa: E402
-from coalitions.learners.experiments.runner import RESULTS_FORMAT, read_results, summarize  # noqa: E402
+from coalitions.learners.experiments.results import RESULTS_FORMAT, read_results  # noqa: E402
+from coalitions.learners.experiments.runner import summarize  # noqa: E402
 
 COLUMNS = ["Local", "FedAvg", "SPO", "CE", "FedAMP", "HeurFedAMP", "FedeRiCo", "SuPerFed-MM"]
 
@@ -31,7 +32,7 @@ def quick(tmp_path_factory):
 
 @pytest.mark.slow
 def test_quick_synthetic_finds_the_papers_two_equilibria(quick):
-    res = read_results(quick / "results.json")
+    res = read_results(quick / "results.json").to_json()
     assert res["format"] == RESULTS_FORMAT and res["experiment"] == "synthetic" and res["quick"]
     assert [r["name"] for r in res["regimes"]] == ["few", "many"]
     few, many = res["regimes"]
@@ -50,7 +51,7 @@ def test_quick_synthetic_finds_the_papers_two_equilibria(quick):
 
 @pytest.mark.slow
 def test_quick_report_has_every_section_and_column(quick):
-    res = read_results(quick / "results.json")
+    res = read_results(quick / "results.json").to_json()
     for reg in res["regimes"]:
         s = reg["summary"]
         assert s["columns"] == COLUMNS
@@ -69,7 +70,7 @@ def test_quick_report_has_every_section_and_column(quick):
 
 @pytest.mark.slow
 def test_quick_figures_exist(quick):
-    res = read_results(quick / "results.json")
+    res = read_results(quick / "results.json").to_json()
     names = set(res["figures"])
     for reg in ("few", "many"):
         assert f"{reg}-exact-ce.dot" in names and f"{reg}-spo-graph.dot" in names
@@ -101,7 +102,7 @@ def test_rerun_reads_every_piece_back(quick, capsys):
 
 @pytest.mark.slow
 def test_without_matplotlib_dot_files_and_a_hint(quick, tmp_path, monkeypatch):
-    res = read_results(quick / "results.json")
+    res = read_results(quick / "results.json").to_json()
     for reg in res["regimes"]:  # the in-memory objects are gone from JSON: DOT of the exact CE is skipped
         for run in reg["runs"]:
             run.get("exact", {}).pop("_equilibrium", None)

@@ -1,6 +1,6 @@
 """``report.md`` of a reproduction: pure functions from a results dict to Markdown.
 
-The results are those of :func:`coalitions.learners.experiments.runner.reproduce`
+The results are the JSON of a :class:`~coalitions.learners.experiments.results.Reproduction`
 (``coalitions/reproduction@1``); nothing here trains or imports torch, so a
 report can be rebuilt from a committed ``results.json``::
 
@@ -222,9 +222,9 @@ def report_markdown(results: dict) -> str:
 
 def rebuild(folder: str | Path) -> str:
     """Rewrite ``report.md`` in ``folder`` from its ``results.json``; returns the path."""
-    from coalitions.learners.experiments.runner import read_results
+    from coalitions.learners.experiments.results import read_results
 
     folder = Path(folder)
     path = folder / "report.md"
-    path.write_text(report_markdown(read_results(folder / "results.json")), encoding="utf-8")
+    path.write_text(report_markdown(read_results(folder / "results.json").to_json()), encoding="utf-8")
     return str(path)
