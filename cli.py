@@ -1,4 +1,4 @@
-"""The ``coalitions`` command (SPEC §8): parse, call the library, print.
+"""The ``coalitions`` command (docs/cli.md): parse, call the library, print.
 
 Exit codes: 0 success; 1 a negative answer (an axiom is violated, no CE
 exists); 2 unusable input or arguments, with one line naming the file, client
@@ -249,7 +249,7 @@ def _numbers(text: str, what: str, cast=float) -> list:
 @click.option("--names", default=None, help="Client names, comma-separated [default: 0,1,...].")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 def mean_estimation(sizes, mu_e, sigma2, names, output):
-    """Mean estimation under uniform federation (Donahue & Kleinberg; SPEC §4)."""
+    """Mean estimation under uniform federation (Donahue & Kleinberg; docs/concepts.md §4)."""
     n = _numbers(sizes, "--sizes")
     names = names.split(",") if names else None
     if names is not None and len(names) != len(n):
@@ -327,7 +327,7 @@ def load_federation(dataset: str, opts: dict):
               help="Game file: coalitions/game@1 JSON, or .npz by the ending.")
 def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memory_mb, device, threads,
            checkpoint, output, **data_opts):
-    """Train a model on every subset of DATASET's clients: the exact game (SPEC §5).
+    """Train a model on every subset of DATASET's clients: the exact game (docs/concepts.md §5).
 
     v_i(S) is the metric on client i's validation data of the model trained on
     the training data of S.  Linear regression is solved in closed form; other
@@ -354,7 +354,7 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
                f"{est.config_['model']} ({est.method_}, {est.device_}{resumed}), {est.elapsed_:.2f} s", err=True)
 
 
-# ---------------------------------------------------------------------------- learn, compare (issue 3)
+# ---------------------------------------------------------------------------- learn, compare
 def _method_options(f):
     """One flag per option of every registered learner (the methods registry); default None = the method's."""
     types = {"int": int, "float": float, "str": str}
@@ -381,7 +381,7 @@ def _method_options(f):
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Estimate file (coalitions/estimate@1 JSON).")
 def learn(dataset, method, device, threads, output, **opts):
-    """Learn who benefits from whom on DATASET: a coalitions/estimate@1 file (SPEC §5, §7).
+    """Learn who benefits from whom on DATASET: a coalitions/estimate@1 file (docs/concepts.md §5, docs/formats.md).
 
     The estimate holds the weights, each client's validation and test metric,
     the learned benefit graph and the equilibrium that peeling reaches on the

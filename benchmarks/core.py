@@ -1,4 +1,4 @@
-"""Benchmark of the game core (issue 2): solve + exhaustive certificate on planted games.
+"""Benchmark of the game core: solve + exhaustive certificate on planted games.
 
 Prints, in one run:
 

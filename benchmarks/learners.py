@@ -1,4 +1,4 @@
-"""Benchmarks of the personalised learners (issue 4).
+"""Benchmarks of the personalised learners.
 
 ``timing`` (the default) prints, in one run, the time of one communication
 round (one local epoch of every client: 64 training samples each, batch 32,

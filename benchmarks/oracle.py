@@ -1,4 +1,4 @@
-"""Benchmark of the exhaustive subset oracle (issue 3), one function per measurement.
+"""Benchmark of the exhaustive subset oracle, one function per measurement.
 
 Prints, in one run:
 

@@ -1,6 +1,6 @@
 """coalitions: who should learn with whom.
 
-The game core (SPEC §1–4, §7): exhaustive games, maximal achievable utility,
+The game core (docs/concepts.md, docs/formats.md): exhaustive games, maximal achievable utility,
 optimal collaborator sets, benefit graphs, peeling into a collaboration
 equilibrium, axiom checks with witnesses, brute-force enumeration, analytic
 games and file formats.  NumPy only; PyTorch is never imported here.

@@ -1,4 +1,4 @@
-"""Games with exact values, no training (SPEC §4), and planted test games.
+"""Games with exact values, no training (docs/concepts.md §4), and planted test games.
 
 Mean estimation under uniform federation (Donahue & Kleinberg, AAAI 2021):
 client ``j`` with ``n_j`` samples estimates a mean; the coalition ``C`` pools
@@ -39,7 +39,7 @@ def _subset_sums(weights: np.ndarray) -> np.ndarray:
 
 def mean_estimation(sizes: Sequence[float], mu_e: float = 10.0, sigma2: float = 1.0,
                     clients: Sequence[str] | None = None) -> Game:
-    """The mean-estimation game of SPEC §4.
+    """The mean-estimation game of docs/concepts.md §4.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Checks of a partition against the CE axioms and classic stability notions (SPEC §3).
+"""Checks of a partition against the CE axioms and classic stability notions (docs/concepts.md §3).
 
 For a partition ``P`` with ``P(i)`` the block holding client ``i`` and payoffs
 under the chosen semantics:

@@ -1,4 +1,4 @@
-"""Score a learned collaboration estimate against the exact game (issue 3, SPEC §5).
+"""Score a learned collaboration estimate against the exact game (docs/concepts.md §5).
 
 Pure NumPy: the estimate is read as plain data (client names, ``BG(all)``
 as each client's optimal collaborator set, and the learned partition), so this
@@ -15,7 +15,7 @@ Metrics (clients matched by name):
   against a non-empty exact one scores precision 1, recall 0, F1 0, and the
   converse precision 0, recall 1, F1 0.
 * **ocs_exact**: the share of clients whose learned ``OCS_i(all)`` equals the
-  exact one; where the exact OCS is ambiguous (SPEC §2) any of its tied
+  exact one; where the exact OCS is ambiguous (docs/concepts.md §2) any of its tied
   smallest sets counts as exact.
 * **same_partition**: whether the learned equilibrium is the exact game's CE
   (the one :func:`coalitions.solve` reaches by peeling) as a set of coalitions.
@@ -51,7 +51,7 @@ from .payoffs import check_semantics, payoff_table
 
 __all__ = ["compare", "adjusted_rand_index", "edge_scores", "compare_text", "KEYS"]
 
-#: The keys issue 3 fixes for ``compare --format json``.
+#: The keys ``compare --format json`` always has.
 KEYS = ("edge_precision", "edge_recall", "edge_f1", "ocs_exact", "same_partition", "ari", "regret")
 
 

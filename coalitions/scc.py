@@ -1,6 +1,6 @@
 """Strongly connected components by Tarjan's algorithm, iteratively.
 
-SPEC §3 (peeling).  A recursive Tarjan overflows Python's stack on long paths;
+docs/concepts.md §3 (peeling).  A recursive Tarjan overflows Python's stack on long paths;
 this one keeps its own explicit stack of ``(node, iterator over successors)``
 frames, so its depth is limited only by memory.
 

@@ -1,8 +1,8 @@
-"""The exhaustive subset oracle: a model for every coalition (SPEC §5).
+"""The exhaustive subset oracle: a model for every coalition (docs/concepts.md §5).
 
 ``v_i(S)`` is the metric, on client ``i``'s validation data, of a model trained
 on the union of the training data of the clients in ``S``.  The oracle trains
-all ``2^N − 1`` subset models and returns the exhaustive game (SPEC §1, §7),
+all ``2^N − 1`` subset models and returns the exhaustive game (docs/concepts.md §1, docs/formats.md),
 with the test-set values alongside.
 
 Two ways, never one Python loop per subset:
@@ -200,7 +200,7 @@ def _scores(spec, params: dict, X, batch: int = 4096) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- the estimator
 class ExhaustiveOracle:
-    """Train a model on every non-empty subset of clients; the exact game (SPEC §5).
+    """Train a model on every non-empty subset of clients; the exact game (docs/concepts.md §5).
 
     Parameters
     ----------
@@ -351,7 +351,7 @@ class ExhaustiveOracle:
         return self
 
     def _provenance(self, fed: Federation, cfg: dict, split: str) -> dict:
-        return {"source": "coalitions oracle (exhaustive subset oracle, SPEC §5)",
+        return {"source": "coalitions oracle (exhaustive subset oracle, docs/concepts.md §5)",
                 "dataset": fed.name, "options": dict(fed.options), "task": fed.task,
                 "metric": fed.metric, "split": split, "model": dict(cfg), "seed": int(self.seed),
                 "planted_groups": [list(g) for g in fed.planted_groups] if fed.planted_groups else None,

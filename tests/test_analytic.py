@@ -1,4 +1,4 @@
-"""coalitions.analytic: the mean-estimation game of SPEC §4 and planted games."""
+"""coalitions.analytic: the mean-estimation game of docs/concepts.md §4 and planted games."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""coalitions.axioms: inner/outer agreement with witnesses, and classic stability notions (SPEC §3)."""
+"""coalitions.axioms: inner/outer agreement with witnesses, and classic stability notions (docs/concepts.md §3)."""
 
 import pytest
 from conftest import any_games, naive_inner, naive_outer, naive_partitions, to_mask

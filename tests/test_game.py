@@ -1,4 +1,4 @@
-"""coalitions.game: the exhaustive game, its constructors and validation (SPEC §1, §7)."""
+"""coalitions.game: the exhaustive game, its constructors and validation (docs/concepts.md §1, docs/formats.md)."""
 
 import dataclasses
 

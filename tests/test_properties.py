@@ -1,4 +1,4 @@
-"""Hypothesis properties of the whole game core on random games up to 7 clients (SPEC §1–3).
+"""Hypothesis properties of the whole game core on random games up to 7 clients (docs/concepts.md §1–3).
 
 Two families of games: *tied* games draw every value from a tiny integer set, so ties are
 everywhere (and the shrink step matters); *continuous* games draw Gaussian values, so no two

@@ -55,7 +55,7 @@ def _exact_section(reg: dict) -> list[str]:
     s = reg["summary"]
     counts = ", ".join(f"`{p}` on {k} of {len(runs)}" for p, k in s["exact_partitions"].items())
     lines = ["### The exact game", "",
-             f"Every subset of clients trained (the exhaustive oracle, SPEC §5); the game is the "
+             f"Every subset of clients trained (the exhaustive oracle, docs/concepts.md §5); the game is the "
              f"validation {reg['metric']}. Exact CE over the seeds: {counts}. Seed {runs[0]['seed']}: "
              f"CE `{_blocks(ex['partition'])}`, certificate "
              f"{'holds' if ex['certificate'] else 'FAILS'} (exhaustive), peeling rounds "

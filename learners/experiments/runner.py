@@ -3,7 +3,7 @@
 For every regime and seed of an :class:`~coalitions.learners.experiments.catalogue.Experiment`:
 
 1. build the federation (the seed fixes the data split and all training);
-2. where affordable, train the exhaustive oracle (SPEC §5) and solve the exact
+2. where affordable, train the exhaustive oracle (docs/concepts.md §5) and solve the exact
    game: its benefit graph, its CE with certificate, and each client's test
    metric alone, in the CE (the model :func:`coalitions.payoffs.models_in`
    picks on the client's coalition) and with everyone;

@@ -1,4 +1,4 @@
-"""Utility baselines: ``local`` (everyone alone) and ``fedavg`` (one model for all) (SPEC §5).
+"""Utility baselines: ``local`` (everyone alone) and ``fedavg`` (one model for all) (docs/concepts.md §5).
 
 Neither learns pairwise weights; each writes ``weights: null`` and the
 *structural* benefit graph of what it trains (Local: no edges, so peeling

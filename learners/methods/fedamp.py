@@ -1,4 +1,4 @@
-"""FedAMP and HeurFedAMP: attentive message passing (Huang et al., AAAI 2021; SPEC §5).
+"""FedAMP and HeurFedAMP: attentive message passing (Huang et al., AAAI 2021; docs/concepts.md §5).
 
 FedAMP minimises ``Σ_i F_i(w_i) + λ Σ_{i<j} A(‖w_i − w_j‖²)`` with
 ``A(x) = 1 − e^{−x/σ}`` by alternating two steps each round ``k``:

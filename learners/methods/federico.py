@@ -1,4 +1,4 @@
-"""FedeRiCo: federating with the right collaborators (Sui, Wen et al. 2022; SPEC §5).
+"""FedeRiCo: federating with the right collaborators (Sui, Wen et al. 2022; docs/concepts.md §5).
 
 No public code exists; this follows the paper's EM derivation (§3.2–3.3,
 Appendix A).  Client ``i`` owns a model ``φ_i`` and keeps, for every model
@@ -12,7 +12,7 @@ explains its data.  Each round ``t``:
 2. **E-step**: for the sampled ``j`` and itself, ``ℓ_ij = ℓ(φ_j; D_i)`` (mean
    loss on the whole training split) and ``L̂_ij ← (1 − β)·L̂_ij + β·ℓ_ij``;
    then ``w_ij ∝ π_ij · exp(−L̂_ij)`` over all ``j`` and ``π_i· ← w_i·``
-   (``accumulate=True``, SPEC §5).  With ``accumulate=False`` the prior stays
+   (``accumulate=True``, docs/concepts.md §5).  With ``accumulate=False`` the prior stays
    uniform and ``w_i· = softmax(−L̂_i·)`` (the paper's §3.3 reading where the
    EMA replaces the accumulated loss).  Computed in the log domain.
 3. **M-step**: ``local_epochs`` passes over the clients' data; at every step
@@ -36,7 +36,7 @@ learns from whom.  By default the estimate's weight matrix is therefore
 :func:`data_weights`, how much client ``i`` draws on client ``k``'s *data*
 through the models, ``A_ik = Σ_j w_ij w_kj / Σ_l w_lj`` (row-stochastic; equal
 to ``w`` when every client keeps its own model); ``weights="posterior"`` writes
-``w`` itself, as SPEC §5 literally says.  The posterior is always in the
+``w`` itself, as the learner contract (docs/concepts.md §5) literally reads.  The posterior is always in the
 estimate's ``extra``.
 
 Prediction: client ``i`` mixes the models by its posterior,
@@ -119,11 +119,11 @@ class FedeRiCo(PersonalizedLearner):
     beta : float
         ``β``, EMA momentum of the tracked losses (0.6).
     accumulate : bool
-        ``π ← w`` after every E-step (True, SPEC §5); False keeps a uniform prior.
+        ``π ← w`` after every E-step (True, docs/concepts.md §5); False keeps a uniform prior.
     weights : {"data", "posterior"}
         The estimate's weight matrix: :func:`data_weights`
         ``A = w·diag(1/Σ_l w_lj)·wᵀ`` (default), or the posterior ``w`` itself
-        (SPEC §5's literal reading, which assumes model ``j`` stays client
+        (the literal reading of docs/concepts.md §5, which assumes model ``j`` stays client
         ``j``'s: EM breaks that, see the module docstring).
     optimizer, lr : str, float
         Adam, 1e-3 by default (the paper's).

@@ -1,4 +1,4 @@
-"""The learners that ``coalitions learn --method NAME`` can run (SPEC §5, §8).
+"""The learners that ``coalitions learn --method NAME`` can run (docs/concepts.md §5, docs/cli.md).
 
 A :class:`Method` names an estimator class by its import path (so listing the
 methods, or building the command line, never imports PyTorch) and declares the
@@ -227,7 +227,7 @@ register(Method(
         Option("neighbours", "neighbours", "int", 3, "Other clients sampled per round (K)."),
         Option("eps", "eps", "float", 0.3, "Epsilon of the epsilon-greedy neighbour sampling."),
         Option("beta", "beta", "float", 0.6, "EMA momentum of the tracked losses."),
-        Option("accumulate", "accumulate", "bool", True, "Prior <- posterior after every E-step (SPEC)."),
+        Option("accumulate", "accumulate", "bool", True, "Prior <- posterior after every E-step."),
         Option("weights", "weights", "choice", "data",
                "Estimate's weights: data drawn on through the models (A = w diag(1/colsum) w^T), or the "
                "posterior w itself.", ("data", "posterior")),

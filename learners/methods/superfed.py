@@ -1,4 +1,4 @@
-"""SuPerFed: a federated and a local model mixed along a low-loss line (Hahn et al., KDD 2022; SPEC §5).
+"""SuPerFed: a federated and a local model mixed along a low-loss line (Hahn et al., KDD 2022; docs/concepts.md §5).
 
 Every client holds a copy ``W_f`` of the global model and its own local model
 ``W_l`` (drawn from a different random initialisation).  A training step uses

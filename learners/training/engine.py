@@ -1,4 +1,4 @@
-"""One training engine for every client at once (SPEC §5, issue 4).
+"""One training engine for every client at once (docs/concepts.md §5).
 
 Personalised federated methods keep one model per client (FedAMP, Local,
 FedeRiCo) or two (SuPerFed).  Public implementations train them one client

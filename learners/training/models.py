@@ -1,4 +1,4 @@
-"""Functional models that train many copies at once (SPEC §5).
+"""Functional models that train many copies at once (docs/concepts.md §5).
 
 A :class:`ModelSpec` holds a model as a pure function ``forward(params, X)`` of
 a parameter dict, plus ``init(generator, n_models)`` drawing a dict of

