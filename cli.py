@@ -303,7 +303,8 @@ def load_federation(dataset: str, opts: dict):
     from coalitions.learners.data.datasets import load
 
     given = {k: v for k, v in opts.items() if k in DATASET_OPTIONS and v is not None}
-    return load(dataset, **given)
+    with _flags():  # a loader's parameter is its flag with dashes
+        return load(dataset, **given)
 
 
 @cli.command()

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from coalitions.errors import InputError
 from coalitions.learners.data.datasets._common import check_float, check_int
 from coalitions.learners.data.federation import Client, Federation, Split
+from coalitions.params import ParameterError
 
 __all__ = ["synthetic", "DEFAULTS"]
 
@@ -40,13 +40,13 @@ def _flipped(flipped, clients: int) -> tuple[int, ...]:
         try:
             flipped = [int(s) for s in text.split(",")] if text else []
         except ValueError:
-            raise InputError(f"--flipped must be comma-separated client indices, got {text!r}") from None
+            raise ParameterError("flipped", f"{{name}} must be comma-separated client indices, got {text!r}") from None
     out = []
     for f in flipped:
         if isinstance(f, bool) or not isinstance(f, (int, np.integer)) or not 0 <= f < clients:
-            raise InputError(f"--flipped names client {f!r}, not one of 0..{clients - 1}")
+            raise ParameterError("flipped", f"{{name}} names client {f!r}, not one of 0..{clients - 1}")
         if int(f) in out:
-            raise InputError(f"--flipped names client {f} twice")
+            raise ParameterError("flipped", f"{{name}} names client {f} twice")
         out.append(int(f))
     return tuple(sorted(out))
 
