@@ -84,4 +84,4 @@ def test_refitting_forgets_the_old_estimate():
 
 def test_an_unfitted_learner_has_no_estimate():
     with pytest.raises(AttributeError, match="not fitted"):
-        CLASSES["local"]().estimate_
+        _ = CLASSES["local"]().estimate_
