@@ -1,4 +1,4 @@
-"""The ``coalitions`` command (SPEC §8): parse, call the library, print.
+"""The ``coalitions`` command (docs/cli.md): parse, call the library, print.
 
 Exit codes: 0 success; 1 a negative answer (an axiom is violated, no CE
 exists); 2 unusable input or arguments, with one line naming the file, client
@@ -12,6 +12,9 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
 import click
 
@@ -21,6 +24,11 @@ from coalitions import render
 from coalitions.brute_force import MAX_ENUMERATE
 from coalitions.files import check_output_path, write_text
 from coalitions.game import check_client_names
+from coalitions.learners.data.datasets import LOADERS
+from coalitions.learners.data.datasets import OPTIONS as LOADER_OPTIONS
+from coalitions.learners.experiments.catalogue import EXPERIMENTS
+from coalitions.learners.methods.registry import METHODS, all_options
+from coalitions.params import ParameterError
 
 FORMATS = click.Choice(["text", "json", "dot"])
 SEMANTICS = click.Choice(["personalized", "shared"])
@@ -158,7 +166,7 @@ def _progress(label: str):
     """A progress callback drawing a bar on stderr when it is a terminal."""
     if not sys.stderr.isatty():
         return None
-    state = {}
+    state: dict[str, Any] = {}
 
     def update(done: int, total: int) -> None:
         bar = state.get("bar")
@@ -170,6 +178,34 @@ def _progress(label: str):
             bar.__exit__(None, None, None)
 
     return update
+
+
+@contextmanager
+def _flags(flags: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Report a library's :class:`~coalitions.params.ParameterError` with the flag the user typed.
+
+    ``flags`` maps a parameter to its flag; a parameter not in it is shown as
+    ``--name-with-dashes``.
+    """
+    try:
+        yield
+    except ParameterError as e:
+        flag = (flags or {}).get(e.param, "--" + e.param.replace("_", "-"))
+        raise co.InputError(e.phrase(flag)) from None
+
+
+# Options that several commands declare, each declared once here.
+device_option = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+                             show_default=True, help="Where to train: auto picks CUDA when available.")
+threads_option = click.option("--threads", type=click.IntRange(1), default=None,
+                              help="PyTorch CPU threads [PyTorch's default]; 1 is often faster on a busy machine.")
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def _tol(value: float) -> float:
@@ -262,13 +298,13 @@ def verify(game_file, partition_text, semantics, tol, fmt, exhaustive_up_to, see
         raise Negative(None)
 
 
-@cli.command()
+@cli.command("enumerate")
 @click.argument("game_file", metavar="GAME", type=INPUT)
 @with_common
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--max-clients", type=click.IntRange(1), default=MAX_ENUMERATE, show_default=True,
               help="Refuse larger games (Bell(N) partitions are enumerated).")
-def enumerate(game_file, semantics, tol, fmt, max_clients):
+def enumerate_cmd(game_file, semantics, tol, fmt, max_clients):
     """Every collaboration equilibrium of GAME, by brute force over all partitions.
 
     Exit 1 when there is none.
@@ -367,7 +403,7 @@ def _numbers(text: str, what: str, cast=float) -> list:
                                       "mix of its own and the pooled mean, or optimal weights on every member.")
 @click.option("-o", "--output", required=True, type=OUTPUT)
 def mean_estimation(sizes, mu_e, sigma2, names, federation, output):
-    """Mean estimation: each client's expected error, a loss (Donahue & Kleinberg; SPEC §4)."""
+    """Mean estimation: each client's expected error, a loss (Donahue & Kleinberg; docs/concepts.md §4)."""
     n = _numbers(sizes, "--sizes")
     if names is not None:
         names = list(check_client_names(names.split(","), "--names", prefix="--names: "))
@@ -417,35 +453,26 @@ def _write(g, output):
     click.echo(f"wrote {output}: {g.n} clients", err=True)
 
 
-# ---------------------------------------------------------------------------- data (issue 3)
-DATASET_OPTIONS = ("clients", "samples", "rho", "dim", "noise", "flipped", "partition", "groups",
-                   "alpha", "metric", "hospitals", "max_train", "seed")
-DATASETS = ("synthetic", "heart", "digits", "mnist", "adult")
+# ---------------------------------------------------------------------------- data
+#: The datasets and the loader options offered as flags: the datasets registry's.
+DATASETS = tuple(LOADERS)
+DATASET_OPTIONS = tuple(o.name for o in LOADER_OPTIONS)
 
-_dataset_option_list = [
-    click.option("--clients", type=int, default=None,
-                 help="Number of clients (synthetic, digits, mnist) [loader default].", show_default=False),
-    click.option("--samples", type=int, default=None, help="Training samples per client (synthetic)."),
-    click.option("--rho", type=float, default=None, help="Spread of the clients' true weights (synthetic)."),
-    click.option("--dim", type=int, default=None, help="Feature dimension (synthetic)."),
-    click.option("--noise", type=float, default=None, help="Label noise standard deviation (synthetic)."),
-    click.option("--flipped", default=None, help="Clients with negated labels, e.g. 3,4,5 (synthetic)."),
-    click.option("--partition", type=click.Choice(["pathological", "practical", "dirichlet"]), default=None,
-                 help="Label-skew scheme (digits, mnist)."),
-    click.option("--groups", type=int, default=None, help="Client groups sharing dominant classes (practical)."),
-    click.option("--alpha", type=float, default=None, help="Dirichlet concentration (dirichlet)."),
-    click.option("--metric", type=click.Choice(["accuracy", "auc"]), default=None,
-                 help="Game metric of a binary dataset (heart, adult) [accuracy]."),
-    click.option("--hospitals", default=None, help="Subset of Cleveland,Hungary,Switzerland,VA (heart)."),
-    click.option("--max-train", type=int, default=None, help="Cap on each client's training rows (adult)."),
-    click.option("--seed", type=SEED, default=None, help="Seed of the data split and of training [0]."),
-]
+
+def _loader_option(o):
+    if o.name == "seed":  # every seed option takes the same type (SEED)
+        kind = SEED
+    elif o.kind == "choice":
+        kind = click.Choice(list(o.choices))
+    else:
+        kind = {"int": int, "float": float, "str": str}[o.kind]
+    return click.option(f"--{o.flag}", o.name, type=kind, default=None, help=o.help)
 
 
 def dataset_options(f):
-    """Add the loader options shared by every command that reads a dataset (SPEC §6)."""
-    for opt in reversed(_dataset_option_list):
-        f = opt(f)
+    """Add the loader options shared by every command that reads a dataset (docs/learners-data.md)."""
+    for o in reversed(LOADER_OPTIONS):
+        f = _loader_option(o)(f)
     return f
 
 
@@ -458,7 +485,8 @@ def load_federation(dataset: str, opts: dict):
     from coalitions.learners.data.datasets import load
 
     given = {k: v for k, v in opts.items() if k in DATASET_OPTIONS and v is not None}
-    return load(dataset, **given)
+    with _flags():  # a loader's parameter is its flag with dashes
+        return load(dataset, **given)
 
 
 @cli.command()
@@ -474,16 +502,15 @@ def load_federation(dataset: str, opts: dict):
 @click.option("--chunk-size", type=click.IntRange(1), default=None,
               help="Subset models trained together [as many as fit --memory-mb].")
 @click.option("--memory-mb", type=click.FloatRange(1), default=512.0, show_default=True)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--threads", type=click.IntRange(1), default=None,
-              help="CPU threads for training [PyTorch's default]; 1 is often faster on a busy machine.")
+@device_option
+@threads_option
 @click.option("--checkpoint", type=OUTPUT, default=None,
               help="Record finished chunks here; a rerun resumes from it.")
 @click.option("-o", "--output", required=True, type=OUTPUT,
               help="Game file: coalitions/game@1 JSON, or .npz by the ending.")
 def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memory_mb, device, threads,
            checkpoint, output, **data_opts):
-    """Train a model on every subset of DATASET's clients: the exact game (SPEC §5).
+    """Train a model on every subset of DATASET's clients: the exact game (docs/concepts.md §5).
 
     v_i(S) is the metric on client i's validation data of the model trained on
     the training data of S.  Linear regression is solved in closed form; other
@@ -497,7 +524,8 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
                            chunk_size=chunk_size, memory_mb=memory_mb, device=device,
                            seed=data_opts.get("seed") or 0, checkpoint=checkpoint, threads=threads,
                            progress=_progress(f"training {(1 << fed.n) - 1} subset models"))
-    est.fit(fed)
+    with _flags():
+        est.fit(fed)
     if fed.n >= 16 and not str(output).endswith(".npz"):
         click.echo(f"note: {fed.n} clients make a large JSON game; a name ending in .npz writes the "
                    "compact binary form", err=True)
@@ -507,11 +535,9 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
                f"{est.config_['model']} ({est.method_}, {est.device_}{resumed}), {est.elapsed_:.2f} s", err=True)
 
 
-# ---------------------------------------------------------------------------- learn, compare (issue 3)
+# ---------------------------------------------------------------------------- learn, compare
 def _method_options(f):
-    """One flag per option of every registered learner (learners/registry.py); default None = the method's."""
-    from coalitions.learners.methods.registry import all_options
-
+    """One flag per option of every registered learner (the methods registry); default None = the method's."""
     types = {"int": int, "float": float, "str": str}
     for o in reversed(all_options()):
         shown = "" if o.default is None else f" [{o.default}]"
@@ -525,32 +551,25 @@ def _method_options(f):
     return f
 
 
-def _method_names():
-    from coalitions.learners.methods.registry import METHODS
-
-    return list(METHODS)
-
-
 @cli.command()
 @click.argument("dataset", type=click.Choice(DATASETS))
-@click.option("--method", required=True, type=click.Choice(_method_names()),
+@click.option("--method", required=True, type=click.Choice(list(METHODS)),
               help="The learner (see docs/learners-spo.md).")
 @_method_options
 @dataset_options
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--threads", type=click.IntRange(1), default=None,
-              help="CPU threads for training [PyTorch's default]; 1 is often faster on a busy machine.")
+@device_option
+@threads_option
 @click.option("-o", "--output", required=True, type=OUTPUT,
               help="Estimate file (coalitions/estimate@1 JSON).")
 def learn(dataset, method, device, threads, output, **opts):
-    """Learn who benefits from whom on DATASET: a coalitions/estimate@1 file (SPEC §5, §7).
+    """Learn who benefits from whom on DATASET: a coalitions/estimate@1 file (docs/concepts.md §5, docs/formats.md).
 
     The estimate holds the weights, each client's validation and test metric,
     the learned benefit graph and the equilibrium that peeling reaches on the
     learner's benefit oracle.  Options apply to the methods that take them.
     """
     from coalitions.estimate import write_estimate
-    from coalitions.learners.methods.registry import METHODS, create
+    from coalitions.learners.methods.registry import create
 
     keys = {o.key for m in METHODS.values() for o in m.options}  # every method's flags; create() checks
     given = {k: v for k, v in opts.items() if k in keys and k not in DATASET_OPTIONS and v is not None}
@@ -558,13 +577,12 @@ def learn(dataset, method, device, threads, output, **opts):
     est = create(method, given, device=device, seed=data_opts.get("seed") or 0,
                  progress=_progress(f"training {method}"))
     fed = load_federation(dataset, data_opts)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    est.fit(fed)
-    write_estimate(est.estimate_, output)
-    e = est.estimate_
+    _set_threads(threads)
+    flags = {o.arg: f"--{o.flag}" for o in METHODS[method].options}
+    with _flags({**flags, "device": "--device", "seed": "--seed"}):
+        est.fit(fed)
+        e = est.estimate_
+    write_estimate(e, output)
     click.echo(f"wrote {output}: {method} on {dataset} ({fed.n} clients), equilibrium "
                f"{' | '.join(','.join(b) for b in e.blocks())}", err=True)
 
@@ -600,12 +618,11 @@ def compare_cmd(estimate_file, game_file, semantics, tol, fmt):
 
 
 @cli.command("reproduce")
-@click.argument("experiment", type=click.Choice(["synthetic", "heart", "adult", "digits"]))
+@click.argument("experiment", type=click.Choice(list(EXPERIMENTS)))
 @click.option("--quick", is_flag=True, help="Short settings: one seed, fewer rounds and steps.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@device_option
 @click.option("--seeds", default=None, help="Comma-separated seeds, instead of the experiment's.")
-@click.option("--threads", type=click.IntRange(1), default=None,
-              help="PyTorch CPU threads [PyTorch's default]; 1 is often faster on a busy machine.")
+@threads_option
 @click.option("-o", "--output", "out", required=True, type=OUTPUT_FOLDER,
               help="Folder for report.md, results.json and the figures (created if missing).")
 def reproduce_cmd(experiment, quick, device, seeds, threads, out):
@@ -622,13 +639,11 @@ def reproduce_cmd(experiment, quick, device, seeds, threads, out):
     seed_list = None if seeds is None else _numbers(seeds, "--seeds", int)
     if seed_list is not None and any(x not in range(SEED.min, SEED.max + 1) for x in seed_list):
         raise co.InputError(f"--seeds: every seed must be an integer in [{SEED.min}, {SEED.max}], got {seeds!r}")
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
+    _set_threads(threads)
     try:
-        res = reproduce(experiment, out, quick=quick, device=device, seeds=seed_list,
-                        log=lambda line: click.echo(f"[{experiment}] {line}", err=True))
+        with _flags({"device": "--device"}):
+            res = reproduce(experiment, out, quick=quick, device=device, seeds=seed_list,
+                            log=lambda line: click.echo(f"[{experiment}] {line}", err=True))
     except KeyboardInterrupt:
         click.echo(f"coalitions: finished pieces are kept in {out}/runs/; run the same command again "
                    "to resume", err=True)

@@ -1,4 +1,4 @@
-"""Benchmark of the game core (issue 2): solve + exhaustive certificate on planted games.
+"""Benchmark of the game core: solve + exhaustive certificate on planted games.
 
 Prints, in one run:
 
@@ -135,7 +135,7 @@ def measure_solve(n: int, seed: int = 0) -> dict:
     tracemalloc.stop()
     assert eq.certificate.holds and eq.certificate.method == "exhaustive"
     planted = sorted(sum(1 << i for i in range(s, s + g)) for s, g in
-                     zip(np.cumsum([0] + groups_for(n)[:-1]), groups_for(n)))
+                     zip(np.cumsum([0] + groups_for(n)[:-1]), groups_for(n), strict=True))
     return {"n": n, "build_s": t1 - t0, "solve_s": t2 - t1, "peak_with_game": max(base, peak_solve),
             "peak_solve_extra": peak_solve - base, "recovers_planted": sorted(eq.partition) == planted}
 

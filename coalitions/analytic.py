@@ -1,11 +1,11 @@
-"""Games with exact values, no training (SPEC §4), and planted test games.
+"""Games with exact values, no training (docs/concepts.md §4), and planted test games.
 
 Mean estimation (Donahue & Kleinberg, AAAI 2021): client ``j`` with ``n_j``
 samples estimates its own mean; the true means spread with variance ``σ²`` and
 each client's noise variance has mean ``μ_e``.  In coalition ``C`` with
 ``N_C = Σ_{i∈C} n_i`` and ``S_j = Σ_{i∈C, i≠j} n_i² + (N_C − n_j)²`` the
 expected squared error of client ``j`` is, under the three federations of
-SPEC §4 (``N = N_C``, ``n = n_j``),
+docs/concepts.md §4 (``N = N_C``, ``n = n_j``),
 
 * *uniform* (everyone uses the pooled mean):
   ``err_j = μ_e/N + σ²·S_j/N²``;
@@ -50,7 +50,7 @@ def _subset_sums(weights: np.ndarray) -> np.ndarray:
     return out
 
 
-#: The federations of SPEC §4 (Donahue & Kleinberg): how a member combines the coalition's data.
+#: The federations of docs/concepts.md §4 (Donahue & Kleinberg): how a member combines the coalition's data.
 FEDERATIONS = ("uniform", "coarse", "fine")
 
 
@@ -85,7 +85,7 @@ _ERRORS = {"uniform": _uniform_errors, "coarse": _coarse_errors, "fine": _fine_e
 
 def mean_estimation(sizes: Sequence[float], mu_e: float = 10.0, sigma2: float = 1.0,
                     clients: Sequence[str] | None = None, federation: str = "uniform") -> Game:
-    """The mean-estimation game of SPEC §4, its errors held as a loss (``sense = "min"``).
+    """The mean-estimation game of docs/concepts.md §4, its errors held as a loss (``sense = "min"``).
 
     Parameters
     ----------

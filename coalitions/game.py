@@ -1,6 +1,6 @@
 """The exhaustive game: every client's value for every coalition that holds it.
 
-SPEC §1.  A game over clients ``0..N-1`` knows ``v_i(S)`` for every coalition
+docs/concepts.md §1.  A game over clients ``0..N-1`` knows ``v_i(S)`` for every coalition
 ``S ∋ i``: ``N·2^(N-1)`` numbers, stored as one float64 array ``values`` of shape
 ``(N, 2^N)`` with entry ``[i, mask]`` and NaN where bit ``i`` is not in ``mask``.
 Values are stored *higher is better*: a game given with ``sense="min"`` (a loss)
@@ -80,7 +80,7 @@ def check_client_names(clients: Sequence[object], where: str = "'clients'", pref
         if name in seen:
             raise InputError(f"{prefix}client {name!r} is listed twice")
         seen.add(name)
-    return tuple(clients)
+    return tuple(name for name in clients if isinstance(name, str))  # all of them (checked above)
 
 
 def check_size(n: int, what: str = "") -> int:
@@ -133,7 +133,7 @@ def coalition_key(mask: int, clients: Sequence[str]) -> str:
 
 @dataclass(frozen=True, eq=False)
 class Game:
-    """An exhaustive game (SPEC §1), validated and read-only.
+    """An exhaustive game (docs/concepts.md §1), validated and read-only.
 
     Parameters
     ----------
@@ -198,7 +198,7 @@ class Game:
     @classmethod
     def from_mapping(cls, clients: Sequence[str], values: Mapping[str, Mapping[str, float]],
                      sense: str = "max", provenance: Mapping | None = None) -> Game:
-        """Build from ``{client: {"A,B": value, ...}}`` as in ``coalitions/game@1`` (SPEC §7).
+        """Build from ``{client: {"A,B": value, ...}}`` as in ``coalitions/game@1`` (docs/formats.md).
 
         Every coalition containing a client must be present under that client.
         """

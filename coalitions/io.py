@@ -1,4 +1,4 @@
-"""Reading and writing the file formats of SPEC §7.
+"""Reading and writing the file formats of docs/formats.md.
 
 * ``coalitions/game@1`` JSON and the equivalent ``.npz`` (arrays ``values``,
   ``clients``, ``sense``) — :func:`read_game`, :func:`write_game`.

@@ -1,4 +1,4 @@
-"""Optimal collaborator sets (SPEC §2).
+"""Optimal collaborator sets (docs/concepts.md §2).
 
 ``OCS_i(R)`` is a *smallest* coalition ``S ⊆ R`` with ``i ∈ S`` and
 ``v_i(S) ≥ MAU_i(R) − tol``, returned without ``i``.  Among smallest sets the
@@ -56,7 +56,7 @@ class OCS:
 
 
 def optimal_collaborators(game: Game, i: int, within: int, tol: float = 1e-9) -> OCS:
-    """``OCS_i(R)`` with the SPEC §2 tie rule and every tied alternative.
+    """``OCS_i(R)`` with the tie rule of docs/concepts.md §2 and every tied alternative.
 
     Parameters
     ----------

@@ -1,6 +1,6 @@
 """Maximal achievable utility and the two payoff semantics.
 
-SPEC §1–2.  Under ``personalized`` semantics (Cui et al.) a member of ``K`` may
+docs/concepts.md §1–2.  Under ``personalized`` semantics (Cui et al.) a member of ``K`` may
 use any model on the Pareto front of ``K``, so its payoff is its *maximal
 achievable utility*
 
@@ -68,7 +68,7 @@ def mau(game: Game) -> np.ndarray:
 
 
 def payoff_table(game: Game, semantics: str = "personalized") -> np.ndarray:
-    """``payoff[i, K]`` for every client and coalition under the given semantics (SPEC §1)."""
+    """``payoff[i, K]`` for every client and coalition under the given semantics (docs/concepts.md §1)."""
     check_semantics(semantics)
     return mau(game) if semantics == "personalized" else game.values
 
@@ -81,7 +81,7 @@ def models_in(game: Game, partition, semantics: str = "personalized") -> list[in
 
     .. math::  S_i^* = \\arg\\max_{S \\subseteq K,\\; i \\in S} v_i(S),
 
-    so that ``v_i(S_i^*) = MAU_i(K)`` (SPEC §1); ties go to the smallest
+    so that ``v_i(S_i^*) = MAU_i(K)`` (docs/concepts.md §1); ties go to the smallest
     bitmask.  Under ``shared`` semantics it is ``K`` itself.  Reporting uses
     this to score, on held-out data, the very model that earned the payoff.
 

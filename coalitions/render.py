@@ -23,10 +23,10 @@ def fmt(x: float) -> str:
 
 def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A left-aligned plain-text table."""
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h) for k, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[k]) for r in cells)) if cells else len(h) for k, h in enumerate(header)]
+    line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
 def _yes(b: bool) -> str:

@@ -1,7 +1,7 @@
 """Shared test helpers: paths, small games, and naive reference implementations.
 
 The naive functions below work on frozensets with plain Python loops, written
-from SPEC §1–3 independently of the vectorised core, so that tests can compare
+from docs/concepts.md §1–3 independently of the vectorised core, so that tests can compare
 the two.  Import them with ``from conftest import ...``.
 """
 
@@ -174,7 +174,7 @@ def naive_payoff(game: Game, semantics: str, i: int, k) -> float:
 
 
 def naive_ocs(game: Game, i: int, r, tol: float = TOL):
-    """SPEC §2: smallest qualifying S, higher value first, then smaller bitmask.
+    """docs/concepts.md §2: smallest qualifying S, higher value first, then smaller bitmask.
 
     Returns ``(chosen, alternatives)`` as bitmasks without ``i``; the alternatives
     are all smallest qualifying sets, chosen first.
@@ -193,7 +193,7 @@ def naive_condition_a(game, semantics, k, r, tol=TOL) -> bool:
 
 
 def naive_stable_sets(game: Game, r, semantics: str = "personalized", tol: float = TOL) -> set:
-    """Every ``K ⊆ R`` stable in ``R`` (SPEC §3 (a) and (b)), as bitmasks."""
+    """Every ``K ⊆ R`` stable in ``R`` (docs/concepts.md §3 (a) and (b)), as bitmasks."""
     passing = [k for k in subsets(r) if k and naive_condition_a(game, semantics, k, r, tol)]
     return {to_mask(k) for k in passing if not any(p < k for p in passing)}
 
@@ -281,13 +281,13 @@ def no_ce_game():
     return read_game(NO_CE)
 
 
-# ---------------------------------------------------------------------------- SPEC §7 shapes
+# ---------------------------------------------------------------------------- docs/formats.md shapes
 def _names(x, clients):
     assert isinstance(x, list) and x and all(isinstance(c, str) and c in clients for c in x), x
 
 
 def check_equilibrium_json(doc: dict, clients) -> None:
-    """Assert that ``doc`` has every field SPEC §7 gives ``coalitions/equilibrium@1``, well typed."""
+    """Assert that ``doc`` has every field docs/formats.md gives ``coalitions/equilibrium@1``, well typed."""
     clients = list(clients)
     assert doc["format"] == "coalitions/equilibrium@1"
     assert doc["semantics"] in ("personalized", "shared")

@@ -1,4 +1,4 @@
-"""coalitions.analytic: the mean-estimation game of SPEC §4 and planted games."""
+"""coalitions.analytic: the mean-estimation game of docs/concepts.md §4 and planted games."""
 
 import numpy as np
 import pytest
@@ -72,7 +72,7 @@ def test_planted_ties_round_values():
 def test_noise_free_groups_are_the_unique_ce(groups):
     g = planted(groups, noise=0.0, seed=2)
     bounds = np.cumsum([0] + groups)
-    expect = tuple(sum(1 << i for i in range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:]))
+    expect = tuple(sum(1 << i for i in range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
     assert equilibria(g) == [expect]
 
 

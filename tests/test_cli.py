@@ -1,4 +1,4 @@
-"""cli.py: the ``coalitions`` command (SPEC §8) — outputs, exit codes, and the malformed corpus.
+"""cli.py: the ``coalitions`` command (docs/cli.md) — outputs, exit codes, and the malformed corpus.
 
 Most cases run in-process through ``cli.main([...])`` (fast); a few run the installed
 ``coalitions`` command in a subprocess to show it behaves the same.

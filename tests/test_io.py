@@ -1,4 +1,4 @@
-"""coalitions.io: the file formats of SPEC §7, round trips and validation."""
+"""coalitions.io: the file formats of docs/formats.md, round trips and validation."""
 
 import json
 

@@ -70,7 +70,7 @@ def _draw_benefit_graph(plt, reg: dict, path: Path) -> None:
     pos, centres = _layout(reg["clients"], partition)
     fig, ax = plt.subplots(figsize=(6.4, 6.4))
     colours = plt.get_cmap("tab10")
-    for b, (block, (cx, cy, r)) in enumerate(zip(partition, centres)):
+    for b, (block, (cx, cy, r)) in enumerate(zip(partition, centres, strict=True)):
         ax.add_patch(Circle((cx, cy), r, color=colours(b % 10), alpha=0.15, zorder=0))
         rnd = round_of.get(block[0])
         ax.text(cx, cy + r + 0.12, f"round {rnd}" if rnd else "coalition", ha="center", va="bottom",
@@ -128,7 +128,7 @@ def _draw_weights(plt, reg: dict, path: Path) -> bool:
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.2 * rows + 0.4), squeeze=False)
     for ax in axes.flat[len(mats):]:
         ax.axis("off")
-    for ax, (title, m) in zip(axes.flat, mats):
+    for ax, (title, m) in zip(axes.flat, mats, strict=False):
         im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
         ax.set_title(title, fontsize=9)
         ticks = range(n)
