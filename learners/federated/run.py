@@ -1,0 +1,184 @@
+"""Running the Flower app: in Flower's simulation engine, or on a SuperLink, and writing the results.
+
+:func:`federate_simulation`
+    Rehearsal on one machine: one virtual SuperNode per client of a loader's
+    federation (Flower's simulation engine, Ray backend).  The ServerApp runs
+    in this process and writes the output folder.
+:func:`federate_superlink`
+    Deployment: submits the app to a running SuperLink (``flwr run`` against
+    its Control API) whose SuperNodes are the sites.  The ServerApp runs where
+    the SuperLink runs (the third party's machine) and writes the output
+    folder there; with the SuperLink on this machine that is ``output``.
+:func:`write_outputs`
+    ``game.json`` (``coalitions/game@1``, validation values, the game), its
+    test-split twin ``game-test.json`` (for reporting, never for choosing),
+    ``equilibrium.json`` (``coalitions/equilibrium@1``, peeled and certified,
+    SPEC §3–§4) and ``run.json`` (sites, rounds, bytes exchanged, timing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import coalitions as co
+from coalitions import io as cio
+from coalitions.errors import InputError
+from coalitions.learners.federated.protocol import Protocol
+from coalitions.learners.federated.server import Settings, protocol_config
+
+__all__ = ["write_outputs", "federate_simulation", "federate_superlink", "app_pyproject", "FILES"]
+
+FILES = ("game.json", "game-test.json", "equilibrium.json", "run.json")
+
+
+def write_outputs(result: dict, settings: Settings, output, semantics: str = "personalized",
+                  tol: float = 1e-9) -> list[str]:
+    """Write the measured game, its equilibrium and the run record into the folder ``output``."""
+    from coalitions.learners.data.federation import METRIC_SENSE
+
+    out = Path(output)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
+    p = settings.protocol
+    traffic = {"rounds": result["rounds"], "communication_rounds": result["communication_rounds"],
+               "bytes_sent": result["bytes_sent"], "bytes_received": result["bytes_received"],
+               "messages": result["messages"]}
+    sites = [{k: d[k] for k in ("name", "n-train", "n-val", "n-test")} for d in result["sites"]]
+    base = {"source": "coalitions federate (FedAvg within each coalition, measured over Flower; docs/federated.md)",
+            "dataset": settings.dataset or "site CSV files", "options": dict(settings.data_options),
+            "task": result["task"], "metric": result["metric"], "sites": sites,
+            "protocol": {**p.to_dict(), "model": result["model"], "aggregation": "fedavg-within-coalition"},
+            **traffic, "flower_version": result["flower_version"], "version": co.__version__}
+    sense = METRIC_SENSE[result["metric"]]
+    game = co.Game.from_array(result["val"], result["names"], sense, {**base, "split": "val"})
+    test = co.Game.from_array(result["test"], result["names"], sense, {**base, "split": "test"})
+    co.write_game(game, out / "game.json")
+    co.write_game(test, out / "game-test.json")
+    record = {**traffic, "sites": sites, "seconds": round(result["seconds"], 3),
+              "resumed_from_round": result["resumed_from"], "flower_version": result["flower_version"],
+              "protocol": base["protocol"], "semantics": semantics, "files": list(FILES)}
+    try:
+        eq = co.solve(game, semantics, tol)
+        cio.write_json(cio.equilibrium_to_json(eq), out / "equilibrium.json")
+        record["equilibrium"] = [[result["names"][i] for i in co.bitmask.members(k)] for k in eq.partition]
+        record["certificate_holds"] = None if eq.certificate is None else bool(eq.certificate.holds)
+    except co.NoEquilibrium as e:
+        record["equilibrium"] = None
+        record["no_equilibrium"] = str(e)
+        record["files"] = [f for f in FILES if f != "equilibrium.json"]
+        (out / "equilibrium.json").unlink(missing_ok=True)
+    cio.write_json(record, out / "run.json")
+    return [str(out / f) for f in record["files"]]
+
+
+def _quiet_flower() -> None:
+    import logging
+
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+
+
+def federate_simulation(dataset: str, data_options: dict, protocol: Protocol, output, *, checkpoint=None,
+                        semantics: str = "personalized", tol: float = 1e-9, threads: int = 1,
+                        cpus: int | None = None, log=None, progress=None) -> dict:
+    """Measure the game of ``dataset`` in Flower's simulation engine; returns ``run.json``'s record.
+
+    One virtual SuperNode per client of the federation (its ``partition-id``
+    selects the client).  ``cpus`` bounds the CPUs Ray may use (default: all,
+    at most one per site).
+    """
+    from flwr.simulation import run_simulation
+
+    from coalitions.learners.data.datasets import load
+    from coalitions.learners.federated.apps import client_app, make_server_app
+
+    fed = load(dataset, **data_options)
+    settings = Settings(protocol=protocol, sites=fed.n, dataset=dataset, data_options=dict(data_options),
+                        checkpoint=None if checkpoint is None else str(checkpoint), threads=threads)
+    outcome: dict = {}
+    log = log or (lambda s: print(s, file=sys.stderr))
+    app = make_server_app(settings, str(output), semantics, tol, outcome, log=log, progress=progress)
+    n_cpus = max(1, min(fed.n, cpus or os.cpu_count() or 1))
+    _quiet_flower()
+    run_simulation(app, client_app, num_supernodes=fed.n,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                   "init_args": {"num_cpus": n_cpus, "num_gpus": 0, "include_dashboard": False}})
+    if "error" in outcome:
+        raise outcome["error"]
+    if "result" not in outcome:
+        raise InputError("the Flower simulation ended before the server finished (see the log above)")
+    return json.loads((Path(output) / "run.json").read_text(encoding="utf-8"))
+
+
+def app_pyproject(run_config: dict) -> str:
+    """A Flower app's ``pyproject.toml`` whose components are this package's apps."""
+    import tomli_w
+
+    return tomli_w.dumps({
+        "build-system": {"requires": ["setuptools>=68"], "build-backend": "setuptools.build_meta"},
+        "project": {"name": "coalitions-federate", "version": "1.0.0",
+                    "description": "The exact collaboration game measured over Flower (collaboration-equilibrium)",
+                    "dependencies": ["collaboration-equilibrium[learn,flower]"]},
+        "tool": {"flwr": {"app": {"publisher": "coalitions",
+                                  "components": {"serverapp": "coalitions.learners.federated.apps:server_app",
+                                                 "clientapp": "coalitions.learners.federated.apps:client_app"},
+                                  "config": run_config}}},
+    })
+
+
+def _flwr_executable() -> str:
+    here = Path(sys.executable).with_name("flwr")
+    found = str(here) if here.exists() else shutil.which("flwr")
+    if not found:
+        raise InputError("the flwr command is not installed: pip install 'collaboration-equilibrium[flower]'")
+    return found
+
+
+def federate_superlink(address: str, sites: int, protocol: Protocol, output, *, dataset: str | None = None,
+                       data_options: dict | None = None, checkpoint=None, semantics: str = "personalized",
+                       tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, timeout_s: float | None = None,
+                       insecure: bool = True) -> dict:
+    """Submit the app to the SuperLink whose Control API listens at ``address``; wait; read ``run.json``.
+
+    ``sites`` SuperNodes must connect; ``dataset`` is the loader they use
+    with their ``partition-id`` (``None``: each reads its ``site-schema``).
+    Runs ``flwr run`` with a private Flower configuration (``FLWR_HOME``)
+    naming this SuperLink, streams its log to stderr, and returns the run
+    record the ServerApp wrote to ``output`` (it must be reachable from here,
+    i.e. the SuperLink runs on this machine).
+    """
+    out = Path(output).resolve()
+    run_config = {**protocol_config(protocol), "sites": int(sites), "dataset": dataset or "",
+                  "data-options": json.dumps(data_options or {}, sort_keys=True), "output": str(out),
+                  "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else "", "semantics": semantics,
+                  "tol": float(tol), "wait-s": float(wait_s), "round-timeout-s": 600.0, "retries": 2,
+                  "threads": int(threads)}
+    (out / "run.json").unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="coalitions-federate-") as tmp:
+        app_dir = Path(tmp) / "app"
+        app_dir.mkdir()
+        (app_dir / "pyproject.toml").write_text(app_pyproject(run_config), encoding="utf-8")
+        home = Path(tmp) / "flwr-home"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            f'[superlink]\ndefault = "coalitions"\n\n[superlink.coalitions]\naddress = "{address}"\n'
+            f'insecure = {"true" if insecure else "false"}\n', encoding="utf-8")
+        env = {**os.environ, "FLWR_HOME": str(home)}
+        cmd = [_flwr_executable(), "run", str(app_dir), "coalitions", "--stream"]
+        try:
+            proc = subprocess.run(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise InputError(f"--superlink {address}: the run did not finish within {timeout_s:g} s") from None
+    if not (out / "run.json").exists():
+        raise InputError(f"--superlink {address}: the run ended (flwr run exit code {proc.returncode}) without "
+                         f"writing {out / 'run.json'}; see the log above")
+    return json.loads((out / "run.json").read_text(encoding="utf-8"))
