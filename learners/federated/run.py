@@ -32,7 +32,7 @@ from coalitions.errors import InputError
 from coalitions.learners.federated.protocol import Protocol
 from coalitions.learners.federated.server import Settings, protocol_config
 
-__all__ = ["write_outputs", "federate_simulation", "federate_superlink", "app_pyproject", "FILES"]
+__all__ = ["federate", "write_outputs", "federate_simulation", "federate_superlink", "app_pyproject", "FILES"]
 
 FILES = ("game.json", "game-test.json", "equilibrium.json", "run.json")
 
@@ -93,23 +93,32 @@ def federate_simulation(dataset: str, data_options: dict, protocol: Protocol, ou
     """Measure the game of ``dataset`` in Flower's simulation engine; returns ``run.json``'s record.
 
     One virtual SuperNode per client of the federation (its ``partition-id``
-    selects the client).  ``cpus`` bounds the CPUs Ray may use (default: all,
-    at most one per site).
+    selects the client; ``dataset="csv"`` with ``data_options={"schemas": [...]}``:
+    one per schema file).  ``cpus`` bounds the CPUs Ray may use (default:
+    all, at most one per site).
     """
+    if dataset == "csv":
+        n = len(data_options.get("schemas", ()))
+    else:
+        from coalitions.learners.data.datasets import load
+
+        n = load(dataset, **data_options).n     # checks the options before Ray starts
+    settings = Settings(protocol=protocol, sites=n, dataset=dataset, data_options=dict(data_options),
+                        checkpoint=None if checkpoint is None else str(checkpoint), threads=threads)
+    return _simulate(settings, output, semantics, tol, cpus, log, progress)
+
+
+def _simulate(settings: Settings, output, semantics, tol, cpus, log, progress) -> dict:
     from flwr.simulation import run_simulation
 
-    from coalitions.learners.data.datasets import load
     from coalitions.learners.federated.apps import client_app, make_server_app
 
-    fed = load(dataset, **data_options)
-    settings = Settings(protocol=protocol, sites=fed.n, dataset=dataset, data_options=dict(data_options),
-                        checkpoint=None if checkpoint is None else str(checkpoint), threads=threads)
     outcome: dict = {}
     log = log or (lambda s: print(s, file=sys.stderr))
     app = make_server_app(settings, str(output), semantics, tol, outcome, log=log, progress=progress)
-    n_cpus = max(1, min(fed.n, cpus or os.cpu_count() or 1))
+    n_cpus = max(1, min(settings.sites, cpus or os.cpu_count() or 1))
     _quiet_flower()
-    run_simulation(app, client_app, num_supernodes=fed.n,
+    run_simulation(app, client_app, num_supernodes=settings.sites,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                                    "init_args": {"num_cpus": n_cpus, "num_gpus": 0, "include_dashboard": False}})
     if "error" in outcome:
@@ -182,3 +191,55 @@ def federate_superlink(address: str, sites: int, protocol: Protocol, output, *, 
         raise InputError(f"--superlink {address}: the run ended (flwr run exit code {proc.returncode}) without "
                          f"writing {out / 'run.json'}; see the log above")
     return json.loads((out / "run.json").read_text(encoding="utf-8"))
+
+
+def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, superlink: str | None = None,
+             sites: int | None = None, schemas=(), checkpoint=None, semantics: str = "personalized",
+             tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, progress=None) -> dict:
+    """``coalitions federate``: the simulation engine (``superlink=None``) or a running SuperLink.
+
+    ``dataset`` is a loader name, or ``"csv"``: in the simulation engine the
+    sites then read ``schemas`` (one schema file per site); on a SuperLink
+    every SuperNode reads its own ``site-schema``.  ``sites`` is the number of
+    SuperNodes to wait for (default: the loader's client count).  The
+    checkpoint defaults to ``output/checkpoint.pt``: running the same
+    command again resumes an interrupted run.
+    """
+    options = dict(data_options)
+    if dataset == "csv":
+        if options:
+            raise InputError(f"dataset csv takes no loader options (got --{', --'.join(options)})")
+        if superlink is None and not schemas:
+            raise InputError("dataset csv in the simulation engine needs --site-schema, once per site")
+        if superlink is not None and schemas:
+            raise InputError("--site-schema is for the simulation engine; on a SuperLink each SuperNode names "
+                             "its own with --node-config \"site-schema='...'\"")
+        if superlink is None:
+            from coalitions.learners.federated.sites import from_schema
+
+            names = [from_schema(s).name for s in schemas]   # checks every file before anything starts
+            if len(set(names)) != len(names):
+                raise InputError(f"--site-schema: two schema files name the same site ({', '.join(names)})")
+            options = {"schemas": [str(Path(s).resolve()) for s in schemas]}
+    elif schemas:
+        raise InputError(f"--site-schema goes with dataset csv, not {dataset!r}")
+    out = Path(output)
+    ckpt = Path(checkpoint) if checkpoint else out / "checkpoint.pt"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
+    if superlink is None:
+        if sites is not None:
+            raise InputError("--sites is for --superlink; the simulation engine runs one site per client")
+        return federate_simulation(dataset, options, protocol, out, checkpoint=ckpt, semantics=semantics,
+                                   tol=tol, threads=threads, progress=progress)
+    if sites is None:
+        if dataset == "csv":
+            raise InputError("--sites is required with dataset csv on a SuperLink (how many SuperNodes to wait for)")
+        from coalitions.learners.data.datasets import load
+
+        sites = load(dataset, **options).n
+    return federate_superlink(superlink, sites, protocol, out, dataset=dataset, data_options=options,
+                              checkpoint=ckpt, semantics=semantics, tol=tol, threads=threads, wait_s=wait_s)
+

@@ -75,7 +75,18 @@ def _federation(dataset: str, options_json: str):
 
 
 def from_loader(dataset: str, options: dict, partition: int) -> SiteData:
-    """Client ``partition`` of the federation ``dataset`` built with ``options``."""
+    """Client ``partition`` of the federation ``dataset`` built with ``options``.
+
+    ``dataset="csv"`` with ``options={"schemas": [path, ...]}`` reads the
+    schema file number ``partition`` (a rehearsal of CSV sites in the
+    simulation engine, whose virtual SuperNodes differ only by partition id).
+    """
+    if dataset == "csv":
+        schemas = options.get("schemas") or []
+        if not 0 <= int(partition) < len(schemas):
+            raise InputError(f"partition-id {partition} has no site schema (this SuperNode needs a "
+                             "site-schema node config)")
+        return from_schema(schemas[int(partition)])
     fed = _federation(dataset, json.dumps(options, sort_keys=True))
     if not 0 <= int(partition) < fed.n:
         raise InputError(f"partition-id {partition} is outside 0..{fed.n - 1} of dataset {dataset!r}")
