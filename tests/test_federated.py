@@ -397,18 +397,7 @@ def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulate
     assert run["certificate_holds"] is True and fed_eq["format"].startswith("coalitions/equilibrium")
     assert run["bytes_sent"] > 0 and run["bytes_received"] > 0
     assert "wrote" in r.stderr and "equilibrium" in r.stderr
-
-
-@needs_flwr
-@pytest.mark.slow
-def test_simulation_resumes_a_finished_run_from_its_checkpoint(simulated):
-    out, _ = simulated
-    before = (out / "game.json").read_text()
-    r = _run_cli(["federate", "heart", "--simulation", "--rounds", str(FAST.rounds), "-o", str(out)])
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert f"resuming after round {FAST.rounds}" in r.stderr
-    assert json.loads((out / "run.json").read_text())["resumed_from_round"] == FAST.rounds
-    assert (out / "game.json").read_text() == before
+    assert (out / "checkpoint.pt").exists()   # the same command again resumes (tested over the memory grid)
 
 
 @pytest.mark.parametrize("args, match", [
