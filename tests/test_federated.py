@@ -488,3 +488,45 @@ def test_superlink_and_one_supernode_per_hospital_on_loopback(tmp_path, heart):
     np.testing.assert_allclose(co.read_game(out / "game.json").raw_values(), val, atol=TOL)
     run = json.loads((out / "run.json").read_text())
     assert run["rounds"] == rounds and len(run["sites"]) == 4 and run["certificate_holds"] is True
+
+
+# --------------------------------------------------------------------------- the flwr run entry
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@needs_flwr
+def test_federated_app_folder_is_the_generated_one_and_flower_accepts_it():
+    try:
+        import tomllib
+    except ImportError:   # Python 3.10
+        import tomli as tomllib
+    from flwr.cli.build import build_fab_from_disk
+    from flwr.common.config import validate_config
+
+    from coalitions.learners.federated.apps import RUN_CONFIG
+    from coalitions.learners.federated.run import APP_README, app_pyproject
+
+    text = (ROOT / "federated-app" / "pyproject.toml").read_text()
+    assert text == app_pyproject(RUN_CONFIG), "regenerate federated-app/pyproject.toml from app_pyproject(RUN_CONFIG)"
+    assert (ROOT / "federated-app" / "README.md").read_text() == APP_README
+    config = tomllib.loads(text)
+    ok, errors, _ = validate_config(config, check_module=True, project_dir=ROOT / "federated-app")
+    assert ok, errors
+    assert config["project"]["dependencies"] == []     # Flower's runtime installation fetches nothing
+    fab = build_fab_from_disk(ROOT / "federated-app")
+    assert len(fab) < 20_000                               # the guide and the config, never the sources
+
+
+@needs_flwr
+def test_run_config_round_trips_to_the_server_settings():
+    from coalitions.learners.federated.apps import RUN_CONFIG, settings_from_run_config
+
+    settings, out = settings_from_run_config({**RUN_CONFIG, "rounds": 7, "batch-size": 0, "model": "mlp",
+                                              "data-options": '{"hospitals": "Cleveland,VA"}'})
+    assert settings.protocol == Protocol(model="mlp", rounds=7, batch_size=None)
+    assert settings.dataset == "heart" and settings.data_options == {"hospitals": "Cleveland,VA"}
+    assert out == {"output": "federated-game", "semantics": "personalized", "tol": 1e-9}
+    default, _ = settings_from_run_config({})
+    assert default.protocol == Protocol() and default.sites == 4
+    with pytest.raises(InputError, match="data-options is not JSON"):
+        settings_from_run_config({"data-options": "{hospitals"})
