@@ -362,6 +362,28 @@ def test_bad_csv_rows_name_the_line(tmp_path):
         from_schema(path)
 
 
+@needs_flwr
+@pytest.mark.parametrize("how", ["site-schema", "partition-id"])
+def test_csv_sites_over_memory_grid_equal_inprocess(tmp_path, how):
+    """CSV sites: by their own node config (deployment) or by partition id (simulation engine)."""
+    from coalitions.learners.federated.server import measure_game
+    from coalitions.learners.federated.sites import from_schema
+
+    paths = [_write_site(tmp_path, name, seed=k, standardize=True) for k, name in enumerate(("Cy", "Ax", "Bz"))]
+    sites = sorted((from_schema(p) for p in paths), key=lambda s: s.name)      # the server orders by name
+    fed = Federation("csv", "binary", "accuracy", tuple(s.client for s in sites), 2, None, {})
+    p = Protocol(rounds=3, batch_size=8, seed=4)
+    if how == "site-schema":
+        grid, options = MemoryGrid([{"site-schema": str(x)} for x in paths]), {}
+    else:
+        grid, options = MemoryGrid([{"partition-id": k} for k in range(3)]), {"schemas": [str(x) for x in paths]}
+    res = measure_game(grid, _settings(protocol=p, sites=3, dataset="csv", data_options=options), log=lambda s: None)
+    assert res["names"] == ["Ax", "Bz", "Cy"]
+    val, test, _ = inprocess_game(fed, p)
+    np.testing.assert_allclose(res["val"], val, atol=TOL)
+    np.testing.assert_allclose(res["test"], test, atol=TOL)
+
+
 # --------------------------------------------------------------------------- Flower's simulation engine
 def _run_cli(args, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "coalitions.cli", *args], capture_output=True, text=True,
