@@ -292,6 +292,8 @@ def test_sites_that_disagree_or_fail_are_named(tmp_path):
 
     with pytest.raises(InputError, match="only 3 of 4 sites"):
         measure_game(MemoryGrid(HEART_NODES[:3]), _settings(wait_s=0.2), log=lambda s: None)
+    with pytest.raises(InputError, match="4 sites connected .* expected 3"):
+        measure_game(MemoryGrid(HEART_NODES), _settings(sites=3), log=lambda s: None)
     with pytest.raises(InputError, match="partition-id 7"):
         measure_game(MemoryGrid([{"partition-id": 7}]), _settings(sites=1), log=lambda s: None)
     schema = _write_site(tmp_path, "Other", n_features=2)

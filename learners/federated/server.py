@@ -252,6 +252,9 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
     p = settings.protocol
     link = _Link(grid, settings, log)
     link.discover(settings.sites, time.monotonic() + settings.wait_s)
+    if len(link.descriptions) != settings.sites:
+        raise InputError(f"{len(link.descriptions)} sites connected ({', '.join(sorted(link.descriptions))}), "
+                         f"expected {settings.sites}")
     sites = _check_sites(link.descriptions)
     names = [d["name"] for d in sites]
     n = len(sites)
