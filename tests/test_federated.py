@@ -173,11 +173,12 @@ class MemoryGrid:
         self.crash_after = crash_after
         self.train_exchanges = 0
         self.sent_to = []
+        self.replies = {}
 
     def get_node_ids(self):
         return list(self.nodes)
 
-    def send_and_receive(self, messages, *, timeout=None):
+    def push_messages(self, messages):
         from flwr.app import Context, Error, Message, RecordDict
 
         from coalitions.learners.federated.apps import client_app
@@ -187,8 +188,11 @@ class MemoryGrid:
             if self.crash_after is not None and self.train_exchanges >= self.crash_after:
                 raise KeyboardInterrupt("server stopped")
             self.train_exchanges += 1
-        out = []
+        ids = []
         for m in messages:
+            self.pushed = getattr(self, "pushed", 0) + 1
+            m.metadata.__dict__["_message_id"] = f"m{self.pushed}"
+            ids.append(m.metadata.message_id)
             node = m.metadata.dst_node_id
             self.sent_to.append((m.metadata.message_type, node))
             if self.drop.get(node, 0) > 0:
@@ -196,16 +200,23 @@ class MemoryGrid:
                 continue
             ctx = Context(run_id=1, node_id=node, node_config=self.nodes[node], state=RecordDict(), run_config={})
             try:
-                out.append(client_app(m, ctx))
+                reply = client_app(m, ctx)
             except Exception as e:  # what a SuperNode does with a ClientApp's exception
-                out.append(Message(Error(code=0, reason=f"{type(e).__name__}: {e}"), reply_to=m))
-        return out
+                reply = Message(Error(code=0, reason=f"{type(e).__name__}: {e}"), reply_to=m)
+            self.replies[m.metadata.message_id] = reply
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(i) for i in list(message_ids) if i in self.replies]
+
+    def send_and_receive(self, messages, *, timeout=None):   # the server polls itself; kept for completeness
+        return self.pull_messages(self.push_messages(messages))
 
 
 def _settings(**kw):
     from coalitions.learners.federated.server import Settings
 
-    base = dict(protocol=FAST, sites=4, dataset="heart", data_options={}, wait_s=5.0, retries=1)
+    base = dict(protocol=FAST, sites=4, dataset="heart", data_options={}, wait_s=5.0, retries=1, round_timeout_s=0.5)
     return Settings(**{**base, **kw})
 
 
@@ -252,16 +263,16 @@ def test_a_site_that_drops_a_reply_is_asked_again(reference):
 
     grid = MemoryGrid(HEART_NODES)
     calls = {"n": 0}
-    original = grid.send_and_receive
+    original = grid.push_messages
 
-    def lossy(messages, *, timeout=None):
+    def lossy(messages):
         messages = list(messages)
         if messages and messages[0].metadata.message_type == "train" and calls["n"] == 0:
             calls["n"] += 1
             grid.drop[101] = 1                      # Cleveland misses round 1 once
-        return original(messages, timeout=timeout)
+        return original(messages)
 
-    grid.send_and_receive = lossy
+    grid.push_messages = lossy
     logs = []
     res = measure_game(grid, _settings(), log=logs.append)
     np.testing.assert_allclose(res["val"], reference[0], atol=TOL)
@@ -273,17 +284,42 @@ def test_a_site_that_stays_away_stops_the_run_naming_it(tmp_path):
     from coalitions.learners.federated.server import measure_game
 
     grid = MemoryGrid(HEART_NODES)
-    original = grid.send_and_receive
+    original = grid.push_messages
 
-    def away(messages, *, timeout=None):
+    def away(messages):
         messages = list(messages)
         if messages and messages[0].metadata.message_type == "train":
             grid.drop[102] = 10 ** 6                  # partition 3 (VA) goes away for good
-        return original(messages, timeout=timeout)
+        return original(messages)
 
-    grid.send_and_receive = away
+    grid.push_messages = away
     with pytest.raises(InputError, match=r"site\(s\) VA did not answer train round-1"):
         measure_game(grid, _settings(checkpoint=str(tmp_path / "c.pt")), log=lambda s: None)
+
+
+@needs_flwr
+def test_a_stopped_server_stops_waiting_and_keeps_its_checkpoint(tmp_path):
+    import threading
+
+    from coalitions.learners.federated.server import Stopped, measure_game
+
+    grid = MemoryGrid(HEART_NODES)
+    original = grid.push_messages
+    stop = threading.Event()
+
+    def silent_second_round(messages):
+        messages = list(messages)
+        if messages and messages[0].metadata.message_type == "train" and grid.train_exchanges == 1:
+            grid.drop = {n: 1 for n in grid.nodes}   # nobody answers round 2 ...
+            stop.set()                                # ... and the user presses Ctrl-C
+        return original(messages)
+
+    grid.push_messages = silent_second_round
+    ckpt = tmp_path / "c.pt"
+    t0 = time.monotonic()
+    with pytest.raises(Stopped):
+        measure_game(grid, _settings(checkpoint=str(ckpt), round_timeout_s=None, stop=stop), log=lambda s: None)
+    assert time.monotonic() - t0 < 30 and ckpt.exists()
 
 
 @needs_flwr

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import coalitions as co
@@ -118,9 +119,14 @@ def _simulate(settings: Settings, output, semantics, tol, cpus, log, progress) -
     app = make_server_app(settings, str(output), semantics, tol, outcome, log=log, progress=progress)
     n_cpus = max(1, min(settings.sites, cpus or os.cpu_count() or 1))
     _quiet_flower()
-    run_simulation(app, client_app, num_supernodes=settings.sites,
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   "init_args": {"num_cpus": n_cpus, "num_gpus": 0, "include_dashboard": False}})
+    settings.stop = threading.Event()
+    try:
+        run_simulation(app, client_app, num_supernodes=settings.sites,
+                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                       "init_args": {"num_cpus": n_cpus, "num_gpus": 0, "include_dashboard": False}})
+    except KeyboardInterrupt:
+        settings.stop.set()       # the ServerApp thread stops polling, so the process can exit
+        raise
     if "error" in outcome:
         raise outcome["error"]
     if "result" not in outcome:

@@ -36,6 +36,7 @@ not the transport's framing).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -44,7 +45,7 @@ import numpy as np
 from coalitions.errors import InputError
 from coalitions.learners.federated.protocol import Protocol, aggregate, coalition_masks, initial_params, site_masks
 
-__all__ = ["Settings", "measure_game", "protocol_config", "protocol_from_config"]
+__all__ = ["Settings", "Stopped", "measure_game", "protocol_config", "protocol_from_config"]
 
 
 @dataclass
@@ -71,6 +72,9 @@ class Settings:
         Further attempts for the sites that did not reply.
     threads : int
         PyTorch threads a site uses for training.
+    stop : threading.Event or None
+        Set by the caller to stop the server while it waits for replies (an
+        interrupted simulation); the server then raises :class:`Stopped`.
     """
 
     protocol: Protocol = field(default_factory=Protocol)
@@ -82,6 +86,15 @@ class Settings:
     round_timeout_s: float | None = 600.0
     retries: int = 2
     threads: int = 1
+    stop: threading.Event | None = None
+
+
+class Stopped(Exception):
+    """The server was asked to stop (:attr:`Settings.stop`); the checkpoint keeps the rounds done."""
+
+
+#: Seconds between two polls for replies.
+POLL_S = 0.1
 
 
 def protocol_config(p: Protocol) -> dict:
@@ -152,7 +165,7 @@ class _Link:
             self.sent += _bytes(content)
             self.messages += 1
         replies = {}
-        for rep in self.grid.send_and_receive(list(out.values()), timeout=timeout):
+        for rep in self._send_and_receive(list(out.values()), timeout):
             key = next((k for k, m in out.items() if m.metadata.dst_node_id == rep.metadata.src_node_id), None)
             if key is None:
                 continue
@@ -164,6 +177,22 @@ class _Link:
             self.messages += 1
             replies[key] = rep
         return replies
+
+    def _send_and_receive(self, messages: list, timeout) -> list:
+        """Push, then poll for the replies until all came, ``timeout`` passed, or :attr:`Settings.stop` is set."""
+        pending = set(self.grid.push_messages(messages))
+        end = None if timeout is None else time.monotonic() + timeout
+        got: list = []
+        while pending:
+            new = list(self.grid.pull_messages(pending))
+            got += new
+            pending -= {m.metadata.reply_to_message_id for m in new}
+            if not pending or (end is not None and time.monotonic() > end):
+                break
+            if self.settings.stop is not None and self.settings.stop.is_set():
+                raise Stopped("the server was stopped while waiting for replies")
+            time.sleep(POLL_S)
+        return got
 
     def discover(self, expected: int | None = None, deadline: float | None = None) -> None:
         """Ask every node not yet known who it is (``query``) and map site names to node ids."""
