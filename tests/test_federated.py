@@ -88,6 +88,31 @@ def test_aggregate_is_the_sample_weighted_mean():
     np.testing.assert_array_equal(aggregate(same, sizes)["w"], ups[0]["w"])
 
 
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5).flatmap(lambda k: st.tuples(
+    st.lists(st.integers(1, 500), min_size=k, max_size=k),
+    st.lists(st.lists(st.sampled_from([-1.5, 0.0, 0.25, 2.0]), min_size=3, max_size=3), min_size=k, max_size=k),
+    st.permutations(range(k)), st.integers(1, 7))))
+def test_aggregate_properties(case):
+    """FedAvg of a coalition: a convex combination, order-free, scale-free in the sizes, exact on ties."""
+    sizes, rows, perm, scale = case
+    ups = [{"w": np.array(r, dtype=np.float32), "b": np.array([r[0]], dtype=np.float32)} for r in rows]
+    avg = aggregate(ups, sizes)
+    want = np.average(np.array(rows, dtype=np.float64), axis=0, weights=sizes)
+    np.testing.assert_allclose(avg["w"], want, rtol=1e-6, atol=1e-6)
+    lo, hi = np.min(rows, axis=0), np.max(rows, axis=0)
+    assert np.all(avg["w"] >= lo - 1e-6) and np.all(avg["w"] <= hi + 1e-6)
+    permuted = aggregate([ups[i] for i in perm], [sizes[i] for i in perm])
+    np.testing.assert_allclose(permuted["w"], avg["w"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(aggregate(ups, [scale * n for n in sizes])["w"], avg["w"], rtol=1e-6, atol=1e-7)
+    tied = aggregate([ups[0]] * len(ups), sizes)
+    np.testing.assert_array_equal(tied["w"], ups[0]["w"])
+
+
 def test_stacked_local_training_equals_each_model_alone(heart):
     """A site trains its coalitions' models together; each follows its own path."""
     c = heart.clients[0]
