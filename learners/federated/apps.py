@@ -69,7 +69,7 @@ def _threads(cfg):
 
 
 def _params(spec, msg: Message) -> dict:
-    arrays = msg.content["models"].to_numpy_ndarrays()
+    arrays = msg.content.array_records["models"].to_numpy_ndarrays()
     if len(arrays) != len(spec.shapes) or any(a.shape[1:] != tuple(s) for a, s in zip(arrays, spec.shapes.values(),
                                                                                          strict=False)):
         raise InputError(f"the server sent models of shapes {[a.shape for a in arrays]}; this site's model "
@@ -95,8 +95,8 @@ def _train(msg: Message, context: Context) -> Message:
     _threads(cfg)
     params = _params(spec, msg)
     c = site.client
-    out = local_round(spec, site.task, params, c.train.X, c.train.y, protocol, int(cfg["round"]),
-                      int(cfg["site-index"]))
+    out = local_round(spec, site.task, params, c.train.X, c.train.y, protocol, int(str(cfg["round"])),
+                      int(str(cfg["site-index"])))
     return Message(RecordDict({"models": ArrayRecord([out[k] for k in spec.shapes])}), reply_to=msg)
 
 

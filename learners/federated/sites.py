@@ -130,7 +130,8 @@ def _from_schema(path: str, _mtime: int) -> SiteData:
     if not isinstance(features, list) or not features or not all(isinstance(f, str) for f in features):
         raise InputError(f"{path}: features must be a non-empty list of column names")
     data_path = os.path.join(os.path.dirname(path), str(schema["csv"]))
-    rows = {"train": ([], []), "val": ([], []), "test": ([], [])}
+    rows: dict[str, tuple[list, list]] = {"train": ([], []), "val": ([], []), "test": ([], [])}
+    top = int(n_classes or 0)
     try:
         with open(data_path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
@@ -149,8 +150,8 @@ def _from_schema(path: str, _mtime: int) -> SiteData:
                     raise InputError(f"{data_path}: line {line}: a feature or the label is not a number") from None
                 if not all(np.isfinite(x)) or not np.isfinite(y):
                     raise InputError(f"{data_path}: line {line}: a feature or the label is not finite")
-                if task != "regression" and (y != int(y) or not 0 <= y < n_classes):
-                    raise InputError(f"{data_path}: line {line}: label {y:g} is not a class id 0..{n_classes - 1}")
+                if task != "regression" and (y != int(y) or not 0 <= y < top):
+                    raise InputError(f"{data_path}: line {line}: label {y:g} is not a class id 0..{top - 1}")
                 rows[part][0].append(x)
                 rows[part][1].append(y)
     except OSError as e:
