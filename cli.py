@@ -276,7 +276,7 @@ def _write(g, output):
 
 
 # ---------------------------------------------------------------------------- data (issue 3)
-DATASET_OPTIONS = ("clients", "samples", "rho", "dim", "noise", "flipped", "partition", "groups",
+DATASET_OPTIONS = ("clients", "samples", "rho", "dim", "noise", "flipped", "val", "partition", "groups",
                    "alpha", "metric", "hospitals", "max_train", "seed")
 DATASETS = ("synthetic", "heart", "digits", "mnist", "adult")
 
@@ -288,6 +288,8 @@ _dataset_option_list = [
     click.option("--dim", type=int, default=None, help="Feature dimension (synthetic)."),
     click.option("--noise", type=float, default=None, help="Label noise standard deviation (synthetic)."),
     click.option("--flipped", default=None, help="Clients with negated labels, e.g. 3,4,5 (synthetic)."),
+    click.option("--val", default=None,
+                 help="Validation points per client, or a share of the training points such as 1/6 (synthetic)."),
     click.option("--partition", type=click.Choice(["pathological", "practical", "dirichlet"]), default=None,
                  help="Label-skew scheme (digits, mnist)."),
     click.option("--groups", type=int, default=None, help="Client groups sharing dominant classes (practical)."),

@@ -423,3 +423,18 @@ def test_heart_reports_switzerland_single_class_splits():
         swiss = fed.clients[fed.names.index("Switzerland")]
         assert set(swiss.train.y.tolist()) == {0, 1}
     assert load("heart", hospitals="Cleveland,Hungary,VA").single_class_splits == ()
+
+
+def test_cli_validation_size_option(tmp_path, capsys):
+    from coalitions.cli import main
+
+    out = tmp_path / "g.json"
+    assert main(["oracle", "synthetic", "--samples", "12", "--val", "1/6", "-o", str(out)]) == 0
+    import json
+
+    assert json.loads(out.read_text())["provenance"]["options"]["val"] == "1/6"
+    capsys.readouterr()
+    assert main(["oracle", "synthetic", "--val", "1/20", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("coalitions: error: --val 1/20")
+    assert main(["oracle", "heart", "--val", "3", "-o", str(out)]) == 2
