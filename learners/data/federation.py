@@ -90,6 +90,21 @@ class Federation:
         Planted structure (client names), when the data has one.
     options : dict
         The loader options that made the federation (written as provenance).
+    preparation : dict
+        How the features were prepared, e.g. ``{"numeric": {"source": "pooled
+        training data of all clients", "columns": [...], "mean": [...],
+        "scale": [...]}}`` (see ``docs/learners-data.md``); empty when the
+        loader scales nothing.
+
+    Attributes
+    ----------
+    single_class_splits : tuple of (str, str)
+        For classification: every ``(client, split)`` with ``split`` in
+        ``("val", "test")`` whose labels hold a single class, where accuracy
+        rewards a constant prediction and AUC is undefined.  The loaders'
+        stratified splits avoid it whenever the client's class counts allow
+        (:func:`~coalitions.learners.data.datasets._common.split_indices`); what
+        is left here is unavoidable.  Empty for regression.
     """
 
     name: str
@@ -99,6 +114,8 @@ class Federation:
     n_classes: int | None = None
     planted_groups: tuple | None = None
     options: dict = field(default_factory=dict)
+    preparation: dict = field(default_factory=dict)
+    single_class_splits: tuple = field(init=False, default=())
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -141,6 +158,12 @@ class Federation:
         object.__setattr__(self, "clients", clients)
         object.__setattr__(self, "planted_groups", groups)
         object.__setattr__(self, "options", dict(self.options))
+        object.__setattr__(self, "preparation", dict(self.preparation))
+        single = ()
+        if self.task != "regression":
+            single = tuple((c.name, part) for c in clients for part in ("val", "test")
+                           if len(np.unique(getattr(c, part).y)) < 2)
+        object.__setattr__(self, "single_class_splits", single)
 
     @property
     def n(self) -> int:

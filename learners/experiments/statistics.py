@@ -1,0 +1,412 @@
+"""Statistics for comparisons a reader can trust: intervals, paired tests, baselines, seeds.
+
+Pure NumPy / SciPy; nothing here trains or reads a federation's features.
+
+* :func:`bootstrap_interval` — percentile bootstrap interval of a client's
+  metric over its test samples *and* the seeds (two-stage resampling).
+* :func:`paired_wilcoxon` — Wilcoxon signed-rank test of "A beats B" over
+  paired results (clients × seeds), as the FedAMP paper (Huang et al., AAAI
+  2021) compares methods; says "not testable" instead of a p-value from
+  too few non-zero differences.
+* :func:`majority_class` — each client's majority training label scored on its
+  test data: the floor any classifier must clear.
+* :func:`separate_seeds` — one user seed → a data-split seed and an
+  initialisation seed, independent of each other, so that the two sources of
+  variation can be varied (and reported) separately.
+
+References: Efron & Tibshirani, *An Introduction to the Bootstrap* (1993),
+ch. 13 (percentile intervals); Davison & Hinkley, *Bootstrap Methods and their
+Application* (1997), §3.8 (two-stage resampling of hierarchical data);
+Wilcoxon, *Individual comparisons by ranking methods* (1945); Pratt (1959)
+and Conover, *Practical Nonparametric Statistics* (1999), §5.7 (zeros and
+ties).  ``docs/learners-data.md`` ("Statistics") states what each function
+guarantees and what was measured.
+
+Examples
+--------
+>>> iv = bootstrap_interval([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 1.0]], n_boot=500, seed=1)
+>>> round(iv.estimate, 3), iv.low <= iv.estimate <= iv.high
+(0.75, True)
+>>> paired_wilcoxon([0.9, 0.8], [0.7, 0.7]).testable
+False
+>>> separate_seeds(0) == separate_seeds(0) and separate_seeds(0).data != separate_seeds(0).init
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from coalitions.errors import InputError
+
+__all__ = ["Interval", "bootstrap_interval", "bootstrap_intervals", "sample_scores", "WilcoxonResult",
+           "paired_wilcoxon", "signed_rank_null", "MajorityRow", "majority_class", "SeedPair",
+           "separate_seeds"]
+
+
+# ---------------------------------------------------------------------------- bootstrap
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its percentile bootstrap interval.
+
+    Attributes
+    ----------
+    estimate : float
+        The statistic on the data: the mean over seeds of each seed's statistic.
+    low, high : float
+        The ``(1 − level)/2`` and ``(1 + level)/2`` quantiles of the bootstrap replicates.
+    level : float
+    n_boot, n_seeds : int
+    n_samples : tuple of int
+        Test samples of each seed.
+    """
+
+    estimate: float
+    low: float
+    high: float
+    level: float
+    n_boot: int
+    n_seeds: int
+    n_samples: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.estimate:.4g} [{self.low:.4g}, {self.high:.4g}]"
+
+
+def sample_scores(metric: str, y_true, y_pred) -> np.ndarray:
+    """Per-sample scores whose mean is the metric: squared errors (``"mse"``) or 0/1 hits (``"accuracy"``).
+
+    ``y_pred`` holds predicted values (regression) or predicted class ids.  AUC
+    is not a mean of per-sample scores: bootstrap it with ``statistic=``
+    (see :func:`bootstrap_interval`).
+    """
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    if y_true.shape != y_pred.shape or y_true.ndim != 1:
+        raise InputError(f"sample_scores: targets {y_true.shape} and predictions {y_pred.shape} differ")
+    if metric == "mse":
+        return (y_true.astype(np.float64) - y_pred.astype(np.float64)) ** 2
+    if metric == "accuracy":
+        return (y_true == y_pred).astype(np.float64)
+    raise InputError(f"sample_scores: metric must be mse or accuracy, got {metric!r} (AUC: use statistic=)")
+
+
+def _mean_replicates(per_seed, picks, rng, max_cells=4_000_000):
+    """Mean-statistic fast path: ``picks[b, j]`` is the seed of draw ``j`` of replicate ``b``."""
+    B, S = picks.shape
+    draw_means = np.empty((B, S))
+    for s, x in enumerate(per_seed):
+        where = np.argwhere(picks == s)
+        n = len(x)
+        rows = max(1, max_cells // n)
+        for start in range(0, len(where), rows):
+            w = where[start:start + rows]
+            idx = rng.integers(0, n, (len(w), n))  # an independent resample for every draw of seed s
+            draw_means[w[:, 0], w[:, 1]] = x[idx].mean(axis=1)
+    return draw_means.mean(axis=1)
+
+
+def bootstrap_interval(per_seed: Sequence, level: float = 0.95, n_boot: int = 2000, seed: int = 0,
+                       statistic: Callable[[np.ndarray], float] | None = None) -> Interval:
+    r"""Percentile bootstrap interval over test samples and seeds (two-stage resampling).
+
+    The data are one client's results over ``S`` seeds: for seed ``s`` the
+    per-test-sample scores ``x_{s,1..n_s}`` (or rows, for a ``statistic`` such
+    as AUC that needs labels and scores together).  The estimate is
+
+    .. math:: \hat\theta = \frac{1}{S} \sum_{s=1}^{S} T(x_{s,\cdot}),
+
+    with ``T`` the mean (default) or ``statistic``.  Each of ``n_boot``
+    replicates draws ``S`` seeds with replacement, ``s^*_1..s^*_S``, and, for
+    every draw separately, ``n_{s^*_j}`` of that seed's samples with
+    replacement, and computes
+
+    .. math:: \hat\theta^* = \frac{1}{S} \sum_{j=1}^{S} T(x^*_{s^*_j,\cdot}).
+
+    The interval is the ``(1 − level)/2`` and ``(1 + level)/2`` quantiles of
+    the replicates (Efron & Tibshirani 1993, ch. 13).  Resampling seeds carries
+    the variation between splits and initialisations; resampling samples
+    within a seed carries the finite test set (Davison & Hinkley 1997, §3.8).
+    With one seed only the second stage acts.  When the seeds differ little
+    the two stages count the test-sample noise twice and the interval is
+    conservative (up to √2 too wide; measured in ``docs/learners-data.md``);
+    with very few seeds (3–5) the seed stage under-represents the spread
+    between seeds.
+
+    Parameters
+    ----------
+    per_seed : sequence of array_like
+        One 1-D array of per-sample scores per seed (or 2-D rows, for ``statistic``).
+    level : float
+        Coverage, in ``(0, 1)``.
+    n_boot : int
+        Bootstrap replicates.
+    seed : int
+        Seed of the resampling (reproducible).
+    statistic : callable, optional
+        ``T(rows) -> float`` for a statistic other than the mean (a Python loop
+        over ``n_boot × S`` resamples).
+
+    Returns
+    -------
+    Interval
+    """
+    data = [np.asarray(x, dtype=np.float64) for x in per_seed]
+    if not data or any(len(x) == 0 for x in data):
+        raise InputError("bootstrap_interval needs at least one seed with at least one test sample")
+    if not 0 < level < 1:
+        raise InputError(f"bootstrap level must lie in (0, 1), got {level!r}")
+    if int(n_boot) < 1:
+        raise InputError(f"n_boot must be positive, got {n_boot!r}")
+    if statistic is None and any(x.ndim != 1 for x in data):
+        raise InputError("bootstrap_interval: per-seed scores must be 1-D (use statistic= for rows)")
+    if statistic is None and not all(np.all(np.isfinite(x)) for x in data):
+        raise InputError("bootstrap_interval: scores must be finite")
+    T = (lambda x: float(np.mean(x))) if statistic is None else statistic
+    estimate = float(np.mean([T(x) for x in data]))
+    rng = np.random.default_rng(seed)
+    S = len(data)
+    picks = rng.integers(0, S, (int(n_boot), S))
+    if statistic is None:
+        reps = _mean_replicates(data, picks, rng)
+    else:
+        reps = np.array([np.mean([T(data[s][rng.integers(0, len(data[s]), len(data[s]))]) for s in row])
+                         for row in picks])
+    lo, hi = np.quantile(reps, [(1 - level) / 2, (1 + level) / 2])
+    return Interval(estimate, float(lo), float(hi), float(level), int(n_boot), S, tuple(len(x) for x in data))
+
+
+def bootstrap_intervals(scores: Mapping[str, Sequence], **options) -> dict[str, Interval]:
+    """:func:`bootstrap_interval` for every client: ``{client: per-seed scores}`` → ``{client: Interval}``."""
+    return {client: bootstrap_interval(per_seed, **options) for client, per_seed in scores.items()}
+
+
+# ---------------------------------------------------------------------------- Wilcoxon signed-rank
+@dataclass(frozen=True)
+class WilcoxonResult:
+    """Outcome of :func:`paired_wilcoxon`.
+
+    Attributes
+    ----------
+    testable : bool
+        False when the non-zero differences are too few for any p-value to
+        reach ``alpha`` (then ``p_value`` and ``statistic`` are ``None``).
+    p_value : float or None
+    statistic : float or None
+        ``W+``: the sum of the ranks of ``|d|`` over the positive differences
+        (``d > 0``: A better than B).
+    n_pairs, n_zero, n_used : int
+        Pairs given; pairs whose difference is zero (dropped); pairs ranked.
+    alternative : str
+        ``"greater"``: H1 "A is better than B"; ``"less"``: "A is worse";
+        ``"two-sided"``.
+    method : str
+        ``"exact"`` (scipy, no ties), ``"exact with ties"`` (the conditional
+        null distribution of ``W+`` given the tied ranks, computed exactly),
+        ``"normal"`` (scipy's normal approximation with tie correction, more
+        than 50 pairs), or ``"none"``.
+    reason : str
+        One line saying what was tested, or why nothing could be.
+    """
+
+    testable: bool
+    p_value: float | None
+    statistic: float | None
+    n_pairs: int
+    n_zero: int
+    n_used: int
+    alternative: str
+    method: str
+    reason: str
+
+
+def signed_rank_null(ranks) -> np.ndarray:
+    r"""Exact null distribution of ``2·W+`` for the given (mid)ranks.
+
+    Under H0 every difference is as likely positive as negative, independently,
+    so ``W+ = Σ_i r_i·[d_i > 0]`` is a sum of independent ``r_i`` or 0 with
+    probability ½ each — also when ties make the ``r_i`` midranks (the
+    distribution conditional on the observed ranks; Conover 1999, §5.7).
+    Doubled midranks are integers, and the counts of sign patterns per value of
+    ``2·W+`` follow from one pass of a knapsack recursion
+    (``c_k(t) = c_{k−1}(t) + c_{k−1}(t − 2r_k)``).
+
+    Returns
+    -------
+    ndarray
+        ``p[t] = P(2·W+ = t)`` for ``t = 0 .. 2·Σ r_i``.
+    """
+    R = np.rint(2 * np.asarray(ranks, dtype=np.float64)).astype(np.int64)
+    counts = np.zeros(int(R.sum()) + 1)
+    counts[0] = 1.0
+    top = 0
+    for r in R:
+        counts[r:top + r + 1] += counts[:top + 1].copy()
+        top += r
+    return counts / 2.0 ** len(R)
+
+
+def paired_wilcoxon(a, b, sense: str = "max", alternative: str = "greater", alpha: float = 0.05,
+                    zero_tol: float = 0.0) -> WilcoxonResult:
+    r"""Wilcoxon signed-rank test that method A beats method B on paired results.
+
+    ``a`` and ``b`` hold the two methods' metric for the same (client, seed)
+    pairs, e.g. arrays of shape ``(clients, seeds)``; every pair counts once
+    (Huang et al. 2021 compare FedAMP with each baseline this way).  The
+    differences are oriented so that positive means *A better*:
+    ``d = a − b`` for a metric to maximise (``sense="max"``: accuracy, AUC) and
+    ``d = b − a`` for a loss (``sense="min"``: MSE).
+
+    **Zeros.**  Pairs with ``|d| <= zero_tol`` (identical results, e.g. the same
+    all-alone model) carry no evidence either way and are dropped before
+    ranking (Wilcoxon's convention, SciPy's ``zero_method="wilcox"``); the
+    result says how many.  **Too few pairs.**  With ``n`` non-zero differences
+    the smallest attainable p-value is ``2^{-n}`` (one-sided) or ``2^{1−n}``
+    (two-sided): all differences of one sign.  If even that exceeds
+    ``alpha`` the result is *not testable* — no p-value is reported rather than
+    one that could never be small.  **Ties** among ``|d|`` get midranks; the
+    p-value then comes from the exact null distribution of ``W+`` given those
+    ranks (:func:`signed_rank_null`) for up to 50 pairs.  Without ties SciPy's
+    :func:`scipy.stats.wilcoxon` gives the exact p-value up to 50 pairs; above
+    50, its normal approximation (with tie correction).
+
+    The statistic is ``W+ = Σ_{d_i > 0} rank(|d_i|)``; H1 for
+    ``alternative="greater"`` is that the differences are symmetric about a
+    positive centre (A better).
+
+    Parameters
+    ----------
+    a, b : array_like
+        Paired results of A and B (same shape; flattened).
+    sense : {"max", "min"}
+    alternative : {"greater", "less", "two-sided"}
+    alpha : float
+        The level a p-value must be able to reach for the test to be run.
+    zero_tol : float
+        Differences at most this large in absolute value count as zero.
+
+    Returns
+    -------
+    WilcoxonResult
+    """
+    from scipy import stats
+
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise InputError(f"paired test: A has shape {a.shape}, B has {b.shape}; results must be paired")
+    if sense not in ("max", "min"):
+        raise InputError(f"paired test: sense must be 'max' or 'min', got {sense!r}")
+    if alternative not in ("greater", "less", "two-sided"):
+        raise InputError(f"paired test: alternative must be greater, less or two-sided, got {alternative!r}")
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        raise InputError("paired test: results must be finite (a missing pair cannot be compared)")
+    d = (a - b if sense == "max" else b - a).ravel()
+    n_pairs = d.size
+    nonzero = d[np.abs(d) > zero_tol]
+    n, n_zero = nonzero.size, n_pairs - nonzero.size
+    floor = 2.0 ** -n if alternative != "two-sided" else min(1.0, 2.0 ** (1 - n))
+    what = {"greater": "A better than B", "less": "A worse than B", "two-sided": "A differs from B"}[alternative]
+    if n == 0 or floor > alpha:
+        reason = (f"not testable: {n} non-zero difference{'s' if n != 1 else ''} of {n_pairs} pairs "
+                  f"({n_zero} zero); the smallest attainable p-value, {floor:.3g}, exceeds {alpha}")
+        return WilcoxonResult(False, None, None, n_pairs, n_zero, n, alternative, "none", reason)
+    ranks = stats.rankdata(np.abs(nonzero))
+    w_plus = float(ranks[nonzero > 0].sum())
+    ties = len(np.unique(np.abs(nonzero))) < n
+    if ties and n <= 50:
+        method = "exact with ties"
+        p = signed_rank_null(ranks)
+        t = int(round(2 * w_plus))
+        upper, lower = float(p[t:].sum()), float(p[:t + 1].sum())
+        p_value = {"greater": upper, "less": lower, "two-sided": min(1.0, 2 * min(upper, lower))}[alternative]
+    else:
+        method = "exact" if n <= 50 else "normal"
+        res = stats.wilcoxon(nonzero, zero_method="wilcox", alternative=alternative,
+                             method="exact" if n <= 50 else "approx")
+        p_value = float(res.pvalue)
+    reason = (f"Wilcoxon signed-rank, H1: {what} ({alternative}); {n} non-zero of {n_pairs} pairs "
+              f"({n_zero} zero, dropped); W+ = {w_plus:g}, p = {p_value:.3g} ({method})")
+    return WilcoxonResult(True, p_value, w_plus, n_pairs, n_zero, n, alternative, method, reason)
+
+
+# ---------------------------------------------------------------------------- majority class
+@dataclass(frozen=True)
+class MajorityRow:
+    """A client's majority-class baseline: the label, its test accuracy and the counts behind it."""
+
+    client: str
+    label: int
+    accuracy: float
+    n_test: int
+    train_share: float
+
+
+def majority_class(federation) -> dict[str, MajorityRow]:
+    """Each client's majority *training* label, scored on its *test* data.
+
+    The baseline predicts, for every test sample of client ``i``, the label
+    most frequent in ``i``'s training split (ties: the smallest label id); its
+    accuracy is the share of ``i``'s test samples with that label.  It uses no
+    feature and no validation or test label to choose, so any classifier that
+    has learned something must beat it; a method that does not is
+    indistinguishable from predicting a constant.
+
+    Parameters
+    ----------
+    federation : Federation
+        A classification federation (task ``"binary"`` or ``"multiclass"``).
+
+    Returns
+    -------
+    dict
+        ``{client: MajorityRow}`` in client order.
+    """
+    if federation.task == "regression":
+        raise InputError(f"federation {federation.name!r} is a regression task: no majority class")
+    out = {}
+    for c in federation.clients:
+        counts = np.bincount(c.train.y, minlength=federation.n_classes or 0)
+        label = int(np.argmax(counts))
+        out[c.name] = MajorityRow(c.name, label, float(np.mean(c.test.y == label)), len(c.test),
+                                  float(counts[label] / counts.sum()))
+    return out
+
+
+# ---------------------------------------------------------------------------- seeds
+@dataclass(frozen=True)
+class SeedPair:
+    """A data-split seed and an initialisation seed derived from one user seed."""
+
+    user: int
+    data: int
+    init: int
+
+
+def separate_seeds(seed: int) -> SeedPair:
+    """Derive a data-split seed and an initialisation seed from one user seed.
+
+    ``numpy.random.SeedSequence(seed).spawn(2)`` gives two children with spawn
+    keys ``(0,)`` and ``(1,)``; each child's first 32-bit word of
+    ``generate_state`` is the seed: child 0 for the data split
+    (``load(..., seed=data)``), child 1 for model initialisation and batch
+    order.  SeedSequence hashes the user seed together with the spawn key, so
+    the two are statistically independent streams and neither equals the user
+    seed's own stream.  To vary one source of randomness while holding the other
+    fixed, take ``separate_seeds(k).data`` for one ``k`` and
+    ``separate_seeds(m).init`` over ``m`` (or the other way round).
+
+    Parameters
+    ----------
+    seed : int
+        Non-negative user seed.
+
+    Returns
+    -------
+    SeedPair
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError(f"--seed must be a non-negative integer, got {seed!r}")
+    data, init = (int(c.generate_state(1, dtype=np.uint32)[0]) for c in np.random.SeedSequence(int(seed)).spawn(2))
+    return SeedPair(int(seed), data, init)
