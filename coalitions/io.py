@@ -1,7 +1,9 @@
 """Reading and writing the file formats of SPEC §7.
 
 * ``coalitions/game@1`` JSON and the equivalent ``.npz`` (arrays ``values``,
-  ``clients``, ``sense``) — :func:`read_game`, :func:`write_game`.
+  ``clients``, ``sense``) — :func:`read_game`, :func:`write_game`.  ``values``
+  is float64, or float32 for a game stored in float32 (written and read back as
+  such; see :mod:`coalitions.precision`).
 * ``coalitions/equilibrium@1``, ``coalitions/equilibria@1`` and
   ``coalitions/benefit-graph@1`` — builders returning JSON-ready dicts.
 
@@ -103,7 +105,9 @@ def _read_npz(path) -> Game:
     n = clients.size
     if values.shape != (n, 1 << n):
         _fail(path, f"'values' must have shape ({n}, {1 << n}) for {n} clients, got {values.shape}")
-    return Game.from_array(values, [str(c) for c in clients], str(sense), prov)
+    # float32 values stay float32 (a game stored in float32: see coalitions.precision)
+    dtype = "float32" if values.dtype == np.float32 else "float64"
+    return Game.from_array(values, [str(c) for c in clients], str(sense), prov, dtype=dtype)
 
 
 def read_game(path: str | os.PathLike) -> Game:

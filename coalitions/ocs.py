@@ -6,7 +6,9 @@ one with the higher ``v_i(S)`` wins, then the smaller bitmask.  When another
 smallest set also qualifies the OCS is *ambiguous*, and that is reported.
 
 The search for one client is vectorised over the ``2^(|R|-1)`` sub-coalitions
-of ``R`` that contain it.
+of ``R`` that contain it; ``MAU_i(R)`` is the largest of those same values, so no
+table of MAU is needed.  Comparisons are taken in float64 whatever the storage
+of the game's values (SPEC §1).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import numpy as np
 
 from .bitmask import members, popcount, submasks
 from .game import Game
-from .payoffs import mau
 
 __all__ = ["OCS", "optimal_collaborators"]
 
@@ -73,8 +74,8 @@ def optimal_collaborators(game: Game, i: int, within: int, tol: float = 1e-9) ->
     me = 1 << i
     subs = submasks(within & ~me) | me
     vals = game.values[i, subs]
-    best = mau(game)[i, within]
-    ok = vals >= best - tol
+    best = float(vals.max())  # MAU_i(R): every sub-coalition of R holding i is in subs
+    ok = vals >= np.float64(best - tol)  # a float64 scalar: a float32 game is compared in float64
     cand = subs[ok]
     cvals = vals[ok]
     sizes = popcount(cand)
