@@ -22,9 +22,9 @@ then the passes over the higher bits run across chunks.  The result does not
 depend on the chunk size; the tests check that it equals the table-based checks
 of :mod:`coalitions.axioms` for every chunk size.
 
-The decisions are exact: a threshold is a float64 number and every value is
-compared with it in float64 (a float32 game's values upcast exactly), exactly as
-the table-based checks compare.  Witness payoffs are evaluated one by one
+The decisions are exact: a threshold is a float64 number, and a float32 game's
+values are compared with it through :func:`coalitions.precision.exact_threshold`,
+which decides exactly as the float64 comparison of the table-based checks.  Witness payoffs are evaluated one by one
 (:func:`coalitions.payoffs.payoff_at`).
 
 Examples
@@ -49,6 +49,7 @@ from .bitmask import members, popcount, submasks
 from .game import Game
 from .partition import block_of, check_partition
 from .payoffs import check_semantics, mau_at, payoff_at
+from .precision import exact_threshold
 
 __all__ = ["DEFAULT_CHUNK", "all_members_pass", "inner_agreement", "outer_agreement", "shrink"]
 
@@ -126,7 +127,7 @@ def all_members_pass(rows: Callable[[int], np.ndarray], k: int, thresholds: Sequ
     g = np.empty(size, dtype=bool)
     for r in range(k):
         row = rows(r)
-        t = np.float64(thresholds[r])  # a float64 scalar: float32 values are upcast, never t downcast
+        t = exact_threshold(thresholds[r], row.dtype, strict)  # decides as the float64 threshold does
         for start in range(0, size, c):
             part = g[start:start + c]
             compare(row[start:start + c], t, out=part)  # NaN (r ∉ S) compares False

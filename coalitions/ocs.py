@@ -8,7 +8,7 @@ smallest set also qualifies the OCS is *ambiguous*, and that is reported.
 The search for one client is vectorised over the ``2^(|R|-1)`` sub-coalitions
 of ``R`` that contain it; ``MAU_i(R)`` is the largest of those same values, so no
 table of MAU is needed.  Comparisons are taken in float64 whatever the storage
-of the game's values (SPEC §1).
+of the game's values (SPEC §1, :func:`coalitions.precision.exact_threshold`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 
 from .bitmask import members, popcount, submasks
 from .game import Game
+from .precision import exact_threshold
 
 __all__ = ["OCS", "optimal_collaborators"]
 
@@ -75,7 +76,7 @@ def optimal_collaborators(game: Game, i: int, within: int, tol: float = 1e-9) ->
     subs = submasks(within & ~me) | me
     vals = game.values[i, subs]
     best = float(vals.max())  # MAU_i(R): every sub-coalition of R holding i is in subs
-    ok = vals >= np.float64(best - tol)  # a float64 scalar: a float32 game is compared in float64
+    ok = vals >= exact_threshold(best - tol, vals.dtype, strict=False)  # as in float64, for float32 games too
     cand = subs[ok]
     cvals = vals[ok]
     sizes = popcount(cand)

@@ -21,7 +21,7 @@ from coalitions.errors import InputError, NoEquilibrium
 from coalitions.game import Game
 from coalitions.io import read_game, write_game
 from coalitions.payoffs import mau, payoff_table
-from coalitions.precision import float32_safe, is_float32_exact, to_float32
+from coalitions.precision import exact_threshold, float32_safe, is_float32_exact, to_float32
 
 FAST = settings(max_examples=120, deadline=None)
 
@@ -221,3 +221,33 @@ def test_planted_float32_is_the_rounded_float64_game():
     assert g32.provenance["dtype"] == "float32"
     with pytest.raises(InputError, match="dtype"):
         planted([2], dtype="int8")
+
+
+# ---------------------------------------------------------------------------- float32 thresholds
+@st.composite
+def thresholds_near_float32(draw):
+    """A float64 threshold on, next to, or between float32 numbers, or beyond their range."""
+    base = np.float32(draw(st.floats(-1e6, 1e6, width=32)))
+    kind = draw(st.sampled_from(["on", "between", "next", "huge"]))
+    if kind == "on":
+        return float(base)
+    if kind == "next":
+        return float(np.nextafter(np.float64(base), draw(st.sampled_from([-np.inf, np.inf]))))
+    if kind == "huge":
+        return draw(st.sampled_from([-1e300, 1e300, 3.5e38, -3.5e38]))
+    up = np.nextafter(base, np.float32(np.inf))
+    return float(base) + draw(st.floats(0, 1)) * (float(up) - float(base))
+
+
+@given(thresholds_near_float32(), st.lists(st.floats(width=32, allow_nan=True, allow_infinity=False),
+                                            min_size=1, max_size=30), st.booleans())
+@settings(max_examples=400, deadline=None)
+def test_exact_threshold_decides_as_float64(t, xs, strict):
+    with np.errstate(over="ignore"):  # thresholds beyond the float32 range; neighbours of its largest number
+        x = np.array(xs + [np.float32(t)] if np.isfinite(np.float32(t)) else xs, dtype=np.float32)
+        x = np.concatenate([x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, np.float32(-np.inf))])
+    r = exact_threshold(t, np.float32, strict)
+    assert r.dtype == np.float32
+    expect = x.astype(np.float64) > t if strict else x.astype(np.float64) >= t
+    assert np.array_equal(x > r if strict else x >= r, expect)
+    assert exact_threshold(t, np.float64, strict) == np.float64(t)
