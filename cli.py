@@ -226,10 +226,12 @@ def mean_estimation(sizes, mu_e, sigma2, names, output):
 @click.option("--noise", type=float, default=0.05, show_default=True, help="Noise standard deviation.")
 @click.option("--ties", type=float, default=0.0, show_default=True, help="Round values to multiples of this (0: off).")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
+              help="Storage of the values; float32 halves the memory (the values are then float32 numbers).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-def planted(groups, noise, ties, seed, output):
+def planted(groups, noise, ties, seed, dtype, output):
     """Hidden groups whose members help each other, with noise and optional ties."""
-    _write(co.planted(_numbers(groups, "--groups", int), noise, ties, seed), output)
+    _write(co.planted(_numbers(groups, "--groups", int), noise, ties, seed, dtype=dtype), output)
 
 
 def _write(g, output):

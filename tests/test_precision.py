@@ -251,3 +251,22 @@ def test_exact_threshold_decides_as_float64(t, xs, strict):
     expect = x.astype(np.float64) > t if strict else x.astype(np.float64) >= t
     assert np.array_equal(x > r if strict else x >= r, expect)
     assert exact_threshold(t, np.float64, strict) == np.float64(t)
+
+
+def test_cli_writes_and_solves_a_float32_game(tmp_path, capsys):
+    import json
+
+    from coalitions import cli
+
+    paths = {d: tmp_path / f"{d}.npz" for d in ("float32", "float64")}
+    for dtype, path in paths.items():
+        assert cli.main(["game", "planted", "--groups", "3,3,2", "--seed", "2", "--dtype", dtype, "-o", str(path)]) == 0
+    capsys.readouterr()
+    assert read_game(paths["float32"]).values.dtype == np.float32
+    answers = {}
+    for dtype, path in paths.items():
+        assert cli.main(["solve", str(path), "--format", "json"]) == 0
+        answers[dtype] = json.loads(capsys.readouterr().out)
+    assert answers["float32"]["partition"] == answers["float64"]["partition"]
+    assert answers["float32"]["certificate"]["outer_agreement"] is True
+    assert cli.main(["game", "planted", "--groups", "2", "--dtype", "float16", "-o", str(tmp_path / "x.npz")]) == 2
