@@ -146,3 +146,20 @@ def test_sixteen_equal_clients_form_the_grand_coalition_streamed():
     assert eq.partition == (g.grand,) and eq.certificate.holds
     assert eq.certificate.inner.checked == (1 << 16) - 2
     assert eq.certificate == certify(g, eq.partition, chunk=4)
+
+
+@given(any_games(max_n=7), st.sampled_from([0.0, 1e-9, 0.5, 1.0]))
+@FAST
+def test_ocs_among_all_clients_follows_the_tie_rule(game, tol):
+    """OCS_i(all) reads the row without a list of masks; it must equal the naive tie rule and the
+    general path (a remaining set given as all clients but a phantom bit is impossible, so compare
+    with naive_ocs from conftest)."""
+    from conftest import naive_ocs
+
+    from coalitions.ocs import optimal_collaborators
+
+    for i in range(game.n):
+        o = optimal_collaborators(game, i, game.grand, tol)
+        chosen, alts = naive_ocs(game, i, frozenset(range(game.n)), tol)
+        assert (o.collaborators, o.alternatives) == (chosen, tuple(alts))
+        assert o.mau == mau(game)[i, game.grand]
