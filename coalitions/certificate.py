@@ -142,8 +142,10 @@ def all_members_pass(rows: Callable[[int], np.ndarray], k: int, thresholds: Sequ
 
 def _local_rows(game: Game, coalition: int) -> tuple[np.ndarray, tuple[int, ...], Callable[[int], np.ndarray]]:
     """Sub-coalitions of ``coalition`` (ascending: local bit ``r`` is its ``r``-th member) and their rows."""
-    subs = submasks(coalition)
     mem = members(coalition)
+    if coalition == game.grand:  # local masks are the masks themselves: the rows as they are, no gather
+        return np.arange(1 << game.n, dtype=np.int64), mem, lambda r: game.values[r]
+    subs = submasks(coalition)
     return subs, mem, lambda r: game.values[mem[r], subs]
 
 
