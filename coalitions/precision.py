@@ -24,10 +24,11 @@ Float32 is therefore exact enough for a tolerance ``tol`` when, for every client
 When the values are float32 numbers already both hold trivially (nothing moves).
 Otherwise :func:`float32_safe` checks 1–2 exactly, client by client: it sorts the
 client's distinct values and compares, for every value, how many values lie below
-``x + tol`` and below ``x − tol`` (``O(2^N · N)`` per client, about a second per
-client at ``N = 24``).  A tolerance that "exceeds the rounding" is not enough by
-itself: a pair of values ``tol + 10^-8`` apart, with values near 1 and
-``tol = 10^-6``, flips ``x ≥ y − tol`` when rounded (the tests hold such a game).
+``x + tol`` and below ``x − tol`` (``O(2^N · N)`` per client: 1.5 s per client at
+``N = 24`` on the development machine, under load).  A tolerance that "exceeds
+the rounding" is not enough by itself: two values ``tol − 10^-8`` apart, near 1,
+with ``tol = 10^-6``, end up ``tol + 1.3·10^-8`` apart when rounded, which flips
+``x ≥ y − tol`` (the tests hold such a game, whose CE changes).
 
 Examples
 --------
