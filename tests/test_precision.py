@@ -124,7 +124,7 @@ def test_a_float32_comparison_would_be_wrong_without_the_upcast():
     g = Game(("a", "b"), v)
     assert np.float32(1.0) - 1e-9 == np.float32(1.0)  # NumPy 2 keeps a float32 scalar's dtype
     assert solve(g).graphs[0].collaborators_of(0) == 0b10  # {a} alone is 1.2e-7 short: a needs b
-    assert solve(g) .partition == solve(upcast(g)).partition
+    assert solve(g).partition == solve(upcast(g)).partition
 
 
 # ---------------------------------------------------------------------------- rounding a float64 game
