@@ -1,4 +1,4 @@
-"""The ``coalitions`` command (SPEC §8): parse, call the library, print.
+"""The ``coalitions`` command (docs/cli.md): parse, call the library, print.
 
 Exit codes: 0 success; 1 a negative answer (an axiom is violated, no CE
 exists); 2 unusable input or arguments, with one line naming the file, client
@@ -7,7 +7,14 @@ or coalition at fault and never a traceback.
 
 from __future__ import annotations
 
+import io
+import math
+import os
+import signal
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
 import click
 
@@ -15,6 +22,13 @@ import coalitions as co
 from coalitions import io as cio
 from coalitions import render
 from coalitions.brute_force import MAX_ENUMERATE
+from coalitions.files import check_output_path, write_text
+from coalitions.game import check_client_names
+from coalitions.learners.data.datasets import LOADERS
+from coalitions.learners.data.datasets import OPTIONS as LOADER_OPTIONS
+from coalitions.learners.experiments.catalogue import EXPERIMENTS
+from coalitions.learners.methods.registry import METHODS, all_options
+from coalitions.params import ParameterError
 
 FORMATS = click.Choice(["text", "json", "dot"])
 SEMANTICS = click.Choice(["personalized", "shared"])
@@ -24,22 +38,135 @@ class Negative(Exception):
     """A well-formed question whose answer is no (exit code 1)."""
 
 
-def _emit(text: str, output: str | None) -> None:
-    if output:
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that writers remove their temporary files (exit 143)."""
+
+
+# ---------------------------------------------------------------------------- bad-input plumbing
+# The contract for bad input (docs/cli.md#bad-input): exit 2 and one line naming the file, option,
+# client or coalition.  These option types and _emit are shared by every command.
+#: Every seed option: numpy and torch generators both take any integer in this range.
+SEED = click.IntRange(0, 2**32 - 1)
+
+
+class _Finite(click.ParamType):
+    """A finite float at least ``low`` (click's FloatRange lets NaN through: ``nan < 0`` is False)."""
+
+    name = "float"
+
+    def __init__(self, low: float | None = None):
+        self.low = low
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            x = value
+        else:
+            try:
+                x = float(value)
+            except (TypeError, ValueError):
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.low is not None and x < self.low:
+            self.fail(f"{value!r} is below {self.low:g}", param, ctx)
+        return x
+
+
+FINITE = _Finite()
+NON_NEGATIVE = _Finite(0.0)
+
+
+class _InputFile(click.ParamType):
+    """A file argument; the readers check everything else (coalitions.files.open_input)."""
+
+    name = "file"
+    #: The files the command reads, named by the out-of-memory message (main).
+    given: list = []
+
+    def convert(self, value, param, ctx):
+        if not str(value):
+            self.fail("empty file name", param, ctx)
+        self.given.append(str(value))
+        return str(value)
+
+
+class _OutputFile(click.ParamType):
+    """An output file, checked before any work: not empty, in an existing folder, not a non-regular file."""
+
+    name = "file"
+
+    def convert(self, value, param, ctx):
+        if not str(value):
+            self.fail("empty file name", param, ctx)
         try:
-            with open(output, "w", encoding="utf-8") as f:
-                f.write(text if text.endswith("\n") else text + "\n")
-        except OSError as e:
-            raise co.InputError(f"{output}: cannot write ({e.strerror})") from None
-    else:
-        click.echo(text.rstrip("\n"))
+            check_output_path(str(value))
+        except co.InputError as e:
+            self.fail(str(e), param, ctx)
+        return str(value)
+
+
+class _OutputFolder(click.ParamType):
+    """An output folder (created if missing); an existing non-folder is refused."""
+
+    name = "directory"
+
+    def convert(self, value, param, ctx):
+        if not str(value):
+            self.fail("empty folder name", param, ctx)
+        if os.path.exists(value) and not os.path.isdir(value):
+            self.fail(f"{value}: exists and is not a folder", param, ctx)
+        return str(value)
+
+
+INPUT = _InputFile()
+OUTPUT = _OutputFile()
+OUTPUT_FOLDER = _OutputFolder()
+
+
+def _stdout_failed(e: OSError):
+    """Standard output cannot be written (a full disk, a closed pipe): one line, exit 2."""
+    try:  # what is still buffered must not fail again, with a traceback, when Python exits
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+    return co.InputError(f"standard output: cannot write ({e.strerror or e.__class__.__name__})")
+
+
+def _emit(text: str, output: str | None) -> None:
+    """The command's result: to ``output`` through the one writer, else to standard output."""
+    text = text if text.endswith("\n") else text + "\n"
+    if output:
+        write_text(output, text)
+        return
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):  # not a real file (tests capture it)
+        fd = None
+    try:
+        if fd is None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        # Straight to the descriptor: a buffered stream can report a short write (a disk filling up
+        # mid-way) as success and lose the rest; os.write raises on the part that does not fit.
+        data = text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
+        sys.stdout.flush()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as e:
+        raise _stdout_failed(e) from None
+    except UnicodeEncodeError as e:
+        raise co.InputError(f"standard output: cannot write {text[e.start]!r} in its encoding {e.encoding}") from None
 
 
 def _progress(label: str):
     """A progress callback drawing a bar on stderr when it is a terminal."""
     if not sys.stderr.isatty():
         return None
-    state = {}
+    state: dict[str, Any] = {}
 
     def update(done: int, total: int) -> None:
         bar = state.get("bar")
@@ -51,6 +178,34 @@ def _progress(label: str):
             bar.__exit__(None, None, None)
 
     return update
+
+
+@contextmanager
+def _flags(flags: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Report a library's :class:`~coalitions.params.ParameterError` with the flag the user typed.
+
+    ``flags`` maps a parameter to its flag; a parameter not in it is shown as
+    ``--name-with-dashes``.
+    """
+    try:
+        yield
+    except ParameterError as e:
+        flag = (flags or {}).get(e.param, "--" + e.param.replace("_", "-"))
+        raise co.InputError(e.phrase(flag)) from None
+
+
+# Options that several commands declare, each declared once here.
+device_option = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+                             show_default=True, help="Where to train: auto picks CUDA when available.")
+threads_option = click.option("--threads", type=click.IntRange(1), default=None,
+                              help="PyTorch CPU threads [PyTorch's default]; 1 is often faster on a busy machine.")
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def _tol(value: float) -> float:
@@ -84,7 +239,7 @@ def cli():
 
 
 @cli.command()
-@click.argument("game_file", metavar="GAME")
+@click.argument("game_file", metavar="GAME", type=INPUT)
 @with_common
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
 @click.option("--exhaustive-up-to", type=click.IntRange(0), default=None,
@@ -92,8 +247,8 @@ def cli():
                    "[default: always exhaustive].")
 @click.option("--max-enumerate", type=click.IntRange(1), default=MAX_ENUMERATE, show_default=True,
               help="Largest game searched exhaustively when peeling finds no CE (shared semantics).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled certificates.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed for sampled certificates.")
+@click.option("-o", "--output", type=OUTPUT, help="Write here instead of stdout.")
 def solve(game_file, semantics, tol, fmt, exhaustive_up_to, max_enumerate, seed, output):
     """Peel GAME into a collaboration equilibrium and certify it."""
     game = co.read_game(game_file)
@@ -114,13 +269,13 @@ def solve(game_file, semantics, tol, fmt, exhaustive_up_to, max_enumerate, seed,
 
 
 @cli.command()
-@click.argument("game_file", metavar="GAME")
+@click.argument("game_file", metavar="GAME", type=INPUT)
 @click.option("--partition", "partition_text", required=True, help='Blocks separated by "|", members by ",": "A,B|C".')
 @with_common
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--exhaustive-up-to", type=click.IntRange(0), default=None,
               help="Exhaustive over at most this many clients, sampled beyond [default: always exhaustive].")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 def verify(game_file, partition_text, semantics, tol, fmt, exhaustive_up_to, seed):
     """Check a partition against both CE axioms (and the classic stability notions).
 
@@ -143,13 +298,13 @@ def verify(game_file, partition_text, semantics, tol, fmt, exhaustive_up_to, see
         raise Negative(None)
 
 
-@cli.command()
-@click.argument("game_file", metavar="GAME")
+@cli.command("enumerate")
+@click.argument("game_file", metavar="GAME", type=INPUT)
 @with_common
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--max-clients", type=click.IntRange(1), default=MAX_ENUMERATE, show_default=True,
               help="Refuse larger games (Bell(N) partitions are enumerated).")
-def enumerate(game_file, semantics, tol, fmt, max_clients):
+def enumerate_cmd(game_file, semantics, tol, fmt, max_clients):
     """Every collaboration equilibrium of GAME, by brute force over all partitions.
 
     Exit 1 when there is none.
@@ -168,8 +323,40 @@ def enumerate(game_file, semantics, tol, fmt, max_clients):
         raise Negative(None)
 
 
+@cli.command("welfare")
+@click.argument("game_file", metavar="GAME", type=INPUT)
+@with_common
+@click.option("--weights", default="uniform", show_default=True,
+              help="Client weights: uniform, sizes (the sample counts the game records), or a=3,b=5.")
+@click.option("--stability", type=click.Choice(["ce", "core", "individual_stability", "nash_stability"]),
+              default="ce", show_default=True, help="The notion a stable partition satisfies.")
+@click.option("--max-enumerate", type=click.IntRange(1), default=MAX_ENUMERATE, show_default=True,
+              help="Largest game whose partitions are enumerated for the stable ones (the optimum has no limit).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=OUTPUT, help="Write here instead of stdout.")
+def welfare_cmd(game_file, semantics, tol, weights, stability, max_enumerate, fmt, output):
+    """The social optimum of GAME, every stable partition's welfare, and the prices of anarchy and stability.
+
+    A loss game (sense min) reports the cost sum of w_i * err_i and prices as cost ratios (stable over
+    optimum); a gain game, welfare ratios (optimum over stable).  Exit 1 when no partition is stable.
+    """
+    from coalitions.welfare import resolve_weights, welfare, welfare_text, welfare_to_json
+
+    game = co.read_game(game_file)
+    try:
+        omega = resolve_weights(game, weights)
+    except co.InputError as e:
+        raise co.InputError(f"{game_file}: --weights {weights}: {e}") from None
+    report = welfare(game, omega, semantics, stability, _tol(tol), max_enumerate,
+                     progress=_progress("optimum over partitions"),
+                     enumeration_progress=_progress("enumerating partitions"))
+    _emit(cio.write_json(welfare_to_json(report), None) if fmt == "json" else welfare_text(report), output)
+    if report.stable == ():
+        raise Negative(f"{game_file}: {report.notes[0]}")
+
+
 @cli.command()
-@click.argument("game_file", metavar="GAME")
+@click.argument("game_file", metavar="GAME", type=INPUT)
 @click.option("--within", default=None, help="Remaining set R as 'A,B,C' [default: all clients].")
 @click.option("--tol", type=float, default=1e-9, show_default=True)
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
@@ -208,69 +395,86 @@ def _numbers(text: str, what: str, cast=float) -> list:
 
 @game.command("mean-estimation")
 @click.option("--sizes", required=True, help="Sample count of each client, e.g. 5,5,25.")
-@click.option("--mu-e", type=float, default=10.0, show_default=True, help="Mean noise variance.")
-@click.option("--sigma2", type=float, default=1.0, show_default=True, help="Spread of the true means.")
+@click.option("--mu-e", type=FINITE, default=10.0, show_default=True, help="Mean noise variance.")
+@click.option("--sigma2", type=FINITE, default=1.0, show_default=True, help="Spread of the true means.")
 @click.option("--names", default=None, help="Client names, comma-separated [default: 0,1,...].")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-def mean_estimation(sizes, mu_e, sigma2, names, output):
-    """Mean estimation under uniform federation (Donahue & Kleinberg; SPEC §4)."""
+@click.option("--federation", type=click.Choice(["uniform", "coarse", "fine"]), default="uniform",
+              show_default=True, help="How a member uses the coalition's data: the pooled mean, the optimal "
+                                      "mix of its own and the pooled mean, or optimal weights on every member.")
+@click.option("-o", "--output", required=True, type=OUTPUT)
+def mean_estimation(sizes, mu_e, sigma2, names, federation, output):
+    """Mean estimation: each client's expected error, a loss (Donahue & Kleinberg; docs/concepts.md §4)."""
     n = _numbers(sizes, "--sizes")
-    names = names.split(",") if names else None
-    if names is not None and len(names) != len(n):
-        raise co.InputError(f"--names gives {len(names)} names for {len(n)} sizes")
-    _write(co.mean_estimation(n, mu_e, sigma2, names), output)
+    if names is not None:
+        names = list(check_client_names(names.split(","), "--names", prefix="--names: "))
+        if len(names) != len(n):
+            raise co.InputError(f"--names gives {len(names)} names for {len(n)} sizes")
+    _check_game_size(len(n), output, "--sizes")
+    try:
+        g = co.mean_estimation(n, mu_e, sigma2, names, federation)
+    except MemoryError:
+        raise co.InputError(f"--sizes: out of memory building a game of {len(n)} clients; {output} not written"
+                            ) from None
+    _write(g, output)
 
 
 @game.command("planted")
 @click.option("--groups", required=True, help="Hidden group sizes, e.g. 3,3,2.")
-@click.option("--noise", type=float, default=0.05, show_default=True, help="Noise standard deviation.")
-@click.option("--ties", type=float, default=0.0, show_default=True, help="Round values to multiples of this (0: off).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--noise", type=NON_NEGATIVE, default=0.05, show_default=True, help="Noise standard deviation.")
+@click.option("--ties", type=NON_NEGATIVE, default=0.0, show_default=True,
+              help="Round values to multiples of this (0: off).")
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
               help="Storage of the values; float32 halves the memory (the values are then float32 numbers).")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=OUTPUT)
 def planted(groups, noise, ties, seed, dtype, output):
     """Hidden groups whose members help each other, with noise and optional ties."""
-    _write(co.planted(_numbers(groups, "--groups", int), noise, ties, seed, dtype=dtype), output)
+    sizes = _numbers(groups, "--groups", int)
+    if any(g <= 0 for g in sizes):
+        raise co.InputError(f"--groups: group sizes must be positive integers, got {groups!r}")
+    _check_game_size(sum(sizes), output, "--groups")
+    try:
+        g = co.planted(sizes, noise, ties, seed, dtype=dtype)
+    except MemoryError:
+        raise co.InputError(f"--groups {groups}: out of memory building a game of {sum(sizes)} clients; "
+                            f"{output} not written") from None
+    _write(g, output)
+
+
+def _check_game_size(n: int, output: str, option: str) -> None:
+    """Refuse, before generating anything, a game the readers would refuse (coalitions.io limits)."""
+    try:
+        co.game.check_size(n)
+    except co.InputError as e:
+        raise co.InputError(f"{option}: {e}") from None
+    cio.check_game_output(n, output)
 
 
 def _write(g, output):
-    try:
-        co.write_game(g, output)
-    except OSError as e:
-        raise co.InputError(f"{output}: cannot write ({e.strerror})") from None
+    co.write_game(g, output)
     click.echo(f"wrote {output}: {g.n} clients", err=True)
 
 
-# ---------------------------------------------------------------------------- data (issue 3)
-DATASET_OPTIONS = ("clients", "samples", "rho", "dim", "noise", "flipped", "partition", "groups",
-                   "alpha", "metric", "hospitals", "max_train", "seed")
-DATASETS = ("synthetic", "heart", "digits", "mnist", "adult")
+# ---------------------------------------------------------------------------- data
+#: The datasets and the loader options offered as flags: the datasets registry's.
+DATASETS = tuple(LOADERS)
+DATASET_OPTIONS = tuple(o.name for o in LOADER_OPTIONS)
 
-_dataset_option_list = [
-    click.option("--clients", type=int, default=None,
-                 help="Number of clients (synthetic, digits, mnist) [loader default].", show_default=False),
-    click.option("--samples", type=int, default=None, help="Training samples per client (synthetic)."),
-    click.option("--rho", type=float, default=None, help="Spread of the clients' true weights (synthetic)."),
-    click.option("--dim", type=int, default=None, help="Feature dimension (synthetic)."),
-    click.option("--noise", type=float, default=None, help="Label noise standard deviation (synthetic)."),
-    click.option("--flipped", default=None, help="Clients with negated labels, e.g. 3,4,5 (synthetic)."),
-    click.option("--partition", type=click.Choice(["pathological", "practical", "dirichlet"]), default=None,
-                 help="Label-skew scheme (digits, mnist)."),
-    click.option("--groups", type=int, default=None, help="Client groups sharing dominant classes (practical)."),
-    click.option("--alpha", type=float, default=None, help="Dirichlet concentration (dirichlet)."),
-    click.option("--metric", type=click.Choice(["accuracy", "auc"]), default=None,
-                 help="Game metric of a binary dataset (heart, adult) [accuracy]."),
-    click.option("--hospitals", default=None, help="Subset of Cleveland,Hungary,Switzerland,VA (heart)."),
-    click.option("--max-train", type=int, default=None, help="Cap on each client's training rows (adult)."),
-    click.option("--seed", type=int, default=None, help="Seed of the data split and of training [0]."),
-]
+
+def _loader_option(o):
+    if o.name == "seed":  # every seed option takes the same type (SEED)
+        kind = SEED
+    elif o.kind == "choice":
+        kind = click.Choice(list(o.choices))
+    else:
+        kind = {"int": int, "float": float, "str": str}[o.kind]
+    return click.option(f"--{o.flag}", o.name, type=kind, default=None, help=o.help)
 
 
 def dataset_options(f):
-    """Add the loader options shared by every command that reads a dataset (SPEC §6)."""
-    for opt in reversed(_dataset_option_list):
-        f = opt(f)
+    """Add the loader options shared by every command that reads a dataset (docs/learners-data.md)."""
+    for o in reversed(LOADER_OPTIONS):
+        f = _loader_option(o)(f)
     return f
 
 
@@ -283,7 +487,8 @@ def load_federation(dataset: str, opts: dict):
     from coalitions.learners.data.datasets import load
 
     given = {k: v for k, v in opts.items() if k in DATASET_OPTIONS and v is not None}
-    return load(dataset, **given)
+    with _flags():  # a loader's parameter is its flag with dashes
+        return load(dataset, **given)
 
 
 @cli.command()
@@ -299,16 +504,15 @@ def load_federation(dataset: str, opts: dict):
 @click.option("--chunk-size", type=click.IntRange(1), default=None,
               help="Subset models trained together [as many as fit --memory-mb].")
 @click.option("--memory-mb", type=click.FloatRange(1), default=512.0, show_default=True)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--threads", type=click.IntRange(1), default=None,
-              help="CPU threads for training [PyTorch's default]; 1 is often faster on a busy machine.")
-@click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
+@device_option
+@threads_option
+@click.option("--checkpoint", type=OUTPUT, default=None,
               help="Record finished chunks here; a rerun resumes from it.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", required=True, type=OUTPUT,
               help="Game file: coalitions/game@1 JSON, or .npz by the ending.")
 def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memory_mb, device, threads,
            checkpoint, output, **data_opts):
-    """Train a model on every subset of DATASET's clients: the exact game (SPEC §5).
+    """Train a model on every subset of DATASET's clients: the exact game (docs/concepts.md §5).
 
     v_i(S) is the metric on client i's validation data of the model trained on
     the training data of S.  Linear regression is solved in closed form; other
@@ -317,28 +521,25 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
     from coalitions.learners.exact import ExhaustiveOracle
 
     fed = load_federation(dataset, data_opts)
+    cio.check_game_output(fed.n, output)  # before hours of training, not after
     est = ExhaustiveOracle(model=model, epochs=epochs, lr=lr, l2=l2, hidden=hidden, batch_size=batch_size,
                            chunk_size=chunk_size, memory_mb=memory_mb, device=device,
                            seed=data_opts.get("seed") or 0, checkpoint=checkpoint, threads=threads,
                            progress=_progress(f"training {(1 << fed.n) - 1} subset models"))
-    est.fit(fed)
+    with _flags():
+        est.fit(fed)
     if fed.n >= 16 and not str(output).endswith(".npz"):
         click.echo(f"note: {fed.n} clients make a large JSON game; a name ending in .npz writes the "
                    "compact binary form", err=True)
-    try:
-        co.write_game(est.game_, output)
-    except OSError as e:
-        raise co.InputError(f"{output}: cannot write ({e.strerror})") from None
+    co.write_game(est.game_, output)
     resumed = f", {est.chunks_resumed_} chunk(s) from checkpoint" if est.chunks_resumed_ else ""
     click.echo(f"wrote {output}: {fed.n} clients, {(1 << fed.n) - 1} subset models, "
                f"{est.config_['model']} ({est.method_}, {est.device_}{resumed}), {est.elapsed_:.2f} s", err=True)
 
 
-# ---------------------------------------------------------------------------- learn, compare (issue 3)
+# ---------------------------------------------------------------------------- learn, compare
 def _method_options(f):
-    """One flag per option of every registered learner (learners/registry.py); default None = the method's."""
-    from coalitions.learners.methods.registry import all_options
-
+    """One flag per option of every registered learner (the methods registry); default None = the method's."""
     types = {"int": int, "float": float, "str": str}
     for o in reversed(all_options()):
         shown = "" if o.default is None else f" [{o.default}]"
@@ -352,32 +553,25 @@ def _method_options(f):
     return f
 
 
-def _method_names():
-    from coalitions.learners.methods.registry import METHODS
-
-    return list(METHODS)
-
-
 @cli.command()
 @click.argument("dataset", type=click.Choice(DATASETS))
-@click.option("--method", required=True, type=click.Choice(_method_names()),
+@click.option("--method", required=True, type=click.Choice(list(METHODS)),
               help="The learner (see docs/learners-spo.md).")
 @_method_options
 @dataset_options
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--threads", type=click.IntRange(1), default=None,
-              help="CPU threads for training [PyTorch's default]; 1 is often faster on a busy machine.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@device_option
+@threads_option
+@click.option("-o", "--output", required=True, type=OUTPUT,
               help="Estimate file (coalitions/estimate@1 JSON).")
 def learn(dataset, method, device, threads, output, **opts):
-    """Learn who benefits from whom on DATASET: a coalitions/estimate@1 file (SPEC §5, §7).
+    """Learn who benefits from whom on DATASET: a coalitions/estimate@1 file (docs/concepts.md §5, docs/formats.md).
 
     The estimate holds the weights, each client's validation and test metric,
     the learned benefit graph and the equilibrium that peeling reaches on the
     learner's benefit oracle.  Options apply to the methods that take them.
     """
     from coalitions.estimate import write_estimate
-    from coalitions.learners.methods.registry import METHODS, create
+    from coalitions.learners.methods.registry import create
 
     keys = {o.key for m in METHODS.values() for o in m.options}  # every method's flags; create() checks
     given = {k: v for k, v in opts.items() if k in keys and k not in DATASET_OPTIONS and v is not None}
@@ -385,20 +579,19 @@ def learn(dataset, method, device, threads, output, **opts):
     est = create(method, given, device=device, seed=data_opts.get("seed") or 0,
                  progress=_progress(f"training {method}"))
     fed = load_federation(dataset, data_opts)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    est.fit(fed)
-    write_estimate(est.estimate_, output)
-    e = est.estimate_
+    _set_threads(threads)
+    flags = {o.arg: f"--{o.flag}" for o in METHODS[method].options}
+    with _flags({**flags, "device": "--device", "seed": "--seed"}):
+        est.fit(fed)
+        e = est.estimate_
+    write_estimate(e, output)
     click.echo(f"wrote {output}: {method} on {dataset} ({fed.n} clients), equilibrium "
                f"{' | '.join(','.join(b) for b in e.blocks())}", err=True)
 
 
 @cli.command("compare")
-@click.argument("estimate_file", metavar="ESTIMATE")
-@click.argument("game_file", metavar="GAME")
+@click.argument("estimate_file", metavar="ESTIMATE", type=INPUT)
+@click.argument("game_file", metavar="GAME", type=INPUT)
 @with_common
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def compare_cmd(estimate_file, game_file, semantics, tol, fmt):
@@ -427,13 +620,12 @@ def compare_cmd(estimate_file, game_file, semantics, tol, fmt):
 
 
 @cli.command("reproduce")
-@click.argument("experiment", type=click.Choice(["synthetic", "heart", "adult", "digits"]))
+@click.argument("experiment", type=click.Choice(list(EXPERIMENTS)))
 @click.option("--quick", is_flag=True, help="Short settings: one seed, fewer rounds and steps.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@device_option
 @click.option("--seeds", default=None, help="Comma-separated seeds, instead of the experiment's.")
-@click.option("--threads", type=click.IntRange(1), default=None,
-              help="PyTorch CPU threads [PyTorch's default]; 1 is often faster on a busy machine.")
-@click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False),
+@threads_option
+@click.option("-o", "--output", "out", required=True, type=OUTPUT_FOLDER,
               help="Folder for report.md, results.json and the figures (created if missing).")
 def reproduce_cmd(experiment, quick, device, seeds, threads, out):
     """Rebuild one of the paper's experiments end to end into a folder.
@@ -447,13 +639,13 @@ def reproduce_cmd(experiment, quick, device, seeds, threads, out):
     from coalitions.learners.experiments.runner import reproduce
 
     seed_list = None if seeds is None else _numbers(seeds, "--seeds", int)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
+    if seed_list is not None and any(x not in range(SEED.min, SEED.max + 1) for x in seed_list):
+        raise co.InputError(f"--seeds: every seed must be an integer in [{SEED.min}, {SEED.max}], got {seeds!r}")
+    _set_threads(threads)
     try:
-        res = reproduce(experiment, out, quick=quick, device=device, seeds=seed_list,
-                        log=lambda line: click.echo(f"[{experiment}] {line}", err=True))
+        with _flags({"device": "--device"}):
+            res = reproduce(experiment, out, quick=quick, device=device, seeds=seed_list,
+                            log=lambda line: click.echo(f"[{experiment}] {line}", err=True))
     except KeyboardInterrupt:
         click.echo(f"coalitions: finished pieces are kept in {out}/runs/; run the same command again "
                    "to resume", err=True)
@@ -461,25 +653,50 @@ def reproduce_cmd(experiment, quick, device, seeds, threads, out):
     for reg in res["regimes"]:
         ex = reg["runs"][0].get("exact")
         if ex is not None:
-            click.echo(f"{experiment} {reg['name']}: exact CE "
-                       f"{' | '.join(','.join(b) for b in ex['partition'])} (seed {reg['runs'][0]['seed']}, "
-                       f"certificate {'holds' if ex['certificate'] else 'FAILS'})")
+            _emit(f"{experiment} {reg['name']}: exact CE "
+                  f"{' | '.join(','.join(b) for b in ex['partition'])} (seed {reg['runs'][0]['seed']}, "
+                  f"certificate {'holds' if ex['certificate'] else 'FAILS'})", None)
     if res.get("plot_hint"):
         click.echo(res["plot_hint"], err=True)
     click.echo(f"wrote {out}/: " + ", ".join(res["files"]) + f" ({res['elapsed_s']:.0f} s)", err=True)
 
 
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
-    """Entry point: run the command, map outcomes to exit codes 0 / 1 / 2."""
+    """Entry point: run the command, map outcomes to exit codes 0 / 1 / 2 (130, 143 when interrupted).
+
+    SIGTERM is turned into an exception for the run, so that a write in progress
+    removes its temporary file (coalitions.files.write_file) as on Ctrl-C.
+    """
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        return _run(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv) -> int:
+    INPUT.given.clear()
     try:
         cli.main(args=argv, prog_name="coalitions", standalone_mode=False)
+        try:
+            sys.stdout.flush()
+        except OSError as e:
+            raise _stdout_failed(e) from None
         return 0
     except Negative as e:
         if e.args and e.args[0]:
             click.echo(f"coalitions: {e.args[0]}", err=True)
         return 1
     except co.InputError as e:
-        click.echo(f"coalitions: error: {e}", err=True)
+        click.echo(f"coalitions: error: {' '.join(str(e).splitlines())}", err=True)  # one line, always
         return 2
     except getattr(click.exceptions, "NoArgsIsHelpError", ()) as e:  # click >= 8.2: no arguments given
         click.echo(e.ctx.get_help() if e.ctx else str(e))
@@ -498,8 +715,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         click.echo("coalitions: interrupted", err=True)
         return 130
+    except Terminated:
+        click.echo("coalitions: terminated", err=True)
+        return 143
     except MemoryError:
-        click.echo("coalitions: error: out of memory (the game is too large for this machine)", err=True)
+        where = ", ".join(INPUT.given) or "the command"
+        click.echo(f"coalitions: error: {where}: out of memory (too large for this machine)", err=True)
         return 2
     except ModuleNotFoundError as e:
         hint = OPTIONAL_PACKAGES.get((e.name or "").split(".")[0])

@@ -1,4 +1,4 @@
-"""Benchmarks of the personalised learners (issue 4).
+"""Benchmarks of the personalised learners.
 
 ``timing`` (the default) prints, in one run, the time of one communication
 round (one local epoch of every client: 64 training samples each, batch 32,
@@ -47,10 +47,10 @@ import torch  # noqa: E402
 from coalitions import peel_oracle  # noqa: E402
 from coalitions.bitmask import members  # noqa: E402
 from coalitions.compare import adjusted_rand_index  # noqa: E402
-from coalitions.estimate import WEIGHT_RULES, WeightOracle  # noqa: E402
 from coalitions.learners.data.federation import Client, Federation, Split  # noqa: E402
 from coalitions.learners.training.engine import SGD, Engine, Padded, masked_mean, resolve_device, train_epochs  # noqa: E402
 from coalitions.learners.training.models import make_model  # noqa: E402
+from coalitions.oracles import WEIGHT_RULES, WeightOracle  # noqa: E402
 
 METHODS = ("local", "fedavg", "fedamp", "fedamp-heuristic", "federico", "superfed-mm", "superfed-lm")
 

@@ -1,6 +1,6 @@
 """coalitions: who should learn with whom.
 
-The game core (SPEC §1–4, §7): exhaustive games, maximal achievable utility,
+The game core (docs/concepts.md, docs/formats.md): exhaustive games, maximal achievable utility,
 optimal collaborator sets, benefit graphs, peeling into a collaboration
 equilibrium, axiom checks with witnesses, brute-force enumeration, analytic
 games and file formats.  NumPy only; PyTorch is never imported here.
@@ -39,7 +39,7 @@ from .peeling import Peeling, peel, peel_oracle
 from .scc import source_components, strongly_connected_components
 
 __all__ = [
-    "Game", "read_game", "write_game", "mean_estimation", "planted", "mau", "payoff_table",
+    "__version__", "Game", "read_game", "write_game", "mean_estimation", "planted", "mau", "payoff_table",
     "OCS", "optimal_collaborators", "BenefitGraph", "ExactOracle", "strongly_connected_components",
     "source_components", "peel", "peel_oracle", "Peeling", "solve", "certify", "Equilibrium",
     "Certificate", "equilibria", "inner_agreement", "outer_agreement", "individual_rationality",

@@ -1,4 +1,4 @@
-"""Checks of a partition against the CE axioms and classic stability notions (SPEC §3).
+"""Checks of a partition against the CE axioms and classic stability notions (docs/concepts.md §3).
 
 For a partition ``P`` with ``P(i)`` the block holding client ``i`` and payoffs
 under the chosen semantics:
@@ -99,7 +99,7 @@ def inner_agreement(game: Game, partition: Iterable[int], semantics: str = "pers
     rng = np.random.default_rng(seed)
     sampled = False
     checked = found = 0
-    witnesses = []
+    witnesses: list[Violation] = []
     for k in partition:
         size = bin(k).count("1")
         if _limit_ok(size, exhaustive_up_to):
@@ -196,7 +196,7 @@ def _moves(game, partition, pay, tol, need_consent: bool, max_witnesses: int):
     now = _current(game, partition, pay)
     where = block_of(game, partition)
     checked = found = 0
-    witnesses = []
+    witnesses: list[Violation] = []
     for i in range(game.n):
         for k in (0,) + tuple(partition):
             if k == where[i] or (k == 0 and where[i] == 1 << i):
@@ -234,13 +234,12 @@ def individual_stability(game: Game, partition: Iterable[int], semantics: str = 
 def all_checks(game: Game, partition: Iterable[int], semantics: str = "personalized",
                tol: float = 1e-9, exhaustive_up_to: int | None = None, seed: int = 0) -> dict[str, AxiomReport]:
     """Every check above, keyed by name."""
-    kw = dict(semantics=semantics, tol=tol)
-    big = dict(kw, exhaustive_up_to=exhaustive_up_to, seed=seed)
+    up = exhaustive_up_to
     return {
-        "inner_agreement": inner_agreement(game, partition, **big),
-        "outer_agreement": outer_agreement(game, partition, **big),
-        "individual_rationality": individual_rationality(game, partition, **kw),
-        "nash_stability": nash_stability(game, partition, **kw),
-        "individual_stability": individual_stability(game, partition, **kw),
-        "strict_core": strict_core(game, partition, **big),
+        "inner_agreement": inner_agreement(game, partition, semantics, tol, up, seed=seed),
+        "outer_agreement": outer_agreement(game, partition, semantics, tol, up, seed=seed),
+        "individual_rationality": individual_rationality(game, partition, semantics, tol),
+        "nash_stability": nash_stability(game, partition, semantics, tol),
+        "individual_stability": individual_stability(game, partition, semantics, tol),
+        "strict_core": strict_core(game, partition, semantics, tol, up, seed=seed),
     }

@@ -1,7 +1,7 @@
 """Coalitions as integer bitmasks.
 
 Inside the exhaustive core a coalition is an integer: bit ``i`` set means
-client ``i`` is a member (SPEC §1).  These helpers convert between bitmasks
+client ``i`` is a member (docs/concepts.md §1).  These helpers convert between bitmasks
 and member lists and enumerate sub-coalitions with NumPy, never one Python
 iteration per coalition.
 

@@ -1,4 +1,4 @@
-"""Brute force: every partition, kept when it satisfies both CE axioms (SPEC §3).
+"""Brute force: every partition, kept when it satisfies both CE axioms (docs/concepts.md §3).
 
 The reference that every other method is tested against.  Partitions are
 enumerated as *restricted growth strings* ``a_0 … a_{N-1}`` with ``a_0 = 0`` and

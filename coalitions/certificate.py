@@ -1,4 +1,4 @@
-"""The CE certificate streamed client by client, in chunks of coalitions (SPEC §3).
+"""The CE certificate streamed client by client, in chunks of coalitions (docs/concepts.md §3).
 
 Inner and outer agreement, and the shrink step of peeling, all ask one kind of
 question of a set of coalitions: does *every* member ``r`` of a coalition ``M``
@@ -94,8 +94,8 @@ def _zeta_or(g: np.ndarray, lo: int, hi: int) -> None:
         _or_pass(w, b - 3)
 
 
-def all_members_pass(rows: Callable[[int], np.ndarray], k: int, thresholds: Sequence[float], strict: bool,
-                     cumulative: bool, chunk: int = DEFAULT_CHUNK) -> np.ndarray:
+def all_members_pass(rows: Callable[[int], np.ndarray], k: int, thresholds: Sequence[float] | np.ndarray,
+                     strict: bool, cumulative: bool, chunk: int = DEFAULT_CHUNK) -> np.ndarray:
     """For every local coalition ``M ⊆ {0..k-1}``: does each member ``r ∈ M`` pass?
 
     Parameters
@@ -151,7 +151,7 @@ def _local_rows(game: Game, coalition: int) -> tuple[np.ndarray, tuple[int, ...]
 
 def shrink(game: Game, coalition: int, within: int, semantics: str = "personalized", tol: float = 1e-9,
            chunk: int = DEFAULT_CHUNK) -> int | None:
-    """Streamed twin of :func:`coalitions.graph.shrink_to_minimal` (SPEC §3, the shrink step).
+    """Streamed twin of :func:`coalitions.graph.shrink_to_minimal` (docs/concepts.md §3, the shrink step).
 
     The smallest ``K* ⊆ K`` (then the smallest bitmask) whose every member has
     ``payoff_i(K*) ≥ MAU_i(R) − tol``; ``None`` when ``K`` itself fails.
@@ -174,7 +174,7 @@ def _witness_payoffs(game, semantics, mask, now) -> tuple:
 
 def inner_agreement(game: Game, partition: Iterable[int], semantics: str = "personalized", tol: float = 1e-9,
                     chunk: int = DEFAULT_CHUNK, max_witnesses: int = 10) -> AxiomReport:
-    """Inner agreement checked exhaustively, block by block, member by member (SPEC §3).
+    """Inner agreement checked exhaustively, block by block, member by member (docs/concepts.md §3).
 
     For block ``K`` and each non-empty ``K' ⊊ K``: a violation when every
     ``i ∈ K'`` has ``payoff_i(K') ≥ payoff_i(K) − tol``.  Same report as
@@ -183,7 +183,7 @@ def inner_agreement(game: Game, partition: Iterable[int], semantics: str = "pers
     check_semantics(semantics)
     partition = check_partition(game, partition)
     checked = found = 0
-    witnesses = []
+    witnesses: list[Violation] = []
     for k in partition:
         subs, mem, rows = _local_rows(game, k)
         now = np.full(game.n, np.nan)
@@ -202,7 +202,7 @@ def inner_agreement(game: Game, partition: Iterable[int], semantics: str = "pers
 
 def outer_agreement(game: Game, partition: Iterable[int], semantics: str = "personalized", tol: float = 1e-9,
                     chunk: int = DEFAULT_CHUNK, max_witnesses: int = 10) -> AxiomReport:
-    """Outer agreement checked over all ``2^N − 1`` coalitions, client by client (SPEC §3).
+    """Outer agreement checked over all ``2^N − 1`` coalitions, client by client (docs/concepts.md §3).
 
     A coalition blocks when every member ``i`` has ``payoff_i(K') > payoff_i(P(i)) + tol``.
     Same report as :func:`coalitions.axioms.outer_agreement` with every coalition enumerated.

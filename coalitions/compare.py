@@ -1,4 +1,4 @@
-"""Score a learned collaboration estimate against the exact game (issue 3, SPEC §5).
+"""Score a learned collaboration estimate against the exact game (docs/concepts.md §5).
 
 Pure NumPy: the estimate is read as plain data (client names, ``BG(all)``
 as each client's optimal collaborator set, and the learned partition), so this
@@ -15,7 +15,7 @@ Metrics (clients matched by name):
   against a non-empty exact one scores precision 1, recall 0, F1 0, and the
   converse precision 0, recall 1, F1 0.
 * **ocs_exact**: the share of clients whose learned ``OCS_i(all)`` equals the
-  exact one; where the exact OCS is ambiguous (SPEC §2) any of its tied
+  exact one; where the exact OCS is ambiguous (docs/concepts.md §2) any of its tied
   smallest sets counts as exact.
 * **same_partition**: whether the learned equilibrium is the exact game's CE
   (the one :func:`coalitions.solve` reaches by peeling) as a set of coalitions.
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .bitmask import members
-from .equilibrium import solve
+from .equilibrium import Equilibrium, solve
 from .errors import InputError
 from .game import Game
 from .graph import ExactOracle
@@ -51,17 +51,17 @@ from .payoffs import check_semantics, payoff_table
 
 __all__ = ["compare", "adjusted_rand_index", "edge_scores", "compare_text", "KEYS"]
 
-#: The keys issue 3 fixes for ``compare --format json``.
+#: The keys ``compare --format json`` always has.
 KEYS = ("edge_precision", "edge_recall", "edge_f1", "ocs_exact", "same_partition", "ari", "regret")
 
 
-def _pairs(x: np.ndarray) -> np.ndarray:
+def _pairs(x: np.ndarray | int) -> np.ndarray:
     """``C(x, 2)`` elementwise, as float."""
     x = np.asarray(x, dtype=np.float64)
     return x * (x - 1) / 2
 
 
-def adjusted_rand_index(labels_a: Sequence[int], labels_b: Sequence[int]) -> float:
+def adjusted_rand_index(labels_a: Sequence[int] | np.ndarray, labels_b: Sequence[int] | np.ndarray) -> float:
     """Adjusted Rand index of two labelings of the same items (Hubert & Arabie, 1985).
 
     With the contingency table ``n_uv`` (items in block ``u`` of A and ``v`` of B),
@@ -114,8 +114,9 @@ def _labels(partition: Sequence[int], n: int) -> np.ndarray:
     return out
 
 
-def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 1e-9) -> dict:
-    """Compare a learned estimate with the exact game (issue 3 item 5).
+def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 1e-9, *,
+            exact: Equilibrium | None = None) -> dict:
+    """Compare a learned estimate with the exact game (metrics in the module docstring).
 
     Parameters
     ----------
@@ -128,7 +129,10 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     semantics : {"personalized", "shared"}
         Payoff semantics for the exact CE and the regrets.
     tol : float
-        Tolerance of the exact analysis (SPEC §1).
+        Tolerance of the exact analysis (``docs/concepts.md`` §1).
+    exact : Equilibrium, optional
+        The game's equilibrium under ``semantics`` when the caller already solved it
+        (:func:`coalitions.solve`); otherwise it is solved here.
 
     Returns
     -------
@@ -141,7 +145,8 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     Raises
     ------
     InputError
-        A client of one side is missing from the other.
+        A client of one side is missing from the other, or ``exact`` was solved for
+        another game, semantics or tolerance.
     NoEquilibrium
         ``shared`` semantics and the game has no CE.
     """
@@ -176,7 +181,12 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     alternatives = exact_bg.ambiguous
     hits = [learned_ocs[i] in alternatives.get(i, (exact_ocs[i],)) for i in range(n)]
 
-    eq = solve(game, semantics, tol, certify_result=False)
+    if exact is None:
+        eq = solve(game, semantics, tol, certify_result=False)
+    elif exact.game is not game or exact.semantics != semantics or exact.tol != tol:
+        raise InputError("the exact equilibrium given was solved for another game, semantics or tolerance")
+    else:
+        eq = exact
     exact_partition = tuple(eq.partition)
     learned_partition = tuple(remap(k) for k in estimate.partition)
     if sorted(learned_partition) and (np.bitwise_or.reduce(learned_partition) != grand

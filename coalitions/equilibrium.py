@@ -1,4 +1,4 @@
-"""The collaboration equilibrium of a game, with its certificate (SPEC §3).
+"""The collaboration equilibrium of a game, with its certificate (docs/concepts.md §3).
 
 :func:`solve` peels the game (the paper's Algorithm 1 with the shrink step) and
 certifies the partition against both CE axioms.  Under ``personalized``
@@ -63,11 +63,11 @@ def certify(game: Game, partition, semantics: str = "personalized", tol: float =
     The reports are the same either way where both enumerate everything.
     """
     if exhaustive_up_to is None or game.n <= exhaustive_up_to:
-        kw = dict(semantics=semantics, tol=tol, chunk=chunk)
-        return Certificate(streamed.inner_agreement(game, partition, **kw),
-                           streamed.outer_agreement(game, partition, **kw))
-    kw = dict(semantics=semantics, tol=tol, exhaustive_up_to=exhaustive_up_to, seed=seed)
-    return Certificate(inner_agreement(game, partition, **kw), outer_agreement(game, partition, **kw))
+        return Certificate(streamed.inner_agreement(game, partition, semantics, tol, chunk=chunk),
+                           streamed.outer_agreement(game, partition, semantics, tol, chunk=chunk))
+    return Certificate(
+        inner_agreement(game, partition, semantics, tol, exhaustive_up_to=exhaustive_up_to, seed=seed),
+        outer_agreement(game, partition, semantics, tol, exhaustive_up_to=exhaustive_up_to, seed=seed))
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certif
     game : Game
     semantics : {"personalized", "shared"}
     tol : float
-        Absolute tolerance (SPEC §1), ``≥ 0``.
+        Absolute tolerance (docs/concepts.md §1), ``≥ 0``.
     certify_result : bool
         Check both axioms (exhaustively up to ``exhaustive_up_to`` clients).
     exhaustive_up_to : int, optional
@@ -159,7 +159,7 @@ def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certif
     Notes
     -----
     Under ``personalized`` semantics with ``tol = 0`` peeling always yields a CE
-    (SPEC §3).  With ``tol > 0`` "within tolerance" is not transitive and the
+    (docs/concepts.md §3).  With ``tol > 0`` "within tolerance" is not transitive and the
     peeled partition can fail the certificate (three clients suffice); ``solve``
     then searches all partitions like under ``shared`` semantics, or, above
     ``max_enumerate`` clients, returns the peeled partition with its failed

@@ -1,32 +1,37 @@
-"""Collaboration estimates: the ``coalitions/estimate@1`` format and the weight oracle.
+"""Collaboration estimates: the ``coalitions/estimate@1`` format, and how a learner makes one.
 
-SPEC §5, §7.  Every learner (SPO, FedAMP, FedeRiCo, SuPerFed, Local, FedAvg)
-ends in an :class:`Estimate`: per-client utilities, an optional ``N×N`` weight
-matrix (row ``i``: how much client ``i`` draws on client ``j``, rows sum to 1),
-the learned benefit graph ``BG(all)`` and the equilibrium that the core's
-peeling reaches on the learner's benefit oracle.
+Every learner (SPO, FedAMP, FedeRiCo, SuPerFed, Local, FedAvg) ends in an
+:class:`Estimate`: per-client utilities, an optional ``N×N`` weight matrix (row
+``i``: how much client ``i`` draws on client ``j``, rows sum to 1), the learned
+benefit graph ``BG(all)`` and the equilibrium that peeling reaches on the
+learner's benefit oracle (``docs/concepts.md``, "Learned benefit graphs";
+the file format in ``docs/formats.md``).
+
+A learner's ``fit`` only fits and exposes what it learned: a benefit oracle
+(``oracle_``), utilities (``utilities_``) and, where it has them, weights
+(``weights_``).  :func:`build_estimate` is the one place that turns those into
+an estimate: ``BG(all)`` from the oracle, peeling on it, and the record.
 
 This module is pure NumPy (no torch): reading an estimate, or comparing it with
 an exact game, never loads a training framework.
 
-:class:`WeightOracle` turns a weight matrix into a benefit oracle (SPEC §5
-"From weights to a graph").  For ``R ⊊ all`` it **renormalises** each row over
-``R`` (it never refits); learners that can answer ``BG(R)`` better, like SPO,
-bring their own oracle.
-
 Examples
 --------
 >>> import numpy as np
+>>> from coalitions.oracles import WeightOracle
 >>> w = np.array([[0.5, 0.4, 0.1], [0.45, 0.55, 0.0], [0.0, 0.0, 1.0]])
->>> WeightOracle(["a", "b", "c"], w, rule="relative", threshold=0.7).benefit_graph(0b111).edges
-((0, 1), (1, 0))
+>>> util = {"val": {"a": 1.0, "b": 2.0, "c": 3.0}, "test": {"a": 1.0, "b": 2.0, "c": 3.0}}
+>>> e = build_estimate(WeightOracle(["a", "b", "c"], w), method="demo", config={}, utilities=util,
+...                    metric="accuracy", sense="max", weights=w)
+>>> e.blocks()
+[['a', 'b'], ['c']]
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,20 +40,15 @@ import numpy as np
 from coalitions.bitmask import mask_of, members
 from coalitions.errors import InputError
 from coalitions.game import check_client_names
-from coalitions.graph import BenefitGraph
+from coalitions.graph import BenefitGraph, BenefitOracle
 from coalitions.io import benefit_graph_to_json, read_json, write_json
+from coalitions.oracles import check_weights
+from coalitions.peeling import Peeling, peel_oracle
 
 __all__ = ["ESTIMATE_FORMAT", "Estimate", "estimate_to_json", "estimate_from_json", "read_estimate",
-           "write_estimate", "WeightOracle", "WEIGHT_RULES", "DEFAULT_THRESHOLDS", "check_weights"]
+           "write_estimate", "build_estimate"]
 
 ESTIMATE_FORMAT = "coalitions/estimate@1"
-#: Rules turning a weight row into collaborators (SPEC §5 "From weights to a graph").
-WEIGHT_RULES = ("relative", "absolute", "mass")
-#: Default threshold of each rule: ``w_ij/w_ii ≥ 0.7`` (the CE paper's ratio), ``w_ij ≥ 0.1``,
-#: and the smallest set of others holding 90 % of the row's off-diagonal mass.
-DEFAULT_THRESHOLDS = {"relative": 0.7, "absolute": 0.1, "mass": 0.9}
-#: Rows of a weight matrix must sum to 1 within this (absolute).
-ROW_SUM_TOL = 1e-6
 
 
 # --------------------------------------------------------------------------- names
@@ -56,36 +56,10 @@ def _check_client_names(clients, where: str = "'clients'") -> tuple[str, ...]:
     return check_client_names(clients, where, prefix=f"{where}: ")
 
 
-def check_weights(weights, clients: Sequence[str], where: str = "'weights'") -> np.ndarray:
-    """Validate an ``N×N`` weight matrix: finite, non-negative, rows summing to 1.
-
-    Returns a read-only float64 copy.  Raises :class:`InputError` naming the
-    client whose row is at fault.
-    """
-    n = len(clients)
-    try:
-        w = np.array(weights, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise InputError(f"{where} must be an {n}x{n} matrix of numbers") from None
-    if w.shape != (n, n):
-        raise InputError(f"{where} must be an {n}x{n} matrix (one row per client), got shape {w.shape}")
-    for i, name in enumerate(clients):
-        row = w[i]
-        if not np.isfinite(row).all():
-            raise InputError(f"{where}: row of client {name!r} holds a non-finite number")
-        if (row < 0).any():
-            j = int(np.flatnonzero(row < 0)[0])
-            raise InputError(f"{where}: weight of client {name!r} on {clients[j]!r} is negative ({row[j]})")
-        if abs(row.sum() - 1.0) > ROW_SUM_TOL:
-            raise InputError(f"{where}: row of client {name!r} sums to {row.sum():.9g}, not 1")
-    w.setflags(write=False)
-    return w
-
-
 # --------------------------------------------------------------------------- estimate
 @dataclass(frozen=True, eq=False)
 class Estimate:
-    """A learner's collaboration estimate (SPEC §5, §7 ``coalitions/estimate@1``).
+    """A learner's collaboration estimate (``coalitions/estimate@1``, ``docs/formats.md``).
 
     Attributes
     ----------
@@ -360,89 +334,38 @@ def read_estimate(path: str | os.PathLike) -> Estimate:
         raise InputError(f"{path}: {err}") from None
 
 
-# --------------------------------------------------------------------------- weight oracle
-class WeightOracle:
-    """Benefit oracle from a weight matrix (SPEC §5 "From weights to a graph").
+# --------------------------------------------------------------------------- from a fitted learner
+def build_estimate(oracle: BenefitOracle, *, method: str, config: Mapping[str, Any], utilities: Mapping,
+                   metric: str, sense: str, weights=None, planted_groups=None, extra: Mapping | None = None,
+                   peeling: Peeling | None = None) -> Estimate:
+    """A fitted learner's :class:`Estimate`: ``BG(all)`` and peeling on its benefit oracle.
 
-    Within a remaining set ``R`` each row is restricted to ``R`` and
-    renormalised, ``w̃_ij = w_ij / Σ_{k∈R} w_ik`` (no refit), and ``j ∈ R∖{i}`` is a
-    collaborator of ``i`` when:
-
-    * ``"relative"``: ``w̃_ij / w̃_ii ≥ threshold`` (the CE paper's ratio rule,
-      default 0.7); when ``w_ii = 0`` every ``j`` with ``w_ij > 0`` qualifies;
-    * ``"absolute"``: ``w̃_ij ≥ threshold`` (default 0.1);
-    * ``"mass"``: ``j`` is in the smallest set of others whose weights hold at
-      least ``threshold`` (default 0.9) of the row's off-diagonal mass
-      ``Σ_{k∈R, k≠i} w̃_ik`` (largest weights first, ties to the lower index);
-      a row with no off-diagonal mass within ``R`` has no collaborators.
-
-    The relative and mass rules are invariant to the renormalisation (they
-    compare weights of one row); only the absolute rule sees it.  A row with
-    no mass at all inside ``R`` (possible only when ``w_ii = 0``) has no
-    collaborators.
+    ``BG(all)`` is ``oracle.benefit_graph(all)``; the partition and its rounds are
+    those of :func:`coalitions.peeling.peel_oracle` on ``oracle`` (``docs/concepts.md``
+    §3) — learned oracles have no values, so every source component is kept as it is.
 
     Parameters
     ----------
-    clients : sequence of str
-    weights : array of shape (N, N)
-        Rows sum to 1, non-negative.
-    rule : {"relative", "absolute", "mass"}
-    threshold : float, optional
-        Defaults to :data:`DEFAULT_THRESHOLDS` of the rule.
+    oracle : BenefitOracle
+        What the learner learned: answers ``BG(R)`` for any ``R``.
+    method : str
+    config : mapping
+        JSON-ready settings of the learner and the data.
+    utilities : mapping
+        ``{"val": {name: metric}, "test": {name: metric}}``.
+    metric : str
+    sense : {"max", "min"}
+    weights : array of shape (N, N), optional
+        The learned weights, when the learner has pairwise weights.
+    planted_groups : sequence of sequence of str, optional
+    extra : mapping, optional
+        Method-specific JSON-ready results.
+    peeling : Peeling, optional
+        The peeling of ``oracle`` when the caller already ran it (it must be of this oracle).
     """
-
-    def __init__(self, clients: Sequence[str], weights, rule: str = "relative", threshold: float | None = None):
-        self.clients = _check_client_names(list(clients))
-        if rule not in WEIGHT_RULES:
-            raise InputError(f"weight rule must be one of {', '.join(WEIGHT_RULES)}, got {rule!r}")
-        if threshold is None:
-            threshold = DEFAULT_THRESHOLDS[rule]
-        if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
-            raise InputError(f"weight threshold must be a finite number >= 0, got {threshold!r}")
-        if rule == "mass" and not 0 < threshold <= 1:
-            raise InputError(f"the mass rule needs a threshold in (0, 1], got {threshold!r}")
-        self.rule = rule
-        self.threshold = float(threshold)
-        self.weights = check_weights(weights, self.clients)
-        self._cache: dict[int, BenefitGraph] = {}
-
-    def renormalised(self, within: int) -> np.ndarray:
-        """``w̃``: rows of the members of ``R`` restricted to ``R`` and renormalised (|R|×|R|)."""
-        idx = np.array(members(within), dtype=np.int64)
-        sub = self.weights[np.ix_(idx, idx)]
-        tot = sub.sum(axis=1, keepdims=True)
-        return np.divide(sub, tot, out=np.zeros_like(sub), where=tot > 0)
-
-    def collaborator_matrix(self, within: int) -> np.ndarray:
-        """Boolean |R|×|R| matrix: ``[a, b]`` is True when member ``b`` is a collaborator of member ``a``."""
-        w = self.renormalised(within)
-        k = w.shape[0]
-        eye = np.eye(k, dtype=bool)
-        if self.rule == "absolute":
-            out = w >= self.threshold
-        elif self.rule == "relative":
-            diag = np.diag(w)[:, None]
-            ratio = np.divide(w, diag, out=np.where(w > 0, np.inf, 0.0), where=diag > 0)
-            out = ratio >= self.threshold
-        else:  # mass
-            off = np.where(eye, 0.0, w)
-            total = off.sum(axis=1, keepdims=True)
-            order = np.lexsort((np.broadcast_to(np.arange(k), (k, k)), -off), axis=1)
-            sorted_w = np.take_along_axis(off, order, axis=1)
-            before = np.cumsum(sorted_w, axis=1) - sorted_w  # mass held by the larger ones
-            need = self.threshold * total * (1 - 1e-12)
-            take_sorted = (before < need) & (sorted_w > 0)
-            out = np.zeros_like(take_sorted)
-            np.put_along_axis(out, order, take_sorted, axis=1)
-        return out & ~eye
-
-    def benefit_graph(self, within: int) -> BenefitGraph:
-        """``BG(R)`` from the renormalised weights (cached per ``R``)."""
-        within = int(within)
-        graph = self._cache.get(within)
-        if graph is None:
-            idx = members(within)
-            take = self.collaborator_matrix(within)
-            collab = tuple((i, mask_of(idx[b] for b in np.flatnonzero(take[a]))) for a, i in enumerate(idx))
-            graph = self._cache[within] = BenefitGraph(self.clients, within, collab)
-        return graph
+    peeling = peel_oracle(oracle) if peeling is None else peeling
+    grand = (1 << len(oracle.clients)) - 1
+    return Estimate(clients=tuple(oracle.clients), method=method, config=dict(config), weights=weights,
+                    utilities=dict(utilities), metric=metric, sense=sense, benefit_graph=oracle.benefit_graph(grand),
+                    partition=peeling.partition, rounds=tuple(r.stable for r in peeling.rounds if r.stable),
+                    planted_groups=planted_groups, extra=dict(extra or {}))

@@ -1,6 +1,6 @@
 """The exhaustive game: every client's value for every coalition that holds it.
 
-SPEC §1.  A game over clients ``0..N-1`` knows ``v_i(S)`` for every coalition
+docs/concepts.md §1.  A game over clients ``0..N-1`` knows ``v_i(S)`` for every coalition
 ``S ∋ i``: ``N·2^(N-1)`` numbers, stored as one float64 array ``values`` of shape
 ``(N, 2^N)`` with entry ``[i, mask]`` and NaN where bit ``i`` is not in ``mask``
 (or a float32 array, on request, for games near the memory limit: see
@@ -21,6 +21,7 @@ Examples
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -30,17 +31,44 @@ import numpy as np
 from .bitmask import all_masks, contains, members
 from .errors import InputError
 
-__all__ = ["Game", "MAX_CLIENTS", "SENSES", "coalition_key", "parse_coalition"]
+__all__ = ["Game", "MAX_CLIENTS", "SENSES", "coalition_key", "parse_coalition", "check_client_names",
+           "check_size"]
 
 #: Largest game held exhaustively: ``N·2^N`` float64 values (26 clients = 14 GiB).
 MAX_CLIENTS = 26
 SENSES = ("max", "min")
 
 
-def check_client_names(clients: Sequence[object], where: str = "'clients'", prefix: str = "") -> tuple[str, ...]:
-    """Distinct non-empty names without ``,`` / ``|`` / surrounding spaces (any number of them).
+def _name_fault(name: str) -> str | None:
+    """Why ``name`` cannot be a client name, or None.
 
-    ``where`` names the list in the empty-list message, ``prefix`` starts the others.
+    A name is shown in text tables, partitions (``"A,B|C"``) and files, so it
+    must be valid Unicode (no lone surrogate: a ``"\\ud800"`` escape in JSON, or
+    an undecodable byte on the command line), hold no control character (a
+    newline or NUL would split a table line or a C string) and no line or
+    paragraph separator, and not contain the separators ``,`` and ``|``.
+    """
+    for ch in name:
+        cat = unicodedata.category(ch)
+        if cat == "Cs":
+            return "is not valid Unicode (it holds a lone surrogate, e.g. from an undecodable byte)"
+        if cat == "Cc":
+            return "may not contain control characters (newline, tab, NUL, ...)"
+        if cat in ("Zl", "Zp"):
+            return "may not contain line or paragraph separators"
+    if "," in name or "|" in name or name != name.strip():
+        return "may not contain ',' or '|' or surrounding spaces"
+    return None
+
+
+def check_client_names(clients: Sequence[object], where: str = "'clients'", prefix: str = "") -> tuple[str, ...]:
+    """Distinct non-empty names that are valid Unicode, without control characters, ``,`` or ``|``.
+
+    The one check of client names: every reader (JSON, ``.npz``, estimates),
+    every generator and the command line's ``--names`` call it.  ``where``
+    names the list in the empty-list message, ``prefix`` starts the others.
+    Names are shown with ``repr`` in messages, so a hostile name never breaks
+    the one-line error.
     """
     if isinstance(clients, (str, bytes)) or not isinstance(clients, Sequence) or len(clients) == 0:
         raise InputError(f"{where} must be a non-empty list of names")
@@ -48,18 +76,31 @@ def check_client_names(clients: Sequence[object], where: str = "'clients'", pref
     for name in clients:
         if not isinstance(name, str) or not name.strip():
             raise InputError(f"{prefix}client name {name!r} must be a non-empty string")
-        if name != name.strip() or "," in name or "|" in name:
-            raise InputError(f"{prefix}client name {name!r} may not contain ',' or '|' or surrounding spaces")
+        fault = _name_fault(name)
+        if fault is not None:
+            raise InputError(f"{prefix}client name {name!r} {fault}")
         if name in seen:
             raise InputError(f"{prefix}client {name!r} is listed twice")
         seen.add(name)
-    return tuple(clients)
+    return tuple(name for name in clients if isinstance(name, str))  # all of them (checked above)
+
+
+def check_size(n: int, what: str = "") -> int:
+    """``n`` if an exhaustive game of ``n`` clients can be held, else :class:`InputError`.
+
+    The one size limit (:data:`MAX_CLIENTS`), used by the readers before they
+    read values and by the generators before they allocate ``N·2^N`` floats.
+    """
+    if n > MAX_CLIENTS:
+        need = f"{n * 8 * 2 ** n / 2 ** 30:,.0f} GiB" if n < 64 else "more memory than exists"
+        raise InputError(f"{what}{n} clients: exhaustive games hold at most {MAX_CLIENTS} "
+                         f"({n}·2^{n} values would need {need})")
+    return n
 
 
 def _check_names(clients: Sequence[object]) -> tuple[str, ...]:
     clients = check_client_names(clients)
-    if len(clients) > MAX_CLIENTS:
-        raise InputError(f"{len(clients)} clients: exhaustive games hold at most {MAX_CLIENTS}")
+    check_size(len(clients))
     return clients
 
 
@@ -99,7 +140,7 @@ def coalition_key(mask: int, clients: Sequence[str]) -> str:
 
 @dataclass(frozen=True, eq=False)
 class Game:
-    """An exhaustive game (SPEC §1), validated and read-only.
+    """An exhaustive game (docs/concepts.md §1), validated and read-only.
 
     Parameters
     ----------
@@ -180,7 +221,7 @@ class Game:
     @classmethod
     def from_mapping(cls, clients: Sequence[str], values: Mapping[str, Mapping[str, float]],
                      sense: str = "max", provenance: Mapping | None = None) -> Game:
-        """Build from ``{client: {"A,B": value, ...}}`` as in ``coalitions/game@1`` (SPEC §7).
+        """Build from ``{client: {"A,B": value, ...}}`` as in ``coalitions/game@1`` (docs/formats.md).
 
         Every coalition containing a client must be present under that client.
         """
@@ -228,7 +269,7 @@ class Game:
         ``coalition`` is a ``frozenset`` of client indices.  Meant for small games;
         vectorised generators should build the array and use :meth:`from_array`.
         """
-        names = [str(i) for i in range(clients)] if isinstance(clients, int) else list(clients)
+        names = [str(i) for i in range(check_size(clients))] if isinstance(clients, int) else list(clients)
         n = len(_check_names(names))
         arr = np.full((n, 1 << n), np.nan)
         for m in range(1, 1 << n):

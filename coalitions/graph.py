@@ -1,4 +1,4 @@
-"""The benefit graph ``BG(R)`` and the oracles that answer it (SPEC §2, §5).
+"""The benefit graph ``BG(R)`` and the oracles that answer it (docs/concepts.md §2, §5).
 
 Edge ``j → i`` iff ``j ∈ OCS_i(R)``: ``j`` is a necessary collaborator of ``i``.
 Peeling needs nothing but a *benefit oracle*: an object with ``clients`` and
@@ -68,7 +68,7 @@ class BenefitGraph:
 
     def successors(self) -> dict[int, list[int]]:
         """Adjacency ``j → [i, ...]`` over the members of ``R``."""
-        succ = {i: [] for i, _ in self.collaborators}
+        succ: dict[int, list[int]] = {i: [] for i, _ in self.collaborators}
         for j, i in self.edges:
             succ[j].append(i)
         return succ
@@ -82,14 +82,15 @@ class BenefitOracle(Protocol):
     component, or ``None`` when the component is not stable at all.
     """
 
-    clients: Sequence[str]
+    @property
+    def clients(self) -> Sequence[str]: ...
 
     def benefit_graph(self, within: int) -> BenefitGraph: ...
 
 
 def satisfies_stability(payoff: np.ndarray, best: np.ndarray, coalition: int, within: int,
                         tol: float) -> bool:
-    """Condition (a) of SPEC §3: every ``i ∈ K`` has ``payoff_i(K) ≥ MAU_i(R) − tol``."""
+    """Condition (a) of docs/concepts.md §3: every ``i ∈ K`` has ``payoff_i(K) ≥ MAU_i(R) − tol``."""
     return all(payoff[i, coalition] >= best[i, within] - tol for i in members(coalition))
 
 
@@ -101,9 +102,9 @@ def shrink_to_minimal(payoff: np.ndarray, best: np.ndarray, coalition: int, with
     inclusion-minimal (every proper subset of it is smaller still and fails).
     Ties between smallest ones go to the smaller bitmask.  Returns ``None`` when
     ``K`` itself fails (a): only a component satisfying (a) is a candidate
-    (SPEC §3), even where one of its proper subsets would pass.
+    (docs/concepts.md §3), even where one of its proper subsets would pass.
 
-    This is the step the paper's Theorem 3 needs when values tie (SPEC §3).
+    This is the step the paper's Theorem 3 needs when values tie (docs/concepts.md §3).
     """
     subs = submasks(coalition)[1:]
     ok = np.ones(subs.size, dtype=bool)
@@ -125,7 +126,7 @@ class ExactOracle:
     game : Game
     semantics : {"personalized", "shared"}
     tol : float
-        Absolute tolerance for every comparison (SPEC §1).
+        Absolute tolerance for every comparison (docs/concepts.md §1).
     """
 
     def __init__(self, game: Game, semantics: str = "personalized", tol: float = 1e-9):

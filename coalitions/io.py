@@ -1,4 +1,4 @@
-"""Reading and writing the file formats of SPEC §7.
+"""Reading and writing the file formats of docs/formats.md.
 
 * ``coalitions/game@1`` JSON and the equivalent ``.npz`` (arrays ``values``,
   ``clients``, ``sense``) — :func:`read_game`, :func:`write_game`.  ``values``
@@ -17,46 +17,146 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import struct
 import zipfile
+import zlib
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.lib import format as npformat
 
+from .bitmask import all_masks, contains
 from .errors import InputError
-from .game import Game
+from .files import open_input, read_bytes, write_file, write_text
+from .game import MAX_CLIENTS, Game, check_client_names, check_size, coalition_key
 
 __all__ = ["GAME_FORMAT", "read_game", "write_game", "game_to_json", "game_from_json",
            "equilibrium_to_json", "equilibria_to_json", "benefit_graph_to_json", "write_json",
-           "read_json"]
+           "read_json", "parse_json", "check_game_output", "MAX_JSON_BYTES", "MAX_JSON_CLIENTS",
+           "MAX_NPZ_BYTES"]
 
 GAME_FORMAT = "coalitions/game@1"
 EQUILIBRIUM_FORMAT = "coalitions/equilibrium@1"
 EQUILIBRIA_FORMAT = "coalitions/equilibria@1"
 GRAPH_FORMAT = "coalitions/benefit-graph@1"
 
+#: Largest JSON file read (games, estimates, reproductions): a JSON game of
+#: :data:`MAX_JSON_CLIENTS` clients with short names is about 0.7 GB of text and
+#: needs several times that in memory once parsed.
+MAX_JSON_BYTES = 1 << 30
+#: Largest game written as JSON; larger games go to ``.npz`` (SPEC §7).
+MAX_JSON_CLIENTS = 20
+#: Largest ``.npz`` game file: the values of a :data:`~coalitions.game.MAX_CLIENTS` game, stored
+#: uncompressed, plus room for the names and the provenance.
+MAX_NPZ_BYTES = 8 * MAX_CLIENTS * (1 << MAX_CLIENTS) + (64 << 20)
+#: Largest ``clients``, ``sense`` or ``provenance`` member of an ``.npz`` game, uncompressed.
+MAX_NPZ_SMALL_BYTES = 16 << 20
+
 
 def _fail(path, msg: str):
-    raise InputError(f"{path}: {msg}")
+    raise InputError(f"{path}: {' '.join(msg.splitlines())}")
 
 
-def read_json(path: str | os.PathLike, expected_format: str | None = None) -> dict:
-    """Load a JSON object, checking its ``"format"`` tag when ``expected_format`` is given."""
+class _Duplicates(dict):
+    """A parsed JSON object that had a key more than once (``key``: the first repeated one)."""
+
+    key: str = ""
+
+
+def _trail(trail: tuple) -> str:
+    """``['values']['a']`` for the keys and indices leading to a JSON value."""
+    return "".join(f"[{t!r}]" for t in trail)
+
+
+def _where(trail: tuple) -> str:
+    return f"object {_trail(trail)}" if trail else "the top-level object"
+
+
+def _invalid_unicode(s: str) -> bool:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        _fail(path, "no such file")
-    except IsADirectoryError:
-        _fail(path, "is a directory, not a file")
-    except (OSError, UnicodeDecodeError) as e:
-        _fail(path, f"cannot be read ({e.__class__.__name__}: {e})")
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _first_fault(data, surrogates: bool) -> str | None:
+    """The first duplicated key or lone-surrogate string in ``data`` (depth first), as a message."""
+    stack = [((), data)]
+    while stack:
+        trail, x = stack.pop()
+        if isinstance(x, _Duplicates):
+            return f"duplicate key {x.key!r} in {_where(trail)}"
+        children = list(x.items()) if isinstance(x, dict) else list(enumerate(x))
+        for k, v in reversed(children):
+            if surrogates and isinstance(k, str) and _invalid_unicode(k):
+                return f"key {k!r} in {_where(trail)} is not valid Unicode (lone surrogate)"
+            if surrogates and isinstance(v, str) and _invalid_unicode(v):
+                return f"string {v!r} at {_trail(trail + (k,))} is not valid Unicode (lone surrogate)"
+            if isinstance(v, (dict, list)):
+                stack.append((trail + (k,), v))
+    return None
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads`` that refuses what ``json`` lets through: duplicate keys and lone surrogates.
+
+    Python's ``json`` keeps the last of two equal keys (``{"a": 1, "a": -5}``
+    reads as ``{"a": -5}``) -- a silently different game -- and decodes a
+    ``"\\ud800"`` escape into a string that cannot be printed or written.
+    Both raise :class:`InputError` naming the key or string and the object it is
+    in (``object ['values']['a']``).
+    """
+    found = []
+
+    def pairs_hook(pairs):
+        d = dict(pairs)
+        if len(d) == len(pairs):
+            return d
+        seen = set()
+        for k, _ in pairs:
+            if k in seen:
+                break
+            seen.add(k)
+        found.append(k)
+        d = _Duplicates(d)
+        d.key = k
+        return d
+
+    data = json.loads(text, object_pairs_hook=pairs_hook)
+    surrogates = re.search(r"\\u[dD][89a-fA-F]", text) is not None  # only \u escapes make surrogates
+    if found or surrogates:
+        fault = _first_fault(data, surrogates)
+        if fault is not None:
+            raise InputError(fault)
+    return data
+
+
+def read_json(path: str | os.PathLike, expected_format: str | None = None, max_bytes: int = MAX_JSON_BYTES) -> dict:
+    """Load a JSON object, checking its ``"format"`` tag when ``expected_format`` is given.
+
+    Only a regular file of at most ``max_bytes`` is read (:func:`coalitions.files.read_bytes`);
+    duplicate keys and invalid Unicode are errors (:func:`parse_json`).
+    """
+    raw = read_bytes(path, max_bytes, "a JSON file")
     try:
-        data = json.loads(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        _fail(path, f"cannot be read: not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start})")
+    try:
+        data = parse_json(text)
     except json.JSONDecodeError as e:
         _fail(path, f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})")
+    except InputError as e:
+        _fail(path, str(e))
+    except MemoryError:
+        _fail(path, f"out of memory parsing {len(raw):,} bytes of JSON")
     except (ValueError, RecursionError) as e:  # over-long integer literal, nesting too deep
         _fail(path, f"not valid JSON ({e.__class__.__name__}: {e})")
+    finally:
+        del raw
     if not isinstance(data, dict):
         _fail(path, "must hold a JSON object")
     if expected_format is not None:
@@ -78,36 +178,126 @@ def game_from_json(data: Mapping[str, Any]) -> Game:
     return Game.from_mapping(data["clients"], data["values"], sense, prov)
 
 
-def _read_npz(path) -> Game:
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+#: What a damaged zip archive or .npy header can raise (found by fuzzing in tests/test_hostile.py).
+_DAMAGED = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError,
+            struct.error, KeyError, SyntaxError, OverflowError, RecursionError, TypeError)
+
+
+def _npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path, key: str):
+    """``(shape, dtype)`` from the header of member ``key`` (read before its data)."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in ("values", "clients", "sense") if k not in z.files]
+        with zf.open(info) as m:
+            version = npformat.read_magic(m)
+            read = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+            shape, _, dtype = read(m)
+    except _DAMAGED as e:
+        _fail(path, f"array {key!r} is not a readable NumPy array ({e.__class__.__name__}: {e})")
+    if dtype.hasobject:
+        _fail(path, f"array {key!r} holds pickled Python objects (dtype {dtype}), which are never loaded")
+    return shape, dtype
+
+
+def _npy_data(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path, key: str) -> np.ndarray:
+    try:
+        with zf.open(info) as m:
+            return npformat.read_array(m, allow_pickle=False)
+    except MemoryError:
+        _fail(path, f"out of memory reading array {key!r} ({info.file_size:,} bytes)")
+    except _DAMAGED as e:
+        _fail(path, f"array {key!r} is not readable ({e.__class__.__name__}: {e})")
+
+
+def _read_npz(path) -> Game:
+    """The ``.npz`` game of SPEC §7, every header checked before any array is read.
+
+    The member list (no member twice), each array's header (dtype, shape) and
+    uncompressed size are checked against the format before data is read, so a
+    hostile archive cannot make the reader allocate more than a game of its
+    declared number of clients needs.
+    """
+    with open_input(path, MAX_NPZ_BYTES, "an .npz game") as f:
+        head = f.read(4)
+        if head not in _ZIP_MAGIC:
+            what = "a single .npy array" if head.startswith(b"\x93NUM") else "not a zip archive"
+            _fail(path, f"not a .npz game: {what} (an .npz game is a zip archive of .npy arrays)")
+        f.seek(0)
+        try:
+            zf = zipfile.ZipFile(f)
+        except _DAMAGED as e:
+            _fail(path, f"not a readable .npz game: damaged zip archive ({e})")
+        with zf:
+            names = zf.namelist()
+            twice = sorted({x for x in names if names.count(x) > 1})
+            if twice:
+                _fail(path, f"the archive holds member {twice[0]!r} twice")
+            members = {x[:-4]: zf.getinfo(x) for x in names if x.endswith(".npy")}
+            missing = [k for k in ("values", "clients", "sense") if k not in members]
             if missing:
                 _fail(path, f"npz game lacks array {missing[0]!r}")
-            values = z["values"]
-            clients = z["clients"]
-            sense = z["sense"]
-            prov = json.loads(str(z["provenance"])) if "provenance" in z.files else {}
-    except InputError:
-        raise
-    except FileNotFoundError:
-        _fail(path, "no such file")
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        _fail(path, f"not a readable .npz game ({e.__class__.__name__}: {e})")
-    if values.dtype.kind not in "fiu":
-        _fail(path, f"'values' must be numeric, got dtype {values.dtype}")
-    if clients.dtype.kind != "U" or clients.ndim != 1:
-        _fail(path, "'clients' must be a 1-d array of names")
-    if sense.shape != () or str(sense) not in ("max", "min"):
-        _fail(path, f"'sense' must be 'max' or 'min', got {sense!r}")
-    if not isinstance(prov, dict):
-        _fail(path, "'provenance' must hold a JSON object")
-    n = clients.size
-    if values.shape != (n, 1 << n):
-        _fail(path, f"'values' must have shape ({n}, {1 << n}) for {n} clients, got {values.shape}")
+            for key in ("clients", "sense", "provenance"):
+                if key in members and members[key].file_size > MAX_NPZ_SMALL_BYTES:
+                    _fail(path, f"array {key!r} is {members[key].file_size:,} bytes, more than the "
+                                f"{MAX_NPZ_SMALL_BYTES:,} an .npz game allows")
+            shape, dtype = _npy_header(zf, members["clients"], path, "clients")
+            if dtype.kind != "U" or len(shape) != 1:
+                _fail(path, "'clients' must be a 1-d array of names")
+            n = shape[0]
+            try:
+                check_size(n)
+            except InputError as e:
+                _fail(path, str(e))
+            shape, dtype = _npy_header(zf, members["values"], path, "values")
+            if dtype.kind not in "fiu":
+                _fail(path, f"'values' must be numeric, got dtype {dtype}")
+            if tuple(shape) != (n, 1 << n):
+                _fail(path, f"'values' must have shape ({n}, {1 << n}) for {n} clients, got {tuple(shape)}")
+            shape, dtype = _npy_header(zf, members["sense"], path, "sense")
+            clients = _npy_data(zf, members["clients"], path, "clients")
+            sense = _npy_data(zf, members["sense"], path, "sense")
+            if sense.shape != () or sense.dtype.kind != "U" or str(sense) not in ("max", "min"):
+                _fail(path, f"'sense' must be 'max' or 'min', got {sense!r}")
+            prov: Any = {}
+            if "provenance" in members:
+                shape, dtype = _npy_header(zf, members["provenance"], path, "provenance")
+                raw = _npy_data(zf, members["provenance"], path, "provenance")
+                if raw.shape != () or raw.dtype.kind != "U":
+                    _fail(path, "'provenance' must hold a JSON object")
+                try:
+                    prov = parse_json(str(raw))
+                except (ValueError, RecursionError, InputError) as e:
+                    _fail(path, f"'provenance' must hold a JSON object ({str(e).splitlines()[0]})")
+            if not isinstance(prov, dict):
+                _fail(path, "'provenance' must hold a JSON object")
+            names = [str(c) for c in clients]
+            try:
+                check_client_names(names)
+            except InputError as e:
+                _fail(path, str(e))
+            values = _npy_data(zf, members["values"], path, "values")
+    _check_outside_nan(path, values, names)
     # float32 values stay float32 (a game stored in float32: see coalitions.precision)
     dtype = "float32" if values.dtype == np.float32 else "float64"
-    return Game.from_array(values, [str(c) for c in clients], str(sense), prov, dtype=dtype)
+    return Game.from_array(values, names, str(sense), prov, dtype=dtype)
+
+
+def _check_outside_nan(path, values: np.ndarray, names) -> None:
+    """SPEC §7: ``values[i, mask]`` is NaN where bit ``i`` is not in ``mask``; anything else is an error.
+
+    A number there is not a value of the game (``v_i(S)`` exists only for
+    ``i ∈ S``); accepting it silently would hide a file written with the
+    wrong layout (e.g. transposed bits).
+    """
+    n = len(names)
+    masks = all_masks(n)
+    for i in range(n):
+        outside = ~contains(masks, i)
+        bad = outside & ~np.isnan(values[i].astype(np.float64))
+        if bad.any():
+            m = int(masks[bad][0])
+            where = f"coalition {coalition_key(m, names)!r}" if m else "the empty coalition (mask 0)"
+            _fail(path, f"value of client {names[i]!r} for {where}, which does not contain it, must be NaN "
+                        f"(got {float(values[i, m])!r})")
 
 
 def read_game(path: str | os.PathLike) -> Game:
@@ -116,6 +306,8 @@ def read_game(path: str | os.PathLike) -> Game:
         if str(path).endswith(".npz"):
             return _read_npz(path)
         return game_from_json(read_json(path, GAME_FORMAT))
+    except MemoryError:
+        raise InputError(f"{path}: out of memory building the game") from None
     except InputError as e:
         msg = str(e)
         if msg.startswith(f"{path}: "):
@@ -137,12 +329,20 @@ def game_to_json(game: Game) -> dict:
     return out
 
 
+def check_game_output(n: int, path: str | os.PathLike) -> None:
+    """Refuse up front a game of ``n`` clients that ``path``'s format cannot hold (before generating it)."""
+    check_size(n)
+    if not str(path).endswith(".npz") and n > MAX_JSON_CLIENTS:
+        raise InputError(f"{path}: {n} clients make a JSON game too large to read back (at most "
+                         f"{MAX_JSON_CLIENTS}); a name ending in .npz writes the compact binary form")
+
+
 def write_game(game: Game, path: str | os.PathLike) -> None:
-    """Write JSON, or ``.npz`` when ``path`` ends in ``.npz``."""
-    path = str(path)
-    if path.endswith(".npz"):
-        _atomic(path, lambda tmp: np.savez_compressed(
-            tmp, values=game.raw_values(), clients=np.array(game.clients), sense=np.array(game.sense),
+    """Write JSON, or ``.npz`` when ``path`` ends in ``.npz`` (through :func:`coalitions.files.write_file`)."""
+    check_game_output(game.n, path)
+    if str(path).endswith(".npz"):
+        write_file(path, lambda f: np.savez_compressed(
+            f, values=game.raw_values(), clients=np.array(game.clients), sense=np.array(game.sense),
             provenance=np.array(json.dumps(_clean(dict(game.provenance))))))
     else:
         write_json(game_to_json(game), path)
@@ -161,23 +361,14 @@ def _clean(x):
 
 
 def write_json(data: Mapping, path: str | os.PathLike | None) -> str:
-    """Serialise with NaN/inf as null; write to ``path`` unless it is None. Returns the text."""
+    """Serialise with NaN/inf as null; write to ``path`` unless it is None. Returns the text.
+
+    The file is written by :func:`coalitions.files.write_text`: complete or not at all.
+    """
     text = json.dumps(_clean(data), indent=1, allow_nan=False) + "\n"
     if path is not None:
-        _atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        write_text(path, text)
     return text
-
-
-def _atomic(path, write) -> None:
-    """``write(tmp)`` next to ``path``, then rename: an interrupted write never leaves half a file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.partial{path.suffix}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def benefit_graph_to_json(graph) -> dict:
@@ -226,6 +417,7 @@ def equilibrium_to_json(eq) -> dict:
         "mau": {c: float(eq.mau_all[i]) for i, c in enumerate(game.clients)},
         "found_by": eq.found_by,
         "benefit_graphs": [benefit_graph_to_json(g) for g in eq.graphs],
+        **_contribution_json(eq),
     }
     if eq.certificate is not None:
         cert = eq.certificate
@@ -237,6 +429,19 @@ def equilibrium_to_json(eq) -> dict:
             "outer": _report_json(game, cert.outer),
         }
     return out
+
+
+def _contribution_json(eq) -> dict:
+    """``benefit``, ``contribution`` and ``carries`` (:mod:`coalitions.contribution`) of an equilibrium."""
+    from .contribution import benefits, contributions
+
+    game, names = eq.game, eq.game.clients
+    gain = benefits(game, eq.partition, eq.semantics)
+    c = contributions(game, eq.partition, eq.semantics)
+    return {"benefit": {names[i]: float(gain[i]) for i in range(game.n)},
+            "contribution": {names[i]: float(np.nansum(c[i])) for i in range(game.n)},
+            "carries": {names[i]: {names[j]: float(c[i, j]) for j in range(game.n) if not np.isnan(c[i, j])}
+                        for i in range(game.n)}}
 
 
 def equilibria_to_json(game: Game, semantics: str, found: Iterable[tuple[int, ...]]) -> dict:

@@ -1,4 +1,4 @@
-"""Optimal collaborator sets (SPEC §2).
+"""Optimal collaborator sets (docs/concepts.md §2).
 
 ``OCS_i(R)`` is a *smallest* coalition ``S ⊆ R`` with ``i ∈ S`` and
 ``v_i(S) ≥ MAU_i(R) − tol``, returned without ``i``.  Among smallest sets the
@@ -8,7 +8,7 @@ smallest set also qualifies the OCS is *ambiguous*, and that is reported.
 The search for one client is vectorised over the ``2^(|R|-1)`` sub-coalitions
 of ``R`` that contain it; ``MAU_i(R)`` is the largest of those same values, so no
 table of MAU is needed.  Comparisons are taken in float64 whatever the storage
-of the game's values (SPEC §1, :func:`coalitions.precision.exact_threshold`).
+of the game's values (docs/concepts.md §1, :func:`coalitions.precision.exact_threshold`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class OCS:
 
 
 def optimal_collaborators(game: Game, i: int, within: int, tol: float = 1e-9) -> OCS:
-    """``OCS_i(R)`` with the SPEC §2 tie rule and every tied alternative.
+    """``OCS_i(R)`` with the tie rule of docs/concepts.md §2 and every tied alternative.
 
     Parameters
     ----------

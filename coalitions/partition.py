@@ -58,7 +58,7 @@ def parse_partition(game: Game, text: str | Sequence[Sequence[str]]) -> tuple[in
             if not p.strip():
                 raise InputError(f"partition {text!r} has an empty block")
     else:
-        parts = list(text)
+        parts = list(text)  # type: ignore[arg-type]  # a list of name lists, checked below
         if any(len(p) == 0 for p in parts):
             raise InputError("partition has an empty block")
     return check_partition(game, [parse_coalition(p, game.index) for p in parts])

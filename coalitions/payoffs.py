@@ -1,6 +1,6 @@
 """Maximal achievable utility and the two payoff semantics.
 
-SPEC §1–2.  Under ``personalized`` semantics (Cui et al.) a member of ``K`` may
+docs/concepts.md §1–2.  Under ``personalized`` semantics (Cui et al.) a member of ``K`` may
 use any model on the Pareto front of ``K``, so its payoff is its *maximal
 achievable utility*
 
@@ -17,7 +17,7 @@ passes over ``2^N`` entries per client, ``O(N·2^N)``, with no per-coalition sea
 The full table (:func:`mau`, :func:`payoff_table`) is what the table-based checks
 and brute force read.  Solving never needs it: :func:`mau_at` evaluates one entry
 and :mod:`coalitions.certificate` streams the certificate client by client, so a
-game near the memory limit (SPEC §1: ``N = 24``) needs no second ``N × 2^N`` array.
+game near the memory limit (``N = 24``, docs/performance.md) needs no second ``N × 2^N`` array.
 Tables are always float64: a game stored in float32 (exact float32 numbers, see
 :mod:`coalitions.precision`) is upcast exactly, so every comparison is taken in
 float64 whatever the storage.
@@ -111,14 +111,14 @@ def mau_at(game: Game, i: int, coalition: int) -> float:
 
 
 def payoff_at(game: Game, i: int, coalition: int, semantics: str = "personalized") -> float:
-    """``payoff_i(K)`` under the given semantics (SPEC §1), for one client and coalition."""
+    """``payoff_i(K)`` under the given semantics (docs/concepts.md §1), for one client and coalition."""
     if semantics == "personalized":
         return mau_at(game, i, coalition)
     return float(game.values[i, coalition])
 
 
 def payoff_table(game: Game, semantics: str = "personalized") -> np.ndarray:
-    """``payoff[i, K]`` for every client and coalition under the given semantics (SPEC §1)."""
+    """``payoff[i, K]`` for every client and coalition under the given semantics (docs/concepts.md §1)."""
     check_semantics(semantics)
     if semantics == "personalized":
         return mau(game)
@@ -140,7 +140,7 @@ def models_in(game: Game, partition, semantics: str = "personalized") -> list[in
 
     .. math::  S_i^* = \\arg\\max_{S \\subseteq K,\\; i \\in S} v_i(S),
 
-    so that ``v_i(S_i^*) = MAU_i(K)`` (SPEC §1); ties go to the smallest
+    so that ``v_i(S_i^*) = MAU_i(K)`` (docs/concepts.md §1); ties go to the smallest
     bitmask.  Under ``shared`` semantics it is ``K`` itself.  Reporting uses
     this to score, on held-out data, the very model that earned the payoff.
 

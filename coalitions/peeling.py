@@ -1,4 +1,4 @@
-"""Peeling: the paper's Algorithm 1, with the shrink step (SPEC §3).
+"""Peeling: the paper's Algorithm 1, with the shrink step (docs/concepts.md §3).
 
 Starting from ``R = all``, each round builds ``BG(R)``, takes its strongly
 connected components, keeps those with no edge entering from outside (they need
@@ -100,5 +100,5 @@ def peel_oracle(oracle: BenefitOracle, within: int | None = None) -> Peeling:
 
 
 def peel(game: Game, semantics: str = "personalized", tol: float = 1e-9) -> Peeling:
-    """Peel an exhaustive game (SPEC §3)."""
+    """Peel an exhaustive game (docs/concepts.md §3)."""
     return peel_oracle(ExactOracle(game, semantics, tol))

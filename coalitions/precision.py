@@ -1,4 +1,4 @@
-"""Float32 storage of a game, and when it gives the same answers as float64 (SPEC §1).
+"""Float32 storage of a game, and when it gives the same answers as float64 (docs/performance.md).
 
 A game of ``N`` clients holds ``N · 2^N`` values: 3 GiB in float64 at ``N = 24``,
 1.5 GiB in float32.  The core never *computes* in float32: every comparison

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from .bitmask import members
+from .contribution import benefits, contributions, total_contributions
 
 __all__ = ["table", "equilibrium_text", "equilibrium_dot", "graph_text", "graph_dot",
-           "report_text", "fmt"]
+           "report_text", "fmt", "carries_text"]
 
 
 def fmt(x: float) -> str:
@@ -22,10 +23,10 @@ def fmt(x: float) -> str:
 
 def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A left-aligned plain-text table."""
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h) for k, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[k]) for r in cells)) if cells else len(h) for k, h in enumerate(header)]
+    line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
 def _yes(b: bool) -> str:
@@ -58,15 +59,44 @@ def equilibrium_text(eq) -> str:
     rnd = eq.round_of()
     pay = eq.payoffs
     best = eq.mau_all
-    rows = [(c, game.key(where[i]), fmt(pay[i]), fmt(best[i]), rnd[i] or "-")
+    gain = benefits(game, eq.partition, eq.semantics)
+    given = total_contributions(game, eq.partition, eq.semantics)
+    rows = [(c, game.key(where[i]), fmt(pay[i]), fmt(best[i]), rnd[i] or "-", fmt(gain[i]), fmt(given[i]))
             for i, c in enumerate(game.clients)]
     head = (f"Collaboration equilibrium ({eq.semantics} semantics, tol {eq.tol:g}), "
             f"found by {eq.found_by}: " + " | ".join(game.key(k) for k in eq.partition))
-    parts = [head, "", table(["client", "coalition", "payoff", "MAU(all)", "round"], rows)]
+    parts = [head, "", table(["client", "coalition", "payoff", "MAU(all)", "round", "gain", "contribution"], rows)]
+    carries = carries_text(game, eq.partition, eq.semantics)
+    if carries:
+        parts += ["", carries]
     if eq.certificate is not None:
         parts += ["", f"certificate ({eq.certificate.method}):",
                   report_text(game, eq.certificate.inner), report_text(game, eq.certificate.outer)]
     return "\n".join(parts)
+
+
+def carries_text(game, partition, semantics: str = "personalized", max_members: int = 12) -> str:
+    """Who carries whom: per coalition of two or more, what each member loses if another leaves.
+
+    Row ``i``, column ``j``: ``payoff_j(K) − payoff_j(K ∖ {i})`` (:mod:`coalitions.contribution`).
+    Indented, so that no line starts with a client name.  A coalition of more than
+    ``max_members`` gets one line pointing to the JSON output instead of its table.
+    """
+    c = contributions(game, partition, semantics)
+    blocks = [k for k in partition if k & (k - 1)]
+    if not blocks:
+        return ""
+    out = ["who carries whom: what each member (column) would lose if the client in the row left;",
+           "contribution = the row's total, gain = payoff - payoff alone"]
+    for k in blocks:
+        ms = members(k)
+        if len(ms) > max_members:
+            out += ["", f"  {{{game.key(k)}}}: {len(ms)} members, too many for a table (--format json: carries)"]
+            continue
+        rows = [[game.clients[i]] + ["-" if i == j else fmt(c[i, j]) for j in ms] for i in ms]
+        sub = table([f"{{{game.key(k)}}}"] + [game.clients[j] for j in ms], rows)
+        out += [""] + ["  " + line for line in sub.splitlines()]
+    return "\n".join(out)
 
 
 def _q(s: str) -> str:

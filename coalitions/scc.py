@@ -1,6 +1,6 @@
 """Strongly connected components by Tarjan's algorithm, iteratively.
 
-SPEC §3 (peeling).  A recursive Tarjan overflows Python's stack on long paths;
+docs/concepts.md §3 (peeling).  A recursive Tarjan overflows Python's stack on long paths;
 this one keeps its own explicit stack of ``(node, iterator over successors)``
 frames, so its depth is limited only by memory.
 
@@ -23,11 +23,14 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
+from typing import TypeVar
+
+Node = TypeVar("Node", bound=Hashable)
 
 __all__ = ["strongly_connected_components", "source_components"]
 
 
-def strongly_connected_components(graph: Mapping[Hashable, Iterable[Hashable]]) -> list[frozenset]:
+def strongly_connected_components(graph: Mapping[Node, Iterable[Node]]) -> list[frozenset[Node]]:
     """Strongly connected components of a directed graph, in reverse topological order.
 
     Parameters
@@ -87,7 +90,7 @@ def strongly_connected_components(graph: Mapping[Hashable, Iterable[Hashable]]) 
     return out
 
 
-def source_components(graph: Mapping[Hashable, Iterable[Hashable]]) -> list[frozenset]:
+def source_components(graph: Mapping[Node, Iterable[Node]]) -> list[frozenset[Node]]:
     """Components with no edge entering them from another component.
 
     In a benefit graph (edge ``j → i``: ``j`` is a necessary collaborator of

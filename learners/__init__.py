@@ -1,4 +1,4 @@
-"""Learners: from client data to a benefit oracle (SPEC §5).
+"""Learners: from client data to a benefit oracle (docs/concepts.md §5).
 
 Every learner is a scikit-learn-style estimator whose fitted result feeds the
 game core's peeling through the benefit-oracle interface

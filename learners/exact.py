@@ -1,8 +1,8 @@
-"""The exhaustive subset oracle: a model for every coalition (SPEC §5).
+"""The exhaustive subset oracle: a model for every coalition (docs/concepts.md §5).
 
 ``v_i(S)`` is the metric, on client ``i``'s validation data, of a model trained
 on the union of the training data of the clients in ``S``.  The oracle trains
-all ``2^N − 1`` subset models and returns the exhaustive game (SPEC §1, §7),
+all ``2^N − 1`` subset models and returns the exhaustive game (docs/concepts.md §1, docs/formats.md),
 with the test-set values alongside.
 
 Two ways, never one Python loop per subset:
@@ -50,9 +50,10 @@ import coalitions as co
 from coalitions.errors import InputError
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch
+from coalitions.params import ParameterError, check_param
 
 __all__ = ["ExhaustiveOracle", "subset_sums", "membership", "closed_form_weights", "closed_form_mse",
-           "train_subsets", "resolve_device", "DEFAULTS"]
+           "train_subsets", "DEFAULTS"]
 
 #: Default epochs and learning rate per model kind (Adam, cosine decay).
 DEFAULTS = {"linear": (500, 0.05), "logistic": (500, 0.05), "mlp": (300, 0.01), "cnn": (60, 0.005)}
@@ -76,19 +77,6 @@ def membership(masks, n: int) -> np.ndarray:
     """Boolean ``(M, N)`` matrix: ``[k, i]`` is bit ``i`` of ``masks[k]``."""
     m = np.asarray(masks, dtype=np.int64)
     return ((m[:, None] >> np.arange(n)) & 1).astype(bool)
-
-
-def resolve_device(device: str) -> str:
-    """``"auto"`` → ``"cuda"`` when available else ``"cpu"``; checks an explicit choice."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda: no CUDA device is available (use --device cpu or auto)")
-    if device not in ("cpu", "cuda"):
-        raise InputError(f"--device must be auto, cpu or cuda, got {device!r}")
-    return device
 
 
 # ---------------------------------------------------------------------------- closed form
@@ -212,7 +200,7 @@ def _scores(spec, params: dict, X, batch: int = 4096) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- the estimator
 class ExhaustiveOracle:
-    """Train a model on every non-empty subset of clients; the exact game (SPEC §5).
+    """Train a model on every non-empty subset of clients; the exact game (docs/concepts.md §5).
 
     Parameters
     ----------
@@ -293,11 +281,10 @@ class ExhaustiveOracle:
         kind = self.model
         if kind == "auto":
             kind = "linear" if fed.task == "regression" else "logistic"
-        if kind not in DEFAULTS:
-            raise InputError(f"--model must be one of auto, {', '.join(DEFAULTS)}, got {kind!r}")
+        check_param("model", self.model, "choice", choices=("auto", *DEFAULTS))
         if kind == "linear" and fed.task != "regression":
-            raise InputError(f"--model linear fits regression; dataset {fed.name!r} is {fed.task} "
-                             "(use --model logistic)")
+            raise ParameterError("model", f"{{name}} linear fits regression; dataset {fed.name!r} is {fed.task} "
+                                          "(use {name} logistic)")
         return kind
 
     def config(self, fed: Federation) -> dict:
@@ -314,22 +301,14 @@ class ExhaustiveOracle:
         return cfg
 
     def _check(self):
-        if self.epochs is not None and (not isinstance(self.epochs, int) or self.epochs < 1):
-            raise InputError(f"--epochs must be an integer >= 1, got {self.epochs!r}")
-        for name in ("lr", "l2", "ridge"):
-            x = getattr(self, name)
-            if x is not None and not (isinstance(x, (int, float)) and math.isfinite(x) and x >= 0):
-                raise InputError(f"--{name} must be a finite number >= 0, got {x!r}")
-        if self.lr is not None and self.lr == 0:
-            raise InputError("--lr must be > 0")
-        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
-            raise InputError(f"--batch-size must be an integer >= 1, got {self.batch_size!r}")
-        if self.chunk_size is not None and (not isinstance(self.chunk_size, int) or self.chunk_size < 1):
-            raise InputError(f"--chunk-size must be an integer >= 1, got {self.chunk_size!r}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise InputError(f"--threads must be an integer >= 1, got {self.threads!r}")
-        if self.dtype not in ("float32", "float64"):
-            raise InputError(f"dtype must be float32 or float64, got {self.dtype!r}")
+        check_param("epochs", self.epochs, "int", low=1, allow_none=True)
+        check_param("lr", self.lr, "number", low=0, low_open=True, allow_none=True)
+        check_param("l2", self.l2, "number", low=0, allow_none=True)
+        check_param("ridge", self.ridge, "number", low=0, allow_none=True)
+        check_param("batch_size", self.batch_size, "int", low=1, allow_none=True)
+        check_param("chunk_size", self.chunk_size, "int", low=1, allow_none=True)
+        check_param("threads", self.threads, "int", low=1, allow_none=True)
+        check_param("dtype", self.dtype, "choice", choices=("float32", "float64"))
 
     # -------------------------------------------------------------- fitting
     def fit(self, federation: Federation) -> ExhaustiveOracle:
@@ -353,8 +332,10 @@ class ExhaustiveOracle:
         else:
             import torch
 
+            from coalitions.learners.training.engine import resolve_device
+
             self.method_ = "batched"
-            self.device_ = resolve_device(self.device)
+            self.device_ = str(resolve_device(self.device))
             before = torch.get_num_threads()
             try:
                 if self.threads is not None:
@@ -370,9 +351,10 @@ class ExhaustiveOracle:
         return self
 
     def _provenance(self, fed: Federation, cfg: dict, split: str) -> dict:
-        return {"source": "coalitions oracle (exhaustive subset oracle, SPEC §5)",
+        return {"source": "coalitions oracle (exhaustive subset oracle, docs/concepts.md §5)",
                 "dataset": fed.name, "options": dict(fed.options), "task": fed.task,
                 "metric": fed.metric, "split": split, "model": dict(cfg), "seed": int(self.seed),
+                "sizes": fed.sizes("train").tolist(),  # training samples: `coalitions welfare --weights sizes`
                 "planted_groups": [list(g) for g in fed.planted_groups] if fed.planted_groups else None,
                 "version": co.__version__}
 
@@ -453,8 +435,9 @@ class ExhaustiveOracle:
                     self.progress(done_units, total)
                 continue
             base = done_units
+            n_ms = len(ms)
 
-            def tick(ep, base=base, m=len(ms)):
+            def tick(ep, base=base, m=n_ms):
                 if self.progress is not None:
                     self.progress(base + ep * m, total)
 

@@ -1,7 +1,7 @@
 """Shared test helpers: paths, small games, and naive reference implementations.
 
 The naive functions below work on frozensets with plain Python loops, written
-from SPEC §1–3 independently of the vectorised core, so that tests can compare
+from docs/concepts.md §1–3 independently of the vectorised core, so that tests can compare
 the two.  Import them with ``from conftest import ...``.
 """
 
@@ -60,15 +60,38 @@ MALFORMED_FAULTS = {
     "provenance-not-object.json": "'provenance' must be an object",
     "wrong-shape.npz": "'values' must have shape (2, 4)",
     "missing-array.npz": "lacks array 'sense'",
-    "corrupt.npz": "not a readable .npz game",
+    "corrupt.npz": "not a .npz game: not a zip archive",
     "truncated.npz": "not a readable .npz game",
     "nan-value.npz": "client 'a' for coalition 'a,b' is missing",
     "bad-sense.npz": "'sense' must be 'max' or 'min'",
     "numeric-clients.npz": "'clients' must be a 1-d array of names",
     "string-values.npz": "'values' must be numeric",
-    "pickled-values.npz": "not a readable .npz game",
+    "pickled-values.npz": "array 'values' holds pickled Python objects",
     "bad-provenance.npz": "'provenance' must hold a JSON object",
     "duplicate-client.npz": "client 'a' is listed twice",
+    # JSON keeps the last of two equal keys: a silently different game unless refused
+    "duplicate-sense.json": "duplicate key 'sense' in the top-level object",
+    "duplicate-coalition-key.json": "duplicate key 'a,b' in object ['values']['a']",
+    "duplicate-client-values.json": "duplicate key 'a' in object ['values']",
+    "duplicate-provenance-key.json": "duplicate key 'seed' in object ['provenance']['runs'][0]",
+    "duplicate-provenance-key.npz": "'provenance' must hold a JSON object (duplicate key 'seed'",
+    "duplicate-member.npz": "the archive holds member 'values.npy' twice",
+    # client names: valid Unicode, no control characters or line separators
+    "lone-surrogate-name.json": "'\\ud800' at ['clients'][1] is not valid Unicode",
+    "surrogate-name.npz": "client name '\\ud800' is not valid Unicode",
+    "newline-in-name.json": "client name 'b\\nc' may not contain control characters",
+    "newline-name.npz": "client name 'b\\nc' may not contain control characters",
+    "nul-in-name.json": "client name 'b\\x00' may not contain control characters",
+    "escape-in-name.json": "client name 'b\\x1b[31m' may not contain control characters",
+    "line-separator-in-name.json": "client name 'b\\u2028c' may not contain line or paragraph separators",
+    # N6 (SPEC §7): NaN where bit i is not in mask
+    "value-outside-coalition.npz": "value of client 'a' for coalition 'b', which does not contain it, must be NaN (got 7.0)",
+    "value-for-empty-coalition.npz": "value of client 'b' for the empty coalition (mask 0), which does not contain it",
+    "integer-values.npz": "value of client 'a' for the empty coalition (mask 0), which does not contain it",
+    # .npz headers are checked before any data is read
+    "npy-not-npz.npz": "not a .npz game: a single .npy array",
+    "too-many-clients.npz": "30 clients: exhaustive games hold at most 26",
+    "values-header-lies.npz": "'values' must have shape (2, 4) for 2 clients, got (2, 1099511627776)",
 }
 
 
@@ -151,7 +174,7 @@ def naive_payoff(game: Game, semantics: str, i: int, k) -> float:
 
 
 def naive_ocs(game: Game, i: int, r, tol: float = TOL):
-    """SPEC §2: smallest qualifying S, higher value first, then smaller bitmask.
+    """docs/concepts.md §2: smallest qualifying S, higher value first, then smaller bitmask.
 
     Returns ``(chosen, alternatives)`` as bitmasks without ``i``; the alternatives
     are all smallest qualifying sets, chosen first.
@@ -170,7 +193,7 @@ def naive_condition_a(game, semantics, k, r, tol=TOL) -> bool:
 
 
 def naive_stable_sets(game: Game, r, semantics: str = "personalized", tol: float = TOL) -> set:
-    """Every ``K ⊆ R`` stable in ``R`` (SPEC §3 (a) and (b)), as bitmasks."""
+    """Every ``K ⊆ R`` stable in ``R`` (docs/concepts.md §3 (a) and (b)), as bitmasks."""
     passing = [k for k in subsets(r) if k and naive_condition_a(game, semantics, k, r, tol)]
     return {to_mask(k) for k in passing if not any(p < k for p in passing)}
 
@@ -258,13 +281,13 @@ def no_ce_game():
     return read_game(NO_CE)
 
 
-# ---------------------------------------------------------------------------- SPEC §7 shapes
+# ---------------------------------------------------------------------------- docs/formats.md shapes
 def _names(x, clients):
     assert isinstance(x, list) and x and all(isinstance(c, str) and c in clients for c in x), x
 
 
 def check_equilibrium_json(doc: dict, clients) -> None:
-    """Assert that ``doc`` has every field SPEC §7 gives ``coalitions/equilibrium@1``, well typed."""
+    """Assert that ``doc`` has every field docs/formats.md gives ``coalitions/equilibrium@1``, well typed."""
     clients = list(clients)
     assert doc["format"] == "coalitions/equilibrium@1"
     assert doc["semantics"] in ("personalized", "shared")

@@ -28,7 +28,7 @@ def blobs(sizes=(12, 20, 7, 16), groups=None, dim=5, classes=3, image=False, see
     group_of = {i: g for g, members in enumerate(groups) for i in members}
     clients = []
     for i, n in enumerate(sizes):
-        def split(m):
+        def split(m, i=i):
             y = rng.integers(0, classes, size=m)
             X = means[group_of[i], y] + rng.normal(size=(m, d))
             X = X.astype(np.float32).reshape((m, 1, 4, 4) if image else (m, d))
@@ -44,7 +44,7 @@ def regression(sizes=(10, 14, 9), dim=3, seed=0) -> Federation:
     clients = []
     for i, n in enumerate(sizes):
         w = rng.normal(size=dim)
-        def split(m):
+        def split(m, w=w):
             X = rng.uniform(-1, 1, size=(m, dim)).astype(np.float32)
             return Split(X, (X @ w + 0.01 * rng.normal(size=m)).astype(np.float32))
         clients.append(Client(f"r{i}", split(n), split(8), split(8)))

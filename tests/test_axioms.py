@@ -1,4 +1,4 @@
-"""coalitions.axioms: inner/outer agreement with witnesses, and classic stability notions (SPEC §3)."""
+"""coalitions.axioms: inner/outer agreement with witnesses, and classic stability notions (docs/concepts.md §3)."""
 
 import pytest
 from conftest import any_games, naive_inner, naive_outer, naive_partitions, to_mask
@@ -23,7 +23,7 @@ ALL3 = ["a", "b", "c", "a,b", "a,c", "b,c", "a,b,c"]
 def game3(table):
     """A 3-client game from {client: [v(a), v(b), ..., v(a,b,c)] over the keys holding it}."""
     return Game.from_mapping(["a", "b", "c"], {
-        c: dict(zip([k for k in ALL3 if c in k.split(",")], table[c])) for c in "abc"})
+        c: dict(zip([k for k in ALL3 if c in k.split(",")], table[c], strict=True)) for c in "abc"})
 
 
 def test_inner_agreement_witness_on_tie_example(tie_game):

@@ -62,7 +62,7 @@ def test_scores_are_each_clients_own_model_on_its_own_data():
     fed = blobs(sizes=(6, 9))
     m = Local(**KW).fit(fed)
     data = Padded(fed, "test", torch.device("cpu"))
-    s = m._scores(data)
+    s = m.client_scores(data)
     for i in range(fed.n):
         own = m.spec_.forward({k: v[i] for k, v in m.params_.items()}, data.X[i])
         assert torch.allclose(s[i], own)

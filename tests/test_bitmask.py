@@ -1,4 +1,4 @@
-"""coalitions.bitmask: coalitions as integer bitmasks (SPEC §1)."""
+"""coalitions.bitmask: coalitions as integer bitmasks (docs/concepts.md §1)."""
 
 import numpy as np
 from hypothesis import given, settings

@@ -1,4 +1,4 @@
-"""coalitions.brute_force: every CE by restricted growth strings (SPEC §3)."""
+"""coalitions.brute_force: every CE by restricted growth strings (docs/concepts.md §3)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""cli.py: the ``coalitions`` command (SPEC §8) — outputs, exit codes, and the malformed corpus.
+"""cli.py: the ``coalitions`` command (docs/cli.md) — outputs, exit codes, and the malformed corpus.
 
 Most cases run in-process through ``cli.main([...])`` (fast); a few run the installed
 ``coalitions`` command in a subprocess to show it behaves the same.
@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,6 +33,7 @@ GAME_COMMANDS = {
     "verify": ["--partition", "a|b"],
     "enumerate": [],
     "graph": [],
+    "welfare": [],
 }
 
 
@@ -229,6 +231,19 @@ def test_game_mean_estimation(capsys, tmp_path, ext):
     np.testing.assert_allclose(g.values, co.read_game(ME).values, rtol=1e-14)
 
 
+@pytest.mark.parametrize("federation", ["uniform", "coarse", "fine"])
+def test_game_mean_estimation_federation(capsys, tmp_path, federation):
+    path = tmp_path / "me.json"
+    rc, _, _ = run(capsys, "game", "mean-estimation", "--sizes", "1,8,15", "--federation", federation, "-o", path)
+    g = co.read_game(path)
+    expect = co.mean_estimation([1, 8, 15], federation=federation)
+    assert rc == 0 and g.sense == "min" and g.provenance["federation"] == federation
+    np.testing.assert_allclose(g.values, expect.values, rtol=1e-15)
+    assert json.loads(path.read_text())["values"]["0"]["0"] == 10.0  # the error itself, not negated
+    rc, _, err = run(capsys, "game", "mean-estimation", "--sizes", "1,8", "--federation", "median", "-o", path)
+    assert rc == 2 and "--federation" in one_error_line(err)
+
+
 @pytest.mark.parametrize("ext", ["json", "npz"])
 def test_game_planted(capsys, tmp_path, ext):
     path = tmp_path / f"p.{ext}"
@@ -251,7 +266,7 @@ def test_game_planted(capsys, tmp_path, ext):
     (["mean-estimation", "--sizes", "5,5", "--mu-e", "0"], "mu_e"),
     (["planted", "--groups", "2,0"], "group sizes"),
     (["planted", "--groups", "2.5"], "--groups"),
-    (["planted", "--groups", "2", "--noise", "-1"], "non-negative"),
+    (["planted", "--groups", "2", "--noise", "-1"], "--noise"),
 ])
 def test_game_bad_arguments(capsys, tmp_path, args, fault):
     rc, _, err = run(capsys, "game", *args, "-o", tmp_path / "g.json")
@@ -318,7 +333,8 @@ def test_help_and_version(capsys):
 
 # ---------------------------------------------------------------------------- the installed command
 def _command():
-    exe = shutil.which("coalitions")
+    here = Path(sys.executable).with_name("coalitions")  # this environment's command, not another on PATH
+    exe = str(here) if here.exists() else shutil.which("coalitions")
     return [exe] if exe else [sys.executable, "-m", "coalitions.cli"]
 
 

@@ -139,7 +139,7 @@ def test_ari_properties(pair):
     assert ari == pytest.approx(adjusted_rand_index(a, (b * 7 + 3) % 11))  # relabelling
     assert ari <= 1.0 + 1e-12
     assert adjusted_rand_index(a, a) == 1.0
-    same = len({(x, y) for x, y in zip(a, b)}) == len(set(a)) == len(set(b))
+    same = len({(x, y) for x, y in zip(a, b, strict=True)}) == len(set(a)) == len(set(b))
     assert (ari == pytest.approx(1.0)) == same
 
 
@@ -185,3 +185,18 @@ def test_compare_command(tmp_path, capsys):
     bad.write_text('{"format": "coalitions/estimate@1"}')
     assert main(["compare", str(bad), str(game)]) == 2
     assert "missing field 'clients'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("semantics", ["personalized", "shared"])
+def test_an_exact_equilibrium_already_solved_gives_the_same_comparison(semantics):
+    e = estimate(["a", "b", "c"], {"a": [], "b": ["c"], "c": []}, [["a"], ["b", "c"]])
+    solved = co.solve(GAME, semantics)
+    assert compare(e, GAME, semantics, exact=solved) == compare(e, GAME, semantics)
+
+
+def test_an_exact_equilibrium_of_another_game_or_semantics_is_refused():
+    e = estimate(["a", "b", "c"], {"a": ["b"], "b": ["a"], "c": []}, [["a", "b"], ["c"]])
+    other = co.Game.from_mapping(["a", "b", "c"], VALUES)
+    for eq in (co.solve(other), co.solve(GAME, "shared"), co.solve(GAME, tol=1e-3)):
+        with pytest.raises(InputError, match="another game, semantics or tolerance"):
+            compare(e, GAME, exact=eq)

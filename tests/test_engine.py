@@ -154,11 +154,11 @@ def test_value_and_grad_dict_args_and_shared():
 
 
 def test_bad_engine_options_are_input_errors():
-    with pytest.raises(InputError, match="--engine"):
+    with pytest.raises(InputError, match="^path must be one of"):
         Engine("cpu", path="fast")
-    with pytest.raises(InputError, match="--chunk"):
+    with pytest.raises(InputError, match="^chunk must be an integer"):
         Engine("cpu", chunk=0)
-    with pytest.raises(InputError, match="--device"):
+    with pytest.raises(InputError, match="^device must be one of"):
         resolve_device("tpu")
     if not torch.cuda.is_available():
         with pytest.raises(InputError, match="no CUDA"):

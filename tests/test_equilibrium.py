@@ -1,4 +1,4 @@
-"""coalitions.equilibrium: solve = peel + certificate, with the shared-semantics fallback (SPEC §3)."""
+"""coalitions.equilibrium: solve = peel + certificate, with the shared-semantics fallback (docs/concepts.md §3)."""
 
 import pytest
 from conftest import STALLS

@@ -1,4 +1,4 @@
-"""The coalitions/estimate@1 format and the weight oracle (learners/estimate.py)."""
+"""The coalitions/estimate@1 format (coalitions/estimate.py) and the weight oracle (coalitions/oracles.py)."""
 
 import copy
 import json
@@ -12,13 +12,14 @@ from hypothesis import strategies as st
 from coalitions.errors import InputError
 from coalitions.estimate import (
     Estimate,
-    WeightOracle,
+    build_estimate,
     estimate_from_json,
     estimate_to_json,
     read_estimate,
     write_estimate,
 )
-from coalitions.graph import BenefitGraph
+from coalitions.graph import BenefitGraph, ExactOracle
+from coalitions.oracles import StructuralOracle, WeightOracle
 from coalitions.peeling import peel_oracle
 
 NAMES = ("a", "b", "c", "d")
@@ -112,7 +113,7 @@ def test_weight_oracle_rule_and_threshold_validation():
         WeightOracle(["x", "y"], w, "median")
     with pytest.raises(InputError, match="threshold"):
         WeightOracle(["x", "y"], w, "absolute", -1.0)
-    with pytest.raises(InputError, match="mass rule"):
+    with pytest.raises(InputError, match=r"threshold must be a number in \(0, 1\]"):
         WeightOracle(["x", "y"], w, "mass", 1.5)
 
 
@@ -293,3 +294,60 @@ def test_from_json_accepts_a_dict_directly():
     e = estimate_from_json(json.loads(json.dumps(estimate_to_json(make_estimate(weights=None)))
                                       .replace("NaN", "null")))
     assert e.clients == NAMES
+
+
+# --------------------------------------------------------------------------- build_estimate
+UTIL = {"val": {c: 1.0 for c in NAMES}, "test": {c: 0.5 for c in NAMES}}
+
+
+@st.composite
+def tied_weights(draw):
+    """Rows of small integers, normalised: equal weights (ties) are common."""
+    n = draw(st.integers(1, 6))
+    raw = np.array(draw(st.lists(st.lists(st.integers(0, 3), min_size=n, max_size=n), min_size=n, max_size=n)),
+                   dtype=float)
+    raw[np.arange(n), np.arange(n)] += 1
+    return raw / raw.sum(axis=1, keepdims=True)
+
+
+@given(tied_weights(), st.sampled_from(["relative", "absolute", "mass"]), st.sampled_from([0.25, 0.5, 1.0]))
+@settings(max_examples=60, deadline=None)
+def test_build_estimate_is_bg_all_and_peeling_of_the_oracle(w, rule, thr):
+    names = [f"c{i}" for i in range(w.shape[0])]
+    oracle = WeightOracle(names, w, rule, thr)
+    util = {"val": {c: 0.0 for c in names}, "test": {c: 0.0 for c in names}}
+    e = build_estimate(oracle, method="m", config={"k": 1}, utilities=util, metric="mse", sense="min", weights=w)
+    grand = (1 << len(names)) - 1
+    peeling = peel_oracle(WeightOracle(names, w, rule, thr))   # a fresh oracle: nothing cached
+    assert e.benefit_graph.collaborators == oracle.benefit_graph(grand).collaborators
+    assert e.partition == peeling.partition
+    assert e.rounds == tuple(r.stable for r in peeling.rounds if r.stable)
+    assert np.array_equal(e.weights, w) and e.config == {"k": 1} and e.extra == {}
+    back = estimate_from_json(json.loads(json.dumps(estimate_to_json(e))))
+    assert back.partition == e.partition and back.benefit_graph.edges == e.benefit_graph.edges
+
+
+def test_build_estimate_takes_a_peeling_already_run_and_extras():
+    oracle = WeightOracle(NAMES, W, "relative", 0.7)
+    p = peel_oracle(oracle)
+    e = build_estimate(oracle, method="m", config={}, utilities=UTIL, metric="accuracy", sense="max",
+                       weights=W, planted_groups=[["a", "b"], ["c", "d"]], extra={"x": [1]}, peeling=p)
+    assert e.partition == p.partition and e.extra == {"x": [1]} and e.planted_groups == (("a", "b"), ("c", "d"))
+
+
+def test_build_estimate_of_a_structural_oracle():
+    together = build_estimate(StructuralOracle(NAMES, True), method="fedavg", config={}, utilities=UTIL,
+                              metric="mse", sense="min")
+    alone = build_estimate(StructuralOracle(NAMES, False), method="local", config={}, utilities=UTIL,
+                           metric="mse", sense="min")
+    assert together.blocks() == [list(NAMES)] and together.weights is None
+    assert alone.blocks() == [[c] for c in NAMES] and alone.benefit_graph.edges == ()
+
+
+def test_build_estimate_on_an_exact_oracle_matches_solve():
+    import coalitions as co
+
+    game = co.mean_estimation([5, 5, 25, 3])
+    util = {"val": {c: 0.0 for c in game.clients}, "test": {c: 0.0 for c in game.clients}}
+    e = build_estimate(ExactOracle(game), method="exact", config={}, utilities=util, metric="mse", sense="min")
+    assert sorted(e.partition) == sorted(co.solve(game).partition)

@@ -104,10 +104,10 @@ def test_heuristic_recovers_planted_groups_on_separable_blobs():
     assert sorted(m.estimate_.blocks()) == [["0", "1", "2"], ["3", "4", "5"]]
 
 
-@pytest.mark.parametrize("kw,match", [({"alpha_k": -1}, "--alpha-k"), ({"sigma": 0}, "--sigma"),
-                                      ({"lam": float("nan")}, "--lam"), ({"rounds": -1}, "--rounds")])
+@pytest.mark.parametrize("kw,match", [({"alpha_k": -1}, "^alpha_k must be"), ({"sigma": 0}, "^sigma must be"),
+                                      ({"lam": float("nan")}, "^lam must be"), ({"rounds": -1}, "^rounds must be")])
 def test_bad_options_are_input_errors(kw, match):
     with pytest.raises(InputError, match=match):
         FedAMP(**kw).fit(blobs())
-    with pytest.raises(InputError, match="--self-weight"):
+    with pytest.raises(InputError, match="^self_weight must be a number in"):
         FedAMPHeuristic(self_weight=1.5).fit(blobs())

@@ -40,7 +40,7 @@ def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
     n = fed.n
     prev_w = np.full((n, n), 1 / n)
     prev_ema = None
-    for t, (w, ema) in enumerate(zip(m.posterior_history_, m.ema_history_)):
+    for t, (w, ema) in enumerate(zip(m.posterior_history_, m.ema_history_, strict=True)):
         assert np.allclose(w.sum(axis=1), 1) and (w >= 0).all()
         # w_t ∝ π_t·exp(−L̂_t) with π_t = w_{t−1} (accumulate=True)
         want = prev_w * np.exp(-(ema - ema.min(axis=1, keepdims=True)))
@@ -66,7 +66,7 @@ def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
 def test_uniform_prior_gives_the_softmax_of_the_ema():
     fed = blobs(sizes=(12, 9, 15))
     m = FedeRiCo(rounds=3, accumulate=False, **KW).fit(fed)
-    for w, ema in zip(m.posterior_history_, m.ema_history_):
+    for w, ema in zip(m.posterior_history_, m.ema_history_, strict=True):
         assert np.allclose(w, posterior(torch.zeros(3, 3, dtype=torch.float64), torch.as_tensor(ema)).numpy())
 
 
@@ -74,7 +74,7 @@ def test_prediction_mixes_the_models_by_the_posterior():
     fed = blobs(sizes=(12, 9, 15))
     m = FedeRiCo(rounds=2, **KW).fit(fed)
     data = m.train_data_
-    scores = m._scores(data)
+    scores = m.client_scores(data)
     spec = m.spec_
     for i in range(fed.n):
         probs = sum(m.posterior_[i, j] * torch.softmax(spec.forward({k: v[j] for k, v in m.params_.items()},
@@ -87,7 +87,7 @@ def test_regression_mixture_is_the_weighted_prediction():
     fed = regression()
     m = FedeRiCo(model="linear", rounds=2, lr=0.01, seed=0, engine="batched").fit(fed)
     data = m.train_data_
-    out = m._scores(data)
+    out = m.client_scores(data)
     i = 1
     want = sum(m.posterior_[i, j] * m.spec_.forward({k: v[j] for k, v in m.params_.items()}, data.X[i]).double()
                for j in range(fed.n))
@@ -108,7 +108,7 @@ def test_estimate_weights_and_options():
     m = FedeRiCo(rounds=2, weights="data", **KW).fit(fed)
     assert np.allclose(m.estimate_.weights, data_weights(m.posterior_))
     assert m.estimate_.config["weights"] == "data"
-    with pytest.raises(InputError, match="--eps"):
+    with pytest.raises(InputError, match="^eps must be"):
         FedeRiCo(eps=2).fit(fed)
-    with pytest.raises(InputError, match="--weights"):
+    with pytest.raises(InputError, match="^weights must be one of"):
         FedeRiCo(weights="x").fit(fed)

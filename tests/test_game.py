@@ -1,4 +1,6 @@
-"""coalitions.game: the exhaustive game, its constructors and validation (SPEC §1, §7)."""
+"""coalitions.game: the exhaustive game, its constructors and validation (docs/concepts.md §1, docs/formats.md)."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -53,7 +55,7 @@ def test_values_are_read_only_and_copied():
     assert g.values[0, 1] == 1.0
     with pytest.raises(ValueError):
         g.values[0, 1] = 5.0
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         g.sense = "min"  # frozen
 
 

@@ -86,14 +86,14 @@ def test_graph_and_shrink_match_naive(game):
             s = shrink_to_minimal(pay, best, k, r, 1e-9)
             below = {t for t in stable if t & ~k == 0}
             if not naive_condition_a(game, "personalized", fs(k), fs(r)):
-                assert s is None  # only a coalition satisfying (a) is a candidate (SPEC §3)
+                assert s is None  # only a coalition satisfying (a) is a candidate (docs/concepts.md §3)
             else:
                 assert s in below  # inclusion-minimal and satisfies (a): stable in R
 
 
 def test_shared_candidate_must_itself_satisfy_condition_a():
     # BG(all) is one source component {c0,c1,c2}; under shared semantics c0 gets v_0(all) = 1 < 2,
-    # so it is no candidate, although {c0,c2} inside it would satisfy (a).  SPEC §3: only a
+    # so it is no candidate, although {c0,c2} inside it would satisfy (a).  docs/concepts.md §3: only a
     # component satisfying (a) is shrunk.
     game = Game.from_mapping(["c0", "c1", "c2"], {
         "c0": {"c0": 0, "c0,c1": 2, "c0,c2": 2, "c0,c1,c2": 1},

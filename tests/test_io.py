@@ -1,4 +1,4 @@
-"""coalitions.io: the file formats of SPEC §7, round trips and validation."""
+"""coalitions.io: the file formats of docs/formats.md, round trips and validation."""
 
 import json
 
@@ -175,17 +175,22 @@ def test_equilibria_and_checks_json(tie_game):
 
 def test_an_interrupted_write_leaves_no_file(tmp_path, monkeypatch):
     """write_json writes next to the target and renames, so a resumable run never reads half a file."""
-    from coalitions import io as cio
+    from coalitions import files
 
     target = tmp_path / "game.json"
 
-    def boom(self, *a, **k):
-        raise KeyboardInterrupt
+    def boom(path, write):
+        def half(f):
+            f.write(b'{"a": ')
+            raise KeyboardInterrupt
 
-    monkeypatch.setattr(cio.Path, "write_text", boom)
+        return real(path, half)
+
+    real = files.write_file
+    monkeypatch.setattr(files, "write_file", boom)
     with pytest.raises(KeyboardInterrupt):
-        cio.write_json({"a": 1}, target)
+        files.write_text(target, "{}")
     assert list(tmp_path.iterdir()) == []
     monkeypatch.undo()
-    cio.write_json({"a": 1}, target)
+    write_json({"a": 1}, target)
     assert json.loads(target.read_text()) == {"a": 1} and list(tmp_path.iterdir()) == [target]

@@ -1,4 +1,4 @@
-"""coalitions.ocs: optimal collaborator sets with the SPEC §2 tie rule and ambiguity."""
+"""coalitions.ocs: optimal collaborator sets with the tie rule of docs/concepts.md §2 and ambiguity."""
 
 import pytest
 from conftest import any_games, fs, game_from_flat, naive_ocs

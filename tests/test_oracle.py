@@ -20,10 +20,10 @@ from coalitions.learners.exact import (
     closed_form_mse,
     closed_form_weights,
     membership,
-    resolve_device,
     subset_sums,
     train_subsets,
 )
+from coalitions.learners.training.engine import resolve_device
 from coalitions.learners.training.models import make_model
 
 
@@ -92,6 +92,9 @@ def test_oracle_game_sense_provenance_and_round_trip(tmp_path):
     prov = o.game_.provenance
     assert prov["dataset"] == "synthetic" and prov["metric"] == "mse" and prov["split"] == "val"
     assert prov["options"]["samples"] == 10 and prov["model"]["model"] == "linear" and prov["version"]
+    assert prov["sizes"] == fed.sizes("train").tolist() == [10, 10, 10]  # the weights of `welfare --weights sizes`
+    from coalitions.welfare import resolve_weights
+    assert resolve_weights(o.game_, "sizes").tolist() == [10, 10, 10]
     for path in (tmp_path / "g.json", tmp_path / "g.npz"):
         co.write_game(o.game_, path)
         back = co.read_game(path)
@@ -236,15 +239,15 @@ def test_rejects_bad_configuration():
     fed = toy_binary()
     with pytest.raises(InputError, match="linear"):
         ExhaustiveOracle(model="linear").fit(fed)
-    with pytest.raises(InputError, match="--model"):
+    with pytest.raises(InputError, match="^model must be one of"):
         ExhaustiveOracle(model="svm").fit(fed)
-    with pytest.raises(InputError, match="--epochs"):
+    with pytest.raises(InputError, match="^epochs must be an integer"):
         ExhaustiveOracle(model="mlp", epochs=0).fit(fed)
     if not torch.cuda.is_available():
         with pytest.raises(InputError, match="cuda"):
             resolve_device("cuda")
-    assert resolve_device("auto") in ("cpu", "cuda")
-    with pytest.raises(InputError, match="--threads"):
+    assert str(resolve_device("auto")) in ("cpu", "cuda")
+    with pytest.raises(InputError, match="^threads must be an integer"):
         ExhaustiveOracle(model="logistic", threads=0).fit(fed)
 
 

@@ -48,11 +48,13 @@ def wheel(tmp_path_factory):
         return zf.namelist()
 
 
+@pytest.mark.slow
 def test_wheel_has_one_top_level_name(wheel):
     tops = {name.split("/")[0] for name in wheel if not name.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"coalitions"}
 
 
+@pytest.mark.slow
 def test_wheel_holds_the_learners_and_the_cli(wheel):
     assert "coalitions/cli.py" in wheel
     assert "coalitions/learners/exact.py" in wheel

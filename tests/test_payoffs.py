@@ -1,4 +1,4 @@
-"""coalitions.payoffs: MAU by a subset-max transform, and the two semantics (SPEC §1–2)."""
+"""coalitions.payoffs: MAU by a subset-max transform, and the two semantics (docs/concepts.md §1–2)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""coalitions.peeling: the paper's Algorithm 1 with the shrink step (SPEC §3)."""
+"""coalitions.peeling: the paper's Algorithm 1 with the shrink step (docs/concepts.md §3)."""
 
 from coalitions.analytic import mean_estimation, planted
 from coalitions.bitmask import members

@@ -1,4 +1,4 @@
-"""Hypothesis properties of the whole game core on random games up to 7 clients (SPEC §1–3).
+"""Hypothesis properties of the whole game core on random games up to 7 clients (docs/concepts.md §1–3).
 
 Two families of games: *tied* games draw every value from a tiny integer set, so ties are
 everywhere (and the shrink step matters); *continuous* games draw Gaussian values, so no two
@@ -100,7 +100,7 @@ def test_every_recorded_coalition_is_stable_in_its_round(game):
     for rnd in peel(game).rounds:
         stable = naive_stable(game, fs(rnd.within), m)
         assert set(rnd.stable) <= stable
-        for k, src in zip(rnd.stable, rnd.sources):  # each is shrunk from its own source component
+        for k, src in zip(rnd.stable, rnd.sources, strict=True):  # each is shrunk from its own source component
             assert k & ~src == 0
 
 
@@ -228,5 +228,5 @@ def test_benefit_graph_components_match_networkx(game, data):
 def test_noise_free_planted_groups_are_found(groups, seed):
     g = planted(groups, noise=0.0, seed=seed)
     bounds = np.cumsum([0] + groups)
-    expect = tuple(sum(1 << i for i in range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:]))
+    expect = tuple(sum(1 << i for i in range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
     assert solve(g).partition == expect

@@ -32,8 +32,12 @@ def test_equilibrium_text(tie_game):
     text = equilibrium_text(solve(tie_game))
     assert "found by peeling: c0,c2 | c1" in text
     rows = {l.split()[0]: l.split() for l in text.splitlines() if l.startswith("c")}
-    assert rows["c0"] == ["c0", "c0,c2", "3", "3", "1"]
-    assert rows["c1"] == ["c1", "c1", "2", "3", "2"]
+    # client, coalition, payoff, MAU(all), round, gain over alone, contribution to the coalition
+    assert rows["c0"] == ["c0", "c0,c2", "3", "3", "1", "1", "2"]
+    assert rows["c1"] == ["c1", "c1", "2", "3", "2", "0", "0"]
+    assert rows["c2"] == ["c2", "c0,c2", "2", "2", "1", "2", "1"]
+    carries = text[text.index("who carries whom"):text.index("certificate")].splitlines()
+    assert [l.split() for l in carries if l.startswith("  c")] == [["c0", "-", "2"], ["c2", "1", "-"]]
     assert "inner agreement: holds" in text and "outer agreement: holds" in text
     assert "certificate (exhaustive)" in text
 

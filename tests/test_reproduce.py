@@ -16,7 +16,8 @@ from coalitions.errors import InputError  # noqa: E402
 from coalitions.learners.experiments import figures  # noqa: E402
 from coalitions.learners.experiments.catalogue import EXPERIMENTS, METHOD_LABELS, get_experiment  # noqa: E402
 from coalitions.learners.experiments.report import fmt_stat, report_markdown  # noqa: E402
-from coalitions.learners.experiments.runner import RESULTS_FORMAT, read_results, summarize  # noqa: E402
+from coalitions.learners.experiments.results import RESULTS_FORMAT, read_results  # noqa: E402
+from coalitions.learners.experiments.runner import summarize  # noqa: E402
 
 COLUMNS = ["Local", "FedAvg", "SPO", "CE", "FedAMP", "HeurFedAMP", "FedeRiCo", "SuPerFed-MM"]
 
@@ -29,8 +30,9 @@ def quick(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_quick_synthetic_finds_the_papers_two_equilibria(quick):
-    res = read_results(quick / "results.json")
+    res = read_results(quick / "results.json").to_json()
     assert res["format"] == RESULTS_FORMAT and res["experiment"] == "synthetic" and res["quick"]
     assert [r["name"] for r in res["regimes"]] == ["few", "many"]
     few, many = res["regimes"]
@@ -47,8 +49,9 @@ def test_quick_synthetic_finds_the_papers_two_equilibria(quick):
         assert m["ce"][c] == m["local"][c]
 
 
+@pytest.mark.slow
 def test_quick_report_has_every_section_and_column(quick):
-    res = read_results(quick / "results.json")
+    res = read_results(quick / "results.json").to_json()
     for reg in res["regimes"]:
         s = reg["summary"]
         assert s["columns"] == COLUMNS
@@ -65,8 +68,9 @@ def test_quick_report_has_every_section_and_column(quick):
     assert "`0,1,2 | 3,4,5` (1/1 seeds)" in text
 
 
+@pytest.mark.slow
 def test_quick_figures_exist(quick):
-    res = read_results(quick / "results.json")
+    res = read_results(quick / "results.json").to_json()
     names = set(res["figures"])
     for reg in ("few", "many"):
         assert f"{reg}-exact-ce.dot" in names and f"{reg}-spo-graph.dot" in names
@@ -81,6 +85,7 @@ def test_quick_figures_exist(quick):
                 assert f"![{png.name}]({png.name})" in (quick / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_rerun_reads_every_piece_back(quick, capsys):
     before = json.loads((quick / "results.json").read_text())
     rc = cli.main(["reproduce", "synthetic", "--quick", "-o", str(quick)])
@@ -95,8 +100,9 @@ def test_rerun_reads_every_piece_back(quick, capsys):
     assert after["compute_s"] > 0
 
 
+@pytest.mark.slow
 def test_without_matplotlib_dot_files_and_a_hint(quick, tmp_path, monkeypatch):
-    res = read_results(quick / "results.json")
+    res = read_results(quick / "results.json").to_json()
     for reg in res["regimes"]:  # the in-memory objects are gone from JSON: DOT of the exact CE is skipped
         for run in reg["runs"]:
             run.get("exact", {}).pop("_equilibrium", None)
@@ -179,6 +185,7 @@ def test_an_interrupt_says_how_to_resume(tmp_path, capsys, monkeypatch):
     assert "run the same command again to resume" in err and "interrupted" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_missing_piece_is_the_only_one_trained_again(quick, tmp_path, capsys):
     """What an interrupted run leaves: some pieces finished, one missing."""
     import shutil
@@ -193,6 +200,7 @@ def test_a_missing_piece_is_the_only_one_trained_again(quick, tmp_path, capsys):
     assert (out / "runs" / "quick" / "many-seed0-fedavg.json").exists()
 
 
+@pytest.mark.slow
 def test_report_rebuilds_from_results_json_alone(quick, tmp_path):
     """report.md is a pure function of results.json (coalitions.learners.experiments.report.rebuild)."""
     import shutil

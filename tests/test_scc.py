@@ -1,4 +1,4 @@
-"""coalitions.scc: iterative Tarjan, cross-checked against networkx and scipy (SPEC §3)."""
+"""coalitions.scc: iterative Tarjan, cross-checked against networkx and scipy (docs/concepts.md §3)."""
 
 import networkx as nx
 import numpy as np

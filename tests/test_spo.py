@@ -197,8 +197,7 @@ def test_learned_attributes(easy):
 
 def test_ratio_rule_is_consistent_with_elimination(easy):
     fed, m = easy
-    ratio = SPOOracle(m, fed)
-    ratio.rule = "ratio"
+    ratio = SPOOracle(fed.names, m.search_, "ratio", m.threshold, m.tol, m.min_weight)
     ratio._best = m.oracle_._best        # same searches, other rule
     elim = dict(m.oracle_.benefit_graph(15).collaborators)
     groups = {0: 0b0011, 1: 0b0011, 2: 0b1100, 3: 0b1100}
@@ -216,7 +215,7 @@ def test_oracle_answers_any_remaining_set_without_retraining(easy):
     g3 = o.benefit_graph(0b0111)           # {0, 1, 2}
     assert dict(g3.collaborators) == {0: 0b0010, 1: 0b0001, 2: 0}
     assert o.benefit_graph(0b0111) is g3   # cached
-    for p, q in zip(before, m.hypernet_.parameters()):
+    for p, q in zip(before, m.hypernet_.parameters(), strict=True):
         assert torch.equal(p, q)
     D, L = o.best_directions(0b0101)
     assert (D[[1, 3]] == 0).all() and np.isnan(L[[1, 3]]).all()
@@ -261,14 +260,14 @@ def test_epo_training_and_logistic_target():
 
 
 @pytest.mark.parametrize("kw, words", [
-    (dict(rule="majority"), "--rule"),
-    (dict(steps=-1), "--steps"),
-    (dict(starts=1), "--starts"),
-    (dict(lr=0.0), "--lr"),
-    (dict(threshold=math.nan), "--threshold"),
-    (dict(batch_size=0), "--batch-size"),
-    (dict(device="tpu"), "--device"),
-    (dict(model="cnn"), "--model"),
+    (dict(rule="majority"), "^rule must be one of"),
+    (dict(steps=-1), "^steps must be an integer"),
+    (dict(starts=1), "^starts must be an integer >= 2"),
+    (dict(lr=0.0), "^lr must be a number > 0"),
+    (dict(threshold=math.nan), "^threshold must be a number"),
+    (dict(batch_size=0), "^batch_size must be an integer"),
+    (dict(device="tpu"), "^device must be one of"),
+    (dict(model="cnn"), "^model must be one of linear, logistic, mlp"),
 ])
 def test_bad_options_are_input_errors(kw, words):
     fed = load("synthetic", clients=2, flipped="1", samples=5, val=5, test=5)

@@ -69,8 +69,8 @@ def test_mix_and_layers():
     assert torch.allclose(out["a"], torch.full((2,), 0.1)) and torch.allclose(out["b"], torch.full((2,), 0.9))
 
 
-@pytest.mark.parametrize("kw,match", [({"mu": -1}, "--mu"), ({"start": 2}, "--start"),
-                                      ({"lambda_grid": (0.5, 2.0)}, "--lambda-grid")])
+@pytest.mark.parametrize("kw,match", [({"mu": -1}, "^mu must be"), ({"start": 2}, "^start must be"),
+                                      ({"lambda_grid": (0.5, 2.0)}, "^lambda_grid must be")])
 def test_bad_options(kw, match):
     with pytest.raises(InputError, match=match):
         SuPerFedMM(**kw).fit(blobs())

@@ -1,1 +1,1 @@
-"""Data: federations, metrics and the packaged datasets (SPEC §5–6)."""
+"""Data: federations, metrics and the packaged datasets (docs/learners-data.md)."""

@@ -1,6 +1,6 @@
 """Federations: clients whose train / validation / test data must stay apart.
 
-SPEC §5–§6.  A :class:`Federation` is what every learner fits: a tuple of
+docs/learners-data.md.  A :class:`Federation` is what every learner fits: a tuple of
 :class:`Client` objects, each holding three :class:`Split` objects, plus the
 task (``"regression"``, ``"binary"``, ``"multiclass"``), the metric used for the
 game's values (``"mse"``, ``"accuracy"``, ``"auc"``) and, for data with planted
@@ -33,7 +33,7 @@ __all__ = ["Split", "Client", "Federation", "TASKS", "METRICS", "METRIC_SENSE"]
 
 TASKS = ("regression", "binary", "multiclass")
 METRICS = ("mse", "accuracy", "auc")
-#: The sense of each metric as a game value (SPEC §1: losses are given with ``"min"``).
+#: The sense of each metric as a game value (docs/concepts.md §1: losses are given with ``"min"``).
 METRIC_SENSE = {"mse": "min", "accuracy": "max", "auc": "max"}
 
 
@@ -73,7 +73,7 @@ class Client:
 
 @dataclass(frozen=True, eq=False)
 class Federation:
-    """A set of clients with a common task and metric (SPEC §5–§6).
+    """A set of clients with a common task and metric (docs/learners-data.md).
 
     Parameters
     ----------

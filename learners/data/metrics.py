@@ -1,6 +1,6 @@
 """Metrics that turn a model's scores on a client's data into a game value.
 
-SPEC §1, §5: ``v_i(S)`` is a metric of the model trained on ``S`` measured on
+docs/concepts.md §1, §5: ``v_i(S)`` is a metric of the model trained on ``S`` measured on
 client ``i``'s validation data.  Three metrics:
 
 * ``"mse"``: mean squared error ``mean((s - y)^2)``; a loss, sense ``"min"``.

@@ -4,7 +4,7 @@ Each :class:`Experiment` names a data set, the *regimes* to run it in (loader
 options), the exhaustive oracle's settings where the exact game is affordable,
 the learners to compare, two sets of run settings (``quick`` and ``full``) and
 the published numbers to print beside ours (Cui et al., KDD 2022, Tables 1–3,
-as far as ``../shared/seeds/`` preserves them).
+as far as our text copies of the papers preserve them).
 
 Nothing here trains anything; :mod:`coalitions.learners.experiments.runner` runs it.
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from coalitions.files import write_file, write_text
 from coalitions.learners.experiments.catalogue import METHOD_LABELS
 from coalitions.render import equilibrium_dot, graph_dot
 
@@ -69,7 +70,7 @@ def _draw_benefit_graph(plt, reg: dict, path: Path) -> None:
     pos, centres = _layout(reg["clients"], partition)
     fig, ax = plt.subplots(figsize=(6.4, 6.4))
     colours = plt.get_cmap("tab10")
-    for b, (block, (cx, cy, r)) in enumerate(zip(partition, centres)):
+    for b, (block, (cx, cy, r)) in enumerate(zip(partition, centres, strict=True)):
         ax.add_patch(Circle((cx, cy), r, color=colours(b % 10), alpha=0.15, zorder=0))
         rnd = round_of.get(block[0])
         ax.text(cx, cy + r + 0.12, f"round {rnd}" if rnd else "coalition", ha="center", va="bottom",
@@ -102,7 +103,7 @@ def _draw_benefit_graph(plt, reg: dict, path: Path) -> None:
                  "(edge j → i: j is in OCS of i);\nshaded: the collaboration equilibrium's coalitions",
                  fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    write_file(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"))
     plt.close(fig)
 
 
@@ -127,7 +128,7 @@ def _draw_weights(plt, reg: dict, path: Path) -> bool:
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.2 * rows + 0.4), squeeze=False)
     for ax in axes.flat[len(mats):]:
         ax.axis("off")
-    for ax, (title, m) in zip(axes.flat, mats):
+    for ax, (title, m) in zip(axes.flat, mats, strict=False):
         im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
         ax.set_title(title, fontsize=9)
         ticks = range(n)
@@ -135,7 +136,7 @@ def _draw_weights(plt, reg: dict, path: Path) -> bool:
         ax.set_yticks(ticks, clients, fontsize=7)
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.7, label="weight of column j in row i")
     fig.suptitle(f"{reg['title']}, seed {run['seed']}", fontsize=9)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    write_file(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"))
     plt.close(fig)
     return True
 
@@ -165,7 +166,7 @@ def _draw_utilities(plt, reg: dict, path: Path) -> None:
                  + (", bars: one std" if n > 1 else ""), fontsize=9)
     ax.legend(fontsize=7, ncol=min(len(cols), int(width_in / 1.5)), loc="upper center",
               bbox_to_anchor=(0.5, -0.1), frameon=False)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    write_file(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"))
     plt.close(fig)
 
 
@@ -182,13 +183,13 @@ def write_figures(results: dict, out: str | Path) -> tuple[list[str], str | None
         eq = run.get("exact", {}).get("_equilibrium")
         if eq is not None:
             name = f"{reg['name']}-exact-ce.dot"
-            (out / name).write_text(equilibrium_dot(eq), encoding="utf-8")
+            write_text(out / name, equilibrium_dot(eq))
             files.append(name)
         for m, s in run["methods"].items():
             est = s.get("_estimate")
             if est is not None:
                 name = f"{reg['name']}-{m}-graph.dot"
-                (out / name).write_text(graph_dot(est.benefit_graph), encoding="utf-8")
+                write_text(out / name, graph_dot(est.benefit_graph))
                 files.append(name)
     plt = _pyplot()
     if plt is None:

@@ -1,6 +1,6 @@
 """``report.md`` of a reproduction: pure functions from a results dict to Markdown.
 
-The results are those of :func:`coalitions.learners.experiments.runner.reproduce`
+The results are the JSON of a :class:`~coalitions.learners.experiments.results.Reproduction`
 (``coalitions/reproduction@1``); nothing here trains or imports torch, so a
 report can be rebuilt from a committed ``results.json``::
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+
+from coalitions.files import write_text
 
 __all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown"]
 
@@ -55,7 +57,7 @@ def _exact_section(reg: dict) -> list[str]:
     s = reg["summary"]
     counts = ", ".join(f"`{p}` on {k} of {len(runs)}" for p, k in s["exact_partitions"].items())
     lines = ["### The exact game", "",
-             f"Every subset of clients trained (the exhaustive oracle, SPEC §5); the game is the "
+             f"Every subset of clients trained (the exhaustive oracle, docs/concepts.md §5); the game is the "
              f"validation {reg['metric']}. Exact CE over the seeds: {counts}. Seed {runs[0]['seed']}: "
              f"CE `{_blocks(ex['partition'])}`, certificate "
              f"{'holds' if ex['certificate'] else 'FAILS'} (exhaustive), peeling rounds "
@@ -116,7 +118,7 @@ def _published_synthetic(results: dict) -> list[str]:
                   f"`{_blocks(pub['ce_partition'][reg['name']])}`. Ours: "
                   + ", ".join(f"`{p}` ({k}/{len(runs)} seeds)" for p, k in ours_p.items()) + ".", ""]
         rows = []
-        for c, paper in zip(reg["clients"], pub["ce_mse"][reg["name"]]):
+        for c, paper in zip(reg["clients"], pub["ce_mse"][reg["name"]], strict=False):
             ocs = {_set(r["exact"]["ocs"][c]) for r in runs}
             rows.append([c, " or ".join(sorted(ocs)), paper, fmt_stat(reg["summary"]["test"]["CE"][c])
                          if "CE" in reg["summary"]["test"] else "–"])
@@ -222,9 +224,9 @@ def report_markdown(results: dict) -> str:
 
 def rebuild(folder: str | Path) -> str:
     """Rewrite ``report.md`` in ``folder`` from its ``results.json``; returns the path."""
-    from coalitions.learners.experiments.runner import read_results
+    from coalitions.learners.experiments.results import read_results
 
     folder = Path(folder)
     path = folder / "report.md"
-    path.write_text(report_markdown(read_results(folder / "results.json")), encoding="utf-8")
+    write_text(path, report_markdown(read_results(folder / "results.json").to_json()))
     return str(path)

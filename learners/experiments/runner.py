@@ -3,7 +3,7 @@
 For every regime and seed of an :class:`~coalitions.learners.experiments.catalogue.Experiment`:
 
 1. build the federation (the seed fixes the data split and all training);
-2. where affordable, train the exhaustive oracle (SPEC §5) and solve the exact
+2. where affordable, train the exhaustive oracle (docs/concepts.md §5) and solve the exact
    game: its benefit graph, its CE with certificate, and each client's test
    metric alone, in the CE (the model :func:`coalitions.payoffs.models_in`
    picks on the client's coalition) and with everyone;
@@ -15,7 +15,8 @@ Finished pieces are written under ``DIR/runs/<mode>/`` as they finish (the
 exact games as ``coalitions/game@1``, the learners' estimates as
 ``coalitions/estimate@1``); a rerun of the same command reuses them, so an
 interrupted run resumes without losing finished work.  Then ``results.json``
-(``coalitions/reproduction@1``), ``report.md`` and the figures are written.
+(``coalitions/reproduction@1``, the typed objects of :mod:`.results`), ``report.md``
+(:mod:`.report`) and the figures (:mod:`.figures`) are written.
 
 Examples
 --------
@@ -27,7 +28,6 @@ Examples
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -38,13 +38,23 @@ import numpy as np
 import coalitions as co
 from coalitions.compare import compare
 from coalitions.errors import InputError
+from coalitions.files import write_text
 from coalitions.io import read_json, write_json
 from coalitions.learners.experiments.catalogue import METHOD_LABELS, Experiment, get_experiment
+from coalitions.learners.experiments.results import (
+    RESULTS_FORMAT,
+    Comparison,
+    ExactSummary,
+    MethodSummary,
+    RegimeResult,
+    Reproduction,
+    Run,
+    read_results,
+    write_results,
+)
 from coalitions.payoffs import models_in
 
-__all__ = ["RESULTS_FORMAT", "reproduce", "run_experiment", "summarize", "exact_summary"]
-
-RESULTS_FORMAT = "coalitions/reproduction@1"
+__all__ = ["RESULTS_FORMAT", "reproduce", "run_experiment", "summarize", "exact_summary", "read_results"]
 
 
 def _names(game: co.Game, mask: int) -> list[str]:
@@ -55,7 +65,8 @@ def _blocks(game: co.Game, partition) -> list[list[str]]:
     return [_names(game, k) for k in sorted(partition, key=lambda k: k & -k)]
 
 
-def exact_summary(game: co.Game, test_game: co.Game, metric: str, eq: co.Equilibrium | None = None) -> dict:
+def exact_summary(game: co.Game, test_game: co.Game, metric: str | None,
+                  eq: co.Equilibrium | None = None) -> ExactSummary:
     """The exact game's CE and each client's metric alone, in the CE and with everyone.
 
     ``game`` holds validation metrics (it decides everything); ``test_game`` the
@@ -66,21 +77,21 @@ def exact_summary(game: co.Game, test_game: co.Game, metric: str, eq: co.Equilib
     bg = co.ExactOracle(game).benefit_graph(game.grand)
     used = models_in(game, eq.partition)
     raw_val, raw_test = game.raw_values(), test_game.raw_values()
-    out = {"metric": metric, "partition": _blocks(game, eq.partition),
-           "certificate": bool(eq.certificate.holds), "found_by": eq.found_by,
-           "rounds": [[_names(game, k) for k in r] for r in eq.rounds],
-           "ocs": {game.clients[i]: _names(game, c) for i, c in bg.collaborators},
-           "ambiguous": sorted(game.clients[i] for i in bg.ambiguous),
-           "edges": [[game.clients[j], game.clients[i]] for j, i in bg.edges],
-           "model_in_ce": {game.clients[i]: _names(game, used[i]) for i in range(game.n)},
-           "val": {}, "test": {}}
+    scores = {}
     for part, raw in (("val", raw_val), ("test", raw_test)):
-        out[part] = {
+        scores[part] = {
             "local": {c: float(raw[i, 1 << i]) for i, c in enumerate(game.clients)},
             "ce": {c: float(raw[i, used[i]]) for i, c in enumerate(game.clients)},
             "all": {c: float(raw[i, game.grand]) for i, c in enumerate(game.clients)},
         }
-    return out
+    return ExactSummary(
+        metric=metric, partition=_blocks(game, eq.partition), certificate=bool(eq.certificate.holds),
+        found_by=eq.found_by, rounds=[[_names(game, k) for k in r] for r in eq.rounds],
+        ocs={game.clients[i]: _names(game, c) for i, c in bg.collaborators},
+        ambiguous=sorted(game.clients[i] for i in bg.ambiguous),
+        edges=[[game.clients[j], game.clients[i]] for j, i in bg.edges],
+        model_in_ce={game.clients[i]: _names(game, used[i]) for i in range(game.n)},
+        val=scores["val"], test=scores["test"], equilibrium=eq)
 
 
 def _is_ce(game: co.Game, estimate) -> bool:
@@ -90,25 +101,26 @@ def _is_ce(game: co.Game, estimate) -> bool:
     return bool(co.certify(game, partition).holds)
 
 
-def _method_summary(estimate, game) -> dict:
-    out = {"partition": [list(b) for b in estimate.blocks()],
-           "test": dict(estimate.utilities["test"]), "val": dict(estimate.utilities["val"]),
-           "weights": None if estimate.weights is None else estimate.weights.tolist(),
-           "edges": [[estimate.clients[j], estimate.clients[i]] for j, i in estimate.benefit_graph.edges]}
+def _method_summary(estimate, game, eq: co.Equilibrium | None = None) -> MethodSummary:
+    comparison = None
     if game is not None:
-        cmp = compare(estimate, game)
-        out["compare"] = {k: cmp[k] for k in ("edge_precision", "edge_recall", "edge_f1", "ocs_exact",
-                                              "same_partition", "ari", "regret")}
-        out["compare"]["is_exact_ce"] = _is_ce(game, estimate)
-    return out
+        cmp = compare(estimate, game, exact=eq)
+        comparison = Comparison(**{k: cmp[k] for k in Comparison.KEYS if k != "is_exact_ce"},
+                                is_exact_ce=_is_ce(game, estimate))
+    return MethodSummary(
+        partition=[list(b) for b in estimate.blocks()], test=dict(estimate.utilities["test"]),
+        val=dict(estimate.utilities["val"]),
+        weights=None if estimate.weights is None else estimate.weights.tolist(),
+        edges=[[estimate.clients[j], estimate.clients[i]] for j, i in estimate.benefit_graph.edges],
+        compare=comparison, estimate=estimate)
 
 
 def _read_timings(folder: Path) -> dict:
     """``{piece file name: seconds}`` of the pieces finished in ``folder`` (empty if none)."""
     path = folder / "timings.json"
     try:
-        return json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError):
+        return read_json(path) if path.exists() else {}
+    except InputError:  # an unreadable table only loses the timings of earlier invocations
         return {}
 
 
@@ -194,7 +206,7 @@ def summarize(regime: dict, methods) -> dict:
 
 
 def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, device: str = "auto",
-                   seeds=None, methods=None, log: Callable[[str], None] | None = None) -> dict:
+                   seeds=None, methods=None, log: Callable[[str], None] | None = None) -> Reproduction:
     """Run ``exp`` into ``out`` and return the results (also written as ``results.json``).
 
     Parameters
@@ -213,9 +225,10 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
 
     Returns
     -------
-    dict
-        ``coalitions/reproduction@1``: the settings, every run (exact summary
-        and each learner's summary), and per regime a :func:`summarize` table.
+    Reproduction
+        The settings, every run (exact summary and each learner's summary), and
+        per regime a :func:`summarize` table; the first seed's runs keep their
+        equilibrium and estimates in memory (for the figures).
     """
     from coalitions.learners.data.datasets import load
 
@@ -237,50 +250,57 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
     start = time.perf_counter()
     from coalitions.learners.training.engine import resolve_device
 
-    results = {"format": RESULTS_FORMAT, "experiment": exp.name, "title": exp.title, "dataset": exp.dataset,
-               "quick": quick, "device": str(resolve_device(device)), "seeds": list(seeds), "methods": list(methods),
-               "method_options": {m: settings.options_for(m) for m in methods},
-               "oracle": exp.oracle, "published": exp.published, "notes": exp.notes, "regimes": []}
+    results = Reproduction(
+        experiment=exp.name, title=exp.title, dataset=exp.dataset, quick=quick, device=str(resolve_device(device)),
+        seeds=list(seeds), methods=list(methods), method_options={m: settings.options_for(m) for m in methods},
+        oracle=exp.oracle, published=exp.published, notes=exp.notes, regimes=[])
     for regime in exp.regimes:
-        reg = {"name": regime.name, "title": regime.title, "options": regime.options, "runs": []}
+        runs: list[Run] = []
+        clients: list[str] = []
+        metric = None
         for seed in seeds:
             fed = load(exp.dataset, seed=seed, **regime.options)
-            reg["clients"] = list(fed.names)
-            reg["metric"] = getattr(fed, "metric", None)
+            clients = list(fed.names)
+            metric = getattr(fed, "metric", None)
             where = runs_dir / f"{regime.name}-seed{seed}"
-            run = {"seed": seed, "methods": {}}
-            game = test_game = None
+            run = Run(seed=seed, methods={})
+            game = test_game = eq = None
             if exp.oracle is not None:
                 game, test_game = _exact(fed, exp, seed, device, where, log)
                 eq = co.solve(game)
-                run["exact"] = exact_summary(game, test_game, reg["metric"], eq)
-                if seed == seeds[0]:
-                    run["exact"]["_equilibrium"] = eq  # kept for figures, dropped from JSON
+                run.exact = exact_summary(game, test_game, metric, eq)
+                if seed != seeds[0]:
+                    run.exact.equilibrium = None  # only the first seed's is drawn
             for m in methods:
                 est = _learner(fed, m, settings.options_for(m), seed, device, where, log)
-                run["methods"][m] = _method_summary(est, game)
-                if seed == seeds[0]:
-                    run["methods"][m]["_estimate"] = est
-            reg["runs"].append(run)
-        reg["summary"] = summarize(reg, methods)
-        results["regimes"].append(reg)
-    results["elapsed_s"] = time.perf_counter() - start
-    pieces = [f"{r['name']}-seed{k}-{suffix}" for r in results["regimes"] for k in seeds
+                run.methods[m] = _method_summary(est, game, eq)
+                if seed != seeds[0]:
+                    run.methods[m].estimate = None
+            runs.append(run)
+        summary = summarize({"runs": [r.to_json() for r in runs], "clients": clients}, methods)
+        results.regimes.append(RegimeResult(regime.name, regime.title, regime.options, runs, clients, metric,
+                                            summary))
+    results.elapsed_s = time.perf_counter() - start
+    pieces = [f"{r.name}-seed{k}-{suffix}" for r in results.regimes for k in seeds
               for suffix in (["game.json"] if exp.oracle is not None else []) + [f"{m}.json" for m in methods]]
     timings = _read_timings(runs_dir)
     recorded = [timings.get(p) for p in pieces]
-    results["compute_s"] = float(sum(t for t in recorded if t is not None))
-    results["compute_complete"] = all(t is not None for t in recorded)
+    results.compute_s = float(sum(t for t in recorded if t is not None))
+    results.compute_complete = all(t is not None for t in recorded)
     return results
 
 
-def _public(x):
-    """Drop the in-memory objects (keys starting with ``_``) before writing JSON."""
-    if isinstance(x, dict):
-        return {k: _public(v) for k, v in x.items() if not str(k).startswith("_")}
-    if isinstance(x, list):
-        return [_public(v) for v in x]
-    return x
+def _with_objects(results: Reproduction) -> dict:
+    """The JSON of ``results`` with the in-memory equilibrium and estimates under ``_``-keys (for the figures)."""
+    out = results.to_json()
+    for reg, reg_json in zip(results.regimes, out["regimes"], strict=True):
+        for run, run_json in zip(reg.runs, reg_json["runs"], strict=True):
+            if run.exact is not None and run.exact.equilibrium is not None:
+                run_json["exact"]["_equilibrium"] = run.exact.equilibrium
+            for m, summary in run.methods.items():
+                if summary.estimate is not None:
+                    run_json["methods"][m]["_estimate"] = summary.estimate
+    return out
 
 
 def reproduce(name: str, out: str | Path, *, quick: bool = False, device: str = "auto", seeds=None,
@@ -297,17 +317,11 @@ def reproduce(name: str, out: str | Path, *, quick: bool = False, device: str = 
     exp = get_experiment(name)
     results = run_experiment(exp, out, quick=quick, device=device, seeds=seeds, methods=methods, log=log)
     out = Path(out)
-    files, hint = write_figures(results, out) if figures else ([], None)
-    public = _public(results)
-    public["figures"] = files
-    if hint:
-        public["plot_hint"] = hint
-    write_json(public, out / "results.json")
-    (out / "report.md").write_text(report_markdown(public), encoding="utf-8")
+    files, hint = write_figures(_with_objects(results), out) if figures else ([], None)
+    results.figures = files
+    results.plot_hint = hint
+    write_results(results, out / "results.json")
+    public = results.to_json()
+    write_text(out / "report.md", report_markdown(public))
     public["files"] = ["report.md", "results.json"] + files
     return public
-
-
-def read_results(path: str | Path) -> dict:
-    """Read a ``results.json`` written by :func:`reproduce`."""
-    return read_json(path, RESULTS_FORMAT)

@@ -1,12 +1,23 @@
-"""What every personalised federated learner shares (SPEC §5, issue 4).
+"""The estimator contract, and what every personalised federated learner shares.
 
-:class:`PersonalizedLearner` is the scikit-learn-style base of ``fedamp``,
-``fedamp-heuristic``, ``federico``, ``superfed-mm``, ``superfed-lm``, ``local``
-and ``fedavg``.  A subclass says how to start (:meth:`~PersonalizedLearner._init_state`),
-what one communication round does (:meth:`~PersonalizedLearner._round`) and how a
-client predicts; the base runs the rounds on the batched :class:`~coalitions.learners.training.engine.Engine`,
-saves a checkpoint after every round, reports progress, scores every client on its
-validation and test data, and turns the result into a ``coalitions/estimate@1``.
+:class:`Learner` is the abstract base of every method (scikit-learn's conventions):
+``__init__`` only stores its explicitly named parameters, which :meth:`Learner.get_params`
+reads off the signature; ``fit(federation)`` validates them (:meth:`Learner.check_params`,
+errors naming the parameter), fits, and exposes what was learned — ``oracle_`` (a benefit
+oracle), ``utilities_`` and, where the method has them, ``weights_``.  The estimate
+(``estimate_``) is built from those by the core's one function,
+:func:`coalitions.estimate.build_estimate` (``BG(all)``, peeling, the record); a method adds
+its own settings and results through the public hooks :meth:`Learner.estimate_config` and
+:meth:`Learner.estimate_extra`.
+
+:class:`PersonalizedLearner` is the base of ``fedamp``, ``fedamp-heuristic``, ``federico``,
+``superfed-mm``, ``superfed-lm``, ``local`` and ``fedavg``.  A subclass says how to start
+(:meth:`~PersonalizedLearner.init_state`), what one communication round does
+(:meth:`~PersonalizedLearner.train_round`), what the final state means
+(:meth:`~PersonalizedLearner.finish`) and, if it is not one model per client, how a client
+predicts (:meth:`~PersonalizedLearner.client_scores`); the base runs the rounds on the
+batched :class:`~coalitions.learners.training.engine.Engine`, saves a checkpoint after every
+round, reports progress and scores every client on its validation and test data.
 
 Randomness
     Everything random in round ``r`` comes from ``numpy.random.default_rng([seed, r, stream])``
@@ -19,9 +30,9 @@ Optimiser
     Each round every client starts a fresh optimiser (as a client process of
     a federated round does) unless the method says otherwise (FedeRiCo keeps
     each model's Adam state: its models never leave their owners).
-From weights to an equilibrium (SPEC §5)
+From weights to an equilibrium (``docs/concepts.md``, "Learned benefit graphs")
     With a weight matrix (FedAMP's ``ξ``, FedeRiCo's posteriors) ``BG(R)``
-    comes from :class:`~coalitions.estimate.WeightOracle` (rule and threshold
+    comes from :class:`~coalitions.oracles.WeightOracle` (rule and threshold
     configurable): for ``R ⊊ all`` rows are **renormalised** over ``R`` by
     default; ``refit=True`` trains the method again on the clients of ``R``
     alone and reads ``BG(R)`` off the new weights (:class:`RefitOracle`).  The
@@ -29,39 +40,42 @@ From weights to an equilibrium (SPEC §5)
     Baselines without pairwise weights (Local, FedAvg, SuPerFed) write
     ``weights: null`` and the *structural* graph of what they train: Local no
     edges (everyone alone), FedAvg and SuPerFed every client on every other
-    (one shared federated model) — config ``"graph": "structural"``.
+    (one shared federated model) — config ``"graph": "structural"``
+    (:class:`~coalitions.oracles.StructuralOracle`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import inspect
 import math
-import os
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from coalitions.bitmask import mask_of, members
 from coalitions.errors import InputError
-from coalitions.estimate import DEFAULT_THRESHOLDS, WEIGHT_RULES, Estimate, WeightOracle
+from coalitions.estimate import Estimate, build_estimate
 from coalitions.graph import BenefitGraph
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
-from coalitions.learners.training.engine import Engine, Padded, resolve_device
+from coalitions.learners.training.checkpoint import federation_arrays, fingerprint, load_state, save_state
+from coalitions.learners.training.engine import PATHS, Engine, Padded, resolve_device
 from coalitions.learners.training.models import KINDS, make_model
-from coalitions.peeling import peel_oracle
+from coalitions.oracles import DEFAULT_THRESHOLDS, WEIGHT_RULES, StructuralOracle, WeightOracle
+from coalitions.params import check_param
+from coalitions.peeling import Peeling, peel_oracle
 
-__all__ = ["PersonalizedLearner", "RefitOracle", "StructuralOracle", "COMMON_DEFAULTS", "save_checkpoint", "load_checkpoint",
-           "unflatten", "default_model"]
+__all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "unflatten", "default_model"]
 
-#: Defaults shared by every method (each method may override some).
-COMMON_DEFAULTS = dict(model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
-                       lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                       device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None)
+#: The parameters every personalised learner takes, after its own (each class names them in its
+#: ``__init__``; a method may change a default, as FedeRiCo does for the optimiser).
+COMMON_PARAMS = ("model", "hidden", "rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum",
+                 "weight_decay", "rule", "threshold", "refit", "device", "engine", "chunk", "seed", "checkpoint",
+                 "progress")
 #: Settings that never change the result (left out of the checkpoint fingerprint).
 _NOT_RESULT = ("device", "checkpoint", "progress", "engine", "chunk", "rule", "threshold", "refit")
 
@@ -86,8 +100,6 @@ def unflatten(flat: torch.Tensor, like: dict) -> dict:
 
 def _takes_info(callback) -> bool:
     """Does ``callback`` accept a third positional argument (the round's ``info``)?"""
-    import inspect
-
     try:
         params = list(inspect.signature(callback).parameters.values())
     except (TypeError, ValueError):
@@ -97,79 +109,90 @@ def _takes_info(callback) -> bool:
     return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
 
 
-# --------------------------------------------------------------------------- checkpoints
-def _to_saveable(x):
-    if isinstance(x, np.ndarray):
-        return {"__ndarray__": torch.from_numpy(np.ascontiguousarray(x))}
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu()
-    if isinstance(x, dict):
-        return {k: _to_saveable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_to_saveable(v) for v in x]
-    return x
+# --------------------------------------------------------------------------- the contract
+class Learner(ABC):
+    """Abstract base of every learner: parameters, ``fit``, and the estimate from what was learned.
 
-
-def _from_saved(x, device):
-    if isinstance(x, dict):
-        if set(x) == {"__ndarray__"}:
-            return x["__ndarray__"].numpy()
-        return {k: _from_saved(v, device) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_from_saved(v, device) for v in x]
-    if isinstance(x, torch.Tensor):
-        return x.to(device)
-    return x
-
-
-def save_checkpoint(path, key: str, round_done: int, state: dict, meta: dict) -> None:
-    """Write ``state`` after ``round_done`` rounds to ``path`` atomically (temporary file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        torch.save({"key": key, "round": int(round_done), "state": _to_saveable(state), "meta": dict(meta)}, tmp)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write checkpoint ({e.strerror})") from None
-
-
-def load_checkpoint(path, key: str, device):
-    """``(round_done, state, meta)`` from ``path``; ``None`` when there is no file.
-
-    A file of another run (different data, method settings or seed) or an
-    unreadable one raises :class:`InputError`.
+    Subclasses name every parameter in ``__init__`` (no ``*args`` / ``**kwargs``) and
+    store each under its own name, without validating it; :meth:`fit` calls
+    :meth:`check_params` first.  After ``fit`` a learner exposes ``federation_``,
+    ``oracle_`` (answers ``BG(R)``), ``utilities_`` and ``weights_`` (``None`` without
+    pairwise weights).
     """
-    path = Path(path)
-    if not path.exists():
-        return None
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        ok = isinstance(blob, dict) and {"key", "round", "state", "meta"} <= set(blob)
-    except Exception as e:  # torch raises many kinds on a damaged file
-        raise InputError(f"{path}: not a readable learner checkpoint ({e.__class__.__name__}); "
-                         "delete it to start afresh") from None
-    if not ok:
-        raise InputError(f"{path}: not a learner checkpoint; delete it or pass another --checkpoint")
-    if blob["key"] != key:
-        raise InputError(f"{path}: checkpoint of a different run (data, method, options or seed differ); "
-                         "delete it or pass another --checkpoint")
-    return int(blob["round"]), _from_saved(blob["state"], device), dict(blob["meta"])
 
+    #: The method's name in estimates and on the command line.
+    method: ClassVar[str] = ""
 
-def _fingerprint(config: dict, federation: Federation) -> str:
-    h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
-    for c in federation.clients:
-        h.update(c.name.encode())
-        for part in (c.train, c.val, c.test):
-            h.update(str(part.X.shape).encode())
-            h.update(part.X.tobytes())
-            h.update(part.y.tobytes())
-    return h.hexdigest()
+    @classmethod
+    def param_names(cls) -> tuple[str, ...]:
+        """The constructor's parameters, in order (read off ``__init__``'s signature)."""
+        params = inspect.signature(cls.__init__).parameters.values()
+        bad = [p.name for p in params if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if bad:
+            raise TypeError(f"{cls.__name__}.__init__ must name its parameters explicitly, not *{bad[0]}")
+        return tuple(p.name for p in params if p.name != "self")
+
+    def _store(self, values: dict) -> None:
+        """Keep every constructor argument under its own name (``values``: the caller's ``locals()``)."""
+        for name in self.param_names():
+            setattr(self, name, values[name])
+
+    def get_params(self) -> dict:
+        """Every constructor parameter and its current value."""
+        return {k: getattr(self, k) for k in self.param_names()}
+
+    def set_params(self, **params) -> Learner:
+        """Change parameters (checked on the next :meth:`fit`); an unknown name is an error."""
+        names = self.param_names()
+        for k, v in params.items():
+            if k not in names:
+                raise InputError(f"{self.method}: unknown parameter {k!r}")
+            setattr(self, k, v)
+        return self
+
+    @abstractmethod
+    def check_params(self) -> None:
+        """Validate the parameters; raises :class:`~coalitions.params.ParameterError` naming the first bad one."""
+
+    @abstractmethod
+    def fit(self, federation: Federation) -> Learner:
+        """Fit on ``federation`` and set the learned attributes; returns ``self``."""
+
+    @abstractmethod
+    def estimate_config(self) -> dict:
+        """The JSON-ready settings written to the estimate's ``config``."""
+
+    def estimate_extra(self, peeling: Peeling) -> dict:
+        """Method-specific JSON-ready results for the estimate's ``extra`` (``peeling``: of ``oracle_``)."""
+        return {}
+
+    @property
+    def estimate_(self) -> Estimate:
+        """The ``coalitions/estimate@1`` of the fitted learner (built once, on first use)."""
+        cached = self.__dict__.get("_estimate")
+        if cached is None:
+            if not hasattr(self, "oracle_"):
+                raise AttributeError(f"{type(self).__name__} is not fitted: call fit() first")
+            fed = self.federation_
+            t0 = time.perf_counter()
+            peeling = peel_oracle(self.oracle_)
+            self.peeling_seconds_ = time.perf_counter() - t0
+            cached = self._estimate = build_estimate(
+                self.oracle_, method=self.method, config=self.estimate_config(), utilities=self.utilities_,
+                metric=fed.metric, sense=fed.sense, weights=self.weights_, planted_groups=fed.planted_groups,
+                extra=self.estimate_extra(peeling), peeling=peeling)
+        return cached
+
+    def _forget_estimate(self) -> None:
+        self.__dict__.pop("_estimate", None)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
 
 # --------------------------------------------------------------------------- refit oracle
 class RefitOracle:
-    """``BG(R)`` by training the method again on the clients of ``R`` alone (SPEC §5, ``--refit``).
+    """``BG(R)`` by training the method again on the clients of ``R`` alone (``--refit``).
 
     ``BG(all)`` comes from the fitted weights; for ``R ⊊ all`` a fresh copy of
     the learner (same settings and seed, no checkpoint) is fitted on the
@@ -192,7 +215,7 @@ class RefitOracle:
         idx = members(within)
         grand = (1 << len(self.clients)) - 1
         if within == grand:
-            graph = self._learner._weight_oracle(self.clients, self._weights).benefit_graph(within)
+            graph = self._learner.weight_oracle(self.clients, self._weights).benefit_graph(within)
         elif len(idx) == 1:
             graph = BenefitGraph(self.clients, within, ((idx[0], 0),))
         else:
@@ -200,33 +223,17 @@ class RefitOracle:
                              tuple(self._fed.clients[i] for i in idx), self._fed.n_classes, None,
                              self._fed.options)
             params = {**self._learner.get_params(), "checkpoint": None, "progress": None, "refit": False}
-            clone = type(self._learner)(**params)
-            clone._skip_estimate = True
-            clone.fit(sub)
+            clone = type(self._learner)(**params).fit(sub)
             self.refits_ += 1
-            local = clone._weight_oracle(sub.names, clone.weights_).benefit_graph((1 << len(idx)) - 1)
+            local = clone.oracle_.benefit_graph((1 << len(idx)) - 1)
             collab = tuple((idx[a], mask_of(idx[b] for b in members(c))) for a, c in local.collaborators)
             graph = BenefitGraph(self.clients, within, collab)
         self._cache[within] = graph
         return graph
 
 
-class StructuralOracle:
-    """The graph a baseline's training implies: nobody (``shared=False``, Local) or everybody
-    (``shared=True``: one federated model, FedAvg and SuPerFed) is a collaborator of each client."""
-
-    def __init__(self, clients, shared: bool):
-        self.clients = tuple(clients)
-        self.shared = bool(shared)
-
-    def benefit_graph(self, within: int) -> BenefitGraph:
-        within = int(within)
-        return BenefitGraph(self.clients, within,
-                            tuple((i, (within & ~(1 << i)) if self.shared else 0) for i in members(within)))
-
-
-# --------------------------------------------------------------------------- the base estimator
-class PersonalizedLearner:
+# --------------------------------------------------------------------------- the personalised learners
+class PersonalizedLearner(Learner):
     """Base of the personalised learners (see the module docstring).
 
     Common parameters
@@ -247,7 +254,7 @@ class PersonalizedLearner:
         Optimiser settings (SGD with momentum 0.9, lr 0.1 unless the method
         documents other defaults).
     rule : {"relative", "absolute", "mass"}
-        How a weight row becomes collaborators (:class:`~coalitions.estimate.WeightOracle`).
+        How a weight row becomes collaborators (:class:`~coalitions.oracles.WeightOracle`).
     threshold : float or None
         The rule's threshold (``None``: the rule's default).
     refit : bool
@@ -275,6 +282,9 @@ class PersonalizedLearner:
     weights_ : ndarray (N, N) or None
     weights_history_ : list of ndarray
         The weight matrix used in each round (methods with weights).
+    oracle_ : benefit oracle
+        :class:`~coalitions.oracles.WeightOracle` on ``weights_`` (or :class:`RefitOracle`
+        with ``refit=True``); :class:`~coalitions.oracles.StructuralOracle` without weights.
     utilities_ : dict
         ``{"val": {name: metric}, "test": {name: metric}}``.
     loss_history_ : list of float
@@ -286,84 +296,50 @@ class PersonalizedLearner:
         Rounds loaded from the checkpoint (0 when none).
     """
 
-    #: The method's name in estimates and on the command line.
-    method: str = ""
-    #: The method's own constructor parameters, in order.
-    _own_params: tuple = ()
     #: Does the method produce a pairwise weight matrix?
-    has_weights: bool = True
+    has_weights: ClassVar[bool] = True
+    #: Baselines: does the method train one shared model for everyone (FedAvg, SuPerFed)
+    #: or a model per client alone (Local)?  Gives the structural graph.
+    shares_model: ClassVar[bool] = True
 
-    def __init__(self, **common):
-        unknown = set(common) - set(COMMON_DEFAULTS)
-        if unknown:
-            raise TypeError(f"unknown parameter(s) {', '.join(sorted(unknown))}")
-        for k, v in COMMON_DEFAULTS.items():
-            setattr(self, k, common.get(k, v))
+    def __init__(self, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+        self._store(locals())
 
     # -- configuration
-    def get_params(self) -> dict:
-        """Every constructor setting (method's own first, then the common ones)."""
-        return {k: getattr(self, k) for k in (*self._own_params, *COMMON_DEFAULTS)}
-
-    def set_params(self, **params) -> PersonalizedLearner:
-        for k, v in params.items():
-            if k not in self.get_params():
-                raise InputError(f"{self.method}: unknown option {k!r}")
-            setattr(self, k, v)
-        return self
-
     def config(self) -> dict:
-        """The JSON-ready settings written to the estimate."""
+        """The JSON-ready settings (every parameter but ``checkpoint`` and ``progress``)."""
         out = {k: v for k, v in self.get_params().items() if k not in ("checkpoint", "progress")}
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
 
-    def _check(self) -> None:
-        """Validate the common settings (each raises :class:`InputError` naming the option)."""
-        def integer(name, lo, allow_none=False):
-            v = getattr(self, name)
-            if allow_none and v is None:
-                return
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-                raise InputError(f"--{name.replace('_', '-')} must be an integer >= {lo}, got {v!r}")
-
-        def number(name, lo, strict):
-            v = getattr(self, name)
-            ok = isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
-            if not ok or v < lo or (strict and v == lo):
-                raise InputError(f"--{name.replace('_', '-')} must be a number {'>' if strict else '>='} {lo}, "
-                                 f"got {v!r}")
-
-        integer("rounds", 0)
-        integer("local_epochs", 1)
-        integer("batch_size", 1, allow_none=True)
-        integer("hidden", 1)
-        integer("seed", 0)
-        number("lr", 0, True)
-        number("momentum", 0, False)
-        number("weight_decay", 0, False)
-        if self.momentum >= 1:
-            raise InputError(f"--momentum must be below 1, got {self.momentum!r}")
-        if self.model is not None and self.model not in KINDS:
-            raise InputError(f"--model must be one of {', '.join(KINDS)}, got {self.model!r}")
-        if self.optimizer not in ("sgd", "adam"):
-            raise InputError(f"--optimizer must be sgd or adam, got {self.optimizer!r}")
-        if self.rule not in WEIGHT_RULES:
-            raise InputError(f"--rule must be one of {', '.join(WEIGHT_RULES)}, got {self.rule!r}")
-        if self.threshold is not None:
-            number("threshold", 0, False)
-        if self.progress is not None and not callable(self.progress):
-            raise InputError("progress must be callable")
-        self._check_own()
-
-    def _check_own(self) -> None:
-        """Validate the method's own settings (subclasses)."""
+    def check_params(self) -> None:
+        """Validate the common settings (each raises :class:`~coalitions.params.ParameterError`)."""
+        check_param("rounds", self.rounds, "int", low=0)
+        check_param("local_epochs", self.local_epochs, "int", low=1)
+        check_param("batch_size", self.batch_size, "int", low=1, allow_none=True)
+        check_param("hidden", self.hidden, "int", low=1)
+        check_param("seed", self.seed, "int", low=0)
+        check_param("lr", self.lr, "number", low=0, low_open=True)
+        check_param("momentum", self.momentum, "number", low=0, high=1, high_open=True)
+        check_param("weight_decay", self.weight_decay, "number", low=0)
+        check_param("model", self.model, "choice", choices=KINDS, allow_none=True)
+        check_param("optimizer", self.optimizer, "choice", choices=("sgd", "adam"))
+        check_param("rule", self.rule, "choice", choices=WEIGHT_RULES)
+        check_param("threshold", self.threshold, "number", low=0, allow_none=True)
+        check_param("refit", self.refit, "bool")
+        check_param("device", self.device, "choice", choices=("auto", "cpu", "cuda"))
+        check_param("engine", self.engine, "choice", choices=PATHS)
+        check_param("chunk", self.chunk, "int", low=1, allow_none=True)
+        check_param("progress", self.progress, "callable", allow_none=True)
 
     # -- fitting
     def fit(self, federation: Federation) -> PersonalizedLearner:
-        """Train every client for ``rounds`` rounds, score them, and build the estimate."""
+        """Train every client for ``rounds`` rounds, score them, and expose the oracle."""
         if not isinstance(federation, Federation):
             raise InputError(f"{self.method}: fit() takes a Federation, got {type(federation).__name__}")
-        self._check()
+        self.check_params()
+        self._forget_estimate()
         t0 = time.perf_counter()
         fed = self.federation_ = federation
         dev = resolve_device(self.device)
@@ -372,13 +348,14 @@ class PersonalizedLearner:
         self.per_sample_loss_ = loss_function(fed.task)
         self.train_data_ = Padded(fed, "train", dev)
         self.engine_ = Engine(dev, self.engine, self.chunk)
-        key = _fingerprint({k: v for k, v in self.config().items() if k not in _NOT_RESULT}
-                           | {"method": self.method, "model_": self.model_}, fed)
+        key = fingerprint({k: v for k, v in self.config().items() if k not in _NOT_RESULT}
+                          | {"method": self.method, "model_": self.model_, "clients": list(fed.names)},
+                          federation_arrays(fed))
         state = None
         self.resumed_from_ = 0
         self.loss_history_ = []
         if self.checkpoint is not None:
-            loaded = load_checkpoint(self.checkpoint, key, dev)
+            loaded = load_state(self.checkpoint, key, dev)
             if loaded is not None:
                 self.resumed_from_, state, meta = loaded
                 self.loss_history_ = list(meta.get("loss_history", []))
@@ -387,38 +364,45 @@ class PersonalizedLearner:
                     self.engine_ = Engine(dev, path, chunk)
         if state is None:
             gen = torch.Generator().manual_seed(int(self.seed))
-            state = self._init_state(fed, gen, dev)
+            state = self.init_state(fed, gen, dev)
         for r in range(self.resumed_from_, int(self.rounds)):
-            state, info = self._round(state, r, lambda stream, r=r: np.random.default_rng([int(self.seed), r, stream]))
+            state, info = self.train_round(state, r,
+                                           lambda stream, r=r: np.random.default_rng([int(self.seed), r, stream]))
             self.loss_history_.append(float(info.get("loss", float("nan"))))
             if self.checkpoint is not None:
                 meta = {"loss_history": self.loss_history_, "engine": list(self.engine_.choice_ or ("auto", None))}
-                save_checkpoint(self.checkpoint, key, r + 1, state, meta)
+                save_state(self.checkpoint, key, r + 1, state, meta)
             if self.progress is not None:
                 if _takes_info(self.progress):
                     self.progress(r + 1, int(self.rounds), info)
                 else:
                     self.progress(r + 1, int(self.rounds))
         self.state_ = state
-        self._finish(state)
+        self.finish(state)
         self.utilities_ = self._utilities(fed, dev)
         self.fit_seconds_ = time.perf_counter() - t0
-        if not getattr(self, "_skip_estimate", False):
-            self.estimate_ = self._estimate(fed)
+        if not self.has_weights:
+            self.oracle_ = StructuralOracle(fed.names, self.shares_model)
+        elif self.refit:
+            self.oracle_ = RefitOracle(self, fed, self.weights_)
+        else:
+            self.oracle_ = self.weight_oracle(fed.names, self.weights_)
         return self
 
     # -- what subclasses provide
-    def _init_state(self, fed: Federation, gen: torch.Generator, device) -> dict:
-        raise NotImplementedError
+    @abstractmethod
+    def init_state(self, fed: Federation, gen: torch.Generator, device) -> dict:
+        """The state before the first round (tensors, arrays, numbers, lists of them)."""
 
-    def _round(self, state: dict, r: int, rng: Callable) -> tuple[dict, dict]:
-        raise NotImplementedError
+    @abstractmethod
+    def train_round(self, state: dict, r: int, rng: Callable) -> tuple[dict, dict]:
+        """Round ``r``: the new state and ``info`` (``{"loss": ...}``); ``rng(stream)`` draws this round's randomness."""
 
-    def _finish(self, state: dict) -> None:
+    @abstractmethod
+    def finish(self, state: dict) -> None:
         """Set ``params_``, ``weights_`` and ``weights_history_`` from the final state."""
-        raise NotImplementedError
 
-    def _scores(self, data: Padded) -> torch.Tensor:
+    def client_scores(self, data: Padded) -> torch.Tensor:
         """Each client's scores on its own padded split: ``(N, n_max, k)`` (logits or predictions)."""
         params = {k: v.to(data.X.device) for k, v in self.params_.items()}
         return self.engine_.map(self.spec_.forward, params, (data.X,))
@@ -439,57 +423,44 @@ class PersonalizedLearner:
 
         return make_optimizer(self.optimizer, self.lr, self.momentum, self.weight_decay)
 
-    # -- scoring and the estimate
+    # -- scoring, the oracle and the estimate
     def _utilities(self, fed: Federation, device) -> dict:
-        out = {}
+        out: dict[str, dict[str, float]] = {}
         for part in ("val", "test"):
             data = Padded(fed, part, device)
-            scores = self._scores(data).detach().cpu().double().numpy()
+            scores = self.client_scores(data).detach().cpu().double().numpy()
             out[part] = {}
             for i, name in enumerate(fed.names):
                 n = int(data.sizes[i])
                 out[part][name] = float(evaluate_batch(fed.metric, data.raw_y[i], scores[i:i + 1, :n])[0])
         return out
 
-    def _weight_oracle(self, names, weights) -> WeightOracle:
+    def weight_oracle(self, names, weights) -> WeightOracle:
+        """The :class:`~coalitions.oracles.WeightOracle` of this learner's rule and threshold on ``weights``."""
         return WeightOracle(names, weights, self.rule, self.threshold)
 
-    #: Baselines: does the method train one shared model for everyone (FedAvg, SuPerFed)
-    #: or a model per client alone (Local)?  Gives the structural graph.
-    shares_model: bool = True
-
-    def _estimate(self, fed: Federation) -> Estimate:
-        names = fed.names
-        grand = (1 << fed.n) - 1
-        config = {"method": self.method, **self.config(), "model_": self.model_, "dataset": fed.name,
-                  "data_options": dict(fed.options), "device_used": str(self.engine_.device_),
-                  "engine_used": self.engine_.label,
-                  "threshold_used": self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.rule]}
+    def estimate_config(self) -> dict:
+        fed = self.federation_
+        config: dict[str, Any] = {
+            "method": self.method, **self.config(), "model_": self.model_, "dataset": fed.name,
+            "data_options": dict(fed.options), "device_used": str(self.engine_.device_),
+            "engine_used": self.engine_.label,
+            "threshold_used": self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.rule]}
         if self.has_weights:
-            oracle = (RefitOracle(self, fed, self.weights_) if self.refit
-                      else self._weight_oracle(names, self.weights_))
             config["restricted"] = "refit" if self.refit else "renormalise"
             config["graph"] = "weights"
         else:
-            oracle = StructuralOracle(names, self.shares_model)
             config["restricted"] = "structural"
             config["graph"] = "structural"
-        peeling = peel_oracle(oracle)
+        return config
+
+    def estimate_extra(self, peeling: Peeling) -> dict:
         extra = {"loss_history": self.loss_history_, "fit_seconds": self.fit_seconds_,
                  "engine_timings": self.engine_.timings_, "resumed_from": self.resumed_from_}
         if self.has_weights:
             extra["weights_history"] = [np.round(w, 8).tolist() for w in self.weights_history_]
-        extra.update(self._extra())
-        return Estimate(clients=names, method=self.method, config=config,
-                        weights=self.weights_ if self.has_weights else None, utilities=self.utilities_,
-                        metric=fed.metric, sense=fed.sense, benefit_graph=oracle.benefit_graph(grand),
-                        partition=peeling.partition, rounds=tuple(r.stable for r in peeling.rounds if r.stable),
-                        planted_groups=fed.planted_groups, extra=extra)
-
-    def _extra(self) -> dict:
-        """Method-specific JSON-ready results for the estimate's ``extra``."""
-        return {}
+        return extra
 
     def __repr__(self) -> str:
-        own = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._own_params)
-        return f"{type(self).__name__}({own})"
+        own = [k for k in self.param_names() if k not in COMMON_PARAMS]
+        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in own)})"

@@ -1,4 +1,4 @@
-"""Utility baselines: ``local`` (everyone alone) and ``fedavg`` (one model for all) (SPEC §5).
+"""Utility baselines: ``local`` (everyone alone) and ``fedavg`` (one model for all) (docs/concepts.md §5).
 
 Neither learns pairwise weights; each writes ``weights: null`` and the
 *structural* benefit graph of what it trains (Local: no edges, so peeling
@@ -46,20 +46,22 @@ class Local(PersonalizedLearner):
     has_weights = False
     shares_model = False
 
-    def __init__(self, **common):
-        super().__init__(**common)
+    def __init__(self, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+        self._store(locals())
 
-    def _init_state(self, fed, gen, device):
+    def init_state(self, fed, gen, device):
         return {"params": self._init_params(gen, device, fed.n)}
 
-    def _round(self, state, r, rng):
+    def train_round(self, state, r, rng):
         opt = self._make_optimizer()
         params = state["params"]
         params, _, loss = train_epochs(self.engine_, self._task_loss, params, opt, opt.init(params),
                                        self.train_data_, self.local_epochs, self.batch_size, rng(0))
         return {"params": params}, {"loss": float(np.mean(loss))}
 
-    def _finish(self, state):
+    def finish(self, state):
         self.params_ = {k: v.detach().cpu() for k, v in state["params"].items()}
         self.weights_ = None
         self.weights_history_ = []
@@ -80,13 +82,15 @@ class FedAvg(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, **common):
-        super().__init__(**common)
+    def __init__(self, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+        self._store(locals())
 
-    def _init_state(self, fed, gen, device):
+    def init_state(self, fed, gen, device):
         return {"global": self._init_params(gen, device, 1)}
 
-    def _round(self, state, r, rng):
+    def train_round(self, state, r, rng):
         n = self.federation_.n
         params = {k: v.expand(n, *v.shape[1:]).clone() for k, v in state["global"].items()}
         opt = self._make_optimizer()
@@ -94,7 +98,7 @@ class FedAvg(PersonalizedLearner):
                                        self.train_data_, self.local_epochs, self.batch_size, rng(0))
         return {"global": weighted_average(params, self.train_data_.sizes)}, {"loss": float(np.mean(loss))}
 
-    def _finish(self, state):
+    def finish(self, state):
         n = self.federation_.n
         self.global_ = {k: v.detach().cpu() for k, v in state["global"].items()}
         self.params_ = {k: v.expand(n, *v.shape[1:]).clone() for k, v in self.global_.items()}

@@ -1,4 +1,4 @@
-"""FedAMP and HeurFedAMP: attentive message passing (Huang et al., AAAI 2021; SPEC §5).
+"""FedAMP and HeurFedAMP: attentive message passing (Huang et al., AAAI 2021; docs/concepts.md §5).
 
 FedAMP minimises ``Σ_i F_i(w_i) + λ Σ_{i<j} A(‖w_i − w_j‖²)`` with
 ``A(x) = 1 − e^{−x/σ}`` by alternating two steps each round ``k``:
@@ -49,9 +49,9 @@ import math
 import numpy as np
 import torch
 
-from coalitions.errors import InputError
 from coalitions.learners.methods.base import PersonalizedLearner, unflatten
 from coalitions.learners.training.engine import flatten, train_epochs
+from coalitions.params import check_param
 
 __all__ = ["FedAMP", "FedAMPHeuristic", "attention_plain", "attention_heuristic", "proximal_loss"]
 
@@ -124,30 +124,29 @@ class FedAMP(PersonalizedLearner):
     """
 
     method = "fedamp"
-    _own_params = ("alpha_k", "lam", "sigma")
 
-    def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 10.0, **common):
-        super().__init__(**common)
-        self.alpha_k, self.lam, self.sigma = alpha_k, lam, sigma
+    def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 10.0,
+                 *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+        self._store(locals())
 
-    def _check_own(self):
-        for name, strict in (("alpha_k", False), ("lam", False), ("sigma", True)):
-            v = getattr(self, name)
-            ok = isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
-            if not ok or v < 0 or (strict and v == 0):
-                raise InputError(f"--{name.replace('_', '-')} must be a number {'>' if strict else '>='} 0, "
-                                 f"got {v!r}")
+    def check_params(self):
+        super().check_params()
+        check_param("alpha_k", self.alpha_k, "number", low=0)
+        check_param("lam", self.lam, "number", low=0)
+        check_param("sigma", self.sigma, "number", low=0, low_open=True)
 
     def _attention(self, W: torch.Tensor) -> torch.Tensor:
         xi, guarded = attention_plain(W, float(self.alpha_k), float(self.sigma))
         self._guarded = getattr(self, "_guarded", 0) + guarded
         return xi
 
-    def _init_state(self, fed, gen, device):
+    def init_state(self, fed, gen, device):
         self._guarded = 0
         return {"params": self._init_params(gen, device, fed.n), "history": [], "guarded": 0}
 
-    def _round(self, state, r, rng):
+    def train_round(self, state, r, rng):
         params = state["params"]
         self._guarded = int(state["guarded"])
         W = flatten(params)
@@ -164,7 +163,7 @@ class FedAMP(PersonalizedLearner):
         info = {"loss": float(np.mean(losses)), "self_weight": float(torch.diagonal(xi).mean())}
         return {"params": new, "history": history, "guarded": self._guarded}, info
 
-    def _finish(self, state):
+    def finish(self, state):
         self.params_ = {k: v.detach().cpu() for k, v in state["params"].items()}
         self._guarded = int(state["guarded"])
         xi = self._attention(flatten(self.params_)).numpy()
@@ -172,8 +171,8 @@ class FedAMP(PersonalizedLearner):
         self.weights_ = xi / xi.sum(axis=1, keepdims=True)
         self.weights_history_ = [np.asarray(h, dtype=np.float64) for h in state["history"]]
 
-    def _extra(self):
-        return {"guarded_rows": self.guarded_rows_}
+    def estimate_extra(self, peeling):
+        return {**super().estimate_extra(peeling), "guarded_rows": self.guarded_rows_}
 
 
 class FedAMPHeuristic(FedAMP):
@@ -195,23 +194,21 @@ class FedAMPHeuristic(FedAMP):
     """
 
     method = "fedamp-heuristic"
-    _own_params = ("alpha_k", "lam", "sigma", "self_weight")
 
     def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 200.0, self_weight: float = 0.3,
-                 **common):
-        super().__init__(alpha_k=alpha_k, lam=lam, sigma=sigma, **common)
-        self.self_weight = self_weight
+                 *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+        self._store(locals())
 
-    def _check_own(self):
-        super()._check_own()
-        v = self.self_weight
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not 0 <= v <= 1:
-            raise InputError(f"--self-weight must be a number in [0, 1], got {v!r}")
+    def check_params(self):
+        super().check_params()
+        check_param("self_weight", self.self_weight, "number", low=0, high=1)
 
     def _attention(self, W):
         if self.alpha_k == 0:
             return torch.eye(W.shape[0], dtype=torch.float64, device=W.device)
         return attention_heuristic(W, float(self.sigma), float(self.self_weight))
 
-    def _extra(self):
-        return {}
+    def estimate_extra(self, peeling):
+        return PersonalizedLearner.estimate_extra(self, peeling)  # no guard: no guarded_rows

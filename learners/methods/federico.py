@@ -1,4 +1,4 @@
-"""FedeRiCo: federating with the right collaborators (Sui, Wen et al. 2022; SPEC §5).
+"""FedeRiCo: federating with the right collaborators (Sui, Wen et al. 2022; docs/concepts.md §5).
 
 No public code exists; this follows the paper's EM derivation (§3.2–3.3,
 Appendix A).  Client ``i`` owns a model ``φ_i`` and keeps, for every model
@@ -12,7 +12,7 @@ explains its data.  Each round ``t``:
 2. **E-step**: for the sampled ``j`` and itself, ``ℓ_ij = ℓ(φ_j; D_i)`` (mean
    loss on the whole training split) and ``L̂_ij ← (1 − β)·L̂_ij + β·ℓ_ij``;
    then ``w_ij ∝ π_ij · exp(−L̂_ij)`` over all ``j`` and ``π_i· ← w_i·``
-   (``accumulate=True``, SPEC §5).  With ``accumulate=False`` the prior stays
+   (``accumulate=True``, docs/concepts.md §5).  With ``accumulate=False`` the prior stays
    uniform and ``w_i· = softmax(−L̂_i·)`` (the paper's §3.3 reading where the
    EMA replaces the accumulated loss).  Computed in the log domain.
 3. **M-step**: ``local_epochs`` passes over the clients' data; at every step
@@ -36,7 +36,7 @@ learns from whom.  By default the estimate's weight matrix is therefore
 :func:`data_weights`, how much client ``i`` draws on client ``k``'s *data*
 through the models, ``A_ik = Σ_j w_ij w_kj / Σ_l w_lj`` (row-stochastic; equal
 to ``w`` when every client keeps its own model); ``weights="posterior"`` writes
-``w`` itself, as SPEC §5 literally says.  The posterior is always in the
+``w`` itself, as the learner contract (docs/concepts.md §5) literally reads.  The posterior is always in the
 estimate's ``extra``.
 
 Prediction: client ``i`` mixes the models by its posterior,
@@ -57,9 +57,9 @@ import math
 import numpy as np
 import torch
 
-from coalitions.errors import InputError
 from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.training.engine import Padded, epoch_plan, stack_select
+from coalitions.params import check_param
 
 __all__ = ["FedeRiCo", "posterior", "sample_neighbours", "data_weights", "WEIGHTS"]
 
@@ -119,11 +119,11 @@ class FedeRiCo(PersonalizedLearner):
     beta : float
         ``β``, EMA momentum of the tracked losses (0.6).
     accumulate : bool
-        ``π ← w`` after every E-step (True, SPEC §5); False keeps a uniform prior.
+        ``π ← w`` after every E-step (True, docs/concepts.md §5); False keeps a uniform prior.
     weights : {"data", "posterior"}
         The estimate's weight matrix: :func:`data_weights`
         ``A = w·diag(1/Σ_l w_lj)·wᵀ`` (default), or the posterior ``w`` itself
-        (SPEC §5's literal reading, which assumes model ``j`` stays client
+        (the literal reading of docs/concepts.md §5, which assumes model ``j`` stays client
         ``j``'s: EM breaks that, see the module docstring).
     optimizer, lr : str, float
         Adam, 1e-3 by default (the paper's).
@@ -154,29 +154,20 @@ class FedeRiCo(PersonalizedLearner):
     """
 
     method = "federico"
-    _own_params = ("neighbours", "eps", "beta", "accumulate", "weights")
 
     def __init__(self, neighbours: int = 3, eps: float = 0.3, beta: float = 0.6, accumulate: bool = True,
-                 weights: str = "data", **common):
-        common.setdefault("optimizer", "adam")
-        common.setdefault("lr", 1e-3)
-        common.setdefault("rule", "mass")
-        super().__init__(**common)
-        self.neighbours, self.eps, self.beta, self.accumulate = neighbours, eps, beta, accumulate
-        self.weights = weights
+                 weights: str = "data", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="adam",
+                 lr=1e-3, momentum=0.9, weight_decay=0.0, rule="mass", threshold=None, refit=False,
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+        self._store(locals())
 
-    def _check_own(self):
-        v = self.neighbours
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise InputError(f"--neighbours must be an integer >= 0, got {v!r}")
-        for name, lo, hi in (("eps", 0.0, 1.0), ("beta", 0.0, 1.0)):
-            x = getattr(self, name)
-            if isinstance(x, bool) or not isinstance(x, (int, float, np.floating)) or not lo <= x <= hi:
-                raise InputError(f"--{name} must be a number in [{lo}, {hi}], got {x!r}")
-        if self.weights not in WEIGHTS:
-            raise InputError(f"--weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
-        if not isinstance(self.accumulate, (bool, np.bool_)):
-            raise InputError(f"--accumulate must be true or false, got {self.accumulate!r}")
+    def check_params(self):
+        super().check_params()
+        check_param("neighbours", self.neighbours, "int", low=0)
+        check_param("eps", self.eps, "number", low=0, high=1)
+        check_param("beta", self.beta, "number", low=0, high=1)
+        check_param("weights", self.weights, "choice", choices=WEIGHTS)
+        check_param("accumulate", self.accumulate, "bool")
 
     # -- pieces
     def _pair_loss(self, params, X, y, m, weight):
@@ -192,7 +183,7 @@ class FedeRiCo(PersonalizedLearner):
                                 (d.X[clients], d.y[clients], d.m[clients]))
 
     # -- the rounds
-    def _init_state(self, fed, gen, device):
+    def init_state(self, fed, gen, device):
         phi = self._init_params(gen, device, fed.n)
         opt = self._make_optimizer()
         own = torch.arange(fed.n, device=device)
@@ -203,7 +194,7 @@ class FedeRiCo(PersonalizedLearner):
                 "w": torch.full((n, n), 1.0 / n, dtype=torch.float64, device=device),
                 "history": [], "ema_history": [], "neighbours": []}
 
-    def _round(self, state, r, rng):
+    def train_round(self, state, r, rng):
         n = self.federation_.n
         dev = self.engine_.device_
         k = min(int(self.neighbours), n - 1)
@@ -252,7 +243,7 @@ class FedeRiCo(PersonalizedLearner):
                 "ema_history": list(state["ema_history"]) + [ema.cpu()],
                 "neighbours": list(state["neighbours"]) + [torch.as_tensor(nb)]}, info
 
-    def _finish(self, state):
+    def finish(self, state):
         self.params_ = {k: v.detach().cpu() for k, v in state["phi"].items()}
         w = state["w"].cpu().numpy().astype(np.float64)
         self.posterior_ = w / w.sum(axis=1, keepdims=True)
@@ -264,7 +255,7 @@ class FedeRiCo(PersonalizedLearner):
         self.ema_history_ = [np.asarray(x) for x in state["ema_history"]]
         self.neighbours_history_ = [np.asarray(x) for x in state["neighbours"]]
 
-    def _scores(self, data: Padded) -> torch.Tensor:
+    def client_scores(self, data: Padded) -> torch.Tensor:
         """Mixture prediction ``Σ_j w_ij p(·|x; φ_j)`` for each client, as log-probabilities / logits."""
         n = len(data)
         dev = data.X.device
@@ -288,8 +279,8 @@ class FedeRiCo(PersonalizedLearner):
             return torch.log(mix) - torch.log1p(-mix.clamp(max=1 - 1e-16))
         return torch.log(mix)
 
-    def _extra(self):
+    def estimate_extra(self, peeling):
         names = self.federation_.names
-        return {"ema_loss": np.round(self.ema_loss_, 8).tolist(),
+        return {**super().estimate_extra(peeling), "ema_loss": np.round(self.ema_loss_, 8).tolist(),
                 "posterior": np.round(self.posterior_, 10).tolist(),
                 "neighbours_history": [[[names[j] for j in row] for row in nb] for nb in self.neighbours_history_]}

@@ -1,4 +1,4 @@
-"""The learners that ``coalitions learn --method NAME`` can run (SPEC §5, §8).
+"""The learners that ``coalitions learn --method NAME`` can run (docs/concepts.md §5, docs/cli.md).
 
 A :class:`Method` names an estimator class by its import path (so listing the
 methods, or building the command line, never imports PyTorch) and declares the
@@ -7,11 +7,12 @@ command-line flag, passes to the chosen method only the options the user gave
 (the estimator's own defaults apply otherwise), and refuses an option that the
 chosen method does not take.
 
-Adding a learner (issue 4: ``fedamp``, ``federico``, ``superfed-mm``, ``local``,
-``fedavg``, ...) is one :func:`register` call with its estimator's path and
-options; the estimator must accept ``device``, ``seed`` and ``progress`` keywords,
-``fit(federation)`` must return it, and it must expose ``estimate_`` (an
-:class:`~coalitions.estimate.Estimate`).
+Adding a learner is one :func:`register` call with its estimator's path and
+options; the estimator is a :class:`~coalitions.learners.methods.base.Learner`
+(it takes ``device``, ``seed`` and ``progress`` keywords, ``fit(federation)``
+returns it, and it exposes ``estimate_``, an :class:`~coalitions.estimate.Estimate`).
+A library error names the estimator's *parameter* (``Option.arg``); the command
+line reports it with the option's ``flag``.
 
 Examples
 --------
@@ -162,9 +163,9 @@ register(Method(
 ))
 
 
-# ---------------------------------------------------------------------------- issue 4: personalised learners
+# ---------------------------------------------------------------------------- personalised learners
 def _personalized_options() -> tuple[Option, ...]:
-    """Options every personalised learner takes (learners/personalized.py; defaults applied there)."""
+    """Options every personalised learner takes (methods/base.py; defaults applied there)."""
     return (
         Option("rounds", "rounds", "int", 50, "Communication rounds."),
         Option("local-epochs", "local_epochs", "int", 1, "Passes over each client's training data per round."),
@@ -226,7 +227,7 @@ register(Method(
         Option("neighbours", "neighbours", "int", 3, "Other clients sampled per round (K)."),
         Option("eps", "eps", "float", 0.3, "Epsilon of the epsilon-greedy neighbour sampling."),
         Option("beta", "beta", "float", 0.6, "EMA momentum of the tracked losses."),
-        Option("accumulate", "accumulate", "bool", True, "Prior <- posterior after every E-step (SPEC)."),
+        Option("accumulate", "accumulate", "bool", True, "Prior <- posterior after every E-step."),
         Option("weights", "weights", "choice", "data",
                "Estimate's weights: data drawn on through the models (A = w diag(1/colsum) w^T), or the "
                "posterior w itself.", ("data", "posterior")),

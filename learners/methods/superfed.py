@@ -1,4 +1,4 @@
-"""SuPerFed: a federated and a local model mixed along a low-loss line (Hahn et al., KDD 2022; SPEC §5).
+"""SuPerFed: a federated and a local model mixed along a low-loss line (Hahn et al., KDD 2022; docs/concepts.md §5).
 
 Every client holds a copy ``W_f`` of the global model and its own local model
 ``W_l`` (drawn from a different random initialisation).  A training step uses
@@ -42,12 +42,15 @@ import math
 import numpy as np
 import torch
 
-from coalitions.errors import InputError
 from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.methods.baselines import weighted_average
 from coalitions.learners.training.engine import Padded, train_epochs
+from coalitions.params import ParameterError, check_param
 
-__all__ = ["SuPerFed", "SuPerFedMM", "SuPerFedLM", "layer_index", "mix"]
+__all__ = ["SuPerFed", "SuPerFedMM", "SuPerFedLM", "layer_index", "mix", "LAMBDA_GRID"]
+
+#: Default candidates for each client's ``λ*``: ``0, 0.1, …, 1``.
+LAMBDA_GRID = tuple(float(x) for x in np.round(np.linspace(0, 1, 11), 2))
 
 
 def layer_index(params: dict) -> dict:
@@ -99,24 +102,24 @@ class SuPerFed(PersonalizedLearner):
     layer_mixing = False
     has_weights = False
     shares_model = True
-    _own_params = ("mu", "nu", "start", "lambda_grid")
 
-    def __init__(self, mu: float = 0.01, nu: float = 1.0, start: float = 0.4,
-                 lambda_grid=tuple(np.round(np.linspace(0, 1, 11), 2)), **common):
-        super().__init__(**common)
-        self.mu, self.nu, self.start = mu, nu, start
-        self.lambda_grid = tuple(float(x) for x in lambda_grid)
+    def __init__(self, mu: float = 0.01, nu: float = 1.0, start: float = 0.4, lambda_grid=LAMBDA_GRID,
+                 *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+        self._store(locals())
 
-    def _check_own(self):
-        for name in ("mu", "nu"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not (math.isfinite(v) and v >= 0):
-                raise InputError(f"--{name} must be a number >= 0, got {v!r}")
-        v = self.start
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not 0 <= v <= 1:
-            raise InputError(f"--start must be a number in [0, 1], got {v!r}")
-        if not self.lambda_grid or not all(0 <= x <= 1 for x in self.lambda_grid):
-            raise InputError(f"--lambda-grid must be numbers in [0, 1], got {self.lambda_grid!r}")
+    def check_params(self):
+        super().check_params()
+        check_param("mu", self.mu, "number", low=0)
+        check_param("nu", self.nu, "number", low=0)
+        check_param("start", self.start, "number", low=0, high=1)
+        grid = self.lambda_grid
+        if isinstance(grid, (str, bytes)) or not hasattr(grid, "__len__") or len(grid) == 0:
+            raise ParameterError("lambda_grid", "{name} must be a non-empty sequence of numbers in [0, 1], got "
+                                 + repr(grid).replace("{", "{{").replace("}", "}}"))
+        for x in grid:
+            check_param("lambda_grid", x, "number", low=0, high=1)
 
     # -- losses
     def _phase1_loss(self, f, X, y, m, g):
@@ -134,12 +137,12 @@ class SuPerFed(PersonalizedLearner):
         return self._task_loss(mixed, X, y, m) + self.mu * prox + self.nu * cos ** 2
 
     # -- rounds
-    def _init_state(self, fed, gen, device):
+    def init_state(self, fed, gen, device):
         glob = self._init_params(gen, device, 1)
         local = {k: v.to(device) for k, v in self.spec_.init(gen, fed.n).items()}
         return {"global": glob, "local": local}
 
-    def _round(self, state, r, rng):
+    def train_round(self, state, r, rng):
         n = self.federation_.n
         self._layers = layer_index(state["global"])
         g = {k: v.expand(n, *v.shape[1:]).clone() for k, v in state["global"].items()}
@@ -167,7 +170,7 @@ class SuPerFed(PersonalizedLearner):
         glob = weighted_average(f, self.train_data_.sizes)
         return {"global": glob, "local": local}, {"loss": float(np.mean(loss)), "phase": 2 if phase2 else 1}
 
-    def _finish(self, state):
+    def finish(self, state):
         n = self.federation_.n
         self.global_ = {k: v.detach().cpu() for k, v in state["global"].items()}
         self.local_ = {k: v.detach().cpu() for k, v in state["local"].items()}
@@ -210,9 +213,9 @@ class SuPerFed(PersonalizedLearner):
             best[i] = self.lambda_grid[min(range(G), key=lambda a: key[a])]
         return best, curve
 
-    def _extra(self):
+    def estimate_extra(self, peeling):
         names = self.federation_.names
-        return {"lambda": {names[i]: float(self.lambda_[i]) for i in range(len(names))},
+        return {**super().estimate_extra(peeling), "lambda": {names[i]: float(self.lambda_[i]) for i in range(len(names))},
                 "lambda_grid": list(self.lambda_grid),
                 "val_curve": {names[i]: [float(x) for x in self.val_curve_[i]] for i in range(len(names))}}
 

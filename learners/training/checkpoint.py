@@ -1,31 +1,45 @@
-"""On-disk checkpoints for the exhaustive oracle: resume without retraining.
+"""On-disk checkpoints: one format and one fingerprint for every long fit.
 
-The exhaustive oracle trains subset models chunk by chunk (SPEC §5).  After
-each chunk a :class:`Checkpoint` rewrites one ``.npz`` file atomically (write a
-temporary file, then ``os.replace``) holding the values found so far, which
-chunks are done, and a *fingerprint* of everything that determines the result
-(data, model, training options, seed, chunk layout).  A later run with the
-same fingerprint loads the finished chunks and trains only the others; a
-different fingerprint is refused, so a checkpoint never mixes two runs.
+The personalised learners save their state after every round and the exhaustive
+oracle after every chunk of subset models; both resume from the file and give the
+result an uninterrupted run gives.  One format serves both: a NumPy ``.npz``
+archive (no pickle) holding
+
+* ``format``: ``"coalitions/checkpoint@1"``;
+* ``key``: the *fingerprint* of everything that determines the result
+  (:func:`fingerprint`: the settings and the data), so that a checkpoint of
+  another run is refused instead of mixed in;
+* ``progress``: the rounds or chunks done;
+* the state, a tree of dicts and lists whose leaves are arrays, tensors and JSON
+  numbers or strings: the tree's skeleton as JSON, every array or tensor as its
+  own member (tensors come back as tensors, on the caller's device);
+* ``meta``: JSON-ready notes (a loss history, the engine chosen).
+
+Files are read through :func:`coalitions.files.open_input` (regular files only, size
+limit first) and replaced by :func:`coalitions.files.write_file` (a temporary file, then
+``os.replace``), so an interrupted save leaves the previous checkpoint intact.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from coalitions.errors import InputError
+from coalitions.files import open_input, write_file
+from coalitions.io import MAX_NPZ_BYTES
 
-__all__ = ["Checkpoint", "fingerprint"]
+__all__ = ["CHECKPOINT_FORMAT", "fingerprint", "federation_arrays", "save_state", "load_state", "Checkpoint"]
+
+CHECKPOINT_FORMAT = "coalitions/checkpoint@1"
 
 
 def fingerprint(config: dict, arrays=()) -> str:
-    """SHA-256 of a JSON-able ``config`` and the bytes of ``arrays``."""
+    """SHA-256 of a JSON-able ``config`` and the dtype, shape and bytes of ``arrays``."""
     h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     for a in arrays:
         a = np.ascontiguousarray(a)
@@ -34,13 +48,95 @@ def fingerprint(config: dict, arrays=()) -> str:
     return h.hexdigest()
 
 
+def federation_arrays(federation) -> list[np.ndarray]:
+    """Every client's features and targets of every split, in order (for :func:`fingerprint`)."""
+    return [a for c in federation.clients for part in (c.train, c.val, c.test) for a in (part.X, part.y)]
+
+
+# --------------------------------------------------------------------------- the state tree
+def _pack(x, arrays: list):
+    """The JSON skeleton of ``x``; arrays and tensors are appended to ``arrays``."""
+    if isinstance(x, dict):
+        return {"dict": {str(k): _pack(v, arrays) for k, v in x.items()}}
+    if isinstance(x, (list, tuple)):
+        return {"list": [_pack(v, arrays) for v in x]}
+    if isinstance(x, np.ndarray):
+        arrays.append(np.ascontiguousarray(x))
+        return {"array": len(arrays) - 1}
+    if type(x).__module__.startswith("torch"):  # a tensor, without importing torch here
+        arrays.append(x.detach().cpu().numpy())
+        return {"tensor": len(arrays) - 1}
+    if isinstance(x, np.generic):
+        x = x.item()
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return {"value": x}
+    raise TypeError(f"a checkpoint cannot hold a {type(x).__name__}")
+
+
+def _unpack(node, arrays, device):
+    if "dict" in node:
+        return {k: _unpack(v, arrays, device) for k, v in node["dict"].items()}
+    if "list" in node:
+        return [_unpack(v, arrays, device) for v in node["list"]]
+    if "array" in node:
+        return arrays[f"a{node['array']}"]
+    if "tensor" in node:
+        import torch
+
+        return torch.from_numpy(arrays[f"a{node['tensor']}"]).to(device)
+    return node["value"]
+
+
+def save_state(path, key: str, progress: int, state: dict, meta: dict | None = None) -> None:
+    """Write ``state`` after ``progress`` rounds or chunks to ``path``, atomically."""
+    path = Path(path)
+    arrays: list[np.ndarray] = []
+    skeleton = json.dumps(_pack(state, arrays))
+    write_file(path, lambda fh: np.savez(
+        fh, format=np.array(CHECKPOINT_FORMAT), key=np.array(key), progress=np.array(int(progress)),
+        skeleton=np.array(skeleton), meta=np.array(json.dumps(meta or {})),
+        **{f"a{i}": a for i, a in enumerate(arrays)}))
+
+
+def load_state(path, key: str, device="cpu"):
+    """``(progress, state, meta)`` from ``path``; ``None`` when there is no file.
+
+    A file of another run (different data, settings or seed), or one that is not
+    a readable checkpoint, raises :class:`~coalitions.errors.InputError`.
+    """
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        with open_input(path, MAX_NPZ_BYTES, "a checkpoint") as fh, np.load(fh, allow_pickle=False) as z:
+            fields = {name: z[name] for name in z.files}
+        fmt, found = str(fields.get("format", "")), str(fields.get("key", ""))
+        if fmt == CHECKPOINT_FORMAT and found == key:
+            arrays = {name: a for name, a in fields.items() if name[:1] == "a" and name[1:].isdigit()}
+            progress = int(fields["progress"])
+            state = _unpack(json.loads(str(fields["skeleton"])), arrays, device)
+            meta = json.loads(str(fields["meta"]))
+    except InputError:
+        raise
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise InputError(f"{path}: not a readable checkpoint ({e.__class__.__name__}); "
+                         "delete it to start afresh") from None
+    if fmt != CHECKPOINT_FORMAT:
+        raise InputError(f"{path}: not a checkpoint of this toolkit; delete it or choose another file")
+    if found != key:
+        raise InputError(f"{path}: checkpoint of a different run (data, method, options or seed differ); "
+                         "delete it or choose another file")
+    return progress, state, meta
+
+
+# --------------------------------------------------------------------------- chunked results
 class Checkpoint:
-    """Finished chunks of one oracle run, kept in ``path``.
+    """Finished chunks of one exhaustive-oracle run, kept in ``path`` (the format above).
 
     Parameters
     ----------
     path : str or Path
-        The ``.npz`` file (created on the first :meth:`save`).
+        The file (created on the first :meth:`save`).
     key : str
         Fingerprint of the run; a file with another key is refused.
     arrays : dict of str -> shape
@@ -56,28 +152,20 @@ class Checkpoint:
 
     def load(self) -> Checkpoint:
         """Read finished chunks from ``path`` if it exists (else keep an empty state)."""
-        if not self.path.exists():
+        loaded = load_state(self.path, self.key)
+        if loaded is None:
             return self
-        try:
-            with np.load(self.path, allow_pickle=False) as z:
-                key = str(z["key"])
-                done = z["done"]
-                arrays = {k: z[k] for k in self.arrays}
-        except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as e:
-            raise InputError(f"{self.path}: not a readable oracle checkpoint ({e.__class__.__name__}); "
-                             "delete it to start afresh") from None
-        if key != self.key or done.shape != self.done.shape or any(
-                arrays[k].shape != v.shape for k, v in self.arrays.items()):
+        _, state, _ = loaded
+        done = state.get("done") if isinstance(state, dict) else None
+        arrays = state.get("arrays", {}) if isinstance(state, dict) else {}
+        if (not isinstance(done, np.ndarray) or done.shape != self.done.shape
+                or set(arrays) != set(self.arrays)
+                or any(arrays[k].shape != v.shape for k, v in self.arrays.items())):
             raise InputError(f"{self.path}: checkpoint of a different run (data, model, options or seed "
-                             "differ); delete it or pass another --checkpoint")
+                             "differ); delete it or choose another file")
         self.arrays, self.done = arrays, done.astype(bool)
         return self
 
     def save(self) -> None:
         """Write the current state atomically."""
-        tmp = self.path.with_name(self.path.name + ".tmp.npz")
-        try:
-            np.savez(tmp, key=np.array(self.key), done=self.done, **self.arrays)
-            os.replace(tmp, self.path)
-        except OSError as e:
-            raise InputError(f"{self.path}: cannot write checkpoint ({e.strerror})") from None
+        save_state(self.path, self.key, int(self.done.sum()), {"done": self.done, "arrays": self.arrays})

@@ -1,4 +1,4 @@
-"""One training engine for every client at once (SPEC §5, issue 4).
+"""One training engine for every client at once (docs/concepts.md §5).
 
 Personalised federated methods keep one model per client (FedAMP, Local,
 FedeRiCo) or two (SuPerFed).  Public implementations train them one client
@@ -61,7 +61,7 @@ import numpy as np
 import torch
 from torch.func import grad_and_value, vmap
 
-from coalitions.errors import InputError
+from coalitions.params import ParameterError, check_param
 
 __all__ = ["Engine", "PATHS", "resolve_device", "Padded", "epoch_plan", "SGD", "Adam", "make_optimizer",
            "masked_mean", "train_epochs", "flatten", "tree_map", "stack_select", "CALIBRATION_MODELS"]
@@ -73,15 +73,12 @@ CALIBRATION_MODELS = 32
 
 def resolve_device(device: str = "auto") -> torch.device:
     """``"auto"``: CUDA when available, else the CPU; ``"cuda"`` without a GPU is an error."""
+    check_param("device", device, "choice", choices=("auto", "cpu", "cuda"))
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cpu":
-        return torch.device("cpu")
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError("--device cuda: no CUDA device is available (use --device cpu or auto)")
-        return torch.device("cuda")
-    raise InputError(f"--device must be auto, cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ParameterError("device", "{name} cuda: no CUDA device is available (use {name} cpu or auto)")
+    return torch.device(device)
 
 
 # --------------------------------------------------------------------------- stacked dicts
@@ -117,8 +114,8 @@ class Padded:
     m : tensor (N, n_max)
         1.0 for real samples, 0.0 for padding.
     sizes : ndarray (N,)
-    raw_y : list of ndarray
-        Each client's unpadded targets (for the metrics).
+    raw_X, raw_y : list of ndarray
+        Each client's unpadded features and targets (for the metrics).
     """
 
     def __init__(self, federation, part: str, device, clients: Sequence[int] | None = None):
@@ -137,10 +134,25 @@ class Padded:
         self.X = torch.as_tensor(X, device=device)
         self.y = torch.as_tensor(y, device=device)
         self.m = torch.as_tensor(m, device=device)
+        self.raw_X = [s.X for s in splits]
         self.raw_y = [s.y for s in splits]
 
     def __len__(self) -> int:
         return len(self.sizes)
+
+    def sample(self, batch: int | None, rng: np.random.Generator):
+        """``X, y, m``: ``batch`` samples per client drawn with replacement, or the whole split.
+
+        With ``batch`` of ``None`` or at least the longest split, the padded split itself
+        (with its mask); otherwise ``batch`` uniform draws from each client's own samples
+        (the mask is then all ones).
+        """
+        if batch is None or batch >= self.X.shape[1]:
+            return self.X, self.y, self.m
+        idx = np.floor(rng.random((len(self.sizes), batch)) * self.sizes[:, None]).astype(np.int64)
+        idx = torch.as_tensor(idx, device=self.X.device)
+        rows = torch.arange(len(self.sizes), device=self.X.device)[:, None]
+        return self.X[rows, idx], self.y[rows, idx], torch.ones_like(idx, dtype=self.m.dtype)
 
     def gather(self, idx: torch.Tensor, rows: torch.Tensor | None = None):
         """Samples ``idx`` (K, B) of clients ``rows`` (K,) (default: all, in order): ``X, y``."""
@@ -258,11 +270,10 @@ class Adam:
 
 def make_optimizer(name: str, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
     """``"sgd"`` (with ``momentum``) or ``"adam"``."""
+    check_param("optimizer", name, "choice", choices=("sgd", "adam"))
     if name == "sgd":
         return SGD(lr, momentum, weight_decay)
-    if name == "adam":
-        return Adam(lr, weight_decay=weight_decay)
-    raise InputError(f"--optimizer must be sgd or adam, got {name!r}")
+    return Adam(lr, weight_decay=weight_decay)
 
 
 # --------------------------------------------------------------------------- the engine
@@ -292,10 +303,8 @@ class Engine:
     """
 
     def __init__(self, device="auto", path: str = "auto", chunk: int | None = None):
-        if path not in PATHS:
-            raise InputError(f"--engine must be one of {', '.join(PATHS)}, got {path!r}")
-        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):
-            raise InputError(f"--chunk must be an integer >= 1, got {chunk!r}")
+        check_param("path", path, "choice", choices=PATHS)
+        check_param("chunk", chunk, "int", low=1, allow_none=True)
         self.device_ = device if isinstance(device, torch.device) else resolve_device(device)
         self.path = path
         self.chunk = None if chunk is None else int(chunk)

@@ -1,4 +1,4 @@
-"""Functional models that train many copies at once (SPEC §5).
+"""Functional models that train many copies at once (docs/concepts.md §5).
 
 A :class:`ModelSpec` holds a model as a pure function ``forward(params, X)`` of
 a parameter dict, plus ``init(generator, n_models)`` drawing a dict of
@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from coalitions.errors import InputError
+from coalitions.params import check_param
 
 __all__ = ["ModelSpec", "make_model", "KINDS", "stacked_forward"]
 
@@ -159,9 +160,8 @@ def make_model(kind: str, input_shape, n_outputs: int, hidden: int = 64, channel
         return ModelSpec(kind, shape, k, {"weight": (d, k), "bias": (k,)}, {"weight": d, "bias": d}, _affine,
                          _affine_stacked)
     if kind == "mlp":
+        check_param("hidden", hidden, "int", low=1)
         h = int(hidden)
-        if h < 1:
-            raise InputError(f"--hidden must be >= 1, got {hidden}")
         return ModelSpec(kind, shape, k, {"w1": (d, h), "b1": (h,), "w2": (h, k), "b2": (k,)},
                          {"w1": d, "b1": d, "w2": h, "b2": h}, _mlp, _mlp_stacked)
     if kind == "cnn":

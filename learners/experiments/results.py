@@ -1,0 +1,238 @@
+"""The ``coalitions/reproduction@1`` format (``results.json``) as typed objects.
+
+A reproduction (:class:`Reproduction`) holds the settings and, per regime
+(:class:`RegimeResult`), one :class:`Run` per seed: the exact game's summary
+(:class:`ExactSummary`, where the exhaustive oracle was affordable) and each
+learner's (:class:`MethodSummary`, with its :class:`Comparison` against the exact
+game), plus the regime's summary table over seeds.  Every object writes itself
+as JSON with ``to_json()`` (keys in the order ``docs/formats.md`` lists) and is
+read back with ``from_json()``; :func:`read_results` and :func:`write_results`
+do the file.  The runner (:mod:`.runner`) builds these objects, the report
+(:mod:`.report`) and the figures (:mod:`.figures`) read them; neither imports the
+other.  Nothing here imports PyTorch.
+
+Examples
+--------
+>>> run = Run(seed=0, methods={})
+>>> Run.from_json(run.to_json()) == run
+True
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from coalitions.errors import InputError
+from coalitions.io import read_json, write_json
+
+__all__ = ["RESULTS_FORMAT", "ExactSummary", "Comparison", "MethodSummary", "Run", "RegimeResult", "Reproduction",
+           "read_results", "write_results"]
+
+RESULTS_FORMAT = "coalitions/reproduction@1"
+
+Blocks = list[list[str]]
+
+
+def _need(data: Any, keys: tuple[str, ...], what: str) -> None:
+    if not isinstance(data, dict):
+        raise InputError(f"{what} must be an object")
+    for k in keys:
+        if k not in data:
+            raise InputError(f"{what} lacks field {k!r}")
+
+
+@dataclass
+class ExactSummary:
+    """The exact game of one run: its CE and each client's metric alone, in the CE and with everyone.
+
+    ``val`` and ``test`` map ``"local"``, ``"ce"`` and ``"all"`` to ``{client: metric}``.
+    ``equilibrium`` is the solved :class:`coalitions.Equilibrium` while in memory (never written).
+    """
+
+    metric: str | None
+    partition: Blocks
+    certificate: bool
+    found_by: str
+    rounds: list[Blocks]
+    ocs: dict[str, list[str]]
+    ambiguous: list[str]
+    edges: list[list[str]]
+    model_in_ce: dict[str, list[str]]
+    val: dict[str, dict[str, float]]
+    test: dict[str, dict[str, float]]
+    equilibrium: Any = field(default=None, repr=False, compare=False)
+
+    KEYS = ("metric", "partition", "certificate", "found_by", "rounds", "ocs", "ambiguous", "edges", "model_in_ce",
+            "val", "test")
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.KEYS}
+
+    @classmethod
+    def from_json(cls, data) -> ExactSummary:
+        _need(data, cls.KEYS, "an exact summary")
+        return cls(**{k: data[k] for k in cls.KEYS})
+
+
+@dataclass
+class Comparison:
+    """A learner's estimate against the exact game (:func:`coalitions.compare.compare`), and
+    whether its partition is a CE of the exact game (``is_exact_ce``, certified exhaustively)."""
+
+    edge_precision: float
+    edge_recall: float
+    edge_f1: float
+    ocs_exact: float
+    same_partition: bool
+    ari: float
+    regret: dict[str, float]
+    is_exact_ce: bool
+
+    KEYS = ("edge_precision", "edge_recall", "edge_f1", "ocs_exact", "same_partition", "ari", "regret", "is_exact_ce")
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.KEYS}
+
+    @classmethod
+    def from_json(cls, data) -> Comparison:
+        _need(data, cls.KEYS, "a comparison")
+        return cls(**{k: data[k] for k in cls.KEYS})
+
+
+@dataclass
+class MethodSummary:
+    """One learner on one run: its equilibrium, utilities, weights, learned edges and comparison.
+
+    ``estimate`` is the :class:`coalitions.estimate.Estimate` while in memory (never written).
+    """
+
+    partition: Blocks
+    test: dict[str, float]
+    val: dict[str, float]
+    weights: list[list[float]] | None
+    edges: list[list[str]]
+    compare: Comparison | None = None
+    estimate: Any = field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> dict:
+        out = {"partition": self.partition, "test": self.test, "val": self.val, "weights": self.weights,
+               "edges": self.edges}
+        if self.compare is not None:
+            out["compare"] = self.compare.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data) -> MethodSummary:
+        _need(data, ("partition", "test", "val", "weights", "edges"), "a learner's summary")
+        cmp = data.get("compare")
+        return cls(data["partition"], data["test"], data["val"], data["weights"], data["edges"],
+                   None if cmp is None else Comparison.from_json(cmp))
+
+
+@dataclass
+class Run:
+    """One seed of one regime."""
+
+    seed: int
+    methods: dict[str, MethodSummary]
+    exact: ExactSummary | None = None
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"seed": self.seed, "methods": {m: s.to_json() for m, s in self.methods.items()}}
+        if self.exact is not None:
+            out["exact"] = self.exact.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data) -> Run:
+        _need(data, ("seed", "methods"), "a run")
+        exact = data.get("exact")
+        return cls(data["seed"], {m: MethodSummary.from_json(s) for m, s in data["methods"].items()},
+                   None if exact is None else ExactSummary.from_json(exact))
+
+
+@dataclass
+class RegimeResult:
+    """Every run of one regime and the summary table over them (``runner.summarize``)."""
+
+    name: str
+    title: str
+    options: dict
+    runs: list[Run]
+    clients: list[str]
+    metric: str | None
+    summary: dict
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "title": self.title, "options": self.options,
+                "runs": [r.to_json() for r in self.runs], "clients": self.clients, "metric": self.metric,
+                "summary": self.summary}
+
+    @classmethod
+    def from_json(cls, data) -> RegimeResult:
+        _need(data, ("name", "title", "options", "runs", "clients", "metric", "summary"), "a regime")
+        return cls(data["name"], data["title"], data["options"], [Run.from_json(r) for r in data["runs"]],
+                   data["clients"], data["metric"], data["summary"])
+
+
+@dataclass
+class Reproduction:
+    """A whole ``results.json``."""
+
+    experiment: str
+    title: str
+    dataset: str
+    quick: bool
+    device: str
+    seeds: list[int]
+    methods: list[str]
+    method_options: dict[str, dict]
+    oracle: dict | None
+    published: dict | None
+    notes: str
+    regimes: list[RegimeResult]
+    elapsed_s: float = 0.0
+    compute_s: float = 0.0
+    compute_complete: bool = True
+    figures: list[str] = field(default_factory=list)
+    plot_hint: str | None = None
+
+    def to_json(self) -> dict:
+        out = {"format": RESULTS_FORMAT, "experiment": self.experiment, "title": self.title,
+               "dataset": self.dataset, "quick": self.quick, "device": self.device, "seeds": self.seeds,
+               "methods": self.methods, "method_options": self.method_options, "oracle": self.oracle,
+               "published": self.published, "notes": self.notes, "regimes": [r.to_json() for r in self.regimes],
+               "elapsed_s": self.elapsed_s, "compute_s": self.compute_s, "compute_complete": self.compute_complete,
+               "figures": self.figures}
+        if self.plot_hint:
+            out["plot_hint"] = self.plot_hint
+        return out
+
+    @classmethod
+    def from_json(cls, data) -> Reproduction:
+        keys = ("experiment", "title", "dataset", "quick", "device", "seeds", "methods", "method_options", "oracle",
+                "published", "notes", "regimes")
+        _need(data, keys, "a reproduction")
+        if data.get("format") != RESULTS_FORMAT:
+            raise InputError(f"unknown format {data.get('format')!r} (expected {RESULTS_FORMAT!r})")
+        return cls(**{k: data[k] for k in keys if k != "regimes"},
+                   regimes=[RegimeResult.from_json(r) for r in data["regimes"]],
+                   elapsed_s=data.get("elapsed_s", 0.0), compute_s=data.get("compute_s", 0.0),
+                   compute_complete=data.get("compute_complete", True), figures=list(data.get("figures", [])),
+                   plot_hint=data.get("plot_hint"))
+
+
+def read_results(path: str | os.PathLike) -> Reproduction:
+    """Read a ``results.json``; a malformed one raises :class:`~coalitions.errors.InputError` naming the file."""
+    data = read_json(path, RESULTS_FORMAT)
+    try:
+        return Reproduction.from_json(data)
+    except InputError as e:
+        raise InputError(f"{path}: {e}") from None
+
+
+def write_results(results: Reproduction, path: str | os.PathLike) -> None:
+    """Write ``results`` as ``results.json``."""
+    write_json(results.to_json(), path)

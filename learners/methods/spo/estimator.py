@@ -1,0 +1,308 @@
+"""SPO's estimator: trains the Pareto hypernetwork and exposes its benefit oracle (package docstring)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch.func import functional_call, jacrev, vmap
+
+from coalitions.bitmask import members
+from coalitions.errors import InputError
+from coalitions.learners.data.federation import Federation
+from coalitions.learners.data.metrics import evaluate_batch, loss_function
+from coalitions.learners.methods.base import Learner
+from coalitions.learners.methods.spo.epo import epo_lp
+from coalitions.learners.methods.spo.hypernetwork import ParetoHypernetwork
+from coalitions.learners.methods.spo.oracle import RULES, SPOOracle
+from coalitions.learners.methods.spo.search import DirectionSearch
+from coalitions.learners.methods.spo.simplex import sample_directions
+from coalitions.learners.training.engine import Padded, resolve_device
+from coalitions.learners.training.models import make_model
+from coalitions.params import check_param
+from coalitions.peeling import Peeling
+
+__all__ = ["SPO"]
+
+
+class SPO(Learner):
+    """Specific Pareto Optimization: a benefit oracle from one Pareto hypernetwork (package docstring).
+
+    Parameters
+    ----------
+    hidden : int
+        Width of the hypernetwork's hidden layers.
+    embed : int
+        Width of the direction embedding.
+    layers : int
+        Hidden layers of the hypernetwork.
+    steps : int
+        Training steps of the hypernetwork.
+    lr : float
+        Adam learning rate (cosine-decayed to 1 % over the steps).
+    directions : int
+        Directions drawn per training step.
+    alpha : float
+        Dirichlet concentration of the training directions (below 1 favours
+        sparse directions near the faces, which the searches visit).
+    faces : float
+        Share of training directions drawn on a random face (:func:`sample_directions`).
+    log_loss : bool
+        Minimise the log of each direction's scalarised loss (module docstring).
+    l2 : float or None
+        Ridge on the target's weights (``None``: 0.01 for regression, 0.001 otherwise).
+    log_eps : float or None
+        ``ε`` of the ``log(d + ε)`` input features (``None``: ``d`` alone).
+    batch_size : int or None
+        Training samples per client per step (``None``: the whole split).
+    rule : {"ratio", "elimination"}
+        How collaborators are read off the search (module docstring).
+    threshold : float
+        Ratio rule: ``d_j / d_i ≥ threshold`` (the paper's 0.7).
+    tol : float
+        Elimination rule: relative loss tolerance for dropping a client.
+    min_weight : float
+        Elimination rule: weights at or below this count as zero.
+    epo : bool
+        Weight each direction's losses by the EPO linear program instead of ``d``.
+    search_steps : int
+        Projected-gradient iterations of each direction search.
+    starts : int
+        Starts per search (barycentre, vertex ``e_i``, then random points; ≥ 2).
+    line_search : int
+        Step lengths tried per iteration (``1, 1/2, …, 2^{1-line_search}``).
+    model : str or None
+        Target model kind (``None``: ``"linear"`` for regression, ``"logistic"`` otherwise).
+    device : {"auto", "cpu", "cuda"}
+    seed : int
+    progress : callable, optional
+        ``progress(done, total)`` during training.
+
+    Attributes
+    ----------
+    hypernet_ : ParetoHypernetwork
+    oracle_ : SPOOracle
+    weights_ : ndarray (N, N)
+        Row ``i``: client ``i``'s best direction within all clients (rows sum to 1).
+    utilities_ : dict
+        ``{"val": {name: metric}, "test": {name: metric}}`` at each client's best direction.
+    val_loss_ : ndarray (N,)
+        Each client's validation loss at that direction.
+    search_ : DirectionSearch
+    estimate_ : Estimate
+        Built on first use by peeling ``oracle_``; its ``extra`` holds ``ce_utilities``
+        (the metric at each client's best direction on the face of its learned
+        coalition: the paper's "CE" row) and ``ce_directions``.
+    history_ : list of float
+        Mean scalarised training loss every 50 steps.
+    fit_seconds_ : float
+    timings_ : dict
+        Seconds spent training, on ``BG(all)`` (searches and rule), and in total
+        (the rest of the peeling runs when the estimate is built: ``peeling_seconds_``).
+    """
+
+    method = "spo"
+
+    def __init__(self, hidden: int = 200, embed: int = 64, layers: int = 3, steps: int = 3000,
+                 lr: float = 0.01, directions: int = 64, alpha: float = 0.5, faces: float = 0.5,
+                 log_loss: bool = True, l2: float | None = None, log_eps: float | None = 1e-3,
+                 batch_size: int | None = 256, rule: str = "elimination",
+                 threshold: float = 0.7, tol: float = 0.02, min_weight: float = 0.01, epo: bool = False,
+                 search_steps: int = 100, starts: int = 4, line_search: int = 16, model: str | None = None,
+                 device: str = "auto", seed: int = 0, progress: Callable | None = None):
+        self._store(locals())
+
+    # -- configuration
+    def check_params(self) -> None:
+        for k, lo in dict(hidden=1, embed=1, layers=0, steps=0, directions=1, search_steps=0, starts=2,
+                          line_search=1, seed=0).items():
+            check_param(k, getattr(self, k), "int", low=lo)
+        check_param("batch_size", self.batch_size, "int", low=1, allow_none=True)
+        for k in ("lr", "alpha"):
+            check_param(k, getattr(self, k), "number", low=0, low_open=True)
+        check_param("faces", self.faces, "number", low=0, high=1)
+        check_param("min_weight", self.min_weight, "number", low=0, high=0.999)
+        check_param("l2", self.l2, "number", low=0, allow_none=True)
+        check_param("log_eps", self.log_eps, "number", low=0, low_open=True, allow_none=True)
+        for k in ("threshold", "tol"):
+            check_param(k, getattr(self, k), "number", low=0)
+        check_param("rule", self.rule, "choice", choices=RULES)
+        check_param("log_loss", self.log_loss, "bool")
+        check_param("epo", self.epo, "bool")
+        check_param("model", self.model, "choice", choices=("linear", "logistic", "mlp"), allow_none=True)
+        check_param("device", self.device, "choice", choices=("auto", "cpu", "cuda"))
+        check_param("progress", self.progress, "callable", allow_none=True)
+
+    # -- training
+    def fit(self, federation: Federation) -> SPO:
+        """Train the hypernetwork and expose the oracle, each client's best direction and utilities."""
+        if not isinstance(federation, Federation):
+            raise InputError(f"spo: fit() takes a Federation, got {type(federation).__name__}")
+        self.check_params()
+        self._forget_estimate()
+        t0 = time.perf_counter()
+        fed = federation
+        self.federation_ = fed
+        self.device_ = resolve_device(self.device)
+        self.model_ = self.model or ("linear" if fed.task == "regression" else "logistic")
+        self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs)
+        self.l2_ = float(self.l2) if self.l2 is not None else (1e-2 if fed.task == "regression" else 1e-3)
+        self._decay = tuple(k for k, s in self.spec_.shapes.items() if len(s) > 1)
+        self.loss_ = loss_function(fed.task)
+        self.train_ = Padded(fed, "train", self.device_)
+        self.val_ = Padded(fed, "val", self.device_)
+        self.test_ = Padded(fed, "test", self.device_)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            net = ParetoHypernetwork(fed.n, self.spec_, self.hidden, self.embed, self.layers, self.log_eps)
+        self.hypernet_ = net.to(self.device_)
+        self.epo_fallbacks_ = 0
+        t_train = time.perf_counter()
+        self.history_ = self._train(fed)
+        t_train = time.perf_counter() - t_train
+        self.hypernet_.eval()
+        for p in self.hypernet_.parameters():
+            p.requires_grad_(False)
+
+        self.search_ = DirectionSearch(self.hypernet_, self.spec_, self.loss_, self.val_, self.device_, self.seed,
+                                       self.search_steps, self.starts, self.line_search)
+        self.oracle_ = SPOOracle(fed.names, self.search_, self.rule, self.threshold, self.tol, self.min_weight)
+        grand = (1 << fed.n) - 1
+        t_graph = time.perf_counter()
+        D, self.val_loss_ = self.oracle_.best_directions(grand)
+        self.oracle_.benefit_graph(grand)
+        t_graph = time.perf_counter() - t_graph
+        W = np.clip(D, 0, None)
+        self.weights_ = W / W.sum(axis=1, keepdims=True)
+        self.utilities_ = self.utilities_at(self.weights_)
+        self.fit_seconds_ = time.perf_counter() - t0
+        self.timings_ = {"train": t_train, "graph_all": t_graph, "total": self.fit_seconds_}
+        return self
+
+    # -- the estimate
+    def ce_directions(self, partition) -> np.ndarray:
+        """Row ``i``: client ``i``'s best direction on the face of its block of ``partition`` (bitmasks)."""
+        out = np.zeros_like(self.weights_)
+        for k in partition:
+            Dk, _ = self.oracle_.best_directions(k)
+            for i in members(k):
+                out[i] = Dk[i]
+        return out
+
+    def estimate_config(self) -> dict:
+        fed = self.federation_
+        params = {k: v for k, v in self.get_params().items() if k != "progress"}
+        return {"method": "spo", **params, "dataset": fed.name, "data_options": dict(fed.options),
+                "device_used": str(self.device_)}
+
+    def estimate_extra(self, peeling: Peeling) -> dict:
+        """The CE: each client's direction and utilities in its learned coalition, and every round's graph."""
+        names = self.federation_.names
+        ce_dirs = self.ce_directions(peeling.partition)
+        return {
+            "model": self.model_,
+            "val_loss": {names[i]: float(self.val_loss_[i]) for i in range(len(names))},
+            "ce_directions": {names[i]: [float(x) for x in ce_dirs[i]] for i in range(len(names))},
+            "ce_utilities": self.utilities_at(ce_dirs),
+            "graphs": [{"within": [names[i] for i in members(r.within)],
+                        "ocs": {names[i]: [names[j] for j in members(c)] for i, c in r.graph.collaborators}}
+                       for r in peeling.rounds],
+            "train_loss": [float(x) for x in self.history_],
+            "epo_fallbacks": self.epo_fallbacks_,
+        }
+
+    def _client_losses(self, params: dict, X, y, m) -> torch.Tensor:
+        """Mean loss of one model (unstacked params) on every client's padded data: (N,)."""
+        out = vmap(self.spec_.forward, in_dims=(None, 0))(params, X)
+        per = self.loss_(out, y)
+        return (per * m).sum(-1) / m.sum(-1)
+
+    def _loss_matrix(self, params: dict, X, y, m) -> torch.Tensor:
+        """``L[b, j]``: client ``j``'s mean loss under the ``b``-th stacked model, (B, N)."""
+        return vmap(self._client_losses, in_dims=(0, None, None, None))(params, X, y, m)
+
+    def _train(self, fed: Federation) -> list[float]:
+        net = self.hypernet_
+        dev = self.device_
+        rng = np.random.default_rng(self.seed)
+        opt = torch.optim.Adam(net.parameters(), lr=self.lr)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * min(s, self.steps) / max(self.steps, 1))))
+        history, running = [], []
+        for step in range(self.steps):
+            D = torch.as_tensor(sample_directions(rng, fed.n, self.directions, self.alpha, self.faces),
+                                dtype=torch.float32, device=dev)
+            X, y, m = self.train_.sample(self.batch_size, rng)
+            params = net(D)
+            L = self._loss_matrix(params, X, y, m)
+            weights = self._epo_weights(D, X, y, m, L) if self.epo else D
+            f = (weights * L).sum(dim=1)
+            if self.l2_ > 0:
+                f = f + 0.5 * self.l2_ * sum((v ** 2).flatten(1).sum(1) for k, v in params.items()
+                                            if k in self._decay)
+            loss = torch.log(f).mean() if self.log_loss else f.mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            running.append(float((D * L.detach()).sum(dim=1).mean()))
+            if (step + 1) % 50 == 0 or step + 1 == self.steps:
+                history.append(float(np.mean(running)))
+                running = []
+                if self.progress is not None:
+                    self.progress(step + 1, self.steps)
+        return history
+
+    def _epo_weights(self, D, X, y, m, L) -> torch.Tensor:
+        """Per-direction EPO weights ``N·α`` (PHN-EPO), from gradients w.r.t. the hypernetwork."""
+        net = self.hypernet_
+        hp = {k: v.detach() for k, v in net.named_parameters()}
+
+        def loss_vec(p, d):
+            params = functional_call(net, p, (d[None],))
+            return self._client_losses({k: v[0] for k, v in params.items()}, X, y, m)
+
+        jac = vmap(jacrev(loss_vec), in_dims=(None, 0))(hp, D)
+        G = torch.cat([g.reshape(g.shape[0], g.shape[1], -1) for g in jac.values()], dim=-1)
+        gram = (G @ G.transpose(1, 2)).double().cpu().numpy()
+        losses = L.detach().double().cpu().numpy()
+        rays = D.double().cpu().numpy()
+        out = np.empty_like(rays)
+        for b in range(rays.shape[0]):
+            a = epo_lp(losses[b], gram[b], rays[b])
+            if a is None:
+                self.epo_fallbacks_ += 1
+                a = rays[b] / rays[b].sum()
+            out[b] = a * rays.shape[1]
+        return torch.as_tensor(out, dtype=L.dtype, device=L.device)
+
+    # -- evaluation
+    def _scores(self, D: np.ndarray, split: Padded) -> list[np.ndarray]:
+        with torch.no_grad():
+            params = self.hypernet_(torch.as_tensor(D, dtype=torch.float32, device=self.device_))
+            out = []
+            for i, X in enumerate(split.raw_X):
+                p = {k: v[i] for k, v in params.items()}
+                s = self.spec_.forward(p, torch.tensor(X, device=self.device_))
+                out.append(s.double().cpu().numpy())
+        return out
+
+    def utilities_at(self, D: np.ndarray) -> dict:
+        """The federation's metric of each client at its direction (row of ``D``), val and test."""
+        names = self.federation_.names
+        res = {}
+        for part, split in (("val", self.val_), ("test", self.test_)):
+            scores = self._scores(D, split)
+            res[part] = {names[i]: float(evaluate_batch(self.federation_.metric, split.raw_y[i], s[None])[0])
+                         for i, s in enumerate(scores)}
+        return res
+
+    def predict_params(self, d) -> dict:
+        """The target model's parameters at direction(s) ``d`` (numpy, (B, N) or (N,))."""
+        d = np.atleast_2d(np.asarray(d, dtype=np.float64))
+        with torch.no_grad():
+            p = self.hypernet_(torch.as_tensor(d, dtype=torch.float32, device=self.device_))
+        return {k: v.cpu().numpy() for k, v in p.items()}

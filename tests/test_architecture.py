@@ -1,0 +1,135 @@
+"""The import contract of the layers (README "Layout"), read from the source with ``ast``.
+
+* the game core (``coalitions/`` without ``cli.py``) imports the standard library and numpy
+  only: never PyTorch, never ``coalitions.learners``, never the command line;
+* ``coalitions/cli.py`` imports the learners and PyTorch only lazily, inside the commands
+  that train (so ``coalitions --help`` and the game commands never load them);
+* the learners (``learners/``, installed as ``coalitions.learners``) never import the CLI;
+* every third-party package a layer imports is declared for it in pyproject.toml;
+* there is no import cycle between the project's modules, counting imports inside functions.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Import names of the distributions pyproject.toml declares, where they differ.
+IMPORT_NAMES = {"scikit-learn": "sklearn"}
+
+
+def _module_files() -> dict[str, Path]:
+    """``{dotted module name: file}`` of every installed module (the wheel's layout)."""
+    out = {}
+    for top, prefix in (("coalitions", "coalitions"), ("learners", "coalitions.learners")):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT / top).with_suffix("").parts
+            if rel[-1] == "__init__":
+                rel = rel[:-1]
+            out[".".join((prefix, *rel))] = path
+    return out
+
+
+MODULES = _module_files()
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, bool]]:
+    """``(imported module, at module level?)`` for every import statement of one module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    top_level = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, id(node) in top_level) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[:len(parts) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            for a in node.names:  # `from pkg import module` imports the module
+                sub = f"{base}.{a.name}"
+                found.append((sub if sub in MODULES else base, id(node) in top_level))
+    return found
+
+
+def _third_party(module: str) -> str | None:
+    top = module.split(".")[0]
+    if top == "coalitions" or top in sys.stdlib_module_names or top == "__future__":
+        return None
+    return top
+
+
+def _declared(*extras: str) -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs = list(project["dependencies"])
+    for extra in extras:
+        specs += project["optional-dependencies"][extra]
+    names = {re.match(r"[A-Za-z0-9_.-]+", s).group(0) for s in specs}
+    return {IMPORT_NAMES.get(n, n).replace("-", "_") for n in names}
+
+
+def _layer(name: str) -> str:
+    if name == "coalitions.cli":
+        return "cli"
+    return "learners" if name.startswith("coalitions.learners") else "core"
+
+
+def test_the_layout_is_what_the_contract_reads():
+    assert "coalitions.estimate" in MODULES and "coalitions.learners.methods.base" in MODULES
+    assert _layer("coalitions.peeling") == "core" and _layer("coalitions.learners.exact") == "learners"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if _layer(n) == "core"))
+def test_the_core_imports_numpy_and_itself_only(name):
+    for module, _ in _imports(name, MODULES[name]):
+        assert not module.startswith(("coalitions.learners", "coalitions.cli")), f"{name} imports {module}"
+        assert _third_party(module) in (None, "numpy"), f"{name} imports {module}"
+
+
+def test_the_cli_loads_the_learners_and_torch_lazily():
+    for module, top in _imports("coalitions.cli", MODULES["coalitions.cli"]):
+        if top:
+            assert _third_party(module) in (None, "click", "numpy"), f"cli.py imports {module} at module level"
+            lazy_only = module.startswith("coalitions.learners") and not module.startswith(
+                ("coalitions.learners.data", "coalitions.learners.experiments.catalogue",
+                 "coalitions.learners.methods.registry"))
+            assert not lazy_only, f"cli.py imports {module} at module level"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if _layer(n) == "learners"))
+def test_the_learners_never_import_the_cli(name):
+    for module, _ in _imports(name, MODULES[name]):
+        assert not module.startswith("coalitions.cli"), f"{name} imports {module}"
+
+
+@pytest.mark.parametrize("layer, extras, lazy", [("core", (), True), ("cli", (), False),
+                                                 ("cli", ("learn",), True), ("learners", ("learn", "plot", "data"), True)])
+def test_every_third_party_import_is_declared(layer, extras, lazy):
+    """The core needs the required dependencies only; so does the CLI until a command trains."""
+    declared = _declared(*extras)
+    used = {_third_party(m) for n in MODULES if _layer(n) == layer for m, top in _imports(n, MODULES[n])
+            if lazy or top}
+    assert used - {None} <= declared, f"{layer} imports undeclared {sorted(used - {None} - declared)}"
+
+
+def test_no_import_cycles():
+    from coalitions.scc import strongly_connected_components
+
+    graph = {n: sorted({m for m, _ in _imports(n, p) if m in MODULES and m != n}) for n, p in MODULES.items()}
+    cycles = [sorted(c) for c in strongly_connected_components(graph) if len(c) > 1]
+    assert cycles == []
+
+
+def test_importing_the_core_and_the_cli_loads_no_torch():
+    code = ("import sys, coalitions, coalitions.cli, coalitions.estimate, coalitions.oracles; "
+            "assert 'torch' not in sys.modules, 'torch'; assert 'scipy' not in sys.modules, 'scipy'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
