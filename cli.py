@@ -537,6 +537,73 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
                f"{est.config_['model']} ({est.method_}, {est.device_}{resumed}), {est.elapsed_:.2f} s", err=True)
 
 
+# ---------------------------------------------------------------------------- federate
+@cli.command()
+@click.argument("dataset", type=click.Choice([*DATASETS, "csv"]))
+@click.option("--simulation", is_flag=True,
+              help="Rehearse in Flower's simulation engine, one virtual site per client [default].")
+@click.option("--superlink", default=None, metavar="ADDR",
+              help="Run on the SuperLink whose Control API listens at ADDR (e.g. 127.0.0.1:9093).")
+@click.option("--method", type=click.Choice(["exact"]), default="exact", show_default=True,
+              help="exact: a model per coalition, FedAvg among its members.")
+@click.option("--sites", type=click.IntRange(1, 12), default=None,
+              help="SuperNodes to wait for (--superlink) [the dataset's client count].")
+@click.option("--site-schema", "schemas", multiple=True, type=click.Path(dir_okay=False),
+              help="Dataset csv in the simulation engine: a site's schema file (repeat per site).")
+@dataset_options
+@click.option("--model", type=click.Choice(["auto", "linear", "logistic", "mlp"]), default="auto", show_default=True,
+              help="auto: linear for regression, logistic otherwise.")
+@click.option("--hidden", type=click.IntRange(1), default=64, show_default=True, help="MLP hidden units.")
+@click.option("--rounds", type=click.IntRange(1), default=50, show_default=True, help="FedAvg rounds.")
+@click.option("--local-epochs", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True)
+@click.option("--full-batch", is_flag=True, help="One step per local epoch on all of a site's data.")
+@click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default="sgd", show_default=True)
+@click.option("--lr", type=float, default=0.1, show_default=True)
+@click.option("--momentum", type=float, default=0.9, show_default=True)
+@click.option("--weight-decay", type=float, default=0.0, show_default=True)
+@threads_option
+@click.option("--wait", type=click.FloatRange(0), default=120.0, show_default=True,
+              help="Seconds to wait for the sites to connect.")
+@click.option("--checkpoint", type=OUTPUT, default=None,
+              help="Server state after every round [OUT/checkpoint.pt]; the same command again resumes.")
+@click.option("--semantics", type=SEMANTICS, default="personalized", show_default=True)
+@click.option("--tol", type=float, default=1e-9, show_default=True)
+@click.option("-o", "--output", required=True, type=OUTPUT_FOLDER,
+              help="Folder: game.json, game-test.json, equilibrium.json, run.json.")
+def federate(dataset, simulation, superlink, method, sites, schemas, model, hidden, rounds, local_epochs, batch_size,
+             full_batch, optimizer, lr, momentum, weight_decay, threads, wait, checkpoint, semantics, tol, output,
+             **data_opts):
+    """Measure DATASET's exact game with Flower, the data staying at the sites (docs/federated.md).
+
+    For every coalition S, S's model is trained by federated averaging among
+    S's members only; each member reports its validation metric.  The server
+    writes the game (coalitions/game@1), solves and certifies it.  Dataset csv:
+    each site reads its own CSV file described by a schema file.
+    """
+    from coalitions.learners.federated.protocol import Protocol
+    from coalitions.learners.federated.run import federate as run_federate
+
+    if simulation and superlink:
+        raise co.InputError("--simulation and --superlink exclude each other")
+    protocol = Protocol(model=None if model == "auto" else model, hidden=hidden, rounds=rounds,
+                        local_epochs=local_epochs, batch_size=None if full_batch else batch_size,
+                        optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                        seed=data_opts.get("seed") or 0)
+    given = {k: v for k, v in data_opts.items() if v is not None}
+    rec = run_federate(dataset, given, protocol, output, superlink=superlink, sites=sites, schemas=schemas,
+                       checkpoint=checkpoint, semantics=semantics, tol=_tol(tol), threads=threads or 1, wait_s=wait,
+                       progress=_progress("FedAvg rounds, all coalitions at once"))
+    eq = " | ".join(",".join(b) for b in rec["equilibrium"]) if rec.get("equilibrium") else "none"
+    click.echo(f"wrote {output}/: {len(rec['sites'])} sites, {rec['rounds']} rounds "
+               f"({rec['communication_rounds']} exchanges), {rec['bytes_sent'] + rec['bytes_received']:,} bytes, "
+               f"equilibrium {eq}", err=True)
+    if rec.get("equilibrium") is None:
+        raise Negative(f"{output}: {rec.get('no_equilibrium', 'no collaboration equilibrium')}")
+    if rec.get("certificate_holds") is False:
+        raise Negative(f"{output}: the partition fails its certificate (see equilibrium.json)")
+
+
 # ---------------------------------------------------------------------------- learn, compare
 def _method_options(f):
     """One flag per option of every registered learner (the methods registry); default None = the method's."""
@@ -735,6 +802,7 @@ OPTIONAL_PACKAGES = {
     "torch": "pip install torch==2.13.0 && pip install 'collaboration-equilibrium[learn]' (the CPU build; see README)",
     "cvxpy": "pip install 'collaboration-equilibrium[learn]'",
     "matplotlib": "pip install 'collaboration-equilibrium[plot]'",
+    "flwr": "pip install 'collaboration-equilibrium[flower]'",
 }
 
 

@@ -41,7 +41,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 from .errors import InputError
 
@@ -62,7 +62,7 @@ def file_kind(mode: int) -> str | None:
     return "not a regular file"
 
 
-def _fail(path, msg: str):
+def _fail(path, msg: str) -> NoReturn:
     raise InputError(f"{os.fsdecode(path) if isinstance(path, bytes) else path}: {msg}")
 
 

@@ -22,7 +22,7 @@ import struct
 import zipfile
 import zlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from numpy.lib import format as npformat
@@ -55,7 +55,7 @@ MAX_NPZ_BYTES = 8 * MAX_CLIENTS * (1 << MAX_CLIENTS) + (64 << 20)
 MAX_NPZ_SMALL_BYTES = 16 << 20
 
 
-def _fail(path, msg: str):
+def _fail(path, msg: str) -> NoReturn:
     raise InputError(f"{path}: {' '.join(msg.splitlines())}")
 
 
@@ -84,7 +84,7 @@ def _invalid_unicode(s: str) -> bool:
 
 def _first_fault(data, surrogates: bool) -> str | None:
     """The first duplicated key or lone-surrogate string in ``data`` (depth first), as a message."""
-    stack = [((), data)]
+    stack: list[tuple[tuple, Any]] = [((), data)]
     while stack:
         trail, x = stack.pop()
         if isinstance(x, _Duplicates):

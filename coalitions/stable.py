@@ -105,7 +105,7 @@ def _blocked_by_coalition(now, pay, n, tol) -> np.ndarray:
     for i in range(n):
         has = contains(masks, i)
         ok &= ~has[None, :] | (pay[i, masks][None, :] > now[:, i:i + 1] + tol)
-    return ok.any(axis=1)
+    return np.asarray(ok.any(axis=1))
 
 
 def stable_partitions(game: Game, notion: str = "ce", semantics: str = "personalized", tol: float = 1e-9,

@@ -39,7 +39,7 @@ def test_a_bad_value_is_reported_with_the_flag_typed(capsys, tmp_path, method, f
 def test_a_seed_shared_by_the_data_and_the_learner_is_reported_as_seed(capsys, tmp_path):
     rc = cli.main(["learn", "synthetic", "--method", "spo", *SMALL, "--seed", "-1", "-o", str(tmp_path / "e.json")])
     err = capsys.readouterr().err
-    assert rc == 2 and len(err.splitlines()) == 1 and err.startswith("coalitions: error: --seed must be")
+    assert rc == 2 and len(err.splitlines()) == 1 and "'--seed'" in err and "-1" in err
 
 
 def test_the_oracle_command_reports_its_flags(capsys, tmp_path):

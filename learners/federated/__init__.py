@@ -1,0 +1,27 @@
+"""The collaboration game measured where the data lives: a Flower app (docs/federated.md).
+
+Sites that cannot share data each run a Flower ClientApp holding their own
+data; a ServerApp, which never sees a row, trains the model of every
+coalition ``S`` by federated averaging among ``S``'s members only, collects
+each member's validation metric ``v_i(S)``, and writes the exact game
+(``coalitions/game@1``), its collaboration equilibrium and its certificate
+(Cui et al. 2022, §6: an impartial third party learns the benefit graph
+without access to the data).
+
+Modules
+-------
+:mod:`~coalitions.learners.federated.protocol`
+    FedAvg within each coalition, and :func:`inprocess_game`, the same
+    protocol in one process (the reference the federated game must equal).
+    Needs PyTorch only.
+:mod:`~coalitions.learners.federated.sites`
+    A site's data: a loader and a partition id, or a CSV with a schema file.
+:mod:`~coalitions.learners.federated.server`
+    The server's protocol over a Flower ``Grid`` (needs ``flwr``).
+:mod:`~coalitions.learners.federated.apps`
+    ``client_app`` and ``server_app``, the ``flwr run`` components.
+:mod:`~coalitions.learners.federated.run`
+    ``coalitions federate``: simulation engine or SuperLink; output files.
+
+Flower is optional: ``pip install 'collaboration-equilibrium[flower]'``.
+"""

@@ -1,0 +1,173 @@
+"""The Flower app: a ClientApp per site, a ServerApp that never sees raw data.
+
+``client_app``
+    Runs on each site's SuperNode.  It finds the site's data from its node
+    config (``site-schema``, or ``partition-id`` with the loader the server
+    names; :mod:`coalitions.learners.federated.sites`) and answers three
+    message types: ``query`` (describe the site), ``train`` (local training of
+    the site's coalition models, :func:`~coalitions.learners.federated.protocol.local_round`)
+    and ``evaluate`` (the metric of each coalition model on the site's
+    validation and test splits).  It keeps no state between messages.
+``server_app``
+    The ``flwr run`` entry (``[tool.flwr.app.components]`` in pyproject.toml):
+    reads its settings from the run config (:data:`RUN_CONFIG`, overridable
+    with ``flwr run --run-config``), measures the game
+    (:func:`~coalitions.learners.federated.server.measure_game`) and writes
+    the game, its equilibrium and the run record to the ``output`` folder
+    (:func:`~coalitions.learners.federated.run.write_outputs`).
+:func:`make_server_app`
+    A ServerApp with explicit settings (``coalitions federate --simulation``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from coalitions.errors import InputError
+from coalitions.learners.federated.protocol import Protocol, evaluate_models, local_round
+from coalitions.learners.federated.server import Settings, measure_game, protocol_config, protocol_from_config
+from coalitions.learners.federated.sites import SiteData, describe, from_loader, from_schema
+
+__all__ = ["client_app", "server_app", "make_server_app", "RUN_CONFIG", "settings_from_run_config"]
+
+#: The run config of the ``flwr run`` entry, with its defaults (the same as ``[tool.flwr.app.config]``).
+RUN_CONFIG = {"sites": 4, "dataset": "heart", "data-options": "{}", "output": "federated-game",
+              "checkpoint": "", "semantics": "personalized", "tol": 1e-9, "wait-s": 120.0,
+              "round-timeout-s": 600.0, "retries": 2, "threads": 1, **protocol_config(Protocol())}
+
+
+# --------------------------------------------------------------------------- the site
+def _site(context: Context, cfg) -> SiteData:
+    node = context.node_config
+    if "site-schema" in node and str(node["site-schema"]):
+        return from_schema(str(node["site-schema"]))
+    dataset = str(cfg.get("dataset", ""))
+    if not dataset:
+        raise InputError("this SuperNode has no site-schema in its node config and the server names no dataset")
+    if "partition-id" not in node:
+        raise InputError("this SuperNode has neither site-schema nor partition-id in its node config")
+    return from_loader(dataset, json.loads(str(cfg.get("data-options", "{}"))), int(node["partition-id"]))
+
+
+def _model(site: SiteData, protocol: Protocol):
+    from coalitions.learners.training.models import make_model
+
+    n_outputs = site.n_classes if site.task == "multiclass" else 1
+    return make_model(protocol.model_kind(site.task), site.client.train.X.shape[1:], n_outputs,
+                      hidden=protocol.hidden)
+
+
+def _threads(cfg):
+    import torch
+
+    torch.set_num_threads(max(1, int(cfg.get("threads", 1))))
+
+
+def _params(spec, msg: Message) -> dict:
+    arrays = msg.content.array_records["models"].to_numpy_ndarrays()
+    if len(arrays) != len(spec.shapes) or any(a.shape[1:] != tuple(s) for a, s in zip(arrays, spec.shapes.values(),
+                                                                                         strict=False)):
+        raise InputError(f"the server sent models of shapes {[a.shape for a in arrays]}; this site's model "
+                         f"{spec.kind} has {list(spec.shapes.values())}")
+    return dict(zip(spec.shapes, arrays, strict=True))
+
+
+client_app = ClientApp()
+
+
+@client_app.query()
+def _query(msg: Message, context: Context) -> Message:
+    site = _site(context, msg.content["config"])
+    return Message(RecordDict({"site": ConfigRecord({"json": json.dumps(describe(site))})}), reply_to=msg)
+
+
+@client_app.train()
+def _train(msg: Message, context: Context) -> Message:
+    cfg = msg.content["config"]
+    site = _site(context, cfg)
+    protocol = protocol_from_config(cfg)
+    spec = _model(site, protocol)
+    _threads(cfg)
+    params = _params(spec, msg)
+    c = site.client
+    out = local_round(spec, site.task, params, c.train.X, c.train.y, protocol, int(str(cfg["round"])),
+                      int(str(cfg["site-index"])))
+    return Message(RecordDict({"models": ArrayRecord([out[k] for k in spec.shapes])}), reply_to=msg)
+
+
+@client_app.evaluate()
+def _evaluate(msg: Message, context: Context) -> Message:
+    cfg = msg.content["config"]
+    site = _site(context, cfg)
+    spec = _model(site, protocol_from_config(cfg))
+    _threads(cfg)
+    params = _params(spec, msg)
+    c = site.client
+    val = evaluate_models(spec, site.metric, params, c.val.X, c.val.y)
+    test = evaluate_models(spec, site.metric, params, c.test.X, c.test.y)
+    for part, v in (("validation", val), ("test", test)):
+        if not np.all(np.isfinite(v)):
+            raise InputError(f"site {c.name!r}: the {site.metric} of its {part} split is undefined (a single class?)")
+    record = MetricRecord({"val": [float(x) for x in val], "test": [float(x) for x in test]})
+    return Message(RecordDict({"metrics": record}), reply_to=msg)
+
+
+# --------------------------------------------------------------------------- the server
+def settings_from_run_config(rc) -> tuple[Settings, dict]:
+    """Server settings and output options from a run config (missing keys take :data:`RUN_CONFIG`)."""
+    c = {**RUN_CONFIG, **dict(rc)}
+    try:
+        options = json.loads(str(c["data-options"]))
+    except json.JSONDecodeError as e:
+        raise InputError(f"run config data-options is not JSON ({e.msg})") from None
+    timeout = float(c["round-timeout-s"])
+    settings = Settings(protocol=protocol_from_config(c), sites=int(c["sites"]), dataset=str(c["dataset"]) or None,
+                        data_options=options, checkpoint=str(c["checkpoint"]) or None, wait_s=float(c["wait-s"]),
+                        round_timeout_s=timeout if timeout > 0 else None, retries=int(c["retries"]),
+                        threads=int(c["threads"]))
+    return settings, {"output": str(c["output"]), "semantics": str(c["semantics"]), "tol": float(c["tol"])}
+
+
+def make_server_app(settings: Settings, output: str, semantics: str = "personalized", tol: float = 1e-9,
+                    outcome: dict | None = None, log=print, progress=None) -> ServerApp:
+    """A ServerApp that measures the game with ``settings`` and writes it to ``output``.
+
+    ``outcome`` (a dict), when given, receives ``"result"`` (the files written)
+    or ``"error"`` (the exception), so a caller running the app in a thread
+    (the simulation engine) can report it.
+    """
+    app = ServerApp()
+
+    @app.main()
+    def _main(grid: Grid, context: Context) -> None:
+        from coalitions.learners.federated.run import write_outputs
+
+        try:
+            result = measure_game(grid, settings, log=log, progress=progress)
+            files = write_outputs(result, settings, output, semantics, tol)
+        except BaseException as e:
+            if outcome is None:
+                raise
+            outcome["error"] = e
+            return
+        if outcome is not None:
+            outcome["result"] = files
+
+    return app
+
+
+server_app = ServerApp()
+
+
+@server_app.main()
+def _server_main(grid: Grid, context: Context) -> None:
+    from coalitions.learners.federated.run import write_outputs
+
+    settings, out = settings_from_run_config(context.run_config)
+    result = measure_game(grid, settings)
+    write_outputs(result, settings, out["output"], out["semantics"], out["tol"])

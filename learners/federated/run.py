@@ -1,0 +1,277 @@
+"""Running the Flower app: in Flower's simulation engine, or on a SuperLink, and writing the results.
+
+:func:`federate_simulation`
+    Rehearsal on one machine: one virtual SuperNode per client of a loader's
+    federation (Flower's simulation engine, Ray backend).  The ServerApp runs
+    in this process and writes the output folder.
+:func:`federate_superlink`
+    Deployment: submits the app to a running SuperLink (``flwr run`` against
+    its Control API) whose SuperNodes are the sites.  The ServerApp runs where
+    the SuperLink runs (the third party's machine) and writes the output
+    folder there; with the SuperLink on this machine that is ``output``.
+:func:`write_outputs`
+    ``game.json`` (``coalitions/game@1``, validation values, the game), its
+    test-split twin ``game-test.json`` (for reporting, never for choosing),
+    ``equilibrium.json`` (``coalitions/equilibrium@1``, peeled and certified,
+    SPEC §3–§4) and ``run.json`` (sites, rounds, bytes exchanged, timing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import coalitions as co
+from coalitions import io as cio
+from coalitions.errors import InputError
+from coalitions.learners.federated.protocol import Protocol
+from coalitions.learners.federated.server import Settings, protocol_config
+
+__all__ = ["federate", "write_outputs", "federate_simulation", "federate_superlink", "app_pyproject", "FILES"]
+
+FILES = ("game.json", "game-test.json", "equilibrium.json", "run.json")
+
+
+def write_outputs(result: dict, settings: Settings, output, semantics: str = "personalized",
+                  tol: float = 1e-9) -> list[str]:
+    """Write the measured game, its equilibrium and the run record into the folder ``output``."""
+    from coalitions.learners.data.federation import METRIC_SENSE
+
+    out = Path(output)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
+    p = settings.protocol
+    traffic = {"rounds": result["rounds"], "communication_rounds": result["communication_rounds"],
+               "bytes_sent": result["bytes_sent"], "bytes_received": result["bytes_received"],
+               "messages": result["messages"]}
+    sites = [{k: d[k] for k in ("name", "n-train", "n-val", "n-test")} for d in result["sites"]]
+    base = {"source": "coalitions federate (FedAvg within each coalition, measured over Flower; docs/federated.md)",
+            "dataset": settings.dataset or "site CSV files", "options": dict(settings.data_options),
+            "task": result["task"], "metric": result["metric"], "sites": sites,
+            "protocol": {**p.to_dict(), "model": result["model"], "aggregation": "fedavg-within-coalition"},
+            **traffic, "flower_version": result["flower_version"], "version": co.__version__}
+    sense = METRIC_SENSE[result["metric"]]
+    game = co.Game.from_array(result["val"], result["names"], sense, {**base, "split": "val"})
+    test = co.Game.from_array(result["test"], result["names"], sense, {**base, "split": "test"})
+    co.write_game(game, out / "game.json")
+    co.write_game(test, out / "game-test.json")
+    record = {**traffic, "sites": sites, "seconds": round(result["seconds"], 3),
+              "resumed_from_round": result["resumed_from"], "flower_version": result["flower_version"],
+              "protocol": base["protocol"], "semantics": semantics, "files": list(FILES)}
+    try:
+        eq = co.solve(game, semantics, tol)
+        cio.write_json(cio.equilibrium_to_json(eq), out / "equilibrium.json")
+        record["equilibrium"] = [[result["names"][i] for i in co.bitmask.members(k)] for k in eq.partition]
+        record["certificate_holds"] = None if eq.certificate is None else bool(eq.certificate.holds)
+    except co.NoEquilibrium as e:
+        record["equilibrium"] = None
+        record["no_equilibrium"] = str(e)
+        record["files"] = [f for f in FILES if f != "equilibrium.json"]
+        (out / "equilibrium.json").unlink(missing_ok=True)
+    cio.write_json(record, out / "run.json")
+    return [str(out / f) for f in record["files"]]
+
+
+def _quiet_flower() -> None:
+    import logging
+
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+
+
+def federate_simulation(dataset: str, data_options: dict, protocol: Protocol, output, *, checkpoint=None,
+                        semantics: str = "personalized", tol: float = 1e-9, threads: int = 1,
+                        cpus: int | None = None, log=None, progress=None) -> dict:
+    """Measure the game of ``dataset`` in Flower's simulation engine; returns ``run.json``'s record.
+
+    One virtual SuperNode per client of the federation (its ``partition-id``
+    selects the client; ``dataset="csv"`` with ``data_options={"schemas": [...]}``:
+    one per schema file).  ``cpus`` bounds the CPUs Ray may use (default:
+    all, at most one per site).
+    """
+    if dataset == "csv":
+        n = len(data_options.get("schemas", ()))
+    else:
+        from coalitions.learners.data.datasets import load
+
+        n = load(dataset, **data_options).n     # checks the options before Ray starts
+    settings = Settings(protocol=protocol, sites=n, dataset=dataset, data_options=dict(data_options),
+                        checkpoint=None if checkpoint is None else str(checkpoint), threads=threads)
+    return _simulate(settings, output, semantics, tol, cpus, log, progress)
+
+
+def _simulate(settings: Settings, output, semantics, tol, cpus, log, progress) -> dict:
+    from flwr.simulation import run_simulation
+
+    from coalitions.learners.federated.apps import client_app, make_server_app
+
+    outcome: dict = {}
+    log = log or (lambda s: print(s, file=sys.stderr))
+    app = make_server_app(settings, str(output), semantics, tol, outcome, log=log, progress=progress)
+    n_cpus = max(1, min(settings.sites, cpus or os.cpu_count() or 1))
+    _quiet_flower()
+    settings.stop = threading.Event()
+    try:
+        run_simulation(app, client_app, num_supernodes=settings.sites,
+                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                       "init_args": {"num_cpus": n_cpus, "num_gpus": 0, "include_dashboard": False}})
+    except KeyboardInterrupt:
+        settings.stop.set()       # the ServerApp thread stops polling, so the process can exit
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    if "result" not in outcome:
+        raise InputError("the Flower simulation ended before the server finished (see the log above)")
+    return json.loads((Path(output) / "run.json").read_text(encoding="utf-8"))
+
+
+def app_pyproject(run_config: dict) -> str:
+    """A Flower app's ``pyproject.toml`` whose components are this package's apps.
+
+    The app folder holds no code: its components import the installed
+    ``coalitions`` package, so every machine of the federation (SuperLink and
+    SuperNodes) runs with ``collaboration-equilibrium[learn,flower]``
+    installed and Flower's runtime dependency installation off.  The
+    repository's ``federated-app/pyproject.toml`` is this file for
+    :data:`~coalitions.learners.federated.apps.RUN_CONFIG` (a test keeps them equal).
+    """
+    import tomli_w
+
+    from coalitions import __version__
+
+    return ("# The `flwr run` entry of collaboration-equilibrium (docs/federated.md).  Generated by\n"
+            "# coalitions.learners.federated.run.app_pyproject(RUN_CONFIG); tests keep the two equal.\n"
+            + tomli_w.dumps({
+                "project": {"name": "coalitions-federate", "version": __version__,
+                            "description": "The exact collaboration game measured over Flower",
+                            "license": "MIT",
+                            # collaboration-equilibrium[learn,flower] must be installed where the apps run;
+                            # nothing is listed, so Flower's runtime installation (uv sync) fetches nothing
+                            "dependencies": []},
+                "tool": {"flwr": {"app": {
+                    "publisher": "coalitions",
+                    "fab-include": ["README.md"],
+                    "components": {"serverapp": "coalitions.learners.federated.apps:server_app",
+                                   "clientapp": "coalitions.learners.federated.apps:client_app"},
+                    "config": run_config}}},
+            }))
+
+
+APP_README = """# coalitions-federate: the `flwr run` entry
+
+The exact collaboration game measured over Flower, the data staying at the sites.
+The app holds no code: its components import the installed `coalitions` package
+(`pip install 'collaboration-equilibrium[learn,flower]'` on every machine).
+See docs/federated.md of collaboration-equilibrium.
+"""
+
+
+def _flwr_executable() -> str:
+    here = Path(sys.executable).with_name("flwr")
+    found = str(here) if here.exists() else shutil.which("flwr")
+    if not found:
+        raise InputError("the flwr command is not installed: pip install 'collaboration-equilibrium[flower]'")
+    return found
+
+
+def federate_superlink(address: str, sites: int, protocol: Protocol, output, *, dataset: str | None = None,
+                       data_options: dict | None = None, checkpoint=None, semantics: str = "personalized",
+                       tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, timeout_s: float | None = None,
+                       insecure: bool = True) -> dict:
+    """Submit the app to the SuperLink whose Control API listens at ``address``; wait; read ``run.json``.
+
+    ``sites`` SuperNodes must connect; ``dataset`` is the loader they use
+    with their ``partition-id`` (``None``: each reads its ``site-schema``).
+    Runs ``flwr run`` with a private Flower configuration (``FLWR_HOME``)
+    naming this SuperLink, streams its log to stderr, and returns the run
+    record the ServerApp wrote to ``output`` (it must be reachable from here,
+    i.e. the SuperLink runs on this machine).
+    """
+    out = Path(output).resolve()
+    run_config = {**protocol_config(protocol), "sites": int(sites), "dataset": dataset or "",
+                  "data-options": json.dumps(data_options or {}, sort_keys=True), "output": str(out),
+                  "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else "", "semantics": semantics,
+                  "tol": float(tol), "wait-s": float(wait_s), "round-timeout-s": 600.0, "retries": 2,
+                  "threads": int(threads)}
+    (out / "run.json").unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="coalitions-federate-") as tmp:
+        app_dir = Path(tmp) / "app"
+        app_dir.mkdir()
+        (app_dir / "pyproject.toml").write_text(app_pyproject(run_config), encoding="utf-8")
+        (app_dir / "README.md").write_text(APP_README, encoding="utf-8")
+        home = Path(tmp) / "flwr-home"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            f'[superlink]\ndefault = "coalitions"\n\n[superlink.coalitions]\naddress = "{address}"\n'
+            f'insecure = {"true" if insecure else "false"}\n', encoding="utf-8")
+        env = {**os.environ, "FLWR_HOME": str(home)}
+        cmd = [_flwr_executable(), "run", str(app_dir), "coalitions", "--stream"]
+        try:
+            proc = subprocess.run(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise InputError(f"--superlink {address}: the run did not finish within {timeout_s:g} s") from None
+    if not (out / "run.json").exists():
+        raise InputError(f"--superlink {address}: the run ended (flwr run exit code {proc.returncode}) without "
+                         f"writing {out / 'run.json'}; see the log above")
+    return json.loads((out / "run.json").read_text(encoding="utf-8"))
+
+
+def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, superlink: str | None = None,
+             sites: int | None = None, schemas=(), checkpoint=None, semantics: str = "personalized",
+             tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, progress=None) -> dict:
+    """``coalitions federate``: the simulation engine (``superlink=None``) or a running SuperLink.
+
+    ``dataset`` is a loader name, or ``"csv"``: in the simulation engine the
+    sites then read ``schemas`` (one schema file per site); on a SuperLink
+    every SuperNode reads its own ``site-schema``.  ``sites`` is the number of
+    SuperNodes to wait for (default: the loader's client count).  The
+    checkpoint defaults to ``output/checkpoint.pt``: running the same
+    command again resumes an interrupted run.
+    """
+    options = dict(data_options)
+    if dataset == "csv":
+        if options:
+            raise InputError(f"dataset csv takes no loader options (got --{', --'.join(options)})")
+        if superlink is None and not schemas:
+            raise InputError("dataset csv in the simulation engine needs --site-schema, once per site")
+        if superlink is not None and schemas:
+            raise InputError("--site-schema is for the simulation engine; on a SuperLink each SuperNode names "
+                             "its own with --node-config \"site-schema='...'\"")
+        if superlink is None:
+            from coalitions.learners.federated.sites import from_schema
+
+            names = [from_schema(s).name for s in schemas]   # checks every file before anything starts
+            if len(set(names)) != len(names):
+                raise InputError(f"--site-schema: two schema files name the same site ({', '.join(names)})")
+            options = {"schemas": [str(Path(s).resolve()) for s in schemas]}
+    elif schemas:
+        raise InputError(f"--site-schema goes with dataset csv, not {dataset!r}")
+    out = Path(output)
+    ckpt = Path(checkpoint) if checkpoint else out / "checkpoint.pt"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
+    if superlink is None:
+        if sites is not None:
+            raise InputError("--sites is for --superlink; the simulation engine runs one site per client")
+        return federate_simulation(dataset, options, protocol, out, checkpoint=ckpt, semantics=semantics,
+                                   tol=tol, threads=threads, progress=progress)
+    if sites is None:
+        if dataset == "csv":
+            raise InputError("--sites is required with dataset csv on a SuperLink (how many SuperNodes to wait for)")
+        from coalitions.learners.data.datasets import load
+
+        sites = load(dataset, **options).n
+    return federate_superlink(superlink, sites, protocol, out, dataset=dataset, data_options=options,
+                              checkpoint=ckpt, semantics=semantics, tol=tol, threads=threads, wait_s=wait_s)
+

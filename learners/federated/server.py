@@ -1,0 +1,363 @@
+"""The server's side: measure the exact game over a Flower ``Grid``, never seeing data.
+
+:func:`measure_game` drives the protocol of :mod:`coalitions.learners.federated.protocol`
+with three message types (Flower's Message API):
+
+``query``
+    Each site describes itself (:func:`coalitions.learners.federated.sites.describe`:
+    name, task, metric, feature shape, split sizes).  The server checks that
+    all sites agree and orders them (by partition id, then name).
+``train`` (one per site per round)
+    The site receives the current models of the ``2^{N-1}`` coalitions it
+    belongs to (one stacked ``ArrayRecord``) and returns them after local
+    training (:func:`~coalitions.learners.federated.protocol.local_round`).
+    All coalitions of a round train concurrently: every site gets its message
+    at once, and each site trains its coalitions' models together.  The
+    server then averages each coalition's models over its members
+    (:func:`~coalitions.learners.federated.protocol.aggregate`).
+``evaluate``
+    Each site scores the final models of its coalitions on its validation and
+    test splits and returns the ``2 · 2^{N-1}`` numbers.
+
+After every round the coalition models and the traffic counters are written
+to a checkpoint; a server started again with the same sites and settings
+resumes after the last finished round.  A site that does not answer (lost,
+restarting) is asked again, up to ``retries`` times, each time after looking
+for new SuperNodes that announce the site's name (a restarted SuperNode may
+come back under a new node id); sites are stateless between rounds, so a
+restarted site simply serves the next message.  If a site stays away, the
+run stops with an error naming it, and the checkpoint keeps the rounds done.
+
+Traffic is reported as the bytes of the records sent and received (Flower's
+own ``count_bytes`` of each record: parameters, configuration and metrics,
+not the transport's framing).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from coalitions.errors import InputError
+from coalitions.learners.federated.protocol import Protocol, aggregate, coalition_masks, initial_params, site_masks
+
+__all__ = ["Settings", "Stopped", "measure_game", "protocol_config", "protocol_from_config"]
+
+
+@dataclass
+class Settings:
+    """What the server needs besides the sites.
+
+    Parameters
+    ----------
+    protocol : Protocol
+    sites : int
+        SuperNodes to wait for (one per site).
+    dataset : str or None
+        Loader the sites use with their partition id (rehearsal); ``None``
+        when every site reads its own CSV (``site-schema`` node config).
+    data_options : dict
+        The loader's options (sent to the sites with every message).
+    checkpoint : str or None
+        Where the server saves its state after every round.
+    wait_s : float
+        How long to wait for the SuperNodes to connect.
+    round_timeout_s : float or None
+        How long one attempt of a round waits for replies (``None``: no limit).
+    retries : int
+        Further attempts for the sites that did not reply.
+    threads : int
+        PyTorch threads a site uses for training.
+    stop : threading.Event or None
+        Set by the caller to stop the server while it waits for replies (an
+        interrupted simulation); the server then raises :class:`Stopped`.
+    """
+
+    protocol: Protocol = field(default_factory=Protocol)
+    sites: int = 1
+    dataset: str | None = None
+    data_options: dict = field(default_factory=dict)
+    checkpoint: str | None = None
+    wait_s: float = 120.0
+    round_timeout_s: float | None = 600.0
+    retries: int = 2
+    threads: int = 1
+    stop: threading.Event | None = None
+
+
+class Stopped(Exception):
+    """The server was asked to stop (:attr:`Settings.stop`); the checkpoint keeps the rounds done."""
+
+
+#: Seconds between two polls for replies.
+POLL_S = 0.1
+
+
+def protocol_config(p: Protocol) -> dict:
+    """The protocol as Flower config values (no ``None``: empty string / 0 stand for it)."""
+    return {"model": p.model or "", "hidden": p.hidden, "rounds": p.rounds, "local-epochs": p.local_epochs,
+            "batch-size": p.batch_size or 0, "optimizer": p.optimizer, "lr": float(p.lr),
+            "momentum": float(p.momentum), "weight-decay": float(p.weight_decay), "seed": p.seed}
+
+
+def protocol_from_config(c) -> Protocol:
+    """Inverse of :func:`protocol_config` (reads a ``ConfigRecord`` or run config)."""
+    return Protocol(model=str(c["model"]) or None, hidden=int(c["hidden"]), rounds=int(c["rounds"]),
+                    local_epochs=int(c["local-epochs"]), batch_size=int(c["batch-size"]) or None,
+                    optimizer=str(c["optimizer"]), lr=float(c["lr"]), momentum=float(c["momentum"]),
+                    weight_decay=float(c["weight-decay"]), seed=int(c["seed"]))
+
+
+def _value_bytes(v) -> int:
+    if isinstance(v, list):
+        return sum(_value_bytes(x) for x in v)
+    if isinstance(v, str):
+        return len(v.encode())
+    if isinstance(v, bytes):
+        return len(v)
+    return 1 if isinstance(v, bool) else 8
+
+
+def _bytes(content) -> int:
+    """Bytes of a message's records: array data (Flower's ``count_bytes``), keys and config/metric values
+    (strings by length, numbers 8 bytes as in Flower's protobuf encoding)."""
+    from flwr.app import ArrayRecord
+
+    total = 0
+    for rec in content.values():
+        if isinstance(rec, ArrayRecord):
+            total += rec.count_bytes()
+        else:
+            total += sum(len(k) + _value_bytes(v) for k, v in rec.items())
+    return int(total)
+
+
+class _Link:
+    """Messages to named sites over a grid, with retries and traffic counters."""
+
+    def __init__(self, grid, settings: Settings, log):
+        self.grid = grid
+        self.settings = settings
+        self.log = log
+        self.sent = 0
+        self.received = 0
+        self.messages = 0
+        self.nodes: dict[str, int] = {}   # site name -> node id
+        self.descriptions: dict[str, dict] = {}
+        self.errors: dict = {}            # site name or node id -> the last error reason it replied
+
+    def _data_config(self) -> dict:
+        s = self.settings
+        return {"dataset": s.dataset or "", "data-options": json.dumps(s.data_options, sort_keys=True),
+                "threads": int(s.threads)}
+
+    def _exchange(self, messages: dict, message_type: str, group: str, timeout):
+        """Send ``{key: (node_id, RecordDict)}``; returns ``{key: reply}`` for the successful replies."""
+        from flwr.app import Message
+
+        out = {}
+        for key, (node, content) in messages.items():
+            out[key] = Message(content, dst_node_id=node, message_type=message_type, group_id=group)
+            self.sent += _bytes(content)
+            self.messages += 1
+        replies = {}
+        for rep in self._send_and_receive(list(out.values()), timeout):
+            key = next((k for k, m in out.items() if m.metadata.dst_node_id == rep.metadata.src_node_id), None)
+            if key is None:
+                continue
+            if rep.has_error():
+                self.errors[key] = str(rep.error.reason).strip().splitlines()[-1] if rep.error.reason else ""
+                self.log(f"site {key}: error {rep.error.code}: {self.errors[key]}")
+                continue
+            self.received += _bytes(rep.content)
+            self.messages += 1
+            replies[key] = rep
+        return replies
+
+    def _send_and_receive(self, messages: list, timeout) -> list:
+        """Push, then poll for the replies until all came, ``timeout`` passed, or :attr:`Settings.stop` is set."""
+        pending = set(self.grid.push_messages(messages))
+        end = None if timeout is None else time.monotonic() + timeout
+        got: list = []
+        while pending:
+            new = list(self.grid.pull_messages(pending))
+            got += new
+            pending -= {m.metadata.reply_to_message_id for m in new}
+            if not pending or (end is not None and time.monotonic() > end):
+                break
+            if self.settings.stop is not None and self.settings.stop.is_set():
+                raise Stopped("the server was stopped while waiting for replies")
+            time.sleep(POLL_S)
+        return got
+
+    def discover(self, expected: int | None = None, deadline: float | None = None) -> None:
+        """Ask every node not yet known who it is (``query``) and map site names to node ids."""
+        from flwr.app import ConfigRecord, RecordDict
+
+        while True:
+            known = set(self.nodes.values())
+            new = [n for n in self.grid.get_node_ids() if n not in known]
+            if new:
+                msgs = {n: (n, RecordDict({"config": ConfigRecord(self._data_config())})) for n in new}
+                replies = self._exchange(msgs, "query", "describe", self.settings.round_timeout_s)
+                failed = {n: self.errors.pop(n) for n in new if n in self.errors}
+                if failed:
+                    why = "; ".join(f"node {k}: {v}" for k, v in failed.items())
+                    raise InputError(f"a site could not describe itself ({why})")
+                for node, rep in replies.items():
+                    d = json.loads(str(rep.content["site"]["json"]))
+                    if d["name"] in self.nodes and self.nodes[d["name"]] in self.grid.get_node_ids() \
+                            and self.nodes[d["name"]] != node:
+                        raise InputError(f"two SuperNodes (ids {self.nodes[d['name']]} and {node}) "
+                                         f"both serve site {d['name']!r}")
+                    self.nodes[d["name"]] = node
+                    self.descriptions[d["name"]] = d
+            if expected is None or len(self.descriptions) >= expected:
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise InputError(f"only {len(self.descriptions)} of {expected} sites connected within "
+                                 f"{self.settings.wait_s:g} s ({', '.join(sorted(self.descriptions)) or 'none'})")
+            time.sleep(0.5)
+
+    def ask(self, contents: dict, message_type: str, group: str) -> dict:
+        """Send ``{site: RecordDict}`` to the named sites; retry the silent ones; ``{site: reply}``."""
+        s = self.settings
+        replies: dict = {}
+        for attempt in range(s.retries + 1):
+            pending = {name: c for name, c in contents.items() if name not in replies}
+            if not pending:
+                break
+            if attempt:
+                self.log(f"{message_type} {group}: no reply from {', '.join(sorted(pending))}; "
+                         f"asking again ({attempt}/{s.retries})")
+                self.discover()
+            msgs = {name: (self.nodes[name], c) for name, c in pending.items()}
+            replies.update(self._exchange(msgs, message_type, group, s.round_timeout_s))
+        missing = sorted(set(contents) - set(replies))
+        if missing:
+            why = "; ".join(f"{m}: {self.errors[m]}" for m in missing if self.errors.get(m))
+            raise InputError(f"site(s) {', '.join(missing)} did not answer {message_type} {group} after "
+                             f"{s.retries + 1} attempt(s)" + (f" ({why})" if why else "")
+                             + "; rerun with the same --checkpoint to resume")
+        return replies
+
+
+def _check_sites(descriptions: dict) -> list[dict]:
+    """The sites in order; all must share task, metric, classes and feature shape."""
+    sites = sorted(descriptions.values(), key=lambda d: (d["order"] if d["order"] >= 0 else 1 << 30, d["name"]))
+    first = sites[0]
+    for d in sites[1:]:
+        for key in ("task", "metric", "n-classes", "input-shape"):
+            if d[key] != first[key]:
+                raise InputError(f"site {d['name']!r}: {key} {d[key]!r} differs from site "
+                                 f"{first['name']!r}'s {first[key]!r}")
+    return sites
+
+
+def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
+    """Run the whole protocol on ``grid``; returns the game's values and the run's record.
+
+    Returns
+    -------
+    dict
+        ``names``, ``task``, ``metric``, ``val`` and ``test`` ``(N, 2^N)``
+        arrays, ``sites`` (their descriptions), ``rounds`` (training rounds),
+        ``communication_rounds`` (with the describe and evaluate exchanges),
+        ``bytes_sent``, ``bytes_received``, ``messages``, ``resumed_from``,
+        ``seconds``.
+    """
+    import flwr
+    from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+    from coalitions.learners.methods.base import load_checkpoint, save_checkpoint
+    from coalitions.learners.training.checkpoint import fingerprint
+    from coalitions.learners.training.models import make_model
+
+    t0 = time.perf_counter()
+    p = settings.protocol
+    link = _Link(grid, settings, log)
+    link.discover(settings.sites, time.monotonic() + settings.wait_s)
+    if len(link.descriptions) != settings.sites:
+        raise InputError(f"{len(link.descriptions)} sites connected ({', '.join(sorted(link.descriptions))}), "
+                         f"expected {settings.sites}")
+    sites = _check_sites(link.descriptions)
+    names = [d["name"] for d in sites]
+    n = len(sites)
+    if n > 12:
+        raise InputError(f"{n} sites: the federated exact game trains 2^N - 1 models; use at most 12")
+    log("sites: " + ", ".join(f"{d['name']} ({d['n-train']} train)" for d in sites))
+    first = sites[0]
+    task, metric = first["task"], first["metric"]
+    n_classes = first["n-classes"]
+    n_outputs = n_classes if task == "multiclass" else 1
+    spec = make_model(p.model_kind(task), tuple(first["input-shape"]), n_outputs, hidden=p.hidden)
+    masks = coalition_masks(n)
+    params = initial_params(spec, p.seed, len(masks))
+    sizes = [d["n-train"] for d in sites]
+    start = 0
+    key = fingerprint({"protocol": p.to_dict(), "sites": sites, "dataset": settings.dataset,
+                       "data_options": settings.data_options, "model": spec.kind})
+    if settings.checkpoint:
+        loaded = load_checkpoint(settings.checkpoint, key, "cpu")
+        if loaded is not None:
+            start, state, meta = loaded
+            params = {k: np.asarray(v) for k, v in state["params"].items()}
+            link.sent, link.received, link.messages = meta["sent"], meta["received"], meta["messages"]
+            log(f"resuming after round {start} of {p.rounds} from {settings.checkpoint}")
+    proto = protocol_config(p)
+    for r in range(start, p.rounds):
+        contents = {}
+        for i, name in enumerate(names):
+            mine = site_masks(n, i)
+            cfg = {**link._data_config(), **proto, "round": r, "site-index": i,
+                   "masks": [int(m) for m in mine], "task": task}
+            arrays = ArrayRecord([v[mine - 1] for v in params.values()])
+            contents[name] = RecordDict({"models": arrays, "config": ConfigRecord(cfg)})
+        replies = link.ask(contents, "train", f"round-{r + 1}")
+        updates = {}
+        for i, name in enumerate(names):
+            out = replies[name].content["models"].to_numpy_ndarrays()
+            mine = site_masks(n, i)
+            if len(out) != len(params) or any(o.shape != (len(mine), *v.shape[1:])
+                                                for o, v in zip(out, params.values(), strict=True)):
+                raise InputError(f"site {name!r}: round {r + 1} returned models of the wrong shape")
+            for j, m in enumerate(mine):
+                updates[(int(m), i)] = {k: o[j] for k, o in zip(params, out, strict=True)}
+        new = {k: np.empty_like(v) for k, v in params.items()}
+        for m in masks:
+            members = [i for i in range(n) if m >> i & 1]
+            avg = aggregate([updates[(int(m), i)] for i in members], [sizes[i] for i in members])
+            for k in new:
+                new[k][m - 1] = avg[k]
+        params = new
+        if settings.checkpoint:
+            save_checkpoint(settings.checkpoint, key, r + 1, {"params": params},
+                            {"sent": link.sent, "received": link.received, "messages": link.messages})
+        if progress is not None:
+            progress(r + 1, p.rounds)
+    contents = {}
+    for i, name in enumerate(names):
+        mine = site_masks(n, i)
+        cfg = {**link._data_config(), **proto, "masks": [int(m) for m in mine], "task": task, "metric": metric}
+        contents[name] = RecordDict({"models": ArrayRecord([v[mine - 1] for v in params.values()]),
+                                     "config": ConfigRecord(cfg)})
+    replies = link.ask(contents, "evaluate", "final")
+    val = np.full((n, 1 << n), np.nan)
+    test = np.full((n, 1 << n), np.nan)
+    for i, name in enumerate(names):
+        mine = site_masks(n, i)
+        rec = replies[name].content["metrics"]
+        v, t = np.asarray(rec["val"], dtype=np.float64), np.asarray(rec["test"], dtype=np.float64)
+        if v.shape != (len(mine),) or t.shape != (len(mine),) or not (np.all(np.isfinite(v))
+                                                                   and np.all(np.isfinite(t))):
+            raise InputError(f"site {name!r}: its {metric} of some coalition model is missing or undefined")
+        val[i, mine], test[i, mine] = v, t
+    return {"names": names, "task": task, "metric": metric, "val": val, "test": test, "sites": sites,
+            "rounds": p.rounds, "communication_rounds": p.rounds + 2, "bytes_sent": int(link.sent),
+            "bytes_received": int(link.received), "messages": int(link.messages), "resumed_from": start,
+            "seconds": time.perf_counter() - t0, "flower_version": flwr.__version__, "model": spec.kind,
+            "n_params": spec.n_params, "n_classes": n_classes or None}

