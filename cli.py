@@ -424,15 +424,17 @@ def mean_estimation(sizes, mu_e, sigma2, names, federation, output):
 @click.option("--ties", type=NON_NEGATIVE, default=0.0, show_default=True,
               help="Round values to multiples of this (0: off).")
 @click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
+              help="Storage of the values; float32 halves the memory (the values are then float32 numbers).")
 @click.option("-o", "--output", required=True, type=OUTPUT)
-def planted(groups, noise, ties, seed, output):
+def planted(groups, noise, ties, seed, dtype, output):
     """Hidden groups whose members help each other, with noise and optional ties."""
     sizes = _numbers(groups, "--groups", int)
     if any(g <= 0 for g in sizes):
         raise co.InputError(f"--groups: group sizes must be positive integers, got {groups!r}")
     _check_game_size(sum(sizes), output, "--groups")
     try:
-        g = co.planted(sizes, noise, ties, seed)
+        g = co.planted(sizes, noise, ties, seed, dtype=dtype)
     except MemoryError:
         raise co.InputError(f"--groups {groups}: out of memory building a game of {sum(sizes)} clients; "
                             f"{output} not written") from None

@@ -133,7 +133,7 @@ def mean_estimation(sizes: Sequence[float], mu_e: float = 10.0, sigma2: float = 
 
 
 def planted(groups: Sequence[int], noise: float = 0.05, ties: float = 0.0, seed: int = 0,
-            clients: Sequence[str] | None = None) -> Game:
+            clients: Sequence[str] | None = None, dtype: str = "float64") -> Game:
     """A game with hidden groups whose members help each other.
 
     ``v_i(S) = b_i + Σ_{j ∈ S, j ≠ i} W_ij + ε_{i,S}``, with ``W_ij ~ U(0.5, 1)``
@@ -152,6 +152,10 @@ def planted(groups: Sequence[int], noise: float = 0.05, ties: float = 0.0, seed:
         Rounding step (0 = no rounding).
     seed : int
         Seed of the generator; the same seed gives the same game.
+    dtype : {"float64", "float32"}
+        Storage of the values.  ``"float32"`` rounds each float64 value of the same
+        seed to float32 and stores the game in float32 (half the memory; the game
+        *is* those float32 numbers, see :mod:`coalitions.precision`).
     """
     sizes = [int(g) for g in groups]
     if not sizes or any(g <= 0 for g in sizes):
@@ -159,6 +163,8 @@ def planted(groups: Sequence[int], noise: float = 0.05, ties: float = 0.0, seed:
     if not (math.isfinite(noise) and noise >= 0 and math.isfinite(ties) and ties >= 0):
         raise InputError(f"noise and ties must be finite and non-negative, got {noise} and {ties}")
     N = check_size(sum(sizes))  # before anything of size N or 2^N is allocated
+    if dtype not in ("float64", "float32"):
+        raise InputError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
     if clients is not None and len(clients) != N:
         raise InputError(f"{len(clients)} names for {N} clients")
     names = [f"c{i}" for i in range(N)] if clients is None else list(clients)
@@ -169,15 +175,17 @@ def planted(groups: Sequence[int], noise: float = 0.05, ties: float = 0.0, seed:
     W = np.where(same, rng.uniform(0.5, 1.0, (N, N)), rng.uniform(-1.0, -0.5, (N, N)))
     np.fill_diagonal(W, 0.0)
     base = rng.uniform(0.0, 1.0, N)
-    masks = all_masks(N)
-    values = np.full((N, 1 << N), np.nan)
+    values = np.full((N, 1 << N), np.nan, dtype=dtype)
     for i in range(N):
-        inside = contains(masks, i)
-        v = base[i] + _subset_sums(W[i])[inside]
+        # the coalitions holding i, ascending: the odd halves of the row split at bit i
+        inside = values[i].reshape(-1, 2, 1 << i)[:, 1, :]
+        v = base[i] + _subset_sums(W[i]).reshape(-1, 2, 1 << i)[:, 1, :]
         if noise:
-            v = v + rng.normal(0.0, noise, v.size)
+            v += rng.normal(0.0, noise, v.size).reshape(v.shape)
         if ties:
             v = np.round(v / ties) * ties
-        values[i, inside] = v
+        inside[...] = v
     prov = {"generator": "planted", "groups": sizes, "noise": noise, "ties": ties, "seed": seed}
-    return Game.from_array(values, names, "max", prov)
+    if dtype == "float32":
+        prov["dtype"] = "float32"
+    return Game.from_array(values, names, "max", prov, dtype=dtype)

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import certificate as streamed
 from .axioms import AxiomReport, inner_agreement, outer_agreement
 from .brute_force import MAX_ENUMERATE, bell, equilibria
 from .errors import InputError, NoEquilibrium
 from .game import Game
 from .graph import BenefitGraph
 from .partition import block_of, canonical
-from .payoffs import check_semantics, mau, payoff_table
+from .payoffs import check_semantics, mau_at, payoff_at
 from .peeling import peel
 
 __all__ = ["Certificate", "Equilibrium", "solve", "certify"]
@@ -51,8 +52,19 @@ class Certificate:
 
 
 def certify(game: Game, partition, semantics: str = "personalized", tol: float = 1e-9,
-            exhaustive_up_to: int | None = None, seed: int = 0) -> Certificate:
-    """Check inner and outer agreement of ``partition``."""
+            exhaustive_up_to: int | None = None, seed: int = 0,
+            chunk: int = streamed.DEFAULT_CHUNK) -> Certificate:
+    """Check inner and outer agreement of ``partition``.
+
+    When every coalition may be enumerated (``exhaustive_up_to`` is None or at
+    least ``N``) both axioms are checked by :mod:`coalitions.certificate`, which
+    streams over the coalitions client by client in chunks of ``chunk`` and holds
+    no payoff table; otherwise by the sampling checks of :mod:`coalitions.axioms`.
+    The reports are the same either way where both enumerate everything.
+    """
+    if exhaustive_up_to is None or game.n <= exhaustive_up_to:
+        return Certificate(streamed.inner_agreement(game, partition, semantics, tol, chunk=chunk),
+                           streamed.outer_agreement(game, partition, semantics, tol, chunk=chunk))
     return Certificate(
         inner_agreement(game, partition, semantics, tol, exhaustive_up_to=exhaustive_up_to, seed=seed),
         outer_agreement(game, partition, semantics, tol, exhaustive_up_to=exhaustive_up_to, seed=seed))
@@ -96,12 +108,12 @@ class Equilibrium:
     def payoffs(self) -> np.ndarray:
         """Each client's payoff in its coalition."""
         where = block_of(self.game, self.partition)
-        return payoff_table(self.game, self.semantics)[np.arange(self.game.n), where]
+        return np.array([payoff_at(self.game, i, int(where[i]), self.semantics) for i in range(self.game.n)])
 
     @property
     def mau_all(self) -> np.ndarray:
         """Each client's ``MAU_i(all)``: the best it could hope for."""
-        return np.asarray(mau(self.game)[:, self.game.grand])
+        return np.array([mau_at(self.game, i, self.game.grand) for i in range(self.game.n)])
 
     def round_of(self) -> np.ndarray:
         """Peeling round (1-based) in which each client was placed; 0 if found by enumeration."""

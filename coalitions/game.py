@@ -2,7 +2,9 @@
 
 docs/concepts.md §1.  A game over clients ``0..N-1`` knows ``v_i(S)`` for every coalition
 ``S ∋ i``: ``N·2^(N-1)`` numbers, stored as one float64 array ``values`` of shape
-``(N, 2^N)`` with entry ``[i, mask]`` and NaN where bit ``i`` is not in ``mask``.
+``(N, 2^N)`` with entry ``[i, mask]`` and NaN where bit ``i`` is not in ``mask``
+(or a float32 array, on request, for games near the memory limit: see
+:mod:`coalitions.precision`).
 Values are stored *higher is better*: a game given with ``sense="min"`` (a loss)
 is negated on input, and ``sense`` is kept so that files round-trip.
 
@@ -126,6 +128,11 @@ def parse_coalition(key: str | Iterable[str], index: Mapping[str, int]) -> int:
     return mask
 
 
+def _same_numbers(a: np.ndarray, b: np.ndarray) -> bool:
+    """Do two arrays hold the same numbers (NaN matching NaN), row by row?"""
+    return all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b, strict=True))
+
+
 def coalition_key(mask: int, clients: Sequence[str]) -> str:
     """``"A,B"``: the member names of ``mask`` in client order."""
     return ",".join(clients[i] for i in members(mask))
@@ -140,7 +147,9 @@ class Game:
     clients : tuple of str
         Client names, index ``i`` is client ``i``.
     values : ndarray of shape (N, 2**N)
-        ``values[i, mask] = v_i(mask)``, higher is better, NaN where ``i ∉ mask``.
+        ``values[i, mask] = v_i(mask)``, higher is better, NaN where ``i ∉ mask``;
+        float64, or float32 when given as a float32 array (the values are then
+        those float32 numbers; every comparison still upcasts them to float64).
     sense : {"max", "min"}
         The sense the values were given in; ``"min"`` values were negated.
     provenance : dict
@@ -160,7 +169,8 @@ class Game:
         object.__setattr__(self, "clients", clients)
         if self.sense not in SENSES:
             raise InputError(f"'sense' must be 'max' or 'min', got {self.sense!r}")
-        v = np.array(self.values, dtype=np.float64, copy=True)
+        dtype = np.float32 if getattr(self.values, "dtype", None) == np.float32 else np.float64
+        v = np.array(self.values, dtype=dtype, copy=True)
         n = len(clients)
         if v.shape != (n, 1 << n):
             raise InputError(f"values must have shape ({n}, {1 << n}) for {n} clients, got {v.shape}")
@@ -182,9 +192,22 @@ class Game:
     # ------------------------------------------------------------------ constructors
     @classmethod
     def from_array(cls, values, clients: Sequence[str] | None = None, sense: str = "max",
-                   provenance: Mapping | None = None) -> Game:
-        """Build from a dense ``(N, 2**N)`` array given in ``sense`` (NaN outside ``i ∈ mask``)."""
-        arr = np.asarray(values, dtype=np.float64)
+                   provenance: Mapping | None = None, dtype: str = "float64") -> Game:
+        """Build from a dense ``(N, 2**N)`` array given in ``sense`` (NaN outside ``i ∈ mask``).
+
+        ``dtype="float32"`` stores the values in float32; they must be float32
+        numbers already (see :func:`coalitions.precision.to_float32` to round a
+        float64 game where the tolerance allows).
+        """
+        if dtype not in ("float64", "float32"):
+            raise InputError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+        given = np.asarray(values)
+        if given.dtype.kind not in "fiu":
+            given = np.asarray(values, dtype=np.float64)
+        arr = given.astype(dtype, copy=False)
+        if arr.dtype != given.dtype and dtype == "float32" and not _same_numbers(arr, given):
+            raise InputError("values are not all float32 numbers; round them with "
+                             "coalitions.precision.to_float32(game, tol), which checks that no answer changes")
         if arr.ndim != 2 or arr.shape[1] != 1 << arr.shape[0]:
             raise InputError(f"values must have shape (N, 2**N), got {arr.shape}")
         n = arr.shape[0]

@@ -22,9 +22,10 @@ from typing import Protocol
 import numpy as np
 
 from .bitmask import members, popcount, submasks
+from .certificate import shrink
 from .game import Game
 from .ocs import OCS, optimal_collaborators
-from .payoffs import check_semantics, mau, payoff_table
+from .payoffs import check_semantics
 
 __all__ = ["BenefitGraph", "BenefitOracle", "ExactOracle", "satisfies_stability", "shrink_to_minimal"]
 
@@ -150,5 +151,5 @@ class ExactOracle:
         )
 
     def stabilize(self, component: int, within: int) -> int | None:
-        payoff = payoff_table(self.game, self.semantics)
-        return shrink_to_minimal(payoff, mau(self.game), component, within, self.tol)
+        """:func:`shrink_to_minimal`, streamed over the component's sub-coalitions (no payoff table)."""
+        return shrink(self.game, component, within, self.semantics, self.tol)

@@ -1,7 +1,9 @@
 """Reading and writing the file formats of docs/formats.md.
 
 * ``coalitions/game@1`` JSON and the equivalent ``.npz`` (arrays ``values``,
-  ``clients``, ``sense``) — :func:`read_game`, :func:`write_game`.
+  ``clients``, ``sense``) — :func:`read_game`, :func:`write_game`.  ``values``
+  is float64, or float32 for a game stored in float32 (written and read back as
+  such; see :mod:`coalitions.precision`).
 * ``coalitions/equilibrium@1``, ``coalitions/equilibria@1`` and
   ``coalitions/benefit-graph@1`` — builders returning JSON-ready dicts.
 
@@ -274,7 +276,9 @@ def _read_npz(path) -> Game:
                 _fail(path, str(e))
             values = _npy_data(zf, members["values"], path, "values")
     _check_outside_nan(path, values, names)
-    return Game.from_array(values, names, str(sense), prov)
+    # float32 values stay float32 (a game stored in float32: see coalitions.precision)
+    dtype = "float32" if values.dtype == np.float32 else "float64"
+    return Game.from_array(values, names, str(sense), prov, dtype=dtype)
 
 
 def _check_outside_nan(path, values: np.ndarray, names) -> None:

@@ -6,7 +6,9 @@ one with the higher ``v_i(S)`` wins, then the smaller bitmask.  When another
 smallest set also qualifies the OCS is *ambiguous*, and that is reported.
 
 The search for one client is vectorised over the ``2^(|R|-1)`` sub-coalitions
-of ``R`` that contain it.
+of ``R`` that contain it; ``MAU_i(R)`` is the largest of those same values, so no
+table of MAU is needed.  Comparisons are taken in float64 whatever the storage
+of the game's values (docs/concepts.md §1, :func:`coalitions.precision.exact_threshold`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 
 from .bitmask import members, popcount, submasks
 from .game import Game
-from .payoffs import mau
+from .precision import exact_threshold
 
 __all__ = ["OCS", "optimal_collaborators"]
 
@@ -71,12 +73,21 @@ def optimal_collaborators(game: Game, i: int, within: int, tol: float = 1e-9) ->
     if not (within >> i) & 1:
         raise ValueError(f"client {i} is not in coalition {members(within)}")
     me = 1 << i
-    subs = submasks(within & ~me) | me
-    vals = game.values[i, subs]
-    best = mau(game)[i, within]
-    ok = vals >= best - tol
-    cand = subs[ok]
-    cvals = vals[ok]
+    if within == game.grand:
+        # every coalition holding i: the odd halves of the row split at bit i, in ascending order;
+        # index j stands for the mask j with a 1 inserted at bit i (no list of masks is built)
+        vals = game.values[i].reshape(-1, 2, me)[:, 1, :].ravel()
+        best = float(vals.max())
+        idx = np.flatnonzero(vals >= exact_threshold(best - tol, vals.dtype, strict=False))
+        cand = ((idx >> i) << (i + 1)) | me | (idx & (me - 1))
+        cvals = vals[idx]
+    else:
+        subs = submasks(within & ~me) | me
+        vals = game.values[i, subs]
+        best = float(vals.max())  # MAU_i(R): every sub-coalition of R holding i is in subs
+        ok = vals >= exact_threshold(best - tol, vals.dtype, strict=False)  # as in float64, for float32 too
+        cand = subs[ok]
+        cvals = vals[ok]
     sizes = popcount(cand)
     smallest = sizes == sizes.min()
     cand, cvals = cand[smallest], cvals[smallest]

@@ -14,6 +14,14 @@ transform per client: for each bit ``b``, every coalition holding ``b`` takes
 the max of itself and the same coalition without ``b``.  That is ``N`` vectorised
 passes over ``2^N`` entries per client, ``O(N·2^N)``, with no per-coalition search.
 
+The full table (:func:`mau`, :func:`payoff_table`) is what the table-based checks
+and brute force read.  Solving never needs it: :func:`mau_at` evaluates one entry
+and :mod:`coalitions.certificate` streams the certificate client by client, so a
+game near the memory limit (``N = 24``, docs/performance.md) needs no second ``N × 2^N`` array.
+Tables are always float64: a game stored in float32 (exact float32 numbers, see
+:mod:`coalitions.precision`) is upcast exactly, so every comparison is taken in
+float64 whatever the storage.
+
 Examples
 --------
 >>> import numpy as np
@@ -26,9 +34,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .bitmask import submasks
 from .game import Game
 
-__all__ = ["SEMANTICS", "subset_max", "mau", "payoff_table", "check_semantics", "models_in"]
+__all__ = ["SEMANTICS", "subset_max", "mau", "mau_at", "payoff_at", "payoff_table", "check_semantics", "models_in"]
 
 SEMANTICS = ("personalized", "shared")
 
@@ -42,14 +51,18 @@ def check_semantics(semantics: str) -> str:
 
 
 def subset_max(values: np.ndarray) -> np.ndarray:
-    """Subset-max transform of each row: ``out[i, R] = max_{S ⊆ R} values[i, S]``.
+    """Subset-max transform of each row: ``out[i, R] = max_{S ⊆ R} values[i, S]``, float64.
 
     NaN entries (coalitions without the client) count as ``-inf``; coalitions
-    with no finite subset get ``-inf``.
+    with no finite subset get ``-inf``.  The input is not modified; the output is
+    its one float64 copy, transformed in place (no other array of that size).
     """
-    f = np.where(np.isnan(values), -np.inf, values).astype(np.float64, copy=True)
+    f = np.array(values, dtype=np.float64)
     rows, size = f.shape
     n = size.bit_length() - 1
+    for r in range(rows):  # row by row: a temporary of 2^N booleans, not N·2^N
+        row = f[r]
+        row[np.isnan(row)] = -np.inf
     for b in range(n):
         view = f.reshape(rows, -1, 2, 1 << b)  # axis 2 is bit b of the mask
         np.maximum(view[:, :, 1, :], view[:, :, 0, :], out=view[:, :, 1, :])
@@ -57,20 +70,66 @@ def subset_max(values: np.ndarray) -> np.ndarray:
 
 
 def mau(game: Game) -> np.ndarray:
-    """``MAU[i, R]`` for every client and coalition (NaN where ``i ∉ R``). Cached per game."""
+    """``MAU[i, R]`` for every client and coalition (NaN where ``i ∉ R``), float64. Cached per game.
+
+    This is an ``N × 2^N`` float64 table (3 GiB at ``N = 24``); solving and
+    certifying do not build it (see :func:`mau_at`).
+    """
     cached = game.__dict__.get("_mau")
     if cached is None:
         out = subset_max(game.values)
-        out[np.isnan(game.values)] = np.nan
+        for i in range(game.n):  # NaN exactly where bit i is clear, as in the game's values
+            out[i].reshape(-1, 2, 1 << i)[:, 0, :] = np.nan
         out.setflags(write=False)
         game.__dict__["_mau"] = cached = out
     return cached
 
 
+def mau_at(game: Game, i: int, coalition: int) -> float:
+    """``MAU_i(K)`` for one client and coalition, without the full table.
+
+    .. math::  \\mathrm{MAU}_i(K) = \\max_{S \\subseteq K,\\; i \\in S} v_i(S)
+
+    is the largest of the ``2^(|K|-1)`` values of client ``i`` on sub-coalitions of
+    ``K`` holding it (read from the cached table when :func:`mau` has built it).
+
+    Examples
+    --------
+    >>> v = np.array([[np.nan, 3.0, np.nan, 2.0], [np.nan, np.nan, 1.0, 4.0]])
+    >>> mau_at(Game(("a", "b"), v), 0, 0b11), mau_at(Game(("a", "b"), v), 1, 0b11)
+    (3.0, 4.0)
+    """
+    cached = game.__dict__.get("_mau")
+    if cached is not None:
+        return float(cached[i, coalition])
+    if not (coalition >> i) & 1:
+        raise ValueError(f"client {i} is not in coalition {coalition}")
+    if coalition == game.grand:
+        return float(np.fmax.reduce(game.values[i]))  # NaN (i ∉ mask) ignored
+    me = 1 << i
+    return float(game.values[i, submasks(coalition & ~me) | me].max())
+
+
+def payoff_at(game: Game, i: int, coalition: int, semantics: str = "personalized") -> float:
+    """``payoff_i(K)`` under the given semantics (docs/concepts.md §1), for one client and coalition."""
+    if semantics == "personalized":
+        return mau_at(game, i, coalition)
+    return float(game.values[i, coalition])
+
+
 def payoff_table(game: Game, semantics: str = "personalized") -> np.ndarray:
     """``payoff[i, K]`` for every client and coalition under the given semantics (docs/concepts.md §1)."""
     check_semantics(semantics)
-    return mau(game) if semantics == "personalized" else game.values
+    if semantics == "personalized":
+        return mau(game)
+    if game.values.dtype == np.float64:
+        return game.values
+    cached = game.__dict__.get("_values64")
+    if cached is None:  # a float32 game: its values upcast (exactly) once
+        cached = game.values.astype(np.float64)
+        cached.setflags(write=False)
+        game.__dict__["_values64"] = cached
+    return cached
 
 
 def models_in(game: Game, partition, semantics: str = "personalized") -> list[int]:
