@@ -566,7 +566,7 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
 @click.option("--wait", type=click.FloatRange(0), default=120.0, show_default=True,
               help="Seconds to wait for the sites to connect.")
 @click.option("--checkpoint", type=OUTPUT, default=None,
-              help="Server state after every round [OUT/checkpoint.pt]; the same command again resumes.")
+              help="Server state after every round [OUT/checkpoint.npz]; the same command again resumes.")
 @click.option("--semantics", type=SEMANTICS, default="personalized", show_default=True)
 @click.option("--tol", type=float, default=1e-9, show_default=True)
 @click.option("-o", "--output", required=True, type=OUTPUT_FOLDER,

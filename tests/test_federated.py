@@ -267,7 +267,7 @@ def test_server_over_memory_grid_equals_inprocess(reference, heart):
 def test_server_resumes_from_its_checkpoint_after_a_crash(tmp_path, reference):
     from coalitions.learners.federated.server import measure_game
 
-    ckpt = tmp_path / "ckpt.pt"
+    ckpt = tmp_path / "ckpt.npz"
     with pytest.raises(KeyboardInterrupt):
         measure_game(MemoryGrid(HEART_NODES, crash_after=1), _settings(checkpoint=str(ckpt)), log=lambda s: None)
     assert ckpt.exists()
@@ -319,7 +319,7 @@ def test_a_site_that_stays_away_stops_the_run_naming_it(tmp_path):
 
     grid.push_messages = away
     with pytest.raises(InputError, match=r"site\(s\) VA did not answer train round-1"):
-        measure_game(grid, _settings(checkpoint=str(tmp_path / "c.pt")), log=lambda s: None)
+        measure_game(grid, _settings(checkpoint=str(tmp_path / "c.npz")), log=lambda s: None)
 
 
 @needs_flwr
@@ -340,7 +340,7 @@ def test_a_stopped_server_stops_waiting_and_keeps_its_checkpoint(tmp_path):
         return original(messages)
 
     grid.push_messages = silent_second_round
-    ckpt = tmp_path / "c.pt"
+    ckpt = tmp_path / "c.npz"
     t0 = time.monotonic()
     with pytest.raises(Stopped):
         measure_game(grid, _settings(checkpoint=str(ckpt), round_timeout_s=None, stop=stop), log=lambda s: None)
@@ -482,7 +482,7 @@ def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulate
     assert run["certificate_holds"] is True and fed_eq["format"].startswith("coalitions/equilibrium")
     assert run["bytes_sent"] > 0 and run["bytes_received"] > 0
     assert "wrote" in r.stderr and "equilibrium" in r.stderr
-    assert (out / "checkpoint.pt").exists()   # the same command again resumes (tested over the memory grid)
+    assert (out / "checkpoint.npz").exists()   # the same command again resumes (tested over the memory grid)
 
 
 @pytest.mark.parametrize("args, match", [

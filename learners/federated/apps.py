@@ -145,7 +145,7 @@ def make_server_app(settings: Settings, output: str, semantics: str = "personali
 
     @app.main()
     def _main(grid: Grid, context: Context) -> None:
-        from coalitions.learners.federated.run import write_outputs
+        from coalitions.learners.federated.outputs import write_outputs
 
         try:
             result = measure_game(grid, settings, log=log, progress=progress)
@@ -166,7 +166,7 @@ server_app = ServerApp()
 
 @server_app.main()
 def _server_main(grid: Grid, context: Context) -> None:
-    from coalitions.learners.federated.run import write_outputs
+    from coalitions.learners.federated.outputs import write_outputs
 
     settings, out = settings_from_run_config(context.run_config)
     result = measure_game(grid, settings)

@@ -273,8 +273,7 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
     import flwr
     from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-    from coalitions.learners.methods.base import load_checkpoint, save_checkpoint
-    from coalitions.learners.training.checkpoint import fingerprint
+    from coalitions.learners.training.checkpoint import fingerprint, load_state, save_state
     from coalitions.learners.training.models import make_model
 
     t0 = time.perf_counter()
@@ -302,7 +301,7 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
     key = fingerprint({"protocol": p.to_dict(), "sites": sites, "dataset": settings.dataset,
                        "data_options": settings.data_options, "model": spec.kind})
     if settings.checkpoint:
-        loaded = load_checkpoint(settings.checkpoint, key, "cpu")
+        loaded = load_state(settings.checkpoint, key, "cpu")
         if loaded is not None:
             start, state, meta = loaded
             params = {k: np.asarray(v) for k, v in state["params"].items()}
@@ -335,8 +334,8 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
                 new[k][m - 1] = avg[k]
         params = new
         if settings.checkpoint:
-            save_checkpoint(settings.checkpoint, key, r + 1, {"params": params},
-                            {"sent": link.sent, "received": link.received, "messages": link.messages})
+            save_state(settings.checkpoint, key, r + 1, {"params": params},
+                       {"sent": link.sent, "received": link.received, "messages": link.messages})
         if progress is not None:
             progress(r + 1, p.rounds)
     contents = {}

@@ -1,0 +1,60 @@
+"""What the server of a federated exact game writes: the game, its equilibrium and the run record.
+
+Shared by the simulation engine, the SuperLink path (:mod:`coalitions.learners.federated.run`)
+and the ServerApp (:mod:`coalitions.learners.federated.apps`); see docs/federated.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import coalitions as co
+from coalitions import io as cio
+from coalitions.errors import InputError
+from coalitions.learners.federated.server import Settings
+
+__all__ = ["FILES", "write_outputs"]
+
+FILES = ("game.json", "game-test.json", "equilibrium.json", "run.json")
+
+
+def write_outputs(result: dict, settings: Settings, output, semantics: str = "personalized",
+                  tol: float = 1e-9) -> list[str]:
+    """Write the measured game, its equilibrium and the run record into the folder ``output``."""
+    from coalitions.learners.data.federation import METRIC_SENSE
+
+    out = Path(output)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
+    p = settings.protocol
+    traffic = {"rounds": result["rounds"], "communication_rounds": result["communication_rounds"],
+               "bytes_sent": result["bytes_sent"], "bytes_received": result["bytes_received"],
+               "messages": result["messages"]}
+    sites = [{k: d[k] for k in ("name", "n-train", "n-val", "n-test")} for d in result["sites"]]
+    base = {"source": "coalitions federate (FedAvg within each coalition, measured over Flower; docs/federated.md)",
+            "dataset": settings.dataset or "site CSV files", "options": dict(settings.data_options),
+            "task": result["task"], "metric": result["metric"], "sites": sites,
+            "protocol": {**p.to_dict(), "model": result["model"], "aggregation": "fedavg-within-coalition"},
+            **traffic, "flower_version": result["flower_version"], "version": co.__version__}
+    sense = METRIC_SENSE[result["metric"]]
+    game = co.Game.from_array(result["val"], result["names"], sense, {**base, "split": "val"})
+    test = co.Game.from_array(result["test"], result["names"], sense, {**base, "split": "test"})
+    co.write_game(game, out / "game.json")
+    co.write_game(test, out / "game-test.json")
+    record = {**traffic, "sites": sites, "seconds": round(result["seconds"], 3),
+              "resumed_from_round": result["resumed_from"], "flower_version": result["flower_version"],
+              "protocol": base["protocol"], "semantics": semantics, "files": list(FILES)}
+    try:
+        eq = co.solve(game, semantics, tol)
+        cio.write_json(cio.equilibrium_to_json(eq), out / "equilibrium.json")
+        record["equilibrium"] = [[result["names"][i] for i in co.bitmask.members(k)] for k in eq.partition]
+        record["certificate_holds"] = None if eq.certificate is None else bool(eq.certificate.holds)
+    except co.NoEquilibrium as e:
+        record["equilibrium"] = None
+        record["no_equilibrium"] = str(e)
+        record["files"] = [f for f in FILES if f != "equilibrium.json"]
+        (out / "equilibrium.json").unlink(missing_ok=True)
+    cio.write_json(record, out / "run.json")
+    return [str(out / f) for f in record["files"]]
