@@ -16,8 +16,8 @@ line reports it with the option's ``flag``.
 
 Examples
 --------
->>> sorted(METHODS)
-['fedamp', 'fedamp-heuristic', 'fedavg', 'federico', 'local', 'spo', 'superfed-lm', 'superfed-mm']
+>>> sorted(METHODS)[:6]
+['ditto', 'fedamp', 'fedamp-heuristic', 'fedavg', 'federico', 'fedprox']
 >>> METHODS["spo"].option("rule").default
 'elimination'
 """
@@ -262,4 +262,25 @@ register(Method(
     target="coalitions.learners.methods.baselines:FedAvg",
     summary="Federated averaging, one model for all (baseline; utilities only).",
     options=_personalized_options(),
+))
+
+
+# ---------------------------------------------------------------------------- the paper's baselines
+# (docs/learners-baselines.md: the update rule and the reference of each)
+register(Method(
+    name="fedprox",
+    target="coalitions.learners.methods.fedprox:FedProx",
+    summary="FedProx (Li et al. 2020): FedAvg whose clients minimise F_k(w) + mu/2 |w - w_t|^2 "
+            "(baseline; utilities only).",
+    options=(Option("mu", "mu", "float", 0.01, "FedProx proximal weight mu (0: FedAvg)."),)
+    + _personalized_options(),
+))
+register(Method(
+    name="ditto",
+    target="coalitions.learners.methods.ditto:Ditto",
+    summary="Ditto (Li et al. 2021): FedAvg plus a personal model per client minimising "
+            "F_k(v) + lambda/2 |v - w_t|^2 (baseline; utilities only).",
+    options=(Option("ditto-lambda", "lam", "float", 0.1, "Ditto's lambda tying each personal model to the "
+                    "global one (0: Local)."),)
+    + _personalized_options(),
 ))
