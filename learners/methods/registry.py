@@ -284,3 +284,17 @@ register(Method(
                     "global one (0: Local)."),)
     + _personalized_options(),
 ))
+register(Method(
+    name="fedper",
+    target="coalitions.learners.methods.fedper:FedPer",
+    summary="FedPer (Arivazhagan et al. 2019): FedAvg of the body, a personal output layer per client "
+            "(baseline; utilities only).",
+    options=_personalized_options(),
+))
+register(Method(
+    name="lg-fedavg",
+    target="coalitions.learners.methods.fedper:LGFedAvg",
+    summary="LG-FedAvg (Liang et al. 2020): personal bodies, FedAvg of the output layer "
+            "(baseline; utilities only).",
+    options=_personalized_options(),
+))
