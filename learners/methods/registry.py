@@ -298,3 +298,19 @@ register(Method(
             "(baseline; utilities only).",
     options=_personalized_options(),
 ))
+register(Method(
+    name="qffl",
+    target="coalitions.learners.methods.fair:QFFL",
+    summary="q-FFL by q-FedAvg (Li et al. 2020): one model minimising sum_k p_k F_k^(q+1)/(q+1) "
+            "(baseline; utilities only).",
+    options=(Option("q", "q", "float", 1.0, "q-FFL's fairness exponent q (0: FedAvg)."),)
+    + _personalized_options(),
+))
+register(Method(
+    name="afl",
+    target="coalitions.learners.methods.fair:AFL",
+    summary="Agnostic FL (Mohri et al. 2019): one model for the worst mixture of the clients' losses, "
+            "gradient descent-ascent (baseline; utilities only).",
+    options=(Option("lambda-lr", "lambda_lr", "float", 0.1, "AFL's ascent step on the mixture weights."),)
+    + _personalized_options(),
+))
