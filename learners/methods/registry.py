@@ -314,3 +314,11 @@ register(Method(
     options=(Option("lambda-lr", "lambda_lr", "float", 0.1, "AFL's ascent step on the mixture weights."),)
     + _personalized_options(),
 ))
+register(Method(
+    name="per-fedavg",
+    target="coalitions.learners.methods.perfedavg:PerFedAvg",
+    summary="Per-FedAvg (Fallah et al. 2020): a meta-model for one personal gradient step, "
+            "Hessian-vector meta-gradient (baseline; utilities only).",
+    options=(Option("alpha", "alpha", "float", 0.01, "Per-FedAvg's personal step size alpha (0: FedAvg)."),)
+    + _personalized_options(),
+))
