@@ -172,7 +172,7 @@ def _personalized_options() -> tuple[Option, ...]:
         Option("client-batch", "batch_size", "int", 32, "Minibatch size per client."),
         Option("optimizer", "optimizer", "choice", None, "Client optimiser [sgd; federico: adam].",
                ("sgd", "adam")),
-        Option("client-lr", "lr", "float", None, "Client learning rate [0.1; federico: 0.001]."),
+        Option("client-lr", "lr", "float", None, "Client learning rate [0.1; federico: 0.001; pfedme: 0.01]."),
         Option("momentum", "momentum", "float", 0.9, "SGD momentum."),
         Option("weight-decay", "weight_decay", "float", 0.0, "Weight decay of the client optimiser."),
         Option("model", "model", "choice", None, "Each client's model [cnn for images, linear for regression, "
@@ -321,4 +321,17 @@ register(Method(
             "Hessian-vector meta-gradient (baseline; utilities only).",
     options=(Option("alpha", "alpha", "float", 0.01, "Per-FedAvg's personal step size alpha (0: FedAvg)."),)
     + _personalized_options(),
+))
+register(Method(
+    name="pfedme",
+    target="coalitions.learners.methods.pfedme:PFedMe",
+    summary="pFedMe (T. Dinh et al. 2020): personal models as Moreau envelopes, the inner problem "
+            "solved to tolerance (baseline; utilities only).",
+    options=(
+        Option("pfedme-lambda", "lam", "float", 15.0, "pFedMe's Moreau-envelope weight lambda."),
+        Option("pfedme-beta", "beta", "float", 1.0, "pFedMe's server mixing beta (1: averaging)."),
+        Option("inner-lr", "inner_lr", "float", 0.05, "pFedMe: step of the inner gradient descent."),
+        Option("inner-steps", "inner_steps", "int", 100, "pFedMe: most inner iterations per local step."),
+        Option("inner-tol", "inner_tol", "float", 1e-3, "pFedMe: inner gradient-norm tolerance."),
+    ) + _personalized_options(),
 ))
