@@ -335,3 +335,14 @@ register(Method(
         Option("inner-tol", "inner_tol", "float", 1e-3, "pFedMe: inner gradient-norm tolerance."),
     ) + _personalized_options(),
 ))
+register(Method(
+    name="pfedhn",
+    target="coalitions.learners.methods.pfedhn:PFedHN",
+    summary="pFedHN (Shamsian et al. 2021): a server hypernetwork generates each client's model from "
+            "its embedding (baseline; utilities only).",
+    options=(
+        Option("client-embed", "embed", "int", 8, "pFedHN: width of the client embeddings."),
+        Option("hn-hidden", "hn_hidden", "int", 100, "pFedHN: width of the hypernetwork's hidden layers."),
+        Option("hn-lr", "hn_lr", "float", 0.01, "pFedHN: Adam step of the hypernetwork and embeddings."),
+    ) + _personalized_options(),
+))
