@@ -319,7 +319,7 @@ register(Method(
     target="coalitions.learners.methods.perfedavg:PerFedAvg",
     summary="Per-FedAvg (Fallah et al. 2020): a meta-model for one personal gradient step, "
             "Hessian-vector meta-gradient (baseline; utilities only).",
-    options=(Option("alpha", "alpha", "float", 0.01, "Per-FedAvg's personal step size alpha (0: FedAvg)."),)
+    options=(Option("personal-step", "alpha", "float", 0.01, "Per-FedAvg's personal step size alpha (0: FedAvg)."),)
     + _personalized_options(),
 ))
 register(Method(
