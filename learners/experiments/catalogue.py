@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 from coalitions.errors import InputError
 
-__all__ = ["Regime", "Settings", "Experiment", "EXPERIMENTS", "METHOD_LABELS", "get_experiment"]
+__all__ = ["Regime", "Settings", "Experiment", "EXPERIMENTS", "METHOD_LABELS", "PAPER_BASELINES", "get_experiment",
+           "select_methods"]
 
 #: Column labels of the learners in reports, in table order (CE is inserted after SPO).
 METHOD_LABELS = {
@@ -33,8 +34,22 @@ METHOD_LABELS = {
     "federico": "FedeRiCo",
     "superfed-mm": "SuPerFed-MM",
     "superfed-lm": "SuPerFed-LM",
+    "fedprox": "FedProx",
+    "ditto": "Ditto",
+    "fedper": "FedPer",
+    "lg-fedavg": "LG-FedAvg",
+    "qffl": "q-FFL",
+    "afl": "AFL",
+    "per-fedavg": "Per-FedAvg",
+    "pfedme": "pFedMe",
+    "pfedhn": "pFedHN",
 }
 ALL_METHODS = ("local", "fedavg", "spo", "fedamp", "fedamp-heuristic", "federico", "superfed-mm")
+#: The baselines of the paper's tables (docs/learners-baselines.md).  FedPer and LG-FedAvg split a
+#: model into body and output layer: with a logistic model there is no body (FedPer is Local,
+#: LG-FedAvg is FedAvg), so the logistic experiments leave them out.
+PAPER_BASELINES = ("fedprox", "ditto", "fedper", "lg-fedavg", "qffl", "afl", "per-fedavg", "pfedme", "pfedhn")
+BODYLESS_BASELINES = tuple(m for m in PAPER_BASELINES if m not in ("fedper", "lg-fedavg"))
 
 
 @dataclass(frozen=True)
@@ -158,7 +173,7 @@ ADULT = Experiment(
     title="UCI Adult, PhD vs non-PhD (paper §5.1, Table 2)",
     regimes=(Regime("phd", "PhD vs non-PhD, accuracy", {}),),
     oracle={},
-    methods=ALL_METHODS,
+    methods=ALL_METHODS + BODYLESS_BASELINES,
     quick=Settings((0,), {"*": {"rounds": 5, "client_batch": 256}, "spo": {"steps": 500}}),
     full=Settings(_SEEDS, {"*": {"client_batch": 256}}),
     published={
@@ -169,7 +184,10 @@ ADULT = Experiment(
     },
     notes=("Logistic regression as in the paper; the personalised learners use client batches of "
            "256 (one local epoch of the 30,000-row non-PhD client is otherwise 1000 steps). "
-           "Accuracies in the tables are fractions; the paper prints percentages."),
+           "Accuracies in the tables are fractions; the paper prints percentages. The paper's Table 2 "
+           "baselines AFL and q-FFL run here with FedProx, Ditto, Per-FedAvg, pFedMe and pFedHN; FedPer "
+           "and LG-FedAvg are left out because a logistic model has no body to share (FedPer would be "
+           "Local and LG-FedAvg FedAvg)."),
 )
 
 DIGITS = Experiment(
@@ -179,7 +197,7 @@ DIGITS = Experiment(
     regimes=(Regime("pathological", "pathological label skew, 10 clients, 2 classes each",
                     {"clients": 10, "partition": "pathological"}),),
     oracle={"model": "logistic"},
-    methods=ALL_METHODS,
+    methods=ALL_METHODS + PAPER_BASELINES,
     quick=Settings((0,), {"*": {"rounds": 10}, "spo": {"steps": 500}}),
     full=Settings((0, 1, 2), {}),
     published={
@@ -195,6 +213,31 @@ DIGITS = Experiment(
 )
 
 EXPERIMENTS = {e.name: e for e in (SYNTHETIC, HEART, ADULT, DIGITS)}
+
+
+def select_methods(exp: Experiment, names) -> tuple[str, ...]:
+    """The learners of ``names`` (an iterable of method names) in ``exp``'s column order, then any others.
+
+    ``None`` selects the experiment's own learners.  Every name must be a learner that reports
+    know (:data:`METHOD_LABELS`); repeats are dropped.
+
+    Raises
+    ------
+    InputError
+        An unknown name, or none at all.
+    """
+    if names is None:
+        return tuple(exp.methods)
+    chosen = []
+    for m in names:
+        if m not in METHOD_LABELS:
+            raise InputError(f"unknown method {m!r} for reproduce: choose from {', '.join(METHOD_LABELS)}")
+        if m not in chosen:
+            chosen.append(m)
+    if not chosen:
+        raise InputError("no methods to run")
+    order = {m: i for i, m in enumerate(exp.methods)}
+    return tuple(sorted(chosen, key=lambda m: order.get(m, len(order) + chosen.index(m))))
 
 
 def get_experiment(name: str) -> Experiment:
