@@ -17,7 +17,7 @@ line reports it with the option's ``flag``.
 Examples
 --------
 >>> sorted(METHODS)[:6]
-['ditto', 'fedamp', 'fedamp-heuristic', 'fedavg', 'federico', 'fedprox']
+['afl', 'ditto', 'fedamp', 'fedamp-heuristic', 'fedavg', 'federico']
 >>> METHODS["spo"].option("rule").default
 'elimination'
 """
