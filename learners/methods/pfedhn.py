@@ -106,7 +106,7 @@ class PFedHN(PersonalizedLearner):
         return {"phi": stacked, "opt": Adam(float(self.hn_lr)).init(stacked)}
 
     def _generated(self, phi: dict) -> dict:
-        like = self.spec_.init(None, 1)
+        like = {k: torch.empty((1, *shape)) for k, shape in self.spec_.shapes.items()}  # shapes only
         return unflatten(generate({k: v[0] for k, v in phi.items()}), like)
 
     def train_round(self, state, r, rng):
