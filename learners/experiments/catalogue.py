@@ -198,8 +198,8 @@ DIGITS = Experiment(
                     {"clients": 10, "partition": "pathological"}),),
     oracle={"model": "logistic"},
     methods=ALL_METHODS + PAPER_BASELINES,
-    quick=Settings((0,), {"*": {"rounds": 10}, "spo": {"steps": 500}}),
-    full=Settings((0, 1, 2), {}),
+    quick=Settings((0,), {"*": {"rounds": 10}, "spo": {"steps": 500}, "pfedme": {"inner_steps": 20}}),
+    full=Settings((0, 1, 2), {"pfedme": {"inner_steps": 20}}),
     published={
         "table": "Table 3",
         "accuracy": {"Local": "86.46 ± 4.02", "FedAvg": "51.42 ± 2.41", "SPO": "92.47 ± 4.80",
@@ -209,7 +209,9 @@ DIGITS = Experiment(
     notes=("CIFAR-10 is not shipped by any installable package; scikit-learn's 8×8 digits with the "
            "same pathological split (two classes per client, ten clients) stand in for it. The "
            "learners train the small CNN; the exact game (1023 subset models) uses softmax "
-           "regression, which is what the oracle can afford on a CPU."),
+           "regression, which is what the oracle can afford on a CPU. pFedMe's inner solve is capped "
+           "at 20 steps here: on the CNN its gradient norm stalls near 0.2–0.4 on minibatches "
+           "(ReLU and max-pool kinks) whatever the cap, and each estimate reports the residual."),
 )
 
 EXPERIMENTS = {e.name: e for e in (SYNTHETIC, HEART, ADULT, DIGITS)}
