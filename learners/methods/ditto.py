@@ -16,8 +16,9 @@ Both updates use the same minibatches: they run as one stacked optimisation of
 parts share no parameter), so each part takes exactly the steps it would take
 alone (the round's reported loss is the sum of the two parts).  The
 regulariser is computed on live tensors: its gradient ``λ(v_k − w^t)`` pulls
-the personal model towards the round's global model.  ``λ = 0`` is Local training of ``v_k``; large ``λ`` ties ``v_k`` to the global
-model.  Every client predicts with its personal ``v_k``.
+the personal model towards the round's global model.  ``λ = 0`` is Local
+training of ``v_k``; large ``λ`` ties ``v_k`` to the global model.  Every
+client predicts with its personal ``v_k``.
 
 No pairwise weights: utilities and the structural graph of the shared global
 model (everybody).  Default ``λ = 0.1`` (the paper tunes ``λ`` in
