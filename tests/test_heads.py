@@ -47,3 +47,23 @@ def test_one_body_many_heads_is_the_base_model_per_head(kind):
     h = spec.head[0]
     assert q[h].grad[0].abs().sum() > 0 and q[h].grad[2].abs().sum() > 0
     assert q[h].grad[1].abs().sum() == 0 and q[h].grad[3].abs().sum() == 0
+
+
+def test_many_head_models_train_batched_on_the_engine():
+    """A subset's loss — each member's data through its own head, one body — batched equals one at a time."""
+    from coalitions.learners.training.engine import Engine
+
+    spec = make_model("cnn", (1, 8, 8), 3)
+    multi = with_heads(spec, 3)
+    p = multi.init(torch.Generator().manual_seed(2), 4)          # four subset models
+    X = torch.randn(4, 3, 5, 1, 8, 8)                            # model, member, samples, image
+    y = torch.randint(0, 3, (4, 3, 5))
+
+    def loss(q, X, y):
+        return sum(torch.nn.functional.cross_entropy(multi.forward_head(q, X[j], j), y[j]) for j in range(3))
+
+    gb, vb = Engine("cpu", "batched").value_and_grad(loss, p, (X, y))
+    gs, vs = Engine("cpu", "sequential").value_and_grad(loss, p, (X, y))
+    assert torch.allclose(vb, vs, atol=1e-5)
+    assert all(torch.allclose(gb[k], gs[k], atol=1e-5) for k in p)
+    assert all(gb[k].abs().sum() > 0 for k in p)
