@@ -691,10 +691,12 @@ def compare_cmd(estimate_file, game_file, semantics, tol, fmt):
 @click.option("--quick", is_flag=True, help="Short settings: one seed, fewer rounds and steps.")
 @device_option
 @click.option("--seeds", default=None, help="Comma-separated seeds, instead of the experiment's.")
+@click.option("--methods", default=None,
+              help="Comma-separated learners to run instead of the experiment's (e.g. local,fedavg,fedprox).")
 @threads_option
 @click.option("-o", "--output", "out", required=True, type=OUTPUT_FOLDER,
               help="Folder for report.md, results.json and the figures (created if missing).")
-def reproduce_cmd(experiment, quick, device, seeds, threads, out):
+def reproduce_cmd(experiment, quick, device, seeds, methods, threads, out):
     """Rebuild one of the paper's experiments end to end into a folder.
 
     The exact game (exhaustive oracle) and its certified equilibrium, every
@@ -708,10 +710,18 @@ def reproduce_cmd(experiment, quick, device, seeds, threads, out):
     seed_list = None if seeds is None else _numbers(seeds, "--seeds", int)
     if seed_list is not None and any(x not in range(SEED.min, SEED.max + 1) for x in seed_list):
         raise co.InputError(f"--seeds: every seed must be an integer in [{SEED.min}, {SEED.max}], got {seeds!r}")
+    method_list = None
+    if methods is not None:
+        from coalitions.learners.experiments.catalogue import get_experiment, select_methods
+
+        try:
+            method_list = select_methods(get_experiment(experiment), [m.strip() for m in methods.split(",") if m.strip()])
+        except co.InputError as e:
+            raise co.InputError(f"--methods: {e}") from None
     _set_threads(threads)
     try:
         with _flags({"device": "--device"}):
-            res = reproduce(experiment, out, quick=quick, device=device, seeds=seed_list,
+            res = reproduce(experiment, out, quick=quick, device=device, seeds=seed_list, methods=method_list,
                             log=lambda line: click.echo(f"[{experiment}] {line}", err=True))
     except KeyboardInterrupt:
         click.echo(f"coalitions: finished pieces are kept in {out}/runs/; run the same command again "

@@ -213,3 +213,39 @@ def test_report_rebuilds_from_results_json_alone(quick, tmp_path):
     shutil.copy(quick / "results.json", tmp_path / "results.json")
     rebuild(tmp_path)
     assert (tmp_path / "report.md").read_text() == (quick / "report.md").read_text()
+
+
+def test_select_methods_keeps_the_experiments_order_and_refuses_unknown_names():
+    from coalitions.learners.experiments.catalogue import select_methods
+
+    adult = EXPERIMENTS["adult"]
+    assert select_methods(adult, None) == adult.methods
+    assert select_methods(adult, ["afl", "local", "qffl", "local"]) == ("local", "qffl", "afl")
+    assert select_methods(adult, ["fedper", "local"]) == ("local", "fedper")   # not adult's, still allowed
+    with pytest.raises(InputError, match="unknown method 'nope'"):
+        select_methods(adult, ["local", "nope"])
+    with pytest.raises(InputError, match="no methods"):
+        select_methods(adult, [])
+    # the paper's baselines are in adult (bodyless ones) and digits (all)
+    assert {"qffl", "afl", "fedprox", "ditto", "per-fedavg", "pfedme", "pfedhn"} <= set(adult.methods)
+    assert not {"fedper", "lg-fedavg"} & set(adult.methods)
+    assert {"fedper", "lg-fedavg", "qffl", "afl", "pfedhn"} <= set(EXPERIMENTS["digits"].methods)
+
+
+def test_cli_methods_flag_is_checked_before_anything_runs(capsys, tmp_path):
+    assert cli.main(["reproduce", "synthetic", "--methods", "local,nope", "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("coalitions: error: --methods: unknown method 'nope'")
+    assert not (tmp_path / "o").exists()
+    assert cli.main(["reproduce", "synthetic", "--methods", " , ", "-o", str(tmp_path / "o")]) == 2
+    assert "--methods: no methods" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_reproduce_runs_only_the_selected_methods(tmp_path, capsys):
+    out = tmp_path / "sub"
+    assert cli.main(["reproduce", "synthetic", "--quick", "--methods", "fedprox,local", "-o", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["methods"] == ["local", "fedprox"]
+    assert set(res["regimes"][0]["runs"][0]["methods"]) == {"local", "fedprox"}
+    assert "| FedProx |" in (out / "report.md").read_text() or "FedProx" in (out / "report.md").read_text()

@@ -40,7 +40,7 @@ from coalitions.compare import compare
 from coalitions.errors import InputError
 from coalitions.files import write_text
 from coalitions.io import read_json, write_json
-from coalitions.learners.experiments.catalogue import METHOD_LABELS, Experiment, get_experiment
+from coalitions.learners.experiments.catalogue import METHOD_LABELS, Experiment, get_experiment, select_methods
 from coalitions.learners.experiments.results import (
     RESULTS_FORMAT,
     Comparison,
@@ -235,10 +235,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
     log = log or (lambda line: None)
     settings = exp.settings(quick)
     seeds = tuple(settings.seeds if seeds is None else seeds)
-    methods = tuple(exp.methods if methods is None else methods)
-    for m in methods:
-        if m not in METHOD_LABELS:
-            raise InputError(f"unknown method {m!r} for reproduce: choose from {', '.join(METHOD_LABELS)}")
+    methods = select_methods(exp, methods)
     if not seeds:
         raise InputError("no seeds to run")
     out = Path(out)

@@ -25,7 +25,7 @@ import torch
 from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.training.engine import train_epochs
 
-__all__ = ["Local", "FedAvg", "weighted_average"]
+__all__ = ["Local", "FedAvg", "weighted_average", "broadcast"]
 
 
 def weighted_average(params: dict, sizes) -> dict:
@@ -33,6 +33,11 @@ def weighted_average(params: dict, sizes) -> dict:
     dev = next(iter(params.values())).device
     w = torch.as_tensor(np.asarray(sizes, dtype=np.float64) / float(np.sum(sizes)), device=dev)
     return {k: torch.tensordot(w.to(v.dtype), v, dims=1)[None] for k, v in params.items()}
+
+
+def broadcast(params: dict, n: int) -> dict:
+    """A model with leading dimension 1 copied to ``n`` stacked models (the server's broadcast)."""
+    return {k: v.expand(n, *v.shape[1:]).clone() for k, v in params.items()}
 
 
 class Local(PersonalizedLearner):

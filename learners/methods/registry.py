@@ -16,8 +16,8 @@ line reports it with the option's ``flag``.
 
 Examples
 --------
->>> sorted(METHODS)
-['fedamp', 'fedamp-heuristic', 'fedavg', 'federico', 'local', 'spo', 'superfed-lm', 'superfed-mm']
+>>> sorted(METHODS)[:6]
+['afl', 'ditto', 'fedamp', 'fedamp-heuristic', 'fedavg', 'federico']
 >>> METHODS["spo"].option("rule").default
 'elimination'
 """
@@ -172,7 +172,7 @@ def _personalized_options() -> tuple[Option, ...]:
         Option("client-batch", "batch_size", "int", 32, "Minibatch size per client."),
         Option("optimizer", "optimizer", "choice", None, "Client optimiser [sgd; federico: adam].",
                ("sgd", "adam")),
-        Option("client-lr", "lr", "float", None, "Client learning rate [0.1; federico: 0.001]."),
+        Option("client-lr", "lr", "float", None, "Client learning rate [0.1; federico: 0.001; pfedme: 0.01]."),
         Option("momentum", "momentum", "float", 0.9, "SGD momentum."),
         Option("weight-decay", "weight_decay", "float", 0.0, "Weight decay of the client optimiser."),
         Option("model", "model", "choice", None, "Each client's model [cnn for images, linear for regression, "
@@ -262,4 +262,87 @@ register(Method(
     target="coalitions.learners.methods.baselines:FedAvg",
     summary="Federated averaging, one model for all (baseline; utilities only).",
     options=_personalized_options(),
+))
+
+
+# ---------------------------------------------------------------------------- the paper's baselines
+# (docs/learners-baselines.md: the update rule and the reference of each)
+register(Method(
+    name="fedprox",
+    target="coalitions.learners.methods.fedprox:FedProx",
+    summary="FedProx (Li et al. 2020): FedAvg whose clients minimise F_k(w) + mu/2 |w - w_t|^2 "
+            "(baseline; utilities only).",
+    options=(Option("mu", "mu", "float", 0.01, "FedProx proximal weight mu (0: FedAvg)."),)
+    + _personalized_options(),
+))
+register(Method(
+    name="ditto",
+    target="coalitions.learners.methods.ditto:Ditto",
+    summary="Ditto (Li et al. 2021): FedAvg plus a personal model per client minimising "
+            "F_k(v) + lambda/2 |v - w_t|^2 (baseline; utilities only).",
+    options=(Option("ditto-lambda", "lam", "float", 0.1, "Ditto's lambda tying each personal model to the "
+                    "global one (0: Local)."),)
+    + _personalized_options(),
+))
+register(Method(
+    name="fedper",
+    target="coalitions.learners.methods.fedper:FedPer",
+    summary="FedPer (Arivazhagan et al. 2019): FedAvg of the body, a personal output layer per client "
+            "(baseline; utilities only).",
+    options=_personalized_options(),
+))
+register(Method(
+    name="lg-fedavg",
+    target="coalitions.learners.methods.fedper:LGFedAvg",
+    summary="LG-FedAvg (Liang et al. 2020): personal bodies, FedAvg of the output layer "
+            "(baseline; utilities only).",
+    options=_personalized_options(),
+))
+register(Method(
+    name="qffl",
+    target="coalitions.learners.methods.fair:QFFL",
+    summary="q-FFL by q-FedAvg (Li et al. 2020): one model minimising sum_k p_k F_k^(q+1)/(q+1) "
+            "(baseline; utilities only).",
+    options=(Option("q", "q", "float", 1.0, "q-FFL's fairness exponent q (0: FedAvg)."),)
+    + _personalized_options(),
+))
+register(Method(
+    name="afl",
+    target="coalitions.learners.methods.fair:AFL",
+    summary="Agnostic FL (Mohri et al. 2019): one model for the worst mixture of the clients' losses, "
+            "gradient descent-ascent (baseline; utilities only).",
+    options=(Option("lambda-lr", "lambda_lr", "float", 0.1, "AFL's ascent step on the mixture weights."),)
+    + _personalized_options(),
+))
+register(Method(
+    name="per-fedavg",
+    target="coalitions.learners.methods.perfedavg:PerFedAvg",
+    summary="Per-FedAvg (Fallah et al. 2020): a meta-model for one personal gradient step, "
+            "Hessian-vector meta-gradient (baseline; utilities only).",
+    options=(Option("personal-step", "alpha", "float", 0.01, "Per-FedAvg's personal step size alpha (0: FedAvg)."),)
+    + _personalized_options(),
+))
+register(Method(
+    name="pfedme",
+    target="coalitions.learners.methods.pfedme:PFedMe",
+    summary="pFedMe (T. Dinh et al. 2020): personal models as Moreau envelopes, the inner problem "
+            "solved to tolerance (baseline; utilities only).",
+    options=(
+        Option("pfedme-lambda", "lam", "float", 15.0, "pFedMe's Moreau-envelope weight lambda."),
+        Option("pfedme-beta", "beta", "float", 1.0, "pFedMe's server mixing beta (1: averaging)."),
+        Option("inner-lr", "inner_lr", "float", 0.05, "pFedMe: step of the inner gradient descent."),
+        Option("inner-steps", "inner_steps", "int", 100, "pFedMe: most inner iterations per local step."),
+        Option("inner-tol", "inner_tol", "float", 1e-3, "pFedMe: inner gradient-norm tolerance."),
+    ) + _personalized_options(),
+))
+register(Method(
+    name="pfedhn",
+    target="coalitions.learners.methods.pfedhn:PFedHN",
+    summary="pFedHN (Shamsian et al. 2021): a server hypernetwork generates each client's model from "
+            "its embedding (baseline; utilities only).",
+    options=(
+        Option("client-embed", "embed", "int", 8, "pFedHN: width of the client embeddings."),
+        Option("hn-hidden", "hn_hidden", "int", 100, "pFedHN: width of the hypernetwork's hidden layers."),
+        Option("hn-lr", "hn_lr", "float", 0.01, "pFedHN: Adam step of the hypernetwork and embeddings."),
+    ) + _personalized_options(),
 ))

@@ -18,6 +18,16 @@ Kinds (``make_model``):
 * ``"cnn"``: for images ``(C, H, W)``: two 3×3 convolutions (16, 32 channels,
   padding 1) each followed by ReLU and 2×2 max-pooling, then an affine head.
 
+Personal heads (FedPer's split, Arivazhagan et al. 2019).  Every model has a *body* and a
+*head*: the head is its output layer (``ModelSpec.head``: ``weight, bias`` of the affine
+models, ``w2, b2`` of the MLP, ``w, b`` of the CNN), the body everything before it
+(:meth:`ModelSpec.body`; empty for the affine models, whose only layer is the output layer).
+A federated method that averages the body and keeps each client's head (FedPer), or the
+reverse (LG-FedAvg), selects the parameters by these names (:func:`split_params`,
+:func:`merge_params`) on the stacked dicts the engine trains.  :func:`with_heads` turns a model
+into one body with ``K`` heads — ``forward_head(params, X, k)`` — the model one subset trains
+when its members share features but each keeps its own output layer.
+
 Initialisation is PyTorch's default for ``nn.Linear`` / ``nn.Conv2d``: every
 weight and bias ``~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, drawn from the given
 ``torch.Generator`` so a seed fixes it.
@@ -35,7 +45,8 @@ import torch.nn.functional as F
 from coalitions.errors import InputError
 from coalitions.params import check_param
 
-__all__ = ["ModelSpec", "make_model", "KINDS", "stacked_forward"]
+__all__ = ["ModelSpec", "make_model", "KINDS", "stacked_forward", "split_params", "merge_params", "HeadsSpec",
+           "with_heads"]
 
 KINDS = ("linear", "logistic", "mlp", "cnn")
 
@@ -61,6 +72,8 @@ class ModelSpec:
         ``vmap(forward, in_dims=(0, None))`` and several times faster for the
         affine and MLP models (vmap of ``X @ W`` with an unbatched ``X``
         falls back to slower batched kernels).  ``None``: use vmap.
+    head : tuple of str
+        The output layer's parameter names (the rest is the body).
     """
 
     kind: str
@@ -70,6 +83,12 @@ class ModelSpec:
     fan_in: dict
     forward: Callable
     stacked: Callable | None = None
+    head: tuple = ()
+
+    @property
+    def body(self) -> tuple:
+        """The parameter names before the output layer, in order (empty for the affine models)."""
+        return tuple(k for k in self.shapes if k not in self.head)
 
     def init(self, generator: torch.Generator | None, n_models: int, dtype=torch.float32,
              device="cpu") -> dict:
@@ -158,12 +177,12 @@ def make_model(kind: str, input_shape, n_outputs: int, hidden: int = 64, channel
     k = int(n_outputs)
     if kind in ("linear", "logistic"):
         return ModelSpec(kind, shape, k, {"weight": (d, k), "bias": (k,)}, {"weight": d, "bias": d}, _affine,
-                         _affine_stacked)
+                         _affine_stacked, ("weight", "bias"))
     if kind == "mlp":
         check_param("hidden", hidden, "int", low=1)
         h = int(hidden)
         return ModelSpec(kind, shape, k, {"w1": (d, h), "b1": (h,), "w2": (h, k), "b2": (k,)},
-                         {"w1": d, "b1": d, "w2": h, "b2": h}, _mlp, _mlp_stacked)
+                         {"w1": d, "b1": d, "w2": h, "b2": h}, _mlp, _mlp_stacked, ("w2", "b2"))
     if kind == "cnn":
         if len(shape) != 3 or shape[1] < 4 or shape[2] < 4:
             raise InputError(f"model 'cnn' needs image inputs (C, H, W) of at least 4x4, got {shape}")
@@ -173,5 +192,60 @@ def make_model(kind: str, input_shape, n_outputs: int, hidden: int = 64, channel
         shapes = {"c1": (c1, c, 3, 3), "cb1": (c1,), "c2": (c2, c1, 3, 3), "cb2": (c2,),
                   "w": (flat, k), "b": (k,)}
         fan = {"c1": c * 9, "cb1": c * 9, "c2": c1 * 9, "cb2": c1 * 9, "w": flat, "b": flat}
-        return ModelSpec(kind, shape, k, shapes, fan, _cnn)
+        return ModelSpec(kind, shape, k, shapes, fan, _cnn, None, ("w", "b"))
     raise InputError(f"unknown model {kind!r}: choose one of {', '.join(KINDS)}")
+
+
+# --------------------------------------------------------------------------- personal heads
+def split_params(spec: ModelSpec, params: dict) -> tuple[dict, dict]:
+    """``(body, head)``: the parameters of ``params`` (stacked or not) in ``spec.body`` and in ``spec.head``."""
+    return ({k: v for k, v in params.items() if k not in spec.head},
+            {k: v for k, v in params.items() if k in spec.head})
+
+
+def merge_params(spec: ModelSpec, body: dict, head: dict) -> dict:
+    """One parameter dict in ``spec``'s order from a body part and a head part (inverse of :func:`split_params`)."""
+    both = {**body, **head}
+    return {k: both[k] for k in spec.shapes}
+
+
+@dataclass(frozen=True)
+class HeadsSpec:
+    """One body and ``heads`` output layers (FedPer's split inside a single model).
+
+    The parameters are the body's as in ``base`` and each head parameter with an extra
+    leading dimension ``heads``: ``{"w1": (d, h), ..., "w2": (K, h, k), "b2": (K, k)}``.
+    :meth:`forward_head` ``(params, X, j)`` is ``base.forward`` with head ``j``, so a subset
+    ``S`` trains one body and a head per member by summing the members' losses, each through
+    its own head.  Stacked over models (leading dimension ``M``) like every spec here.
+    """
+
+    base: ModelSpec
+    heads: int
+
+    @property
+    def shapes(self) -> dict:
+        return {k: ((self.heads, *s) if k in self.base.head else s) for k, s in self.base.shapes.items()}
+
+    def init(self, generator: torch.Generator | None, n_models: int, dtype=torch.float32, device="cpu") -> dict:
+        """Stacked parameters: every head drawn like ``base``'s output layer (PyTorch's default bounds)."""
+        out = {}
+        for name, shape in self.shapes.items():
+            bound = 1.0 / math.sqrt(self.base.fan_in[name])
+            u = torch.rand((n_models, *shape), generator=generator, dtype=torch.float64)
+            out[name] = ((2 * u - 1) * bound).to(dtype=dtype, device=device)
+        return out
+
+    def member(self, params: dict, j) -> dict:
+        """The ordinary model (``base``'s parameters) of head ``j`` of one multi-head model."""
+        return {k: (v[j] if k in self.base.head else v) for k, v in params.items()}
+
+    def forward_head(self, params: dict, X: torch.Tensor, j) -> torch.Tensor:
+        """Outputs of the body followed by head ``j`` (``j`` an int or a 0-d integer tensor)."""
+        return self.base.forward(self.member(params, j), X)
+
+
+def with_heads(spec: ModelSpec, heads: int) -> HeadsSpec:
+    """``spec`` with ``heads`` output layers on one shared body (see :class:`HeadsSpec`)."""
+    check_param("heads", heads, "int", low=1)
+    return HeadsSpec(spec, int(heads))

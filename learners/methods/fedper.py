@@ -1,0 +1,96 @@
+"""FedPer and LG-FedAvg: federated averaging of one part of the model, the other part personal (docs/learners-baselines.md).
+
+Both split every client's model into a *body* (the layers before the output
+layer) and a *head* (the output layer), as
+:class:`~coalitions.learners.training.models.ModelSpec` names them, and average
+only one part; the other part never leaves its client.  Every round ``t``:
+
+1. client ``k`` starts from the shared part of the round and its own personal
+   part, ``θ_k = (s^t, π_k)``, and trains the whole model for ``local_epochs``
+   epochs on ``F_k`` (minibatch descent, a fresh optimiser);
+2. the server averages the shared parts, ``s^{t+1} = Σ_k n_k s_k / Σ_k n_k``;
+   each client keeps its trained personal part ``π_k``.
+
+* **FedPer** (Arivazhagan, Aggarwal, Singh, Choudhary, "Federated learning with
+  personalization layers", 2019): the body is shared, the head personal —
+  shared features, a personal output layer per client (the split the paper's
+  CIFAR-10 code uses for label skew).
+* **LG-FedAvg** (Liang, Liu, Ziyin, Allen, Auerbach, Brent, Salakhutdinov,
+  Morency, "Think locally, act globally", 2020): the reverse — local
+  representations (the body) and one global head on top of them.
+
+Every client predicts with its own ``(s, π_k)``.  The affine models
+(``linear``, ``logistic``) have no body: FedPer is then Local training and
+LG-FedAvg is FedAvg (use ``mlp`` or ``cnn``).  No pairwise weights: utilities
+and the structural graph of the shared part (everybody).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coalitions.learners.methods.base import PersonalizedLearner
+from coalitions.learners.methods.baselines import weighted_average
+from coalitions.learners.training.engine import train_epochs
+
+__all__ = ["PartialAverage", "FedPer", "LGFedAvg"]
+
+
+class PartialAverage(PersonalizedLearner):
+    """Average one part of the model, keep the other personal (module docstring).
+
+    Subclasses set ``shared_part`` to ``"body"`` (FedPer) or ``"head"`` (LG-FedAvg).
+
+    Attributes
+    ----------
+    params_ : dict
+        Each client's model (stacked): the shared part equal for all clients.
+    shared_ : tuple of str
+        The names of the averaged parameters.
+    """
+
+    shared_part = "body"
+    has_weights = False
+    shares_model = True
+
+    def __init__(self, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+        self._store(locals())
+
+    def _shared_names(self) -> tuple:
+        return self.spec_.body if self.shared_part == "body" else self.spec_.head
+
+    def init_state(self, fed, gen, device):
+        return {"params": self._init_params(gen, device, fed.n)}
+
+    def train_round(self, state, r, rng):
+        opt = self._make_optimizer()
+        p = state["params"]
+        p, _, loss = train_epochs(self.engine_, self._task_loss, p, opt, opt.init(p), self.train_data_,
+                                  self.local_epochs, self.batch_size, rng(0))
+        shared = set(self._shared_names())
+        if shared:
+            avg = weighted_average({k: v for k, v in p.items() if k in shared}, self.train_data_.sizes)
+            p = {k: (avg[k].expand_as(v).clone() if k in shared else v) for k, v in p.items()}
+        return {"params": p}, {"loss": float(np.mean(loss))}
+
+    def finish(self, state):
+        self.shared_ = self._shared_names()
+        self.params_ = {k: v.detach().cpu() for k, v in state["params"].items()}
+        self.weights_ = None
+        self.weights_history_ = []
+
+
+class FedPer(PartialAverage):
+    """FedPer: shared body, personal heads (Arivazhagan et al. 2019; module docstring)."""
+
+    method = "fedper"
+    shared_part = "body"
+
+
+class LGFedAvg(PartialAverage):
+    """LG-FedAvg: personal bodies (local representations), one shared head (Liang et al. 2020)."""
+
+    method = "lg-fedavg"
+    shared_part = "head"

@@ -1,0 +1,85 @@
+"""FedProx: federated averaging with a proximal local objective (Li et al., MLSys 2020; docs/learners-baselines.md).
+
+Every round ``t`` the server broadcasts the global model ``w^t``; client ``k``
+runs ``local_epochs`` epochs of minibatch descent from ``w^t`` on
+
+``h_k(w; w^t) = F_k(w) + (μ/2)·‖w − w^t‖²``
+
+(the paper's Algorithm 2 with full participation), whose gradient
+``∇F_k(w) + μ(w − w^t)`` pulls the local model back towards the round's
+global model; the server then averages ``w^{t+1} = Σ_k n_k w_k / Σ_k n_k``.
+Every client predicts with the global model.  The proximal term is computed on
+live tensors (it has a gradient; with one plain SGD step per round it is zero at
+the start ``w = w^t`` and cannot act, so it matters with several local steps).
+``μ = 0`` is FedAvg exactly.
+
+FedProx has no pairwise weights: the estimate carries utilities and the
+structural graph of its one shared model (everybody), like FedAvg.  Default
+``μ = 0.01``, from the paper's grid ``{0.001, 0.01, 0.1, 1}``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coalitions.learners.methods.base import PersonalizedLearner
+from coalitions.learners.methods.baselines import broadcast, weighted_average
+from coalitions.learners.training.engine import train_epochs
+from coalitions.params import check_param
+
+__all__ = ["FedProx", "proximal_term"]
+
+
+def proximal_term(params: dict, anchor: dict):
+    """``Σ_k ‖params_k − anchor_k‖²`` over one model's tensors (differentiable in ``params``)."""
+    return sum(((params[k] - anchor[k]) ** 2).sum() for k in params)
+
+
+class FedProx(PersonalizedLearner):
+    """FedProx (module docstring).
+
+    Parameters
+    ----------
+    mu : float
+        Proximal weight ``μ ≥ 0`` (0.01); 0 gives FedAvg.
+    **common
+        See :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
+
+    Attributes
+    ----------
+    global_ : dict
+        The final global model (leading dimension 1); ``params_`` is it for every client.
+    """
+
+    method = "fedprox"
+    has_weights = False
+    shares_model = True
+
+    def __init__(self, mu: float = 0.01, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
+                 optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
+                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+        self._store(locals())
+
+    def check_params(self):
+        super().check_params()
+        check_param("mu", self.mu, "number", low=0)
+
+    def _loss(self, p, X, y, m, g):
+        return self._task_loss(p, X, y, m) + 0.5 * float(self.mu) * proximal_term(p, g)
+
+    def init_state(self, fed, gen, device):
+        return {"global": self._init_params(gen, device, 1)}
+
+    def train_round(self, state, r, rng):
+        g = broadcast(state["global"], self.federation_.n)
+        p = {k: v.clone() for k, v in g.items()}
+        opt = self._make_optimizer()
+        p, _, loss = train_epochs(self.engine_, self._loss, p, opt, opt.init(p), self.train_data_,
+                                  self.local_epochs, self.batch_size, rng(0), args=(g,))
+        return {"global": weighted_average(p, self.train_data_.sizes)}, {"loss": float(np.mean(loss))}
+
+    def finish(self, state):
+        self.global_ = {k: v.detach().cpu() for k, v in state["global"].items()}
+        self.params_ = broadcast(self.global_, self.federation_.n)
+        self.weights_ = None
+        self.weights_history_ = []

@@ -1,0 +1,134 @@
+"""pFedHN: a server hypernetwork generates every client's model (Shamsian, Navon, Fetaya, Chechik, ICML 2021; docs/learners-baselines.md).
+
+The server holds a hypernetwork ``h(·; φ)`` and one trainable embedding ``v_k``
+per client; client ``k``'s model is generated, ``θ_k = h(v_k; φ)``.  Here ``h``
+is an MLP ``v ↦ W_o·ReLU(W_2·ReLU(W_1 v + b_1) + b_2) + b_o`` whose output is
+the target model's parameters flattened (``θ`` unflattened in the target's
+parameter order).  Its output bias ``b_o`` starts at one draw of the target
+model's standard initialisation and ``W_o`` near zero, so every client starts
+near a common, properly scaled model.
+
+Every round ``t`` (the paper's Algorithm 1, all clients per round):
+
+1. the server sends ``θ_k = h(v_k; φ)``; client ``k`` runs ``local_epochs``
+   epochs of descent on ``F_k`` from ``θ_k`` to ``θ̃_k``;
+2. the server updates ``φ`` and the embeddings along
+   ``∇_{φ,v} = (1/N) Σ_k (∇_{φ,v} θ_k)ᵀ (θ_k − θ̃_k)`` — the paper's update with
+   ``Δθ_k = θ_k − θ̃_k`` standing for the clients' gradient, computed as the
+   gradient of the surrogate ``(1/N) Σ_k ⟨θ_k(φ, v_k), sg(θ_k − θ̃_k)⟩``
+   (:func:`hypernet_surrogate`; ``sg`` stops the gradient) — with Adam (step
+   ``hn_lr``; its state lives on the server across rounds).  The paper samples
+   one client per step uniformly, hence the uniform ``1/N``.
+
+Every client predicts with its generated model ``h(v_k; φ)`` (no local
+fine-tuning).  No pairwise weights: utilities and the structural graph of the
+shared hypernetwork (everybody).  Defaults (ours): embedding width 8,
+hypernetwork width 100, ``hn_lr = 0.01``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from coalitions.learners.methods.base import PersonalizedLearner, unflatten
+from coalitions.learners.training.engine import Adam, flatten, train_epochs
+from coalitions.params import check_param
+
+__all__ = ["PFedHN", "generate", "hypernet_surrogate"]
+
+
+def generate(phi: dict) -> torch.Tensor:
+    """Every client's flattened target parameters ``h(v_k; φ)``: ``(N, P)`` (``phi`` unstacked)."""
+    h = torch.relu(phi["emb"] @ phi["w1"] + phi["b1"])
+    h = torch.relu(h @ phi["w2"] + phi["b2"])
+    return h @ phi["wo"] + phi["bo"]
+
+
+def hypernet_surrogate(phi: dict, delta: torch.Tensor) -> torch.Tensor:
+    """``(1/N) Σ_k ⟨h(v_k; φ), Δθ_k⟩``; its gradient in ``φ`` and ``v`` is pFedHN's server direction."""
+    return (generate(phi) * delta).sum() / delta.shape[0]
+
+
+class PFedHN(PersonalizedLearner):
+    """pFedHN (module docstring).
+
+    Parameters
+    ----------
+    embed : int
+        Width of the client embeddings ``v_k`` (8).
+    hn_hidden : int
+        Width of the hypernetwork's two hidden layers (100).
+    hn_lr : float
+        Adam step of the hypernetwork and embeddings (0.01).
+    **common
+        See :class:`~coalitions.learners.methods.base.PersonalizedLearner` (the clients' local training).
+
+    Attributes
+    ----------
+    hypernet_ : dict
+        The final hypernetwork and embeddings (``"emb"``: ``(N, embed)``).
+    params_ : dict
+        Each client's generated model (stacked).
+    """
+
+    method = "pfedhn"
+    has_weights = False
+    shares_model = True
+
+    def __init__(self, embed: int = 8, hn_hidden: int = 100, hn_lr: float = 0.01, *, model=None, hidden=64,
+                 rounds=50, local_epochs=1, batch_size=32, optimizer="sgd", lr=0.1, momentum=0.9,
+                 weight_decay=0.0, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
+                 chunk=None, seed=0, checkpoint=None, progress=None):
+        self._store(locals())
+
+    def check_params(self):
+        super().check_params()
+        check_param("embed", self.embed, "int", low=1)
+        check_param("hn_hidden", self.hn_hidden, "int", low=1)
+        check_param("hn_lr", self.hn_lr, "number", low=0, low_open=True)
+
+    def init_state(self, fed, gen, device):
+        target = self._init_params(gen, device, 1)
+        e, H = int(self.embed), int(self.hn_hidden)
+        P = flatten(target).shape[1]
+
+        def u(shape, bound):
+            return ((2 * torch.rand(shape, generator=gen, dtype=torch.float64) - 1) * bound).float().to(device)
+
+        phi = {"emb": torch.randn((fed.n, e), generator=gen, dtype=torch.float64).float().to(device),
+               "w1": u((e, H), 1 / math.sqrt(e)), "b1": u((H,), 1 / math.sqrt(e)),
+               "w2": u((H, H), 1 / math.sqrt(H)), "b2": u((H,), 1 / math.sqrt(H)),
+               "wo": u((H, P), 0.01 / math.sqrt(H)), "bo": flatten(target)[0].clone()}
+        stacked = {k: v[None] for k, v in phi.items()}
+        return {"phi": stacked, "opt": Adam(float(self.hn_lr)).init(stacked)}
+
+    def _generated(self, phi: dict) -> dict:
+        like = {k: torch.empty((1, *shape)) for k, shape in self.spec_.shapes.items()}  # shapes only
+        return unflatten(generate({k: v[0] for k, v in phi.items()}), like)
+
+    def train_round(self, state, r, rng):
+        phi = state["phi"]
+        with torch.no_grad():
+            theta = {k: v.to(phi["bo"].device) for k, v in self._generated(phi).items()}
+        opt = self._make_optimizer()
+        p = {k: v.clone() for k, v in theta.items()}
+        p, _, loss = train_epochs(self.engine_, self._task_loss, p, opt, opt.init(p), self.train_data_,
+                                  self.local_epochs, self.batch_size, rng(0))
+        delta = (flatten(theta) - flatten(p)).detach()
+        live = {k: v[0].detach().requires_grad_(True) for k, v in phi.items()}
+        hypernet_surrogate(live, delta).backward()
+        grads = {k: live[k].grad[None] for k in live}
+        server = Adam(float(self.hn_lr))
+        one = torch.ones(1, dtype=torch.bool, device=delta.device)
+        phi, ost = server.step(phi, grads, state["opt"], one)
+        return {"phi": phi, "opt": ost}, {"loss": float(np.mean(loss))}
+
+    def finish(self, state):
+        self.hypernet_ = {k: v[0].detach().cpu() for k, v in state["phi"].items()}
+        with torch.no_grad():
+            self.params_ = {k: v.detach().cpu() for k, v in self._generated(state["phi"]).items()}
+        self.weights_ = None
+        self.weights_history_ = []
