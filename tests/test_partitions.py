@@ -119,6 +119,13 @@ def test_pathological_two_classes_per_client_from_2k_shards(seed, clients, sizes
     assert len(np.unique(allidx)) == len(allidx)  # no sample in two clients
 
 
+def test_pathological_refusals_name_the_parameter():
+    with pytest.raises(InputError, match="^partition pathological needs two classes"):
+        partition_counts(np.zeros(50, np.int64), 3, "pathological", 3, 1.0, np.random.default_rng(0))
+    with pytest.raises(InputError, match="^clients 4: class 1 has 2 samples, fewer than its 4 shards"):
+        partition_counts(np.array([0] * 50 + [1] * 2), 4, "pathological", 3, 1.0, np.random.default_rng(0))
+
+
 @needs_digits
 def test_pathological_pairs_overlap_at_random_across_seeds():
     pairs = []

@@ -118,6 +118,8 @@ def draw_shard_pairs(shards, rng: np.random.Generator) -> np.ndarray:
 
 def _pathological(n_clients, labels, rng):
     classes, sizes = np.unique(labels, return_counts=True)
+    if len(classes) < 2:
+        raise ParameterError("partition", f"{{name}} pathological needs two classes or more, the data has {len(classes)}")
     s = shards_per_class(sizes, 2 * n_clients, n_clients, rng)
     if np.any(s > sizes):
         c = int(np.flatnonzero(s > sizes)[0])
