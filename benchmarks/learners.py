@@ -12,7 +12,7 @@ On CUDA it also prints the peak GPU memory and the mean GPU utilisation
 sampled by ``nvidia-smi`` every 50 ms while the batched rounds run (alone).
 
 ``accuracy`` trains every method on ``digits`` federations (``practical`` and
-``pathological`` partitions, 9 clients; ``practical`` in 3 groups) for several
+``twins`` partitions, 9 clients; ``practical`` in 3 groups) for several
 seeds and writes one JSON line per (partition, seed, method): mean and
 worst-client test accuracy, the learned equilibrium, its adjusted Rand index
 against the planted groups under each weight rule, and the engine path used.
@@ -253,7 +253,7 @@ def main(argv=None) -> None:
     t.add_argument("--batch", type=int, default=32)
     t.add_argument("--repeats", type=int, default=3)
     a = sub.add_parser("accuracy", help="every method on digits, several seeds (JSON lines)")
-    a.add_argument("--partitions", default="practical,pathological")
+    a.add_argument("--partitions", default="practical,twins")  # twins: pairs with planted groups
     a.add_argument("--seeds", default="0,1,2,3,4")
     a.add_argument("--methods", default=",".join(METHODS))
     a.add_argument("--clients", type=int, default=9)

