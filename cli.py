@@ -272,6 +272,13 @@ def dataset_options(f):
     return f
 
 
+def _threads(threads: int | None) -> None:
+    """Apply the thread policy (docs/performance.md) with ``--threads`` as its override."""
+    from coalitions.learners.training.threads import configure
+
+    configure(threads)
+
+
 def load_federation(dataset: str, opts: dict):
     """The federation ``dataset`` built from the dataset options present in ``opts`` (others ignored).
 
@@ -299,7 +306,7 @@ def load_federation(dataset: str, opts: dict):
 @click.option("--memory-mb", type=click.FloatRange(1), default=512.0, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--threads", type=click.IntRange(1), default=None,
-              help="CPU threads for training [PyTorch's default]; 1 is often faster on a busy machine.")
+              help="CPU threads for training [the thread policy: 1 for small models, else the free cores].")
 @click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
               help="Record finished chunks here; a rerun resumes from it.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
@@ -314,6 +321,7 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
     """
     from coalitions.learners.exact import ExhaustiveOracle
 
+    _threads(threads)
     fed = load_federation(dataset, data_opts)
     est = ExhaustiveOracle(model=model, epochs=epochs, lr=lr, l2=l2, hidden=hidden, batch_size=batch_size,
                            chunk_size=chunk_size, memory_mb=memory_mb, device=device,
@@ -364,7 +372,7 @@ def _method_names():
 @dataset_options
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--threads", type=click.IntRange(1), default=None,
-              help="CPU threads for training [PyTorch's default]; 1 is often faster on a busy machine.")
+              help="CPU threads for training [the thread policy: 1 for small models, else the free cores].")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Estimate file (coalitions/estimate@1 JSON).")
 def learn(dataset, method, device, threads, output, **opts):
@@ -383,10 +391,7 @@ def learn(dataset, method, device, threads, output, **opts):
     est = create(method, given, device=device, seed=data_opts.get("seed") or 0,
                  progress=_progress(f"training {method}"))
     fed = load_federation(dataset, data_opts)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
+    _threads(threads)
     est.fit(fed)
     write_estimate(est.estimate_, output)
     e = est.estimate_
@@ -430,7 +435,7 @@ def compare_cmd(estimate_file, game_file, semantics, tol, fmt):
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--seeds", default=None, help="Comma-separated seeds, instead of the experiment's.")
 @click.option("--threads", type=click.IntRange(1), default=None,
-              help="PyTorch CPU threads [PyTorch's default]; 1 is often faster on a busy machine.")
+              help="CPU threads for training [the thread policy: 1 for small models, else the free cores].")
 @click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False),
               help="Folder for report.md, results.json and the figures (created if missing).")
 def reproduce_cmd(experiment, quick, device, seeds, threads, out):
@@ -445,10 +450,7 @@ def reproduce_cmd(experiment, quick, device, seeds, threads, out):
     from coalitions.learners.experiments.runner import reproduce
 
     seed_list = None if seeds is None else _numbers(seeds, "--seeds", int)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
+    _threads(threads)
     try:
         res = reproduce(experiment, out, quick=quick, device=device, seeds=seed_list,
                         log=lambda line: click.echo(f"[{experiment}] {line}", err=True))

@@ -53,6 +53,7 @@ from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
 from coalitions.learners.training.engine import Engine, Padded, resolve_device
 from coalitions.learners.training.models import KINDS, make_model
+from coalitions.learners.training.threads import applied, step_macs
 from coalitions.peeling import peel_oracle
 
 __all__ = ["PersonalizedLearner", "RefitOracle", "StructuralOracle", "COMMON_DEFAULTS", "save_checkpoint", "load_checkpoint",
@@ -359,6 +360,13 @@ class PersonalizedLearner:
         """Validate the method's own settings (subclasses)."""
 
     # -- fitting
+    def _step_macs(self, fed: Federation) -> float:
+        """Work of one local step of every client (the thread policy's input)."""
+        spec = make_model(self.model or default_model(fed), fed.input_shape, fed.n_outputs, hidden=self.hidden)
+        batch = int(fed.sizes("train").max()) if self.batch_size is None else int(self.batch_size)
+        return step_macs(spec, batch, fed.n)
+
+    @applied
     def fit(self, federation: Federation) -> PersonalizedLearner:
         """Train every client for ``rounds`` rounds, score them, and build the estimate."""
         if not isinstance(federation, Federation):

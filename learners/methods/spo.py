@@ -87,6 +87,7 @@ from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
 from coalitions.learners.training.engine import resolve_device
 from coalitions.learners.training.models import ModelSpec, make_model
+from coalitions.learners.training.threads import applied, step_macs
 from coalitions.peeling import peel_oracle
 
 __all__ = ["SPO", "SPOOracle", "ParetoHypernetwork", "project_simplex", "epo_lp", "resolve_device",
@@ -517,6 +518,15 @@ class SPO:
             raise InputError(f"--rule must be one of {', '.join(RULES)}, got {self.rule!r}")
 
     # -- training
+    def _step_macs(self, fed: Federation) -> float:
+        """Work of one training step: the hypernetwork and the target model, for every direction."""
+        spec = make_model(self.model or ("linear" if fed.task == "regression" else "logistic"),
+                          fed.input_shape, fed.n_outputs)
+        batch = int(fed.sizes("train").max()) if self.batch_size is None else int(self.batch_size)
+        hyper = self.hidden * (self.embed + self.hidden * (self.layers - 1) + spec.n_params)
+        return self.directions * (hyper + step_macs(spec, batch, fed.n))
+
+    @applied
     def fit(self, federation: Federation) -> SPO:
         """Train the hypernetwork, search every client's best direction, peel the learned graph."""
         self._check()
