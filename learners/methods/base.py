@@ -484,7 +484,7 @@ class PersonalizedLearner:
             config["graph"] = "structural"
         peeling = peel_oracle(oracle)
         extra = {"loss_history": self.loss_history_, "fit_seconds": self.fit_seconds_,
-                 "engine_timings": self.engine_.timings_, "resumed_from": self.resumed_from_}
+                 "resumed_from": self.resumed_from_}
         if self.has_weights:
             extra["weights_history"] = [np.round(w, 8).tolist() for w in self.weights_history_]
         extra.update(self._extra())

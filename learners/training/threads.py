@@ -31,7 +31,7 @@ Examples
 >>> decide(1e4, allowed=8, load=0.0)
 1
 >>> decide(1e10, allowed=8, load=5.3, env=None, default=8)
-2
+3
 >>> decide(1e10, allowed=8, load=0.0, env="4", default=8)
 4
 >>> decide(1e4, threads=3)
