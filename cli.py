@@ -279,6 +279,20 @@ def _threads(threads: int | None) -> None:
     configure(threads)
 
 
+def _backend_options(f):
+    """``--backend local|ray`` and ``--address`` (docs/performance.md, "Ray")."""
+    f = click.option("--address", default=None, metavar="ADDR",
+                     help="Ray cluster to join (HOST:PORT, or auto) [a local Ray on this machine].")(f)
+    return click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                        help="ray: run the work as Ray tasks (pip install 'collaboration-equilibrium[ray]').")(f)
+
+
+def _address(backend: str, address: str | None) -> str | None:
+    if address is not None and backend != "ray":
+        raise co.InputError("--address needs --backend ray")
+    return address
+
+
 def load_federation(dataset: str, opts: dict):
     """The federation ``dataset`` built from the dataset options present in ``opts`` (others ignored).
 
@@ -309,10 +323,11 @@ def load_federation(dataset: str, opts: dict):
               help="CPU threads for training [the thread policy: 1 for small models, else the free cores].")
 @click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
               help="Record finished chunks here; a rerun resumes from it.")
+@_backend_options
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Game file: coalitions/game@1 JSON, or .npz by the ending.")
 def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memory_mb, device, threads,
-           checkpoint, output, **data_opts):
+           checkpoint, backend, address, output, **data_opts):
     """Train a model on every subset of DATASET's clients: the exact game (SPEC §5).
 
     v_i(S) is the metric on client i's validation data of the model trained on
@@ -326,7 +341,8 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
     est = ExhaustiveOracle(model=model, epochs=epochs, lr=lr, l2=l2, hidden=hidden, batch_size=batch_size,
                            chunk_size=chunk_size, memory_mb=memory_mb, device=device,
                            seed=data_opts.get("seed") or 0, checkpoint=checkpoint, threads=threads,
-                           progress=_progress(f"training {(1 << fed.n) - 1} subset models"))
+                           progress=_progress(f"training {(1 << fed.n) - 1} subset models"),
+                           backend=backend, address=_address(backend, address))
     est.fit(fed)
     if fed.n >= 16 and not str(output).endswith(".npz"):
         click.echo(f"note: {fed.n} clients make a large JSON game; a name ending in .npz writes the "
@@ -436,9 +452,10 @@ def compare_cmd(estimate_file, game_file, semantics, tol, fmt):
 @click.option("--seeds", default=None, help="Comma-separated seeds, instead of the experiment's.")
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="CPU threads for training [the thread policy: 1 for small models, else the free cores].")
+@_backend_options
 @click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False),
               help="Folder for report.md, results.json and the figures (created if missing).")
-def reproduce_cmd(experiment, quick, device, seeds, threads, out):
+def reproduce_cmd(experiment, quick, device, seeds, threads, backend, address, out):
     """Rebuild one of the paper's experiments end to end into a folder.
 
     The exact game (exhaustive oracle) and its certified equilibrium, every
@@ -447,14 +464,17 @@ def reproduce_cmd(experiment, quick, device, seeds, threads, out):
     DOT always).  Finished pieces are kept in the output folder's runs/:
     rerunning the same command after an interruption resumes where it stopped.
     """
+    from coalitions.learners.experiments.progress import PieceProgress
     from coalitions.learners.experiments.runner import reproduce
 
     seed_list = None if seeds is None else _numbers(seeds, "--seeds", int)
     _threads(threads)
+    show = PieceProgress(f"[{experiment}] ", sys.stderr)
     try:
-        res = reproduce(experiment, out, quick=quick, device=device, seeds=seed_list,
-                        log=lambda line: click.echo(f"[{experiment}] {line}", err=True))
+        res = reproduce(experiment, out, quick=quick, device=device, seeds=seed_list, log=show.line,
+                        progress=show.progress, backend=backend, address=_address(backend, address))
     except KeyboardInterrupt:
+        show.clear()
         click.echo(f"coalitions: finished pieces are kept in {out}/runs/; run the same command again "
                    "to resume", err=True)
         raise
@@ -514,6 +534,7 @@ OPTIONAL_PACKAGES = {
     "torch": "pip install torch==2.13.0 && pip install 'collaboration-equilibrium[learn]' (the CPU build; see README)",
     "cvxpy": "pip install 'collaboration-equilibrium[learn]'",
     "matplotlib": "pip install 'collaboration-equilibrium[plot]'",
+    "ray": "pip install 'collaboration-equilibrium[ray]'",
 }
 
 

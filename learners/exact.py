@@ -427,7 +427,8 @@ class ExhaustiveOracle:
                 self.progress(1, 1)
         else:
             self.method_ = "batched"
-            self.device_ = resolve_device(self.device)
+            # a Ray cluster may have the GPUs this driver lacks: "cuda" is then checked by the tasks
+            self.device_ = "cuda" if self.backend == "ray" and self.device == "cuda" else resolve_device(self.device)
             val, test = self._fit_batched(fed, cfg)
         self.values_val_, self.values_test_ = val, test
         self.config_ = cfg
@@ -473,11 +474,16 @@ class ExhaustiveOracle:
 
     def _fit_batched(self, fed: Federation, cfg: dict):
         from coalitions.learners.training.checkpoint import Checkpoint, fingerprint
+        from coalitions.learners.training.models import make_model
 
-        trainer = ChunkTrainer(self, fed, cfg, self.device_)
+        spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=self.hidden)
         n = fed.n
         masks = np.arange(1, 1 << n)
-        chunk = self._chunk_size(trainer.spec, fed, len(masks))
+        chunk = self._chunk_size(spec, fed, len(masks))
+        if self.backend == "ray" and self.chunk_size is None:
+            from coalitions.learners.distributed import oracle_chunk_size
+
+            chunk = oracle_chunk_size(chunk, len(masks))
         chunks = [masks[s:s + chunk] for s in range(0, len(masks), chunk)]
 
         ckpt = None
@@ -517,7 +523,8 @@ class ExhaustiveOracle:
 
             oracle_chunks(self, fed, cfg, [(k, chunks[k]) for k in todo], store, address=self.address)
         else:
-            with using(step_macs(trainer.spec, trainer.step_samples, chunk), self.threads):
+            trainer = ChunkTrainer(self, fed, cfg, self.device_)
+            with using(step_macs(spec, trainer.step_samples, chunk), self.threads):
                 for k in todo:
                     base, size = units["done"], len(chunks[k])
 
