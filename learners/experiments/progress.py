@@ -1,7 +1,7 @@
 """What ``coalitions reproduce`` shows while it runs: the running piece and a bar inside it.
 
 On a terminal one status line is redrawn in place (carriage return, at most
-every :data:`REDRAW_S` seconds and at the end of a piece)::
+every :data:`REDRAW_S` seconds, and always for a new piece and at its end)::
 
     [synthetic] many-seed0: spo  [##########..........]  50%  500/1000
 
@@ -25,6 +25,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import shutil
 import time
 
@@ -58,7 +59,8 @@ class PieceProgress:
         self.stream = stream
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
         self._shown = 0          # characters of the status line on screen
-        self._last = 0.0
+        self._last = -math.inf   # when it was drawn
+        self._piece = None       # the piece it shows
 
     def line(self, text: str) -> None:
         """A finished piece: its own line (above the status line on a terminal)."""
@@ -71,9 +73,9 @@ class PieceProgress:
         if not self.tty:
             return
         now = time.monotonic()
-        if done < total and now - self._last < REDRAW_S:
+        if done < total and piece == self._piece and now - self._last < REDRAW_S:
             return
-        self._last = now
+        self._last, self._piece = now, piece
         frac = done / total if total else 1.0
         text = f"{self.prefix}{piece}  {bar(frac)} {frac:4.0%}  {done}/{total}"
         width = shutil.get_terminal_size((80, 24)).columns - 1
