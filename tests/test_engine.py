@@ -1,4 +1,4 @@
-"""The batched training engine (learners/engine.py): plans, optimisers, paths, calibration."""
+"""The batched training engine (learners/engine.py): plans, optimisers, paths, the path rule."""
 
 from __future__ import annotations
 
