@@ -89,7 +89,7 @@ def print_steps(quick: bool) -> None:
     print(f"1. one full-batch training step, 1 thread vs {cores} (the cores this process may use); "
           f"PARALLEL_MACS = {PARALLEL_MACS:.0e}; load average {_load()}")
     print(f"   {'model':8} {'input':>10} {'models':>6} {'samples':>7} {'MACs':>9} {'1 thread ms':>12} "
-          f"{f'{cores} threads ms':>13} {'ratio':>6} {'policy':>6}")
+          f"{f'{cores} threads ms':>13} {'ratio':>6} {'policy if idle':>14}")
     for kind, shape, models, samples in cases:
         spec = make_model(kind, shape, 10, hidden=256)
         macs = step_macs(spec, samples, models)
@@ -97,7 +97,7 @@ def print_steps(quick: bool) -> None:
         many = step_time(kind, shape, models, samples, cores)
         pick = decide(macs, allowed=cores, load=0.0)
         print(f"   {kind:8} {'x'.join(map(str, shape)):>10} {models:6d} {samples:7d} {macs:9.1e} {one * 1e3:12.1f} "
-              f"{many * 1e3:13.1f} {one / many:5.2f}x {pick:6d}", flush=True)
+              f"{many * 1e3:13.1f} {one / many:5.2f}x {pick:14d}", flush=True)
 
 
 # --------------------------------------------------------------------------- 2. the command

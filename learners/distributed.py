@@ -37,6 +37,7 @@ machine needs this package installed (the same version) and, for
 from __future__ import annotations
 
 import math
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -67,6 +68,8 @@ def init(address: str | None = None, num_cpus: int | None = None):
 
     if ray.is_initialized():
         return ray
+    if address is not None:
+        _reachable(address)
     try:
         if address is None:
             # "local": always a new private instance, never a cluster that `ray start` left running
@@ -78,6 +81,18 @@ def init(address: str | None = None, num_cpus: int | None = None):
         where = f"--address {address}" if address else "a local Ray"
         raise InputError(f"{where}: cannot start or reach Ray ({str(e).splitlines()[0][:200]})") from None
     return ray
+
+
+def _reachable(address: str, timeout: float = 10.0) -> None:
+    """Fail fast on an address nothing listens at (Ray itself retries for minutes)."""
+    host, sep, port = address.split("://")[-1].rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", or no port: Ray resolves it
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise InputError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); "
+                         "start one with `ray start --head`") from None
 
 
 def run_tasks(fn: Callable, items: Iterable, on_result: Callable, *, num_cpus: float = 1,

@@ -318,7 +318,7 @@ class ExhaustiveOracle:
         the same as the local backend's, to the bit on the CPU.
     address : str, optional
         The Ray cluster to join (``ray start --head`` prints it); ``None``
-        starts a local Ray on this machine's free cores.
+        starts a private local Ray on this machine (all its cores).
 
     Attributes
     ----------

@@ -144,5 +144,11 @@ def test_cli_oracle_on_ray_resumes_after_the_driver_is_stopped(tmp_path):
 def test_backend_errors_are_exit_2(capsys):
     assert main(["oracle", "synthetic", "--clients", "3", "--address", "127.0.0.1:1", "-o", "x.json"]) == 2
     assert "--address needs --backend ray" in capsys.readouterr().err
+    if not ray.is_initialized():  # a running Ray would be used as it is
+        args = ["oracle", "synthetic", "--clients", "3", "--model", "logistic", "--backend", "ray",
+                "--address", "127.0.0.1:1", "-o", "x.json"]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--address 127.0.0.1:1: no Ray cluster answers there" in err
     with pytest.raises(InputError, match="--backend"):
         ExhaustiveOracle(backend="spark").fit(digits(3))
