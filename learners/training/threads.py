@@ -50,9 +50,9 @@ from coalitions.errors import InputError
 __all__ = ["PARALLEL_MACS", "decide", "free_cores", "step_macs", "set_override", "get_override", "using", "configure", "applied",
            "limit_interop"]
 
-#: Multiply-adds per training step from which more than one thread pays off.  At 1e8 a step
-#: takes about 50 ms on one core of the development machine; ``benchmarks/threads.py`` prints
-#: one step at 1 and 2 threads for work from 1e5 to 1e9 multiply-adds (docs/performance.md).
+#: Multiply-adds per training step below which a second thread never paid off.  At 1e8 a step
+#: takes some 20–40 ms on one core of the development machine; ``benchmarks/threads.py`` prints
+#: one step at 1 and 2 threads for work from 2e5 to 4e9 multiply-adds (docs/performance.md).
 PARALLEL_MACS = 1e8
 
 _override: int | None = None
