@@ -198,14 +198,8 @@ def _flags(flags: Mapping[str, str] | None = None) -> Iterator[None]:
 device_option = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
                              show_default=True, help="Where to train: auto picks CUDA when available.")
 threads_option = click.option("--threads", type=click.IntRange(1), default=None,
-                              help="PyTorch CPU threads [PyTorch's default]; 1 is often faster on a busy machine.")
-
-
-def _set_threads(threads: int | None) -> None:
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
+                              help="CPU threads for training [the thread policy: 1 for small models, else the "
+                                   "free cores].")
 
 
 def _tol(value: float) -> float:
@@ -478,6 +472,27 @@ def dataset_options(f):
     return f
 
 
+def _threads(threads: int | None) -> None:
+    """Apply the thread policy (docs/performance.md) with ``--threads`` as its override."""
+    from coalitions.learners.training.threads import configure
+
+    configure(threads)
+
+
+def _backend_options(f):
+    """``--backend local|ray`` and ``--address`` (docs/performance.md, "Ray")."""
+    f = click.option("--address", default=None, metavar="ADDR",
+                     help="Ray cluster to join (HOST:PORT, or auto) [a local Ray on this machine].")(f)
+    return click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                        help="ray: run the work as Ray tasks (pip install 'collaboration-equilibrium[ray]').")(f)
+
+
+def _address(backend: str, address: str | None) -> str | None:
+    if address is not None and backend != "ray":
+        raise co.InputError("--address needs --backend ray")
+    return address
+
+
 def load_federation(dataset: str, opts: dict):
     """The federation ``dataset`` built from the dataset options present in ``opts`` (others ignored).
 
@@ -508,10 +523,11 @@ def load_federation(dataset: str, opts: dict):
 @threads_option
 @click.option("--checkpoint", type=OUTPUT, default=None,
               help="Record finished chunks here; a rerun resumes from it.")
+@_backend_options
 @click.option("-o", "--output", required=True, type=OUTPUT,
               help="Game file: coalitions/game@1 JSON, or .npz by the ending.")
 def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memory_mb, device, threads,
-           checkpoint, output, **data_opts):
+           checkpoint, backend, address, output, **data_opts):
     """Train a model on every subset of DATASET's clients: the exact game (docs/concepts.md §5).
 
     v_i(S) is the metric on client i's validation data of the model trained on
@@ -520,12 +536,14 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
     """
     from coalitions.learners.exact import ExhaustiveOracle
 
+    _threads(threads)
     fed = load_federation(dataset, data_opts)
     cio.check_game_output(fed.n, output)  # before hours of training, not after
     est = ExhaustiveOracle(model=model, epochs=epochs, lr=lr, l2=l2, hidden=hidden, batch_size=batch_size,
                            chunk_size=chunk_size, memory_mb=memory_mb, device=device,
                            seed=data_opts.get("seed") or 0, checkpoint=checkpoint, threads=threads,
-                           progress=_progress(f"training {(1 << fed.n) - 1} subset models"))
+                           progress=_progress(f"training {(1 << fed.n) - 1} subset models"),
+                           backend=backend, address=_address(backend, address))
     with _flags():
         est.fit(fed)
     if fed.n >= 16 and not str(output).endswith(".npz"):
@@ -646,7 +664,7 @@ def learn(dataset, method, device, threads, output, **opts):
     est = create(method, given, device=device, seed=data_opts.get("seed") or 0,
                  progress=_progress(f"training {method}"))
     fed = load_federation(dataset, data_opts)
-    _set_threads(threads)
+    _threads(threads)
     flags = {o.arg: f"--{o.flag}" for o in METHODS[method].options}
     with _flags({**flags, "device": "--device", "seed": "--seed"}):
         est.fit(fed)
@@ -694,9 +712,10 @@ def compare_cmd(estimate_file, game_file, semantics, tol, fmt):
 @click.option("--methods", default=None,
               help="Comma-separated learners to run instead of the experiment's (e.g. local,fedavg,fedprox).")
 @threads_option
+@_backend_options
 @click.option("-o", "--output", "out", required=True, type=OUTPUT_FOLDER,
               help="Folder for report.md, results.json and the figures (created if missing).")
-def reproduce_cmd(experiment, quick, device, seeds, methods, threads, out):
+def reproduce_cmd(experiment, quick, device, seeds, methods, threads, backend, address, out):
     """Rebuild one of the paper's experiments end to end into a folder.
 
     The exact game (exhaustive oracle) and its certified equilibrium, every
@@ -705,6 +724,7 @@ def reproduce_cmd(experiment, quick, device, seeds, methods, threads, out):
     DOT always).  Finished pieces are kept in the output folder's runs/:
     rerunning the same command after an interruption resumes where it stopped.
     """
+    from coalitions.learners.experiments.progress import PieceProgress
     from coalitions.learners.experiments.runner import reproduce
 
     seed_list = None if seeds is None else _numbers(seeds, "--seeds", int)
@@ -718,12 +738,15 @@ def reproduce_cmd(experiment, quick, device, seeds, methods, threads, out):
             method_list = select_methods(get_experiment(experiment), [m.strip() for m in methods.split(",") if m.strip()])
         except co.InputError as e:
             raise co.InputError(f"--methods: {e}") from None
-    _set_threads(threads)
+    _threads(threads)
+    show = PieceProgress(f"[{experiment}] ", sys.stderr)
     try:
         with _flags({"device": "--device"}):
             res = reproduce(experiment, out, quick=quick, device=device, seeds=seed_list, methods=method_list,
-                            log=lambda line: click.echo(f"[{experiment}] {line}", err=True))
+                            log=show.line, progress=show.progress, backend=backend,
+                            address=_address(backend, address))
     except KeyboardInterrupt:
+        show.clear()
         click.echo(f"coalitions: finished pieces are kept in {out}/runs/; run the same command again "
                    "to resume", err=True)
         raise
@@ -813,6 +836,7 @@ OPTIONAL_PACKAGES = {
     "cvxpy": "pip install 'collaboration-equilibrium[learn]'",
     "matplotlib": "pip install 'collaboration-equilibrium[plot]'",
     "flwr": "pip install 'collaboration-equilibrium[flower]'",
+    "ray": "pip install 'collaboration-equilibrium[ray]'",
 }
 
 

@@ -2,11 +2,12 @@
 
 ``timing`` (the default) prints, in one run, the time of one communication
 round (one local epoch of every client: 64 training samples each, batch 32,
-SGD) for 10, 50 and 200 clients, for a small CNN (two 3×3 convolutions, 16 and
+SGD) for 10, 50 and 200 clients (on CUDA too: ``--device auto`` is the
+default), for a small CNN (two 3×3 convolutions, 16 and
 32 channels, on 1×28×28 images, and the same on 8×8 digits-sized images:
 ``cnn@8``) and an MLP (64 hidden units, 28×28 inputs): the sequential per-client loop, the batched engine (``vmap`` over all
-clients, and in chunks of 32), and the path ``--engine auto`` picks after its
-calibration with that path's time.  Rounds of the engines interleave and the
+clients, and in chunks of 32), and the path ``--engine auto`` picks by its
+rule (:mod:`coalitions.learners.training.paths`) with that path's time.  Rounds of the engines interleave and the
 best of ``--repeats`` counts, so a burst of load elsewhere does not favour one.
 On CUDA it also prints the peak GPU memory and the mean GPU utilisation
 sampled by ``nvidia-smi`` every 50 ms while the batched rounds run (alone).
@@ -20,6 +21,7 @@ against the planted groups under each weight rule, and the engine path used.
 Run::
 
     python benchmarks/learners.py timing [--device cuda] [--sizes 10,50,200] [--repeats 3]
+    python benchmarks/learners.py --quick                   # a short timing run (CI)
     python benchmarks/learners.py accuracy --seeds 0,1,2,3,4 --rounds 50 -o results.jsonl
     python benchmarks/learners.py summary results.jsonl     # the tables of docs/learners-personalized.md
 """
@@ -106,7 +108,7 @@ def _time_rounds(engines: dict, spec, fed: Federation, device, repeats: int, bat
     params = {name: {k: v.to(device) for k, v in spec.init(torch.Generator().manual_seed(0), fed.n).items()}
               for name in engines}
     best = {name: float("inf") for name in engines}
-    for r in range(repeats + 1):  # round 0 warms up (and calibrates "auto")
+    for r in range(repeats + 1):  # round 0 warms up
         for name, engine in engines.items():
             if device.type == "cuda":
                 torch.cuda.synchronize()
@@ -121,8 +123,14 @@ def _time_rounds(engines: dict, spec, fed: Federation, device, repeats: int, bat
 
 
 def timing(args) -> None:
+    from coalitions.learners.training.threads import configure
+
+    configure(getattr(args, "threads", None))
     device = resolve_device(args.device)
     sizes = [int(s) for s in args.sizes.split(",")]
+    if getattr(args, "quick", False):
+        sizes = [50] if device.type == "cuda" else [10]
+        args.models, args.repeats = "mlp,cnn@8", 1
     print(f"# one round = one local epoch per client ({args.samples} samples, batch {args.batch}), SGD; "
           f"best of {args.repeats} interleaved rounds after one warm-up round")
     print(f"# device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
@@ -243,6 +251,7 @@ def summary(args) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="timing --quick (without a command)")
     sub = p.add_subparsers(dest="cmd")
     t = sub.add_parser("timing", help="time of one round, batched vs sequential")
     t.add_argument("--device", default="auto")
@@ -252,6 +261,9 @@ def main(argv=None) -> None:
     t.add_argument("--samples", type=int, default=64)
     t.add_argument("--batch", type=int, default=32)
     t.add_argument("--repeats", type=int, default=3)
+    t.add_argument("--quick", action="store_true",
+                   help="a short run that CI executes: 10 clients (50 on CUDA), mlp and cnn@8, one repeat")
+    t.add_argument("--threads", type=int, default=None, help="torch intra-op threads [the thread policy]")
     a = sub.add_parser("accuracy", help="every method on digits, several seeds (JSON lines)")
     a.add_argument("--partitions", default="practical,twins")  # twins: pairs with planted groups
     a.add_argument("--seeds", default="0,1,2,3,4")
@@ -267,7 +279,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.cmd in (None, "timing"):
         if args.cmd is None:
-            args = t.parse_args([])
+            args = t.parse_args(["--quick"] if args.quick else [])
         timing(args)
     elif args.cmd == "accuracy":
         accuracy(args)

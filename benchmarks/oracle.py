@@ -12,10 +12,14 @@ Prints, in one run:
    the CPU, trained together (:func:`coalitions.learners.exact.train_subsets`), against a
    per-subset loop of plain PyTorch models (no vmap) with the same optimiser and
    epochs, timed on a sample of subsets and extrapolated.
-3. The same at N = 12 on a GPU when one is present (``--gpu``); otherwise it prints
-   that the GPU measurement was not run.
+3. Where CUDA exists: the oracle at N = 12 on the GPU, logistic regression
+   (all 4095 models against the same sample of the per-subset loop) and the CNN
+   (``digits`` images, 8×8, label skew; :class:`coalitions.learners.exact.ExhaustiveOracle`
+   with ``model="cnn"``): wall time, models per second and the per-chunk cost.
+   Without CUDA it prints that it was not run.
+4. SPO's time to the full benefit graph against the exhaustive oracle's.
 
-Run:  python benchmarks/oracle.py   (``--quick`` for N = 12 and 8 only)
+Run:  python benchmarks/oracle.py   (``--quick``: small sizes, runs to its end in seconds; CI runs it)
 
 Timings depend on the load of the machine; the load average is printed with them.
 """
@@ -133,6 +137,38 @@ def batched_logistic(n: int = 10, device: str = "cpu", epochs: int = 200, sample
             "loop_sampled": len(sample), "loop_s": loop_each * len(masks), "max_weight_diff": worst}
 
 
+# --------------------------------------------------------------------------- 3. GPU
+def oracle_on(device: str, model: str, n: int = 12, epochs: int | None = None, seed: int = 0) -> dict:
+    """The exhaustive oracle on ``device``: wall time, chunks, models per second."""
+    from coalitions.learners.exact import ExhaustiveOracle
+
+    fed = binary_federation(n, samples=100, seed=seed) if model == "logistic" else \
+        load("digits", clients=n, partition="practical", seed=seed)
+    o = ExhaustiveOracle(model=model, epochs=epochs, device=device, seed=seed)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    o.fit(fed)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    s = time.perf_counter() - t
+    models = (1 << n) - 1
+    return {"n": n, "model": model, "device": device, "seconds": s, "models": models,
+            "chunks": o.chunks_trained_, "epochs": o.config_["epochs"], "per_chunk_s": s / max(1, o.chunks_trained_)}
+
+
+def print_gpu(quick: bool = False) -> None:
+    print(f"   on {torch.cuda.get_device_name()}")
+    r = batched_logistic(12, "cuda", epochs=50 if quick else 200)
+    print(f"   N=12 logistic, train_subsets: {r['models']} models in {r['batched_s']:.2f} s; loop on the GPU "
+          f"~{r['loop_s']:.1f} s (extrapolated from {r['loop_sampled']}); ratio {r['loop_s'] / r['batched_s']:.1f}x")
+    for model, epochs in (("logistic", 50 if quick else None), ("cnn", 5 if quick else None)):
+        g = oracle_on("cuda", model, 12, epochs)
+        print(f"   N=12 {model:8s} ExhaustiveOracle: {g['models']} models x {g['epochs']} epochs in "
+              f"{g['seconds']:.2f} s ({g['models'] / g['seconds']:.0f} models/s), {g['chunks']} chunk(s), "
+              f"{g['per_chunk_s']:.2f} s per chunk")
+
+
 # --------------------------------------------------------------------------- main
 def _machine() -> str:
     load_avg = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
@@ -142,12 +178,13 @@ def _machine() -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="N = 12 closed form and N = 8 logistic only")
-    ap.add_argument("--gpu", action="store_true", help="also run the N = 12 logistic measurement on CUDA")
-    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads [torch's default]")
+    ap.add_argument("--quick", action="store_true",
+                    help="small sizes only (closed form N = 12, logistic N = 8, SPO N = 6 with 200 steps)")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads [the thread policy]")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    from coalitions.learners.training.threads import configure
+
+    configure(args.threads)
     print(f"machine: {_machine()}")
     print("\n1. closed-form least squares, synthetic (dim 20, 50 samples/client, 200 val points/client)")
     print("   per-subset loop: np.linalg.lstsq + validation MSE, timed on a random sample of subsets and "
@@ -158,28 +195,25 @@ def main(argv=None) -> None:
               f"loop ~{r['loop_s']:.1f} s (extrapolated from {r['loop_sampled']}); "
               f"ratio {r['loop_s'] / r['batched_s']:.0f}x; max rel. MSE difference {r['max_rel_diff']:.1e}")
     print("\n2. logistic regression, all subsets trained together on the CPU "
-          "(synthetic with labels y > 0, 100 samples/client, full batch, Adam, 200 epochs)")
+          "(synthetic with labels y > 0, 100 samples/client, full batch, Adam, "
+          f"{50 if args.quick else 200} epochs)")
     print("   per-subset loop: one plain torch model per subset, same optimiser and epochs, timed on a "
           "random sample of subsets and extrapolated")
     n = 8 if args.quick else 10
-    r = batched_logistic(n, "cpu")
+    r = batched_logistic(n, "cpu", epochs=50 if args.quick else 200)
     print(f"   N={n:2d}: {r['models']:5d} models in {r['batched_s']:.2f} s (batched); loop ~{r['loop_s']:.1f} s "
           f"(extrapolated from {r['loop_sampled']}); ratio {r['loop_s'] / r['batched_s']:.1f}x; "
           f"max weight difference {r['max_weight_diff']:.1e}")
-    print("\n3. the same at N = 12 on a GPU")
-    if args.gpu and torch.cuda.is_available():
-        r = batched_logistic(12, "cuda")
-        print(f"   N=12 on {torch.cuda.get_device_name()}: {r['models']} models in {r['batched_s']:.2f} s; "
-              f"loop ~{r['loop_s']:.1f} s (extrapolated from {r['loop_sampled']}); "
-              f"ratio {r['loop_s'] / r['batched_s']:.1f}x")
+    print("\n3. the oracle at N = 12 on a GPU (logistic regression and a CNN)")
+    if torch.cuda.is_available():
+        print_gpu(quick=args.quick)
     else:
-        print("   not run: " + ("no CUDA device on this machine" if not torch.cuda.is_available()
-                                 else "pass --gpu to run it"))
-    print_spo_vs_exhaustive((6, 10) if args.quick else (6, 10, 14))
+        print("   not run: no CUDA device on this machine")
+    if args.quick:
+        print_spo_vs_exhaustive((6,), steps=200, logistic_epochs=50)
+    else:
+        print_spo_vs_exhaustive((6, 10, 14))
 
-
-if __name__ == "__main__":
-    main()
 
 
 # --------------------------------------------------------------------------- 4. SPO vs exhaustive
@@ -215,16 +249,19 @@ def spo_vs_exhaustive(n: int, steps: int = 3000, seed: int = 0, logistic_epochs:
     return out
 
 
-def print_spo_vs_exhaustive(sizes=(6, 10, 14)) -> None:
+def print_spo_vs_exhaustive(sizes=(6, 10, 14), steps: int = 3000, logistic_epochs: int = 200) -> None:
     print("\n4. SPO's time to the full benefit graph vs the exhaustive oracle (CPU)")
-    print("   SPO: training (3000 steps) + BG(all) + the rest of the peeling; exhaustive: all 2^N - 1 subsets")
+    print(f"   SPO: training ({steps} steps) + BG(all) + the rest of the peeling; exhaustive: all 2^N - 1 subsets")
     for n in sizes:
-        r = spo_vs_exhaustive(n)
+        r = spo_vs_exhaustive(n, steps=steps, logistic_epochs=logistic_epochs)
         a, b = r["spo_linear"], r["spo_logistic"]
         print(f"   N={n:2d} linear:   exhaustive {r['exhaustive_linear_s']:7.2f} s (closed form) | SPO "
               f"{a['total']:6.1f} s (train {a['train']:.1f}, BG(all) {a['graph_all']:.1f}, "
               f"other rounds {a['peeling']:.1f})")
-        print(f"   N={n:2d} logistic: exhaustive {r['exhaustive_logistic_s']:7.2f} s (batched, 200 epochs) | SPO "
+        print(f"   N={n:2d} logistic: exhaustive {r['exhaustive_logistic_s']:7.2f} s (batched, {logistic_epochs} epochs) | SPO "
               f"{b['total']:6.1f} s (train {b['train']:.1f}, BG(all) {b['graph_all']:.1f}, "
               f"other rounds {b['peeling']:.1f})")
 
+
+if __name__ == "__main__":
+    main()

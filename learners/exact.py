@@ -50,6 +50,7 @@ import coalitions as co
 from coalitions.errors import InputError
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch
+from coalitions.learners.training.threads import step_macs, using
 from coalitions.params import ParameterError, check_param
 
 __all__ = ["ExhaustiveOracle", "subset_sums", "membership", "closed_form_weights", "closed_form_mse",
@@ -198,6 +199,68 @@ def _scores(spec, params: dict, X, batch: int = 4096) -> np.ndarray:
     return np.concatenate(outs, axis=1)
 
 
+# ---------------------------------------------------------------------------- one chunk
+class ChunkTrainer:
+    """Train and score the subset models of one chunk: the unit of work of the oracle.
+
+    Built once per process from the oracle's settings and the federation (the
+    training data concatenated on ``device``, the shared initial parameters
+    drawn from the seed); calling it with a chunk's masks returns that chunk's
+    values.  A subset's values do not depend on the chunk that holds it (every
+    model starts from the same parameters and sees the same batch order), so
+    chunks can run in any order, in any process — the local loop and the Ray
+    tasks of :mod:`coalitions.learners.distributed` call the same object.
+    """
+
+    def __init__(self, oracle: ExhaustiveOracle, fed: Federation, cfg: dict, device: str):
+        import torch
+
+        from coalitions.learners.training.models import make_model
+
+        self.fed, self.cfg, self.device = fed, cfg, device
+        self.seed = int(oracle.seed)
+        self.dtype = torch.float64 if oracle.dtype == "float64" else torch.float32
+        self.spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=oracle.hidden)
+        self._eval_batch = oracle._eval_batch
+
+        def cat(part, attr):
+            return np.concatenate([getattr(getattr(c, part), attr) for c in fed.clients])
+
+        y_dtype = self.dtype if fed.task == "regression" else torch.int64
+        self.X = torch.as_tensor(cat("train", "X"), device=device).to(self.dtype)
+        self.y = torch.as_tensor(cat("train", "y"), device=device).to(y_dtype)
+        self.owner = torch.as_tensor(np.repeat(np.arange(fed.n), fed.sizes("train")), device=device)
+        self.evals = {part: torch.as_tensor(cat(part, "X"), device=device).to(self.dtype) for part in ("val", "test")}
+        self.bounds = {part: np.concatenate([[0], np.cumsum(fed.sizes(part))]) for part in ("val", "test")}
+        gen = torch.Generator().manual_seed(self.seed)
+        self.init = {k: v[0].to(device) for k, v in self.spec.init(gen, 1, dtype=self.dtype).items()}
+        n = self.X.shape[0]
+        self.step_samples = n if cfg["batch_size"] is None else min(n, cfg["batch_size"])
+
+    def __call__(self, ms, progress: Callable[[int], None] | None = None) -> dict:
+        """``{"val": (N, len(ms)), "test": (N, len(ms))}``: each member's metric, NaN for non-members."""
+        fed, cfg = self.fed, self.cfg
+        params = train_subsets(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
+                               epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"], batch_size=cfg["batch_size"],
+                               seed=self.seed, progress=progress)
+        member = membership(ms, fed.n)
+        out = {}
+        for part in ("val", "test"):
+            block = np.full((fed.n, len(ms)), np.nan)
+            scores = _scores(self.spec, params, self.evals[part], self._eval_batch(self.spec, len(ms)))
+            lo = self.bounds[part]
+            for i, c in enumerate(fed.clients):
+                rows = member[:, i]
+                if rows.any():
+                    vals = evaluate_batch(fed.metric, getattr(c, part).y, scores[rows, lo[i]:lo[i + 1]])
+                    if not np.all(np.isfinite(vals)):
+                        raise InputError(f"client {c.name!r}: the {fed.metric} of its {part} split is "
+                                         "undefined (a single class?)")
+                    block[i, rows] = vals
+            out[part] = block
+        return out
+
+
 # ---------------------------------------------------------------------------- the estimator
 class ExhaustiveOracle:
     """Train a model on every non-empty subset of clients; the exact game (docs/concepts.md §5).
@@ -232,10 +295,18 @@ class ExhaustiveOracle:
         File recording finished chunks; an interrupted run resumes from it.
     threads : int, optional
         PyTorch intra-op CPU threads during :meth:`fit` (restored afterwards);
-        ``None`` keeps PyTorch's setting.  On a busy machine one thread can be
-        several times faster for these small kernels (see docs/learners-data.md).
+        ``None``: the thread policy decides from the size of a chunk's training
+        step (:mod:`coalitions.learners.training.threads`: one thread unless the
+        step is large, then the free cores).
     progress : callable, optional
         ``progress(done, total)`` in model-epochs (closed form: one step).
+    backend : {"local", "ray"}
+        ``"ray"`` trains the chunks as Ray tasks (:mod:`coalitions.learners.distributed`),
+        each finished chunk stored in ``checkpoint`` as it arrives; the game is
+        the same as the local backend's, to the bit on the CPU.
+    address : str, optional
+        The Ray cluster to join (``ray start --head`` prints it); ``None``
+        starts a private local Ray on this machine (all its cores).
 
     Attributes
     ----------
@@ -259,7 +330,7 @@ class ExhaustiveOracle:
                  l2: float = 1e-3, ridge: float = 1e-10, batch_size: int | None = None, hidden: int = 64,
                  chunk_size: int | None = None, memory_mb: float = 512.0, device: str = "auto",
                  dtype: str = "float32", seed: int = 0, checkpoint=None, threads: int | None = None,
-                 progress=None):
+                 progress=None, backend: str = "local", address: str | None = None):
         self.model = model
         self.epochs = epochs
         self.lr = lr
@@ -275,6 +346,8 @@ class ExhaustiveOracle:
         self.checkpoint = checkpoint
         self.threads = threads
         self.progress = progress
+        self.backend = backend
+        self.address = address
 
     # -------------------------------------------------------------- configuration
     def _kind(self, fed: Federation) -> str:
@@ -309,6 +382,7 @@ class ExhaustiveOracle:
         check_param("chunk_size", self.chunk_size, "int", low=1, allow_none=True)
         check_param("threads", self.threads, "int", low=1, allow_none=True)
         check_param("dtype", self.dtype, "choice", choices=("float32", "float64"))
+        check_param("backend", self.backend, "choice", choices=("local", "ray"))
 
     # -------------------------------------------------------------- fitting
     def fit(self, federation: Federation) -> ExhaustiveOracle:
@@ -330,19 +404,13 @@ class ExhaustiveOracle:
             if self.progress is not None:
                 self.progress(1, 1)
         else:
-            import torch
-
             from coalitions.learners.training.engine import resolve_device
 
             self.method_ = "batched"
-            self.device_ = str(resolve_device(self.device))
-            before = torch.get_num_threads()
-            try:
-                if self.threads is not None:
-                    torch.set_num_threads(self.threads)
-                val, test = self._fit_batched(fed, cfg)
-            finally:
-                torch.set_num_threads(before)
+            # a Ray cluster may have the GPUs this driver lacks: "cuda" is then checked by the tasks
+            self.device_ = ("cuda" if self.backend == "ray" and self.device == "cuda"
+                            else str(resolve_device(self.device)))
+            val, test = self._fit_batched(fed, cfg)
         self.values_val_, self.values_test_ = val, test
         self.config_ = cfg
         self.game_ = co.Game.from_array(val, fed.names, fed.sense, self._provenance(fed, cfg, "val"))
@@ -387,36 +455,23 @@ class ExhaustiveOracle:
         return int(max(1, min(n_masks, self.memory_mb * 2 ** 20 // per_model)))
 
     def _fit_batched(self, fed: Federation, cfg: dict):
-        import torch
-
         from coalitions.learners.training.checkpoint import Checkpoint, fingerprint
         from coalitions.learners.training.models import make_model
 
-        device = self.device_
-        dtype = torch.float64 if self.dtype == "float64" else torch.float32
         spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=self.hidden)
         n = fed.n
         masks = np.arange(1, 1 << n)
         chunk = self._chunk_size(spec, fed, len(masks))
+        if self.backend == "ray" and self.chunk_size is None:
+            from coalitions.learners.distributed import oracle_chunk_size
+
+            chunk = oracle_chunk_size(chunk, len(masks))
         chunks = [masks[s:s + chunk] for s in range(0, len(masks), chunk)]
-
-        def cat(part, attr):
-            return np.concatenate([getattr(getattr(c, part), attr) for c in fed.clients])
-
-        y_dtype = dtype if fed.task == "regression" else torch.int64
-        X = torch.as_tensor(cat("train", "X"), device=device).to(dtype)
-        y = torch.as_tensor(cat("train", "y"), device=device).to(y_dtype)
-        owner = torch.as_tensor(np.repeat(np.arange(n), fed.sizes("train")), device=device)
-        evals = {part: torch.as_tensor(cat(part, "X"), device=device).to(dtype) for part in ("val", "test")}
-        bounds = {part: np.concatenate([[0], np.cumsum(fed.sizes(part))]) for part in ("val", "test")}
-
-        gen = torch.Generator().manual_seed(int(self.seed))
-        init = {k: v[0].to(device) for k, v in spec.init(gen, 1, dtype=dtype).items()}
 
         ckpt = None
         shape = (n, 1 << n)
         if self.checkpoint is not None:
-            key = fingerprint({"config": cfg, "chunk": chunk, "device": device, "dataset": fed.name,
+            key = fingerprint({"config": cfg, "chunk": chunk, "device": self.device_, "dataset": fed.name,
                                "options": fed.options},
                               [a for c in fed.clients for s in (c.train, c.val, c.test) for a in (s.X, s.y)])
             ckpt = Checkpoint(self.checkpoint, key, {"val": shape, "test": shape}, len(chunks)).load()
@@ -426,40 +481,40 @@ class ExhaustiveOracle:
 
         epochs = cfg["epochs"]
         total = len(masks) * epochs
-        done_units = 0
-        for k, ms in enumerate(chunks):
-            if ckpt is not None and ckpt.done[k]:
-                self.chunks_resumed_ += 1
-                done_units += len(ms) * epochs
-                if self.progress is not None:
-                    self.progress(done_units, total)
-                continue
-            base = done_units
-            n_ms = len(ms)
+        done = np.zeros(len(chunks), dtype=bool) if ckpt is None else ckpt.done
+        self.chunks_resumed_ = int(done.sum())
+        units = {"done": sum(len(chunks[k]) for k in np.flatnonzero(done)) * epochs}
+        if self.progress is not None and units["done"]:
+            self.progress(units["done"], total)
 
-            def tick(ep, base=base, m=n_ms):
-                if self.progress is not None:
-                    self.progress(base + ep * m, total)
-
-            params = train_subsets(spec, fed.task, X, y, owner, ms, n, init, epochs=epochs, lr=cfg["lr"],
-                                   l2=cfg["l2"], batch_size=cfg["batch_size"], seed=self.seed, progress=tick)
-            member = membership(ms, n)
+        def store(k: int, blocks: dict) -> None:
+            """A finished chunk: its values into the results, then (atomically) into the checkpoint."""
             for part in ("val", "test"):
-                scores = _scores(spec, params, evals[part], self._eval_batch(spec, len(ms)))
-                lo = bounds[part]
-                for i, c in enumerate(fed.clients):
-                    rows = member[:, i]
-                    if rows.any():
-                        vals = evaluate_batch(fed.metric, getattr(c, part).y, scores[rows, lo[i]:lo[i + 1]])
-                        if not np.all(np.isfinite(vals)):
-                            raise InputError(f"client {c.name!r}: the {fed.metric} of its {part} split is "
-                                             "undefined (a single class?)")
-                        results[part][i, ms[rows]] = vals
-            done_units += len(ms) * epochs
+                results[part][:, chunks[k]] = blocks[part]
+            done[k] = True
             self.chunks_trained_ += 1
+            units["done"] += len(chunks[k]) * epochs
             if ckpt is not None:
-                ckpt.done[k] = True
                 ckpt.save()
+            if self.progress is not None:
+                self.progress(units["done"], total)
+
+        todo = [k for k in range(len(chunks)) if not done[k]]
+        if self.backend == "ray":
+            from coalitions.learners.distributed import oracle_chunks
+
+            oracle_chunks(self, fed, cfg, [(k, chunks[k]) for k in todo], store, address=self.address)
+        else:
+            trainer = ChunkTrainer(self, fed, cfg, self.device_)
+            with using(step_macs(spec, trainer.step_samples, chunk), self.threads):
+                for k in todo:
+                    base, size = units["done"], len(chunks[k])
+
+                    def tick(ep, base=base, m=size):
+                        if self.progress is not None:
+                            self.progress(base + ep * m, total)
+
+                    store(k, trainer(chunks[k], progress=tick))
         return results["val"], results["test"]
 
     # -------------------------------------------------------------- benefit oracle protocol

@@ -251,6 +251,19 @@ def naive_equilibria(game, semantics="personalized", tol=TOL) -> set:
 
 
 # ---------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="session", autouse=True)
+def thread_policy():
+    """The learners' thread policy for the whole session (as the CLI applies it), when torch is here."""
+    try:
+        from coalitions.learners.training.threads import configure
+    except ImportError:  # the core's tests run without the learners
+        return
+    try:
+        configure(None)
+    except ImportError:  # torch missing
+        pass
+
+
 #: Under shared semantics peeling stalls on this game (the only source component, the grand
 #: coalition, has no sub-coalition meeting condition (a)), yet everyone alone is a CE.
 STALLS = Game.from_mapping(["p", "q", "r"], {

@@ -1,4 +1,4 @@
-"""The batched training engine (learners/engine.py): plans, optimisers, paths, calibration."""
+"""The batched training engine (learners/engine.py): plans, optimisers, paths, the path rule."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from coalitions.learners.training.engine import (
     train_epochs,
 )
 from coalitions.learners.training.models import make_model
+from coalitions.learners.training.paths import CONV_PIXELS, choose
 
 
 @settings(max_examples=60, deadline=None)
@@ -126,20 +127,48 @@ def test_chunked_vmap_equals_unchunked():
     assert torch.allclose(flatten(a.params_), flatten(b.params_), atol=1e-6)
 
 
-def test_auto_engine_calibrates_on_the_cpu_and_records_its_choice():
+def test_auto_engine_follows_the_rule_and_records_its_choice():
     fed = blobs(sizes=(6, 6, 6, 6, 6, 6, 6, 6, 6, 6))
     m = Local(model="mlp", rounds=1, engine="auto", device="cpu", seed=0).fit(fed)
-    assert m.engine_.choice_ in {("sequential", None), ("batched", 8), ("batched", None)}
-    assert set(m.engine_.timings_) == {"sequential", "batched[8]", "batched"}
-    big = Engine("cpu", path="auto")
-    p = {"w": torch.zeros(40, 3)}
-    big.value_and_grad(lambda q, x: (q["w"] * x).sum(), p, (torch.ones(40, 3),))
-    assert set(big.timings_) == {"sequential", "batched[8]", "batched[32]", "batched"}
-    assert m.estimate_.config["engine_used"] == m.engine_.label
-    # pinning the recorded choice reproduces the run bit for bit
-    path, chunk = m.engine_.choice_
-    again = Local(model="mlp", rounds=1, engine=path, chunk=chunk, device="cpu", seed=0).fit(fed)
+    assert m.engine_.choice_ == ("batched", None)
+    assert m.estimate_.config["engine_used"] == m.engine_.label == "batched"
+    # the rule's choice is the run: pinning it reproduces the run bit for bit
+    again = Local(model="mlp", rounds=1, engine="batched", device="cpu", seed=0).fit(fed)
     assert torch.equal(flatten(m.params_), flatten(again.params_))
+    # an explicit chunk is kept on the batched path the rule picks
+    eng = Engine("cpu", path="auto", chunk=3)
+    eng.value_and_grad(lambda q, x: (q["w"] * x).sum(), {"w": torch.zeros(8, 3)}, (torch.ones(8, 3),))
+    assert eng.choice_ == ("batched", 3)
+
+
+def test_auto_engine_never_times(monkeypatch):
+    """The path comes from shapes alone: a clock that jumps (a loaded machine) changes nothing."""
+    import time
+
+    clock = iter(range(0, 10**9, 7919))
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock) * 1e-3)
+    monkeypatch.setattr(time, "time", lambda: next(clock) * 1e-3)
+    for kind, side, want in (("cnn", 28, "sequential"), ("cnn", 8, "batched"), ("mlp", 28, "batched"),
+                             ("logistic", 28, "batched")):
+        spec = make_model(kind, (1, side, side), 3)
+        p = spec.init(torch.Generator().manual_seed(0), 4)
+        X = torch.zeros(4, 5, 1, side, side)
+        eng = Engine("cpu", path="auto")
+        eng.map(spec.forward, p, (X,))
+        assert eng.choice_ == (want, None), (kind, side)
+
+
+@pytest.mark.parametrize("side", [4, 11, 12, 13, 16, 28])
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_path_rule_table(side, device):
+    spec = make_model("cnn", (2, side, side), 3)
+    p = spec.init(torch.Generator().manual_seed(0), 2)
+    args = (torch.zeros(2, 3, 2, side, side), torch.zeros(2, 3))
+    want = "sequential" if device == "cpu" and side * side > CONV_PIXELS else "batched"
+    assert choose(torch.device(device), p, args) == (want, None)
+    # no convolution: batched whatever the input
+    q = make_model("mlp", (2, side, side), 3).init(torch.Generator().manual_seed(0), 2)
+    assert choose(torch.device(device), q, args) == ("batched", None)
 
 
 def test_value_and_grad_dict_args_and_shared():

@@ -131,37 +131,68 @@ def _record_time(folder: Path, piece: str, seconds: float) -> None:
     write_json(table, folder / "timings.json")
 
 
-def _exact(fed, exp: Experiment, seed: int, device: str, where: Path, log) -> tuple:
-    """The exact (validation, test) games, trained or read back from ``where``."""
-    val_file, test_file = where.with_name(where.name + "-game.json"), where.with_name(where.name + "-test-game.json")
-    if val_file.exists() and test_file.exists():
-        log(f"{where.name}: exact game read back from {val_file.name}")
-        return co.read_game(val_file), co.read_game(test_file)
-    from coalitions.learners.exact import ExhaustiveOracle
-
-    t = time.perf_counter()
-    o = ExhaustiveOracle(device=device, seed=seed, **exp.oracle).fit(fed)
-    co.write_game(o.test_game_, test_file)
-    co.write_game(o.game_, val_file)  # last: its presence marks the pair finished
-    _record_time(where.parent, val_file.name, time.perf_counter() - t)
-    log(f"{where.name}: exact game, {2 ** fed.n - 1} subset models ({o.method_}), {time.perf_counter() - t:.1f} s")
-    return o.game_, o.test_game_
+def _files(where: Path, what: str) -> tuple[Path, ...]:
+    """The files of one piece: ``what`` is ``"exact"`` (two games) or a learner's name."""
+    if what == "exact":
+        return where.with_name(where.name + "-game.json"), where.with_name(where.name + "-test-game.json")
+    return (where.with_name(f"{where.name}-{what}.json"),)
 
 
-def _learner(fed, method: str, options: dict, seed: int, device: str, where: Path, log):
-    from coalitions.estimate import read_estimate, write_estimate
+def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, progress=None):
+    """Train one piece: the exact (validation, test) games, or learner ``what``'s estimate.
+
+    Pure computation (no files): the local loop and the Ray tasks of
+    :mod:`coalitions.learners.distributed` both call it, so they agree.
+    ``progress(done, total)`` follows the training (subset model-epochs, rounds or steps).
+    """
+    if what == "exact":
+        from coalitions.learners.exact import ExhaustiveOracle
+
+        o = ExhaustiveOracle(device=device, seed=seed, progress=progress, **exp.oracle).fit(fed)
+        return o.game_, o.test_game_, o.method_
     from coalitions.learners.methods.registry import create
 
-    path = where.with_name(f"{where.name}-{method}.json")
-    if path.exists():
-        log(f"{where.name}: {method} read back from {path.name}")
-        return read_estimate(path)
+    return create(what, options, device=device, seed=seed, progress=progress).fit(fed).estimate_
+
+
+def store_piece(where: Path, what: str, result, seconds: float) -> None:
+    """Write a finished piece into the run folder (its last file marks it finished) with its time."""
+    from coalitions.estimate import write_estimate
+
+    files = _files(where, what)
+    if what == "exact":
+        co.write_game(result[1], files[1])
+        co.write_game(result[0], files[0])  # last: its presence marks the pair finished
+    else:
+        write_estimate(result, files[0])
+    _record_time(where.parent, files[0].name, seconds)
+
+
+def _done_line(where: Path, what: str, result, n: int, seconds: float) -> str:
+    if what == "exact":
+        return f"{where.name}: exact game, {2 ** n - 1} subset models ({result[2]}), {seconds:.1f} s"
+    return f"{where.name}: {what}, {seconds:.1f} s"
+
+
+def _piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, where: Path, log, progress,
+           quiet: bool = False):
+    """A piece read back from ``where`` when finished (said in ``log`` unless ``quiet``), else trained and written."""
+    files = _files(where, what)
+    if all(f.exists() for f in files):
+        if not quiet:
+            log(f"{where.name}: {'exact game' if what == 'exact' else what} read back from {files[0].name}")
+        if what == "exact":
+            return co.read_game(files[0]), co.read_game(files[1])
+        from coalitions.estimate import read_estimate
+
+        return read_estimate(files[0])
     t = time.perf_counter()
-    est = create(method, options, device=device, seed=seed).fit(fed).estimate_
-    write_estimate(est, path)
-    _record_time(where.parent, path.name, time.perf_counter() - t)
-    log(f"{where.name}: {method}, {time.perf_counter() - t:.1f} s")
-    return est
+    tick = None if progress is None else (lambda done, total: progress(f"{where.name}: {what}", done, total))
+    result = compute_piece(fed, exp, what, options, seed, device, tick)
+    seconds = time.perf_counter() - t
+    store_piece(where, what, result, seconds)
+    log(_done_line(where, what, result, fed.n, seconds))
+    return result[:2] if what == "exact" else result
 
 
 def _stats(values: list[float]) -> dict:
@@ -206,7 +237,9 @@ def summarize(regime: dict, methods) -> dict:
 
 
 def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, device: str = "auto",
-                   seeds=None, methods=None, log: Callable[[str], None] | None = None) -> Reproduction:
+                   seeds=None, methods=None, log: Callable[[str], None] | None = None,
+                   progress: Callable[[str, int, int], None] | None = None, backend: str = "local",
+                   address: str | None = None) -> Reproduction:
     """Run ``exp`` into ``out`` and return the results (also written as ``results.json``).
 
     Parameters
@@ -222,6 +255,17 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
         Override the settings' seeds or the experiment's learners.
     log : callable, optional
         Receives one line per finished piece (progress).
+    progress : callable, optional
+        ``progress(piece, done, total)`` while a piece trains (``piece`` names
+        it, e.g. ``"few-seed0: spo"``; ``done``/``total`` count subset
+        model-epochs, rounds or steps); local backend only.
+    backend : {"local", "ray"}
+        ``"ray"``: the unfinished pieces (every regime, seed and learner, and
+        the exact games) first run as Ray tasks
+        (:func:`coalitions.learners.distributed.reproduce_pieces`), each written
+        here as it arrives; the results are the same as the local backend's.
+    address : str, optional
+        Ray cluster address (``None``: a local Ray).
 
     Returns
     -------
@@ -244,7 +288,17 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
         runs_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
+    if backend not in ("local", "ray"):
+        raise InputError(f"--backend must be local or ray, got {backend!r}")
     start = time.perf_counter()
+    fresh: set = set()
+    if backend == "ray":
+        from coalitions.learners.distributed import reproduce_pieces
+
+        todo = [(regime, seed, what) for regime in exp.regimes for seed in seeds
+                for what in (["exact"] if exp.oracle is not None else []) + list(methods)
+                if not all(f.exists() for f in _files(runs_dir / f"{regime.name}-seed{seed}", what))]
+        fresh = reproduce_pieces(exp, quick, todo, runs_dir, device, log, address=address)
     from coalitions.learners.training.engine import resolve_device
 
     results = Reproduction(
@@ -263,13 +317,15 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
             run = Run(seed=seed, methods={})
             game = test_game = eq = None
             if exp.oracle is not None:
-                game, test_game = _exact(fed, exp, seed, device, where, log)
+                game, test_game = _piece(fed, exp, "exact", {}, seed, device, where, log, progress,
+                                         (where.name, "exact") in fresh)
                 eq = co.solve(game)
                 run.exact = exact_summary(game, test_game, metric, eq)
                 if seed != seeds[0]:
                     run.exact.equilibrium = None  # only the first seed's is drawn
             for m in methods:
-                est = _learner(fed, m, settings.options_for(m), seed, device, where, log)
+                est = _piece(fed, exp, m, settings.options_for(m), seed, device, where, log, progress,
+                             (where.name, m) in fresh)
                 run.methods[m] = _method_summary(est, game, eq)
                 if seed != seeds[0]:
                     run.methods[m].estimate = None
@@ -301,10 +357,12 @@ def _with_objects(results: Reproduction) -> dict:
 
 
 def reproduce(name: str, out: str | Path, *, quick: bool = False, device: str = "auto", seeds=None,
-              methods=None, log: Callable[[str], None] | None = None, figures: bool = True) -> dict:
+              methods=None, log: Callable[[str], None] | None = None, figures: bool = True,
+              progress: Callable[[str, int, int], None] | None = None, backend: str = "local",
+              address: str | None = None) -> dict:
     """Run experiment ``name`` and write ``results.json``, ``report.md`` and figures into ``out``.
 
-    Returns the results (without in-memory objects) with ``"files"``: the
+    Options as :func:`run_experiment`.  Returns the results (without in-memory objects) with ``"files"``: the
     paths written, relative to ``out``, and ``"plot_hint"`` when matplotlib is
     missing (DOT files are written either way).
     """
@@ -312,7 +370,8 @@ def reproduce(name: str, out: str | Path, *, quick: bool = False, device: str = 
     from coalitions.learners.experiments.report import report_markdown
 
     exp = get_experiment(name)
-    results = run_experiment(exp, out, quick=quick, device=device, seeds=seeds, methods=methods, log=log)
+    results = run_experiment(exp, out, quick=quick, device=device, seeds=seeds, methods=methods, log=log,
+                             progress=progress, backend=backend, address=address)
     out = Path(out)
     files, hint = write_figures(_with_objects(results), out) if figures else ([], None)
     results.figures = files

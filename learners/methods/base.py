@@ -65,6 +65,7 @@ from coalitions.learners.data.metrics import evaluate_batch, loss_function
 from coalitions.learners.training.checkpoint import federation_arrays, fingerprint, load_state, save_state
 from coalitions.learners.training.engine import PATHS, Engine, Padded, resolve_device
 from coalitions.learners.training.models import KINDS, make_model
+from coalitions.learners.training.threads import applied, step_macs
 from coalitions.oracles import DEFAULT_THRESHOLDS, WEIGHT_RULES, StructuralOracle, WeightOracle
 from coalitions.params import check_param
 from coalitions.peeling import Peeling, peel_oracle
@@ -334,6 +335,13 @@ class PersonalizedLearner(Learner):
         check_param("progress", self.progress, "callable", allow_none=True)
 
     # -- fitting
+    def _step_macs(self, fed: Federation) -> float:
+        """Work of one local step of every client (the thread policy's input)."""
+        spec = make_model(self.model or default_model(fed), fed.input_shape, fed.n_outputs, hidden=self.hidden)
+        batch = int(fed.sizes("train").max()) if self.batch_size is None else int(self.batch_size)
+        return step_macs(spec, batch, fed.n)
+
+    @applied
     def fit(self, federation: Federation) -> PersonalizedLearner:
         """Train every client for ``rounds`` rounds, score them, and expose the oracle."""
         if not isinstance(federation, Federation):
@@ -456,7 +464,7 @@ class PersonalizedLearner(Learner):
 
     def estimate_extra(self, peeling: Peeling) -> dict:
         extra = {"loss_history": self.loss_history_, "fit_seconds": self.fit_seconds_,
-                 "engine_timings": self.engine_.timings_, "resumed_from": self.resumed_from_}
+                 "resumed_from": self.resumed_from_}
         if self.has_weights:
             extra["weights_history"] = [np.round(w, 8).tolist() for w in self.weights_history_]
         return extra

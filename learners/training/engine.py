@@ -26,21 +26,14 @@ Paths
     reference for tests and benchmarks.  Both paths share the batch plan and
     the optimiser, so they differ only by floating-point rounding.
 ``"auto"``
-    On CUDA: batched, all models at once.  On the CPU ``vmap`` is not always
-    faster: on 2 cores a batched step of a small CNN on 28×28 images measured
-    slower than the loop, while on 8×8 digits and for MLPs the batched step
-    was 3–20× faster (``benchmarks/learners.py``).  So on the CPU the first
-    training step *calibrates*: it times that very step per model for the
-    loop and for ``vmap`` in chunks of 8 and of 32 (on the first
-    ``min(M, 32)`` models) and for ``vmap`` over all ``M`` models, drops the
-    candidates more than 3× slower than the best after one timing, times the
-    rest twice more in turn, and keeps the fastest for the rest of the fit,
-    the loop winning near-ties within 5 % (:meth:`Engine._ensure_choice`).  The choice is recorded
+    A rule on the shapes of the first call decides, never a timing
+    (:func:`coalitions.learners.training.paths.choose`): on CUDA batched, all
+    models at once; on the CPU sequential for convolutions over images larger
+    than 12×12 pixels (the grouped convolution ``vmap`` makes of them is slow
+    there) and batched otherwise.  The choice is recorded
     (:attr:`Engine.choice_`, each estimate's ``config.engine_used``, and the
-    checkpoint, so a resumed run keeps it).  Pass it back as
-    ``path``/``chunk`` to reproduce a run bit for bit: the paths agree only to
-    floating-point rounding, and a timing may pick differently on another
-    machine or under another load.
+    checkpoint, so a resumed run keeps it); the same command gives the same
+    numbers whatever the machine's load.
 
 Examples
 --------
@@ -54,7 +47,6 @@ Examples
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -62,13 +54,12 @@ import torch
 from torch.func import grad_and_value, vmap
 
 from coalitions.params import ParameterError, check_param
+from coalitions.learners.training.paths import choose
 
 __all__ = ["Engine", "PATHS", "resolve_device", "Padded", "epoch_plan", "SGD", "Adam", "make_optimizer",
-           "masked_mean", "train_epochs", "flatten", "tree_map", "stack_select", "CALIBRATION_MODELS"]
+           "masked_mean", "train_epochs", "flatten", "tree_map", "stack_select"]
 
 PATHS = ("auto", "batched", "sequential")
-#: How many models the CPU calibration times (the first ones of the stack).
-CALIBRATION_MODELS = 32
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -290,16 +281,13 @@ class Engine:
     path : {"auto", "batched", "sequential"}
         See the module docstring.
     chunk : int or None
-        Models per ``vmap`` call on the batched path (``None``: all).  With
-        ``path="auto"`` on the CPU the calibration picks it.
+        Models per ``vmap`` call on the batched path (``None``: all).
 
     Attributes
     ----------
     device_ : torch.device
     choice_ : tuple (path, chunk) or None
         The path in use (``None`` until the first call on ``"auto"``).
-    timings_ : dict
-        Calibration: seconds per model of each candidate, e.g. ``{"sequential": ..., "batched[8]": ...}``.
     """
 
     def __init__(self, device="auto", path: str = "auto", chunk: int | None = None):
@@ -308,7 +296,6 @@ class Engine:
         self.device_ = device if isinstance(device, torch.device) else resolve_device(device)
         self.path = path
         self.chunk = None if chunk is None else int(chunk)
-        self.timings_: dict = {}
         self.choice_ = None
         if path == "sequential":
             self.choice_ = ("sequential", None)
@@ -317,7 +304,7 @@ class Engine:
 
     @property
     def label(self) -> str:
-        """``"sequential"``, ``"batched"`` or ``"batched[chunk]"`` (``"auto"`` before calibrating)."""
+        """``"sequential"``, ``"batched"`` or ``"batched[chunk]"`` (``"auto"`` before the first call)."""
         return "auto" if self.choice_ is None else _label(self.choice_)
 
     # -- the two primitives
@@ -332,18 +319,14 @@ class Engine:
         result is not used (their gradient and value are returned as zeros);
         the batched path computes every model regardless.
         """
-        self._ensure_choice(fn, params, args, shared, grad=True)
+        self._ensure_choice(params, args)
         return self._run(fn, params, args, shared, True, self.choice_, active)
 
     def map(self, fn: Callable, params: dict, args: tuple = (), shared: tuple = ()):
-        """``fn(p_i, *args_i, *shared)`` for every model, without gradients, stacked.
-
-        Calibration is left to the training step; before it, maps run batched
-        in chunks of ``CALIBRATION_MODELS`` models.
-        """
-        choice = self.choice_ if self.choice_ is not None else ("batched", CALIBRATION_MODELS)
+        """``fn(p_i, *args_i, *shared)`` for every model, without gradients, stacked."""
+        self._ensure_choice(params, args)
         with torch.no_grad():
-            return self._run(fn, params, args, shared, False, choice)
+            return self._run(fn, params, args, shared, False, self.choice_)
 
     def _run(self, fn, params, args, shared, grad: bool, choice, active=None):
         path, chunk = choice
@@ -370,52 +353,11 @@ class Engine:
         values = torch.stack([torch.zeros_like(ref) if v is None else v for v in values])
         return grads, values
 
-    # -- calibration (CPU, path="auto")
-    def _ensure_choice(self, fn, params, args, shared, grad: bool) -> None:
-        """Time the candidate paths on this step and keep the fastest (CPU, ``path="auto"``).
-
-        The loop and ``vmap`` in chunks of 8 and 32 run on the first
-        ``min(M, 32)`` models; ``vmap`` over all ``M`` models runs on all of
-        them; times are compared per model.  Each candidate is timed once
-        (after a tiny warm-up of both paths that pays one-off costs), those
-        more than 3× slower than the best are dropped, and the rest are timed
-        twice more in turn; the best time counts, and the loop wins ties
-        within 5 %.
-        """
-        if self.choice_ is not None:
-            return
-        m = next(iter(params.values())).shape[0]
-        k = min(m, CALIBRATION_MODELS)
-
-        def head(j):
-            return ({n: v[:j] for n, v in params.items()},
-                    tuple({n: v[:j] for n, v in a.items()} if isinstance(a, dict) else a[:j] for a in args))
-
-        for cand in (("sequential", None), ("batched", None)):  # one-off costs (imports, kernels)
-            self._run(fn, *head(min(m, 2)), shared, grad, cand)
-        candidates = {("sequential", None): k}
-        if m > 8:
-            candidates[("batched", 8)] = k
-        if m > CALIBRATION_MODELS:
-            candidates[("batched", CALIBRATION_MODELS)] = k
-        candidates[("batched", None)] = m
-        inputs = {c: head(j) for c, j in candidates.items()}
-
-        def timed(cand):
-            t0 = time.perf_counter()
-            _sync(self._run(fn, *inputs[cand], shared, grad, cand))
-            return (time.perf_counter() - t0) / candidates[cand]
-
-        best = {c: timed(c) for c in candidates}
-        fastest = min(best.values())
-        kept = [c for c in candidates if best[c] <= 3 * fastest]
-        for _ in range(2):  # round robin, so a burst of load elsewhere hits every candidate alike
-            for cand in kept:
-                best[cand] = min(best[cand], timed(cand))
-        self.timings_ = {_label(c): best[c] for c in candidates}
-        loop = ("sequential", None)
-        # the loop wins near-ties (within 5 %): a noisy timing must not make a fit slower than the loop
-        self.choice_ = min(kept, key=lambda c: best[c] * (0.95 if c == loop else 1.0))
+    # -- the path on "auto": a rule on shapes (paths.py), decided once
+    def _ensure_choice(self, params, args) -> None:
+        if self.choice_ is None:
+            path, chunk = choose(self.device_, params, args)
+            self.choice_ = (path, self.chunk if path == "batched" else chunk)
 
 
 def _label(choice) -> str:
@@ -432,12 +374,6 @@ def _stack_tree(outs):
     if isinstance(first, tuple):
         return tuple(_stack_tree([o[i] for o in outs]) for i in range(len(first)))
     raise TypeError(f"cannot stack outputs of type {type(first).__name__}")
-
-
-def _sync(out) -> None:
-    t = out[1] if isinstance(out, tuple) else out
-    if isinstance(t, torch.Tensor) and t.is_cuda:
-        torch.cuda.synchronize(t.device)
 
 
 # --------------------------------------------------------------------------- local training

@@ -22,6 +22,7 @@ from coalitions.learners.methods.spo.search import DirectionSearch
 from coalitions.learners.methods.spo.simplex import sample_directions
 from coalitions.learners.training.engine import Padded, resolve_device
 from coalitions.learners.training.models import make_model
+from coalitions.learners.training.threads import applied, step_macs
 from coalitions.params import check_param
 from coalitions.peeling import Peeling
 
@@ -137,6 +138,15 @@ class SPO(Learner):
         check_param("progress", self.progress, "callable", allow_none=True)
 
     # -- training
+    def _step_macs(self, fed: Federation) -> float:
+        """Work of one training step: the hypernetwork and the target model, for every direction."""
+        spec = make_model(self.model or ("linear" if fed.task == "regression" else "logistic"),
+                          fed.input_shape, fed.n_outputs)
+        batch = int(fed.sizes("train").max()) if self.batch_size is None else int(self.batch_size)
+        hyper = self.hidden * (self.embed + self.hidden * (self.layers - 1) + spec.n_params)
+        return self.directions * (hyper + step_macs(spec, batch, fed.n))
+
+    @applied
     def fit(self, federation: Federation) -> SPO:
         """Train the hypernetwork and expose the oracle, each client's best direction and utilities."""
         if not isinstance(federation, Federation):

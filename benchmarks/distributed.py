@@ -1,0 +1,124 @@
+"""Benchmark of the Ray backend on the exhaustive oracle (coalitions.learners.distributed).
+
+Prints, in one run:
+
+1. The N = 12 logistic oracle (``synthetic`` with labels ``y > 0``, 100 samples
+   per client, 500 epochs: all 4095 subset models) in this process (the local
+   backend, one chunk) and on a local Ray with 2 workers (16 chunks, one
+   thread per task), wall time and ratio, and whether the two games are equal
+   to the bit.  Ray is started and its workers warmed up (PyTorch imported)
+   before the clock starts: a cluster is started once, not per run.
+2. The measured cost per subset model-epoch of both runs and a projection of
+   N = 20 (1,048,575 models, 100 samples per client) on 64 workers, and on
+   GPUs where CUDA exists (measured there at N = 12 with one GPU per task).
+   The projection scales the measured per-model-epoch cost by the number of
+   samples (the step is a matrix product over all samples) and divides by the
+   workers; it assumes the workers are as fast as this machine's cores and
+   that the 1,024 chunks at N = 20 keep all of them busy.
+
+Run:  python benchmarks/distributed.py [--quick] [--workers 2]
+
+``--quick``: N = 8 and 50 epochs (CI).  Timings depend on the machine's load,
+which is printed; without Ray it prints that it was not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from coalitions.learners.exact import ExhaustiveOracle  # noqa: E402
+
+
+def _load() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return "?"
+
+
+def timed_fit(fed, backend: str, device: str, epochs: int) -> tuple[float, ExhaustiveOracle]:
+    o = ExhaustiveOracle(model="logistic", epochs=epochs, device=device, seed=0, backend=backend, threads=1)
+    t = time.perf_counter()
+    o.fit(fed)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t, o
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="N = 8, 50 epochs (CI)")
+    ap.add_argument("--workers", type=int, default=2, help="CPUs of the local Ray [2]")
+    ap.add_argument("--project", type=int, default=64, help="workers of the N = 20 projection [64]")
+    args = ap.parse_args(argv)
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        print("not run: Ray is not installed (pip install 'collaboration-equilibrium[ray]')")
+        print("the local backend needs no benchmark here: see benchmarks/oracle.py")
+        print("done")
+        return
+    from oracle import binary_federation
+
+    from coalitions.learners import distributed
+
+    n, epochs = (8, 50) if args.quick else (12, 500)
+    samples = 100
+    fed = binary_federation(n, samples=samples, seed=0)
+    models = (1 << n) - 1
+    print(f"# torch {torch.__version__}, {os.cpu_count()} CPUs, load average {_load()}")
+    print(f"1. logistic oracle, N = {n} ({models} subset models, {samples} samples per client, {epochs} epochs)")
+    t_local, local = timed_fit(fed, "local", "cpu", epochs)
+    print(f"   local backend, 1 process, 1 thread:  {t_local:7.2f} s ({local.chunks_trained_} chunk(s))", flush=True)
+    t = time.perf_counter()
+    ray = distributed.init(num_cpus=args.workers)
+
+    @ray.remote(num_cpus=1)
+    def warm():
+        import torch  # noqa: F401 (the workers' one-off import is not the oracle's cost)
+
+        import coalitions.learners.exact  # noqa: F401
+        return os.getpid()
+
+    pids = set(ray.get([warm.remote() for _ in range(4 * args.workers)]))
+    print(f"   (Ray started and {len(pids)} workers warmed up in {time.perf_counter() - t:.1f} s, not counted; "
+          f"load average {_load()})")
+    t_ray, on_ray = timed_fit(fed, "ray", "cpu", epochs)
+    same = np.array_equal(local.values_val_, on_ray.values_val_, equal_nan=True) and \
+        np.array_equal(local.values_test_, on_ray.values_test_, equal_nan=True)
+    print(f"   ray backend, {args.workers} workers, 1 thread each: {t_ray:7.2f} s ({on_ray.chunks_trained_} chunks); "
+          f"speed-up {t_local / t_ray:.2f}x; same game to the bit: {'yes' if same else 'NO'}", flush=True)
+
+    print(f"\n2. projection of N = 20 ({(1 << 20) - 1:,} models, {samples} samples per client, {epochs} epochs)")
+    per_local = t_local / (models * epochs)
+    per_ray = t_ray * args.workers / (models * epochs)  # per worker
+    scale = 20 / n  # samples grow with the clients; the step is a product over all samples
+    for label, per in (("local measurement", per_local), ("ray measurement, per worker", per_ray)):
+        total = per * scale * ((1 << 20) - 1) * epochs
+        print(f"   from the {label}: {per * 1e6:.3f} us per model-epoch -> one worker {total / 3600:.1f} h, "
+              f"{args.project} workers {total / args.project / 60:.1f} min")
+    if torch.cuda.is_available():
+        t_gpu, _ = timed_fit(fed, "local", "cuda", epochs)
+        per = t_gpu / (models * epochs)
+        total = per * scale * ((1 << 20) - 1) * epochs
+        print(f"   GPU ({torch.cuda.get_device_name()}): N = {n} in {t_gpu:.2f} s, {per * 1e9:.1f} ns per model-epoch "
+              f"-> N = 20 on one GPU {total / 60:.1f} min, on 8 GPUs {total / 8 / 60:.1f} min "
+              f"(ray: --device cuda, one GPU per task)")
+    else:
+        print("   GPUs: not projected, no CUDA device on this machine (the same script prints it where one is)")
+    ray.shutdown()
+    print("done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""Beyond one process: the oracle's chunks and ``reproduce``'s pieces as Ray tasks.
+
+`Ray <https://docs.ray.io>`_ schedules the tasks, ships their inputs, retries a
+task whose worker died, and runs on one machine or a cluster alike; this
+module only says what a task is and stores what comes back (optional extra
+``ray``: ``pip install 'collaboration-equilibrium[ray]'``).
+
+* **The exhaustive oracle** (:class:`coalitions.learners.exact.ExhaustiveOracle`
+  with ``backend="ray"``, ``coalitions oracle ... --backend ray``): every
+  unfinished chunk of subset models is one task running the same
+  :class:`~coalitions.learners.exact.ChunkTrainer` as the local loop.  As each
+  task finishes, the driver writes its values into the checkpoint
+  (:mod:`coalitions.learners.training.checkpoint`), so a killed worker costs
+  only its own chunk (Ray runs the task again, up to :data:`MAX_RETRIES`
+  times) and a killed driver resumes from the checkpoint with every finished
+  chunk.  A subset's values do not depend on the chunk that holds it, so the
+  game is the local backend's, to the bit on the CPU when both train with the
+  same thread count (one thread per task here; the thread policy gives one
+  thread to small models locally too).  Chunks are at most
+  ``ceil((2^N − 1) / MIN_CHUNKS)`` models so that even N = 12 spreads over
+  :data:`MIN_CHUNKS` tasks; the layout depends on nothing but the game and
+  the options, so a run resumes on a cluster of another size.
+* **``reproduce``** (``coalitions reproduce ... --backend ray``): every
+  unfinished piece — the exact game of a (regime, seed), or one learner's
+  estimate — is one task running
+  :func:`coalitions.learners.experiments.runner.compute_piece`; the driver
+  writes each into the output folder as it arrives, then assembles the
+  report exactly as the local run does.
+
+Resources: a task asks for ``num_cpus`` = its thread count (``--threads``,
+default 1) and, when the device is ``cuda``, ``num_gpus`` = :data:`GPUS_PER_TASK`
+(a fraction lets several small chunks share a GPU).  On a cluster every
+machine needs this package installed (the same version) and, for
+``reproduce``, its data sets; see docs/performance.md, "Ray".
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from coalitions.errors import InputError
+
+__all__ = ["init", "run_tasks", "oracle_chunks", "oracle_chunk_size", "reproduce_pieces", "MIN_CHUNKS",
+           "MAX_RETRIES", "GPUS_PER_TASK"]
+
+#: The oracle's chunks are small enough that there are at least this many (if there are models enough).
+MIN_CHUNKS = 16
+#: Times Ray reruns a task whose worker process died.
+MAX_RETRIES = 3
+#: GPUs one task asks for when the device is CUDA.
+GPUS_PER_TASK = 1.0
+
+
+def init(address: str | None = None, num_cpus: int | None = None):
+    """Connect to Ray (once per process) and return the ``ray`` module.
+
+    ``address``: a running cluster (``"HOST:6379"``, or ``"auto"`` for the one
+    started on this machine by ``ray start --head``); ``None`` starts a private
+    local Ray with ``num_cpus`` CPUs (default: all), on the loopback interface,
+    without the dashboard.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return ray
+    if address is not None:
+        _reachable(address)
+    try:
+        if address is None:
+            # "local": always a new private instance, never a cluster that `ray start` left running
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                     _node_ip_address="127.0.0.1", configure_logging=False)
+        else:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        where = f"--address {address}" if address else "a local Ray"
+        raise InputError(f"{where}: cannot start or reach Ray ({str(e).splitlines()[0][:200]})") from None
+    return ray
+
+
+def _reachable(address: str, timeout: float = 10.0) -> None:
+    """Fail fast on an address nothing listens at (Ray itself retries for minutes)."""
+    host, sep, port = address.split("://")[-1].rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", or no port: Ray resolves it
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise InputError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); "
+                         "start one with `ray start --head`") from None
+
+
+def run_tasks(fn: Callable, items: Iterable, on_result: Callable, *, num_cpus: float = 1,
+              num_gpus: float = 0, address: str | None = None, max_retries: int = MAX_RETRIES) -> None:
+    """Run ``fn(*item)`` for every item as a Ray task; ``on_result(item, value)`` as each one finishes.
+
+    Results arrive in the order the tasks finish; ``on_result`` runs in this
+    (the driver's) process.  A task whose worker dies is rerun up to
+    ``max_retries`` times; an exception raised by ``fn`` stops the run and is
+    raised here (an :class:`InputError` as itself).
+    """
+    ray = init(address)
+    remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=max_retries)(fn)
+    pending = {remote.remote(*item): item for item in items}
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                item = pending.pop(ref)
+                try:
+                    value = ray.get(ref)
+                except ray.exceptions.RayTaskError as e:
+                    cause = getattr(e, "cause", None)
+                    if isinstance(cause, InputError):
+                        raise InputError(str(cause)) from None
+                    raise
+                on_result(item, value)
+    finally:
+        for ref in pending:  # an error or an interrupt: do not leave work running for nobody
+            ray.cancel(ref, force=True)
+
+
+# ---------------------------------------------------------------------------- the oracle
+def oracle_chunk_size(memory_chunk: int, n_masks: int) -> int:
+    """Models per chunk on Ray: the memory budget's, but at most ``ceil(n_masks / MIN_CHUNKS)``."""
+    return max(1, min(memory_chunk, math.ceil(n_masks / MIN_CHUNKS)))
+
+
+_TRAINERS: dict = {}
+
+
+def _oracle_task(job: str, setup, k: int, ms, threads: int):
+    """One chunk, in a worker: the job's ChunkTrainer (built once per worker process) on masks ``ms``."""
+    from coalitions.learners.exact import ChunkTrainer, ExhaustiveOracle
+    from coalitions.learners.training.threads import step_macs, using
+
+    trainer = _TRAINERS.get(job)
+    if trainer is None:
+        params, fed, cfg, device = setup
+        _TRAINERS.clear()  # one job at a time per worker: keep memory flat
+        trainer = _TRAINERS[job] = ChunkTrainer(ExhaustiveOracle(**params), fed, cfg, device)
+    with using(step_macs(trainer.spec, trainer.step_samples, len(ms)), threads):
+        return trainer(ms)
+
+
+def oracle_chunks(oracle, fed, cfg: dict, todo, store: Callable[[int, dict], None], *,
+                  address: str | None = None) -> None:
+    """Train the chunks ``todo`` (``[(k, masks), ...]``) of ``oracle`` as Ray tasks; ``store(k, values)``."""
+    from coalitions.learners.training.threads import get_override
+
+    ray = init(address)
+    threads = oracle.threads or get_override() or 1
+    params = {k: getattr(oracle, k) for k in ("model", "epochs", "lr", "l2", "ridge", "batch_size", "hidden",
+                                              "memory_mb", "device", "dtype", "seed")}
+    setup = ray.put((params, fed, cfg, oracle.device_))
+    job = uuid.uuid4().hex
+    gpus = GPUS_PER_TASK if str(oracle.device_).startswith("cuda") else 0
+    run_tasks(_oracle_task, [(job, setup, k, ms, threads) for k, ms in todo],
+              lambda item, values: store(item[2], values), num_cpus=threads, num_gpus=gpus, address=address)
+
+
+# ---------------------------------------------------------------------------- reproduce
+def _piece_task(exp_name: str, quick: bool, regime_name: str, seed: int, what: str, device: str, threads):
+    """One piece of ``reproduce``, in a worker: ``(result, seconds, n_clients)``."""
+    from coalitions.learners.data.datasets import load
+    from coalitions.learners.experiments.catalogue import get_experiment
+    from coalitions.learners.experiments.runner import compute_piece
+    from coalitions.learners.training.threads import configure
+
+    configure(threads)
+    exp = get_experiment(exp_name)
+    regime = next(r for r in exp.regimes if r.name == regime_name)
+    fed = load(exp.dataset, seed=seed, **regime.options)
+    options = {} if what == "exact" else exp.settings(quick).options_for(what)
+    t = time.perf_counter()
+    result = compute_piece(fed, exp, what, options, seed, device)
+    return result, time.perf_counter() - t, fed.n
+
+
+def reproduce_pieces(exp, quick: bool, todo, runs_dir: Path, device: str, log: Callable[[str], None], *,
+                     address: str | None = None) -> set:
+    """Run ``reproduce``'s unfinished pieces ``todo`` (``[(regime, seed, what), ...]``) as Ray tasks.
+
+    Each finished piece is written into ``runs_dir`` (as the local backend
+    writes it) and logged.  Returns the ``(folder name, what)`` pairs written.
+    """
+    from coalitions.learners.experiments.runner import _done_line, store_piece
+    from coalitions.learners.training.threads import get_override
+
+    threads = get_override() or 1
+    gpus = GPUS_PER_TASK if device == "cuda" else 0
+    written: set = set()
+
+    def arrived(item, value):
+        _, _, regime_name, seed, what, _, _ = item
+        result, seconds, n = value
+        where = runs_dir / f"{regime_name}-seed{seed}"
+        store_piece(where, what, result, seconds)
+        written.add((where.name, what))
+        log(_done_line(where, what, result, n, seconds) + " (ray)")
+
+    items = [(exp.name, quick, regime.name, seed, what, device, threads) for regime, seed, what in todo]
+    if items:
+        run_tasks(_piece_task, items, arrived, num_cpus=threads, num_gpus=gpus, address=address)
+    return written

@@ -1,0 +1,33 @@
+"""Every benchmark script runs to its end in its ``--quick`` mode (what CI executes).
+
+Each runs as its own process, as a user would start it; only the exit status and
+the presence of output are checked (timings are never asserted).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
+
+
+def test_every_benchmark_is_listed():
+    assert {p.name for p in SCRIPTS} >= {"core.py", "learners.py", "oracle.py", "threads.py"}
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_benchmark_quick_runs_to_its_end(script, tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+    r = subprocess.run([sys.executable, str(script), "--quick"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    assert len(r.stdout.splitlines()) >= 3, r.stdout
