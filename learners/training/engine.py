@@ -53,8 +53,8 @@ import numpy as np
 import torch
 from torch.func import grad_and_value, vmap
 
-from coalitions.params import ParameterError, check_param
 from coalitions.learners.training.paths import choose
+from coalitions.params import ParameterError, check_param
 
 __all__ = ["Engine", "PATHS", "resolve_device", "Padded", "epoch_plan", "SGD", "Adam", "make_optimizer",
            "masked_mean", "train_epochs", "flatten", "tree_map", "stack_select"]
