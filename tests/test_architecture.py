@@ -112,7 +112,7 @@ def test_the_learners_never_import_the_cli(name):
 
 
 @pytest.mark.parametrize("layer, extras, lazy", [("core", (), True), ("cli", (), False),
-                                                 ("cli", ("learn",), True), ("learners", ("learn", "plot", "data", "flower"), True)])
+                                                 ("cli", ("learn",), True), ("learners", ("learn", "plot", "data", "flower", "ray"), True)])
 def test_every_third_party_import_is_declared(layer, extras, lazy):
     """The core needs the required dependencies only; so does the CLI until a command trains."""
     declared = _declared(*extras)
