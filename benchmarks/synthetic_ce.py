@@ -16,7 +16,7 @@ CE test MSE per client as mean ± SD over seeds (the paper's Table 1 prints
 0.24–0.26 ± 0.03–0.09 in regime I and 1e-4 in regime II) and over all clients
 and seeds.  Deterministic: no timing, no load dependence.
 
-Run:  python benchmarks/synthetic_ce.py [--seeds 20]
+Run:  python benchmarks/synthetic_ce.py [--seeds 20] [--quick]
 """
 
 from __future__ import annotations
@@ -66,7 +66,10 @@ def run_setting(options: dict, seeds: int) -> tuple[list[str], np.ndarray]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="2 seeds: check that the script runs to its end.")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.seeds = 2
     for label, options, paper in SETTINGS:
         found, mse = run_setting(options, args.seeds)
         seen = Counter(found)

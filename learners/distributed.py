@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import math
 import socket
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -134,23 +133,26 @@ def oracle_chunk_size(memory_chunk: int, n_masks: int) -> int:
 _TRAINERS: dict = {}
 
 
-def _oracle_task(job: str, setup, k: int, ms, threads: int):
-    """One chunk, in a worker: the job's ChunkTrainer (built once per worker process) on masks ``ms``."""
-    from coalitions.learners.exact import ChunkTrainer, ExhaustiveOracle
+def _oracle_task(job: str, setup, k: int, ms, threads: int, make_trainer: Callable):
+    """One chunk, in a worker: the job's trainer (``make_trainer(*setup)``, once per worker process) on ``ms``."""
     from coalitions.learners.training.threads import step_macs, using
 
     trainer = _TRAINERS.get(job)
     if trainer is None:
-        params, fed, cfg, device = setup
         _TRAINERS.clear()  # one job at a time per worker: keep memory flat
-        trainer = _TRAINERS[job] = ChunkTrainer(ExhaustiveOracle(**params), fed, cfg, device)
+        trainer = _TRAINERS[job] = make_trainer(*setup)
     with using(step_macs(trainer.spec, trainer.step_samples, len(ms)), threads):
         return trainer(ms)
 
 
-def oracle_chunks(oracle, fed, cfg: dict, todo, store: Callable[[int, dict], None], *,
+def oracle_chunks(oracle, fed, cfg: dict, todo, store: Callable[[int, dict], None], make_trainer: Callable, *,
                   address: str | None = None) -> None:
-    """Train the chunks ``todo`` (``[(k, masks), ...]``) of ``oracle`` as Ray tasks; ``store(k, values)``."""
+    """Train the chunks ``todo`` (``[(k, masks), ...]``) of ``oracle`` as Ray tasks; ``store(k, values)``.
+
+    ``make_trainer(params, federation, config, device)`` builds the chunk trainer in a worker
+    (:func:`coalitions.learners.exact.chunk_trainer`, passed in so that this module never imports
+    the oracle it serves).
+    """
     from coalitions.learners.training.threads import get_override
 
     ray = init(address)
@@ -160,36 +162,30 @@ def oracle_chunks(oracle, fed, cfg: dict, todo, store: Callable[[int, dict], Non
     setup = ray.put((params, fed, cfg, oracle.device_))
     job = uuid.uuid4().hex
     gpus = GPUS_PER_TASK if str(oracle.device_).startswith("cuda") else 0
-    run_tasks(_oracle_task, [(job, setup, k, ms, threads) for k, ms in todo],
+    run_tasks(_oracle_task, [(job, setup, k, ms, threads, make_trainer) for k, ms in todo],
               lambda item, values: store(item[2], values), num_cpus=threads, num_gpus=gpus, address=address)
 
 
 # ---------------------------------------------------------------------------- reproduce
-def _piece_task(exp_name: str, quick: bool, regime_name: str, seed: int, what: str, device: str, threads):
-    """One piece of ``reproduce``, in a worker: ``(result, seconds, n_clients)``."""
-    from coalitions.learners.data.datasets import load
-    from coalitions.learners.experiments.catalogue import get_experiment
-    from coalitions.learners.experiments.runner import compute_piece
+def _piece_task(compute: Callable, args: tuple, threads):
+    """One piece of ``reproduce``, in a worker: ``compute(*args)`` is ``(result, seconds, n_clients)``."""
     from coalitions.learners.training.threads import configure
 
     configure(threads)
-    exp = get_experiment(exp_name)
-    regime = next(r for r in exp.regimes if r.name == regime_name)
-    fed = load(exp.dataset, seed=seed, **regime.options)
-    options = {} if what == "exact" else exp.settings(quick).options_for(what)
-    t = time.perf_counter()
-    result = compute_piece(fed, exp, what, options, seed, device)
-    return result, time.perf_counter() - t, fed.n
+    return compute(*args)
 
 
-def reproduce_pieces(exp, quick: bool, todo, runs_dir: Path, device: str, log: Callable[[str], None], *,
+def reproduce_pieces(exp, quick: bool, todo, runs_dir: Path, device: str, log: Callable[[str], None],
+                     compute: Callable, store_piece: Callable, done_line: Callable, *,
                      address: str | None = None) -> set:
     """Run ``reproduce``'s unfinished pieces ``todo`` (``[(regime, seed, what), ...]``) as Ray tasks.
 
-    Each finished piece is written into ``runs_dir`` (as the local backend
-    writes it) and logged.  Returns the ``(folder name, what)`` pairs written.
+    ``compute(experiment, quick, regime, seed, what, device)`` trains one piece in a worker;
+    ``store_piece`` and ``done_line`` write and describe it on the driver (the runner's own
+    functions, passed in so that this module never imports the runner).  Each finished piece is
+    written into ``runs_dir`` (as the local backend writes it) and logged.  Returns the
+    ``(folder name, what)`` pairs written.
     """
-    from coalitions.learners.experiments.runner import _done_line, store_piece
     from coalitions.learners.training.threads import get_override
 
     threads = get_override() or 1
@@ -197,14 +193,14 @@ def reproduce_pieces(exp, quick: bool, todo, runs_dir: Path, device: str, log: C
     written: set = set()
 
     def arrived(item, value):
-        _, _, regime_name, seed, what, _, _ = item
+        _, (_, _, regime_name, seed, what, _), _ = item
         result, seconds, n = value
         where = runs_dir / f"{regime_name}-seed{seed}"
         store_piece(where, what, result, seconds)
         written.add((where.name, what))
-        log(_done_line(where, what, result, n, seconds) + " (ray)")
+        log(done_line(where, what, result, n, seconds) + " (ray)")
 
-    items = [(exp.name, quick, regime.name, seed, what, device, threads) for regime, seed, what in todo]
+    items = [(compute, (exp.name, quick, regime.name, seed, what, device), threads) for regime, seed, what in todo]
     if items:
         run_tasks(_piece_task, items, arrived, num_cpus=threads, num_gpus=gpus, address=address)
     return written

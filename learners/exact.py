@@ -262,6 +262,11 @@ class ChunkTrainer:
 
 
 # ---------------------------------------------------------------------------- the estimator
+def chunk_trainer(params: dict, federation, config: dict, device) -> ChunkTrainer:
+    """A :class:`ChunkTrainer` for an oracle with constructor ``params`` (what a Ray worker builds)."""
+    return ChunkTrainer(ExhaustiveOracle(**params), federation, config, device)
+
+
 class ExhaustiveOracle:
     """Train a model on every non-empty subset of clients; the exact game (docs/concepts.md §5).
 
@@ -503,7 +508,8 @@ class ExhaustiveOracle:
         if self.backend == "ray":
             from coalitions.learners.distributed import oracle_chunks
 
-            oracle_chunks(self, fed, cfg, [(k, chunks[k]) for k in todo], store, address=self.address)
+            oracle_chunks(self, fed, cfg, [(k, chunks[k]) for k in todo], store, chunk_trainer,
+                          address=self.address)
         else:
             trainer = ChunkTrainer(self, fed, cfg, self.device_)
             with using(step_macs(spec, trainer.step_samples, chunk), self.threads):

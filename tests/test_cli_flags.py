@@ -70,7 +70,7 @@ def test_device_and_threads_are_declared_once():
     for command in (cli.learn, cli.oracle, cli.reproduce_cmd):
         params = {p.name: p for p in command.params}
         assert params["device"].help == cli.learn.params[[p.name for p in cli.learn.params].index("device")].help
-        assert params["threads"].help.startswith("PyTorch CPU threads")
+        assert params["threads"].help.startswith("CPU threads for training")
 
 
 def test_no_command_function_shadows_a_builtin():

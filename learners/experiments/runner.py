@@ -155,6 +155,19 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
     return create(what, options, device=device, seed=seed, progress=progress).fit(fed).estimate_
 
 
+def compute_named_piece(exp_name: str, quick: bool, regime_name: str, seed: int, what: str, device: str):
+    """:func:`compute_piece` from names alone (what a Ray worker runs): ``(result, seconds, n_clients)``."""
+    from coalitions.learners.data.datasets import load
+
+    exp = get_experiment(exp_name)
+    regime = next(r for r in exp.regimes if r.name == regime_name)
+    fed = load(exp.dataset, seed=seed, **regime.options)
+    options = {} if what == "exact" else exp.settings(quick).options_for(what)
+    t = time.perf_counter()
+    result = compute_piece(fed, exp, what, options, seed, device)
+    return result, time.perf_counter() - t, fed.n
+
+
 def store_piece(where: Path, what: str, result, seconds: float) -> None:
     """Write a finished piece into the run folder (its last file marks it finished) with its time."""
     from coalitions.estimate import write_estimate
@@ -298,7 +311,8 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
         todo = [(regime, seed, what) for regime in exp.regimes for seed in seeds
                 for what in (["exact"] if exp.oracle is not None else []) + list(methods)
                 if not all(f.exists() for f in _files(runs_dir / f"{regime.name}-seed{seed}", what))]
-        fresh = reproduce_pieces(exp, quick, todo, runs_dir, device, log, address=address)
+        fresh = reproduce_pieces(exp, quick, todo, runs_dir, device, log, compute_named_piece, store_piece,
+                                 _done_line, address=address)
     from coalitions.learners.training.engine import resolve_device
 
     results = Reproduction(
