@@ -36,6 +36,16 @@ Two ways, never one Python loop per subset:
   depend on which chunk holds it, and a resumed run gives the same game.
   Chunks are sized to a memory budget; a checkpoint file
   (:mod:`coalitions.learners.training.checkpoint`) records finished chunks.
+
+**Bootstrap replicates** (``replicates=B``, docs/concepts.md §6).  Before
+training, ``B`` resamples of each client's validation rows are drawn with
+replacement from ``numpy.random.default_rng([seed, 0xB007])`` — within each
+class for a classification task (a stratified bootstrap: every replicate keeps
+each class's count, so AUC stays defined).  After training, the same subset
+models are scored on every resample: no retraining.  In closed form the
+resample enters the quadratic form as row multiplicities ``w``
+(``A_i = X̃ᵀ diag(w) X̃`` etc.); otherwise the stored scores of a chunk are
+re-evaluated on the resampled rows (:func:`rescore`).
 """
 
 from __future__ import annotations
@@ -53,7 +63,7 @@ from coalitions.learners.data.metrics import evaluate_batch
 from coalitions.params import ParameterError, check_param
 
 __all__ = ["ExhaustiveOracle", "subset_sums", "membership", "closed_form_weights", "closed_form_mse",
-           "train_subsets", "DEFAULTS"]
+           "train_subsets", "DEFAULTS", "bootstrap_draws", "rescore", "closed_form_replicates"]
 
 #: Default epochs and learning rate per model kind (Adam, cosine decay).
 DEFAULTS = {"linear": (500, 0.05), "logistic": (500, 0.05), "mlp": (300, 0.01), "cnn": (60, 0.005)}
@@ -113,6 +123,58 @@ def closed_form_mse(fed: Federation, W: np.ndarray, part: str = "val") -> np.nda
         quad = np.einsum("md,de,me->m", w, A.T @ A, w) - 2 * w @ (A.T @ y) + y @ y
         out[i, inside] = np.maximum(quad, 0.0) / len(s)
     return out
+
+
+def closed_form_replicates(fed: Federation, W: np.ndarray, draws) -> np.ndarray:
+    """``(B, N, 2^N)`` validation MSE of each subset model on each bootstrap resample (NaN outside).
+
+    ``draws[i]`` is a ``(B, n_i)`` array of row indices of client ``i``'s
+    validation set; a resample is the quadratic form of :func:`closed_form_mse`
+    with the rows counted by their multiplicity.
+    """
+    n = fed.n
+    b = len(draws[0]) if n else 0
+    masks = np.arange(1 << n)
+    out = np.full((b, n, 1 << n), np.nan)
+    for i, c in enumerate(fed.clients):
+        A = _aug(c.val.X)
+        y = c.val.y.astype(np.float64)
+        counts = np.stack([np.bincount(r, minlength=len(y)) for r in draws[i]]).astype(np.float64)  # (B, n_i)
+        gram = np.einsum("bn,nd,ne->bde", counts, A, A)
+        cross = (counts * y) @ A                                            # (B, d)
+        energy = counts @ (y * y)                                           # (B,)
+        inside = ((masks >> i) & 1).astype(bool)
+        w = W[inside]
+        quad = np.einsum("md,bde,me->bm", w, gram, w) - 2 * cross @ w.T + energy[:, None]
+        out[:, i, inside] = np.maximum(quad, 0.0) / len(y)
+    return out
+
+
+def bootstrap_draws(fed: Federation, b: int, seed: int = 0) -> list[np.ndarray]:
+    """``B`` resamples of each client's validation rows: a ``(B, n_i)`` index array per client.
+
+    Drawn with replacement from ``numpy.random.default_rng([seed, 0xB007])``,
+    client by client in order; within each class for a classification task
+    (stratified), so that every resample keeps each class's count.
+    """
+    rng = np.random.default_rng([int(seed), 0xB007])
+    out = []
+    for c in fed.clients:
+        y = c.val.y
+        if fed.task == "regression":
+            out.append(rng.integers(0, len(y), size=(b, len(y))))
+            continue
+        parts = [rng.choice(np.flatnonzero(y == k), size=(b, int(np.sum(y == k))), replace=True)
+                 for k in np.unique(y)]
+        out.append(np.concatenate(parts, axis=1) if parts else np.zeros((b, 0), dtype=np.int64))
+    return out
+
+
+def rescore(metric: str, y, scores, draws) -> np.ndarray:
+    """``(B, M)``: the metric of ``M`` models (``scores`` ``(M, n, ...)``) on each resample ``draws[b]`` of the rows."""
+    y = np.asarray(y)
+    return np.stack([evaluate_batch(metric, y[d], scores[:, d]) for d in draws]) if len(draws) else \
+        np.zeros((0, len(scores)))
 
 
 # ---------------------------------------------------------------------------- batched training
@@ -236,6 +298,9 @@ class ExhaustiveOracle:
         several times faster for these small kernels (see docs/learners-data.md).
     progress : callable, optional
         ``progress(done, total)`` in model-epochs (closed form: one step).
+    replicates : int
+        Bootstrap replicates of the validation sets to score the trained
+        models on (module docstring); 0 for none.
 
     Attributes
     ----------
@@ -246,6 +311,9 @@ class ExhaustiveOracle:
         The game from ``values_val_`` with the metric's sense and provenance.
     test_game_ : coalitions.Game
         The same from ``values_test_`` (for reporting, never for choosing).
+    replicates_ : coalitions.replicates.Replicates or None
+        The game on each bootstrap resample of the validation sets (None
+        when ``replicates`` is 0).
     method_ : str
         ``"closed-form"`` or ``"batched"``.
     device_ : str
@@ -259,7 +327,7 @@ class ExhaustiveOracle:
                  l2: float = 1e-3, ridge: float = 1e-10, batch_size: int | None = None, hidden: int = 64,
                  chunk_size: int | None = None, memory_mb: float = 512.0, device: str = "auto",
                  dtype: str = "float32", seed: int = 0, checkpoint=None, threads: int | None = None,
-                 progress=None):
+                 progress=None, replicates: int = 0):
         self.model = model
         self.epochs = epochs
         self.lr = lr
@@ -275,6 +343,7 @@ class ExhaustiveOracle:
         self.checkpoint = checkpoint
         self.threads = threads
         self.progress = progress
+        self.replicates = replicates
 
     # -------------------------------------------------------------- configuration
     def _kind(self, fed: Federation) -> str:
@@ -309,6 +378,7 @@ class ExhaustiveOracle:
         check_param("chunk_size", self.chunk_size, "int", low=1, allow_none=True)
         check_param("threads", self.threads, "int", low=1, allow_none=True)
         check_param("dtype", self.dtype, "choice", choices=("float32", "float64"))
+        check_param("replicates", self.replicates, "int", low=0)
 
     # -------------------------------------------------------------- fitting
     def fit(self, federation: Federation) -> ExhaustiveOracle:
@@ -319,6 +389,15 @@ class ExhaustiveOracle:
             raise InputError(f"{fed.n} clients: the exhaustive oracle trains 2^N - 1 models; use at most 20")
         start = time.perf_counter()
         cfg = self.config(fed)
+        if self.replicates:
+            from coalitions.replicates import check_count
+
+            try:
+                check_count(self.replicates, fed.n)
+            except InputError as e:
+                why = str(e).replace("{", "{{").replace("}", "}}")
+                raise ParameterError("replicates", f"{{name}} {self.replicates}: {why}") from None
+        draws = bootstrap_draws(fed, self.replicates, self.seed) if self.replicates else None
         self.chunks_trained_ = 0
         self.chunks_resumed_ = 0
         if cfg["model"] == "linear":
@@ -326,6 +405,7 @@ class ExhaustiveOracle:
             self.device_ = "cpu"
             W = closed_form_weights(fed, self.ridge)
             val, test = closed_form_mse(fed, W, "val"), closed_form_mse(fed, W, "test")
+            reps = closed_form_replicates(fed, W, draws) if draws is not None else None
             self.weights_ = W
             if self.progress is not None:
                 self.progress(1, 1)
@@ -340,13 +420,18 @@ class ExhaustiveOracle:
             try:
                 if self.threads is not None:
                     torch.set_num_threads(self.threads)
-                val, test = self._fit_batched(fed, cfg)
+                val, test, reps = self._fit_batched(fed, cfg, draws)
             finally:
                 torch.set_num_threads(before)
         self.values_val_, self.values_test_ = val, test
         self.config_ = cfg
         self.game_ = co.Game.from_array(val, fed.names, fed.sense, self._provenance(fed, cfg, "val"))
         self.test_game_ = co.Game.from_array(test, fed.names, fed.sense, self._provenance(fed, cfg, "test"))
+        self.replicates_ = None
+        if reps is not None:
+            from coalitions.replicates import Replicates
+
+            self.replicates_ = Replicates.from_array(reps, fed.names, fed.sense)
         self.elapsed_ = time.perf_counter() - start
         return self
 
@@ -386,7 +471,7 @@ class ExhaustiveOracle:
         per_model = 3 * 4 * n * self._activation_floats(spec) + 16 * spec.n_params
         return int(max(1, min(n_masks, self.memory_mb * 2 ** 20 // per_model)))
 
-    def _fit_batched(self, fed: Federation, cfg: dict):
+    def _fit_batched(self, fed: Federation, cfg: dict, draws=None):
         import torch
 
         from coalitions.learners.training.checkpoint import Checkpoint, fingerprint
@@ -415,14 +500,19 @@ class ExhaustiveOracle:
 
         ckpt = None
         shape = (n, 1 << n)
+        arrays = {"val": shape, "test": shape}
+        if draws is not None:
+            arrays["replicates"] = (len(draws[0]),) + shape
         if self.checkpoint is not None:
-            key = fingerprint({"config": cfg, "chunk": chunk, "device": device, "dataset": fed.name,
-                               "options": fed.options},
+            what = {"config": cfg, "chunk": chunk, "device": device, "dataset": fed.name, "options": fed.options}
+            if draws is not None:
+                what["replicates"] = len(draws[0])
+            key = fingerprint(what,
                               [a for c in fed.clients for s in (c.train, c.val, c.test) for a in (s.X, s.y)])
-            ckpt = Checkpoint(self.checkpoint, key, {"val": shape, "test": shape}, len(chunks)).load()
+            ckpt = Checkpoint(self.checkpoint, key, arrays, len(chunks)).load()
             results = ckpt.arrays
         else:
-            results = {"val": np.full(shape, np.nan), "test": np.full(shape, np.nan)}
+            results = {k: np.full(s, np.nan) for k, s in arrays.items()}
 
         epochs = cfg["epochs"]
         total = len(masks) * epochs
@@ -455,12 +545,15 @@ class ExhaustiveOracle:
                             raise InputError(f"client {c.name!r}: the {fed.metric} of its {part} split is "
                                              "undefined (a single class?)")
                         results[part][i, ms[rows]] = vals
+                        if part == "val" and draws is not None:
+                            results["replicates"][:, i, ms[rows]] = rescore(
+                                fed.metric, c.val.y, scores[rows, lo[i]:lo[i + 1]], draws[i])
             done_units += len(ms) * epochs
             self.chunks_trained_ += 1
             if ckpt is not None:
                 ckpt.done[k] = True
                 ckpt.save()
-        return results["val"], results["test"]
+        return results["val"], results["test"], results.get("replicates")
 
     # -------------------------------------------------------------- benefit oracle protocol
     @property
