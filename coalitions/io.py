@@ -34,7 +34,7 @@ from .game import MAX_CLIENTS, Game, check_client_names, check_size, coalition_k
 from .replicates import Replicates, check_count
 
 __all__ = ["GAME_FORMAT", "read_game", "read_game_replicates", "write_game", "replicates_from_json", "game_to_json", "game_from_json",
-           "equilibrium_to_json", "equilibria_to_json", "benefit_graph_to_json", "write_json",
+           "equilibrium_to_json", "equilibria_to_json", "support_to_json", "benefit_graph_to_json", "write_json",
            "read_json", "parse_json", "check_game_output", "MAX_JSON_BYTES", "MAX_JSON_CLIENTS",
            "MAX_NPZ_BYTES"]
 
@@ -495,6 +495,13 @@ def _contribution_json(eq) -> dict:
             "contribution": {names[i]: float(np.nansum(c[i])) for i in range(game.n)},
             "carries": {names[i]: {names[j]: float(c[i, j]) for j in range(game.n) if not np.isnan(c[i, j])}
                         for i in range(game.n)}}
+
+
+def support_to_json(game: Game, sup) -> dict:
+    """``"support"`` of ``coalitions/equilibrium@1``: partition share, coalition shares, replicate count."""
+    return {"partition": sup.partition_share,
+            "coalitions": {game.key(k): s for k, s in sup.coalition_shares.items()},
+            "replicates": sup.b}
 
 
 def equilibria_to_json(game: Game, semantics: str, found: Iterable[tuple[int, ...]]) -> dict:

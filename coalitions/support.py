@@ -17,7 +17,7 @@ trees", PNAS 93:13429 — a measure of how stable the answer is under resampling
 the validation data, not a probability that it is right.
 
 :func:`auto_tol` turns the replicates into a tolerance (``--tol auto``): ``2 ×`` the
-median bootstrap standard deviation of the clients' gains ``v_i(S) − v_i({i})``
+median bootstrap standard deviation of the marginal contributions ``v_i(S) − v_i(S ∖ {j})``
 (docs/concepts.md §6 gives the reasoning).
 
 Examples
@@ -94,7 +94,8 @@ class Support:
 
 
 def support(partition, replicates: Replicates, semantics: str = "personalized", tol: float = 1e-9, *,
-            exhaustive_up_to: int | None = None, max_enumerate: int = MAX_ENUMERATE, seed: int = 0) -> Support:
+            exhaustive_up_to: int | None = None, max_enumerate: int = MAX_ENUMERATE, seed: int = 0,
+            progress=None) -> Support:
     """Solve every replicate as the game was solved and compare its CE with ``partition``.
 
     Parameters
@@ -105,6 +106,8 @@ def support(partition, replicates: Replicates, semantics: str = "personalized", 
     semantics, tol, exhaustive_up_to, max_enumerate, seed
         As given to :func:`~coalitions.equilibrium.solve` for the game; the
         same for every replicate, so that a difference comes from the data.
+    progress : callable, optional
+        ``progress(done, B)`` after each replicate.
 
     Returns
     -------
@@ -126,10 +129,14 @@ def support(partition, replicates: Replicates, semantics: str = "personalized", 
                        max_enumerate=max_enumerate, seed=seed)
         except NoEquilibrium:
             found.append(None)
+            if progress is not None:
+                progress(b + 1, replicates.b)
             continue
         except InputError as e:
             raise InputError(f"replicate {b}: {e}") from None
         found.append(canonical(eq.partition))
+        if progress is not None:
+            progress(b + 1, replicates.b)
     # each replicate's blocks as one row of a padded matrix: membership of the K blocks is one np.isin
     width = max((len(p) for p in found if p is not None), default=1)
     blocks = np.zeros((len(found), width), dtype=np.int64)  # 0 is never a block
@@ -144,13 +151,15 @@ def support(partition, replicates: Replicates, semantics: str = "personalized", 
 
 
 def auto_tol(replicates: Replicates, factor: float = AUTO_TOL_FACTOR) -> float:
-    """A tolerance from the validation noise: ``factor ×`` the median bootstrap SD of the gains.
+    """A tolerance from the validation noise: ``factor ×`` the median bootstrap SD of the marginal contributions.
 
-    ``σ_i(S)`` is the standard deviation over the ``B`` replicates of the gain
-    ``v^b_i(S) − v^b_i({i})`` (paired: both values of a replicate are measured
-    on the same resampled rows); the tolerance is ``factor · median σ_i(S)``
-    over all clients ``i`` and coalitions ``S ∋ i`` with ``|S| ≥ 2``.  A game of
-    one client has no gain to measure; its tolerance is 0.
+    The marginal contribution of ``j`` to ``i`` in ``S ∋ i, j`` (``i ≠ j``) is
+    ``v_i(S) − v_i(S ∖ {j})``: the comparison that decides whether ``j`` is a
+    necessary collaborator of ``i``.  ``σ_i(S, j)`` is its standard deviation
+    over the ``B`` replicates (paired: both values of a replicate are measured
+    on the same resampled rows of ``i``), and the tolerance is
+    ``factor · median σ_i(S, j)`` over all such ``(i, j, S)``.  A game of one
+    client makes no such comparison; its tolerance is 0.
 
     Raises
     ------
@@ -163,12 +172,14 @@ def auto_tol(replicates: Replicates, factor: float = AUTO_TOL_FACTOR) -> float:
         raise InputError(f"the tolerance factor must be a finite number >= 0, got {factor!r}")
     v = replicates.values
     n = replicates.n
-    alone = v[:, np.arange(n), 1 << np.arange(n)]            # (B, N): v^b_i({i})
-    gain = v - alone[:, :, None]                              # NaN where i ∉ S
-    sd = np.std(gain, axis=0, ddof=1)                         # (N, 2^N)
-    singles = np.zeros_like(sd, dtype=bool)
-    singles[np.arange(n), 1 << np.arange(n)] = True
-    spread = sd[~np.isnan(sd) & ~singles]
-    if spread.size == 0:
+    masks = np.arange(1 << n)
+    spread = []
+    for j in range(n):  # one client at a time keeps the memory at B·N·2^(N-1)
+        with_j = masks[(masks >> j) & 1 == 1]
+        diff = v[:, :, with_j] - v[:, :, with_j ^ (1 << j)]   # NaN unless i ∈ S ∖ {j}
+        sd = np.std(diff, axis=0, ddof=1)
+        spread.append(sd[~np.isnan(sd)])
+    spread_all = np.concatenate(spread)
+    if spread_all.size == 0:
         return 0.0
-    return float(factor * np.median(spread))
+    return float(factor * np.median(spread_all))
