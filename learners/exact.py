@@ -140,12 +140,12 @@ def closed_form_replicates(fed: Federation, W: np.ndarray, draws) -> np.ndarray:
         A = _aug(c.val.X)
         y = c.val.y.astype(np.float64)
         counts = np.stack([np.bincount(r, minlength=len(y)) for r in draws[i]]).astype(np.float64)  # (B, n_i)
-        gram = np.einsum("bn,nd,ne->bde", counts, A, A)
+        gram = (counts[:, None, :] * A.T) @ A                               # (B, d, d)
         cross = (counts * y) @ A                                            # (B, d)
         energy = counts @ (y * y)                                           # (B,)
         inside = ((masks >> i) & 1).astype(bool)
         w = W[inside]
-        quad = np.einsum("md,bde,me->bm", w, gram, w) - 2 * cross @ w.T + energy[:, None]
+        quad = ((w @ gram) * w).sum(-1) - 2 * cross @ w.T + energy[:, None]  # (B, M)
         out[:, i, inside] = np.maximum(quad, 0.0) / len(y)
     return out
 
