@@ -393,7 +393,7 @@ def write_game(game: Game, path: str | os.PathLike, replicates: Replicates | Non
     if replicates is not None:
         replicates.check_matches(game)
     if str(path).endswith(".npz"):
-        extra = {} if replicates is None else {"replicates": replicates.raw_values()}
+        extra: dict[str, Any] = {} if replicates is None else {"replicates": replicates.raw_values()}
         write_file(path, lambda f: np.savez_compressed(
             f, values=game.raw_values(), clients=np.array(game.clients), sense=np.array(game.sense),
             provenance=np.array(json.dumps(_clean(dict(game.provenance)))), **extra))
