@@ -65,15 +65,26 @@ def _blocks(game: co.Game, partition) -> list[list[str]]:
     return [_names(game, k) for k in sorted(partition, key=lambda k: k & -k)]
 
 
+#: Bootstrap replicates of the validation sets recorded with every exact game (the CE's support).
+REPLICATES = 50
+
+
 def exact_summary(game: co.Game, test_game: co.Game, metric: str | None,
-                  eq: co.Equilibrium | None = None) -> ExactSummary:
+                  eq: co.Equilibrium | None = None, replicates=None) -> ExactSummary:
     """The exact game's CE and each client's metric alone, in the CE and with everyone.
 
     ``game`` holds validation metrics (it decides everything); ``test_game`` the
     same models scored on test data (reported, never used to choose).  ``eq``:
-    ``co.solve(game)`` when the caller already has it.
+    ``co.solve(game)`` when the caller already has it.  ``replicates``
+    (:class:`coalitions.replicates.Replicates`, optional): bootstrap replicates
+    of ``game``, which give the CE's support (docs/concepts.md §6).
     """
+    from coalitions.io import support_to_json
+    from coalitions.support import support
+
     eq = co.solve(game) if eq is None else eq
+    sup = None if replicates is None else support_to_json(game, support(eq.partition, replicates, eq.semantics,
+                                                                        eq.tol))
     bg = co.ExactOracle(game).benefit_graph(game.grand)
     used = models_in(game, eq.partition)
     raw_val, raw_test = game.raw_values(), test_game.raw_values()
@@ -91,7 +102,7 @@ def exact_summary(game: co.Game, test_game: co.Game, metric: str | None,
         ambiguous=sorted(game.clients[i] for i in bg.ambiguous),
         edges=[[game.clients[j], game.clients[i]] for j, i in bg.edges],
         model_in_ce={game.clients[i]: _names(game, used[i]) for i in range(game.n)},
-        val=scores["val"], test=scores["test"], equilibrium=eq)
+        val=scores["val"], test=scores["test"], support=sup, equilibrium=eq)
 
 
 def _is_ce(game: co.Game, estimate) -> bool:
@@ -132,20 +143,22 @@ def _record_time(folder: Path, piece: str, seconds: float) -> None:
 
 
 def _exact(fed, exp: Experiment, seed: int, device: str, where: Path, log) -> tuple:
-    """The exact (validation, test) games, trained or read back from ``where``."""
+    """The exact (validation, test) games and the validation game's replicates, trained or read back from ``where``."""
+    from coalitions.io import read_game_replicates
+
     val_file, test_file = where.with_name(where.name + "-game.json"), where.with_name(where.name + "-test-game.json")
     if val_file.exists() and test_file.exists():
         log(f"{where.name}: exact game read back from {val_file.name}")
-        return co.read_game(val_file), co.read_game(test_file)
+        return (*read_game_replicates(val_file), co.read_game(test_file))
     from coalitions.learners.exact import ExhaustiveOracle
 
     t = time.perf_counter()
-    o = ExhaustiveOracle(device=device, seed=seed, **exp.oracle).fit(fed)
+    o = ExhaustiveOracle(device=device, seed=seed, **{"replicates": REPLICATES, **exp.oracle}).fit(fed)
     co.write_game(o.test_game_, test_file)
-    co.write_game(o.game_, val_file)  # last: its presence marks the pair finished
+    co.write_game(o.game_, val_file, o.replicates_)  # last: its presence marks the pair finished
     _record_time(where.parent, val_file.name, time.perf_counter() - t)
     log(f"{where.name}: exact game, {2 ** fed.n - 1} subset models ({o.method_}), {time.perf_counter() - t:.1f} s")
-    return o.game_, o.test_game_
+    return o.game_, o.replicates_, o.test_game_
 
 
 def _learner(fed, method: str, options: dict, seed: int, device: str, where: Path, log):
@@ -266,9 +279,9 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
             run = Run(seed=seed, methods={})
             game = test_game = eq = None
             if exp.oracle is not None:
-                game, test_game = _exact(fed, exp, seed, device, where, log)
+                game, reps, test_game = _exact(fed, exp, seed, device, where, log)
                 eq = co.solve(game)
-                run.exact = exact_summary(game, test_game, metric, eq)
+                run.exact = exact_summary(game, test_game, metric, eq, reps)
                 if seed != seeds[0]:
                     run.exact.equilibrium = None  # only the first seed's is drawn
             for m in methods:
