@@ -34,7 +34,7 @@ import numpy as np
 from .errors import InputError
 from .game import SENSES, Game, check_client_names
 
-__all__ = ["Replicates", "MAX_REPLICATE_VALUES", "MAX_REPLICATES"]
+__all__ = ["Replicates", "MAX_REPLICATE_VALUES", "MAX_REPLICATES", "check_count"]
 
 #: Most replicates a game may carry.
 MAX_REPLICATES = 100_000
