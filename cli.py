@@ -572,7 +572,7 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
     from coalitions.learners.exact import ExhaustiveOracle
 
     fed = load_federation(dataset, data_opts)
-    cio.check_game_output(fed.n, output)  # before hours of training, not after
+    cio.check_game_output(fed.n, output, replicates)  # before hours of training, not after
     est = ExhaustiveOracle(model=model, epochs=epochs, lr=lr, l2=l2, hidden=hidden, batch_size=batch_size,
                            chunk_size=chunk_size, memory_mb=memory_mb, device=device,
                            seed=data_opts.get("seed") or 0, checkpoint=checkpoint, threads=threads,

@@ -375,12 +375,23 @@ def game_to_json(game: Game, replicates: Replicates | None = None) -> dict:
     return out
 
 
-def check_game_output(n: int, path: str | os.PathLike) -> None:
-    """Refuse up front a game of ``n`` clients that ``path``'s format cannot hold (before generating it)."""
+def check_game_output(n: int, path: str | os.PathLike, replicates: int = 0) -> None:
+    """Refuse up front a game of ``n`` clients (and ``replicates`` replicates) that ``path``'s format cannot hold.
+
+    Called before generating it.  A JSON file holds at most as many numbers as a
+    game of :data:`MAX_JSON_CLIENTS` clients, replicates included.
+    """
     check_size(n)
-    if not str(path).endswith(".npz") and n > MAX_JSON_CLIENTS:
+    if replicates:
+        check_count(replicates, n, f"{path}: ")
+    if str(path).endswith(".npz"):
+        return
+    if n > MAX_JSON_CLIENTS:
         raise InputError(f"{path}: {n} clients make a JSON game too large to read back (at most "
                          f"{MAX_JSON_CLIENTS}); a name ending in .npz writes the compact binary form")
+    if (1 + replicates) * n << (n - 1) > MAX_JSON_CLIENTS << (MAX_JSON_CLIENTS - 1):
+        raise InputError(f"{path}: {replicates:,} replicates of a {n}-client game make a JSON file too large "
+                         "to read back; a name ending in .npz writes the compact binary form")
 
 
 def write_game(game: Game, path: str | os.PathLike, replicates: Replicates | None = None) -> None:
@@ -389,7 +400,7 @@ def write_game(game: Game, path: str | os.PathLike, replicates: Replicates | Non
     ``replicates`` (of this game) are written with it: the ``.npz`` array
     ``replicates`` of shape ``(B, N, 2^N)``, or the JSON list ``"replicates"``.
     """
-    check_game_output(game.n, path)
+    check_game_output(game.n, path, 0 if replicates is None else replicates.b)
     if replicates is not None:
         replicates.check_matches(game)
     if str(path).endswith(".npz"):

@@ -373,3 +373,16 @@ def test_tol_auto_with_one_replicate_is_refused(tmp_path, capsys):
     rc = cli.main(["solve", str(path), "--tol", "auto"])
     err = capsys.readouterr().err
     assert rc == 2 and err == f"coalitions: error: {path}: --tol auto needs at least 2 replicates, the game has 1\n"
+
+
+def test_oracle_refuses_replicates_its_output_cannot_hold(tmp_path, capsys):
+    """Checked before training: too many values for a JSON file, or beyond the replicate limits."""
+    out = tmp_path / "g.json"
+    rc = cli.main(["oracle", "synthetic", "--clients", "16", "--replicates", "40", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == (f"coalitions: error: {out}: 40 replicates of a 16-client game make a JSON file too "
+                               "large to read back; a name ending in .npz writes the compact binary form\n")
+    rc = cli.main(["oracle", "synthetic", "--replicates", "200000", "-o", str(tmp_path / "g.npz")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "200,000 replicates of a 6-client game" in err, err
+    assert not out.exists() and not (tmp_path / "g.npz").exists()
