@@ -386,3 +386,14 @@ def test_oracle_refuses_replicates_its_output_cannot_hold(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "200,000 replicates of a 6-client game" in err, err
     assert not out.exists() and not (tmp_path / "g.npz").exists()
+
+
+def test_a_replicate_beyond_max_enumerate_is_named(tmp_path, capsys):
+    bad = co.read_game(NO_CE)
+    good = Game.from_array(np.where(np.isnan(bad.raw_values()), np.nan, 0.0), bad.clients, bad.sense)
+    path = tmp_path / "g.json"
+    cio.write_game(good, path, stack([good, bad]))
+    rc = cli.main(["solve", str(path), "--semantics", "shared", "--max-enumerate", "1"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"coalitions: error: {path}: replicate 1: peeling ") and "--max-enumerate" in err, err
