@@ -208,12 +208,46 @@ def _tol(value: float) -> float:
     return value
 
 
+class _Tolerance(click.ParamType):
+    """``--tol``: a number, or ``auto`` (from the bootstrap replicates the game holds, docs/concepts.md §6)."""
+
+    name = "float|auto"
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, float):
+            return value
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is neither a number nor 'auto'", param, ctx)
+
+
+def _read_game_tol(game_file: str, tol):
+    """The game, its replicates (or None) and the tolerance, ``auto`` resolved from the replicates."""
+    from coalitions.support import AUTO_TOL_FACTOR, auto_tol
+
+    game, reps = cio.read_game_replicates(game_file)
+    if tol != "auto":
+        return game, reps, _tol(tol)
+    if reps is None:
+        raise co.InputError(f"{game_file}: --tol auto needs bootstrap replicates, and the game holds none "
+                            "(coalitions oracle ... --replicates B records them)")
+    try:
+        value = auto_tol(reps)
+    except co.InputError as e:
+        raise co.InputError(f"{game_file}: {e}") from None
+    click.echo(f"--tol auto: {value:.6g} ({AUTO_TOL_FACTOR:g} x the median bootstrap SD of the marginal contributions "
+               f"over {reps.b} replicates)", err=True)
+    return game, reps, value
+
+
 common_game = [
     click.option("--semantics", type=SEMANTICS, default="personalized", show_default=True,
                  help="Payoff of a member: best model on the coalition's Pareto front (personalized) "
                       "or the coalition's own model (shared)."),
-    click.option("--tol", type=float, default=1e-9, show_default=True,
-                 help="Absolute tolerance: values within it are equal."),
+    click.option("--tol", type=_Tolerance(), default=1e-9, show_default=True,
+                 help="Absolute tolerance: values within it are equal; 'auto' derives it from the game's "
+                      "bootstrap replicates."),
 ]
 
 
@@ -244,19 +278,36 @@ def cli():
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed for sampled certificates.")
 @click.option("-o", "--output", type=OUTPUT, help="Write here instead of stdout.")
 def solve(game_file, semantics, tol, fmt, exhaustive_up_to, max_enumerate, seed, output):
-    """Peel GAME into a collaboration equilibrium and certify it."""
-    game = co.read_game(game_file)
+    """Peel GAME into a collaboration equilibrium and certify it.
+
+    When GAME holds bootstrap replicates (coalitions oracle --replicates), each is
+    solved the same way and the support of the equilibrium is reported.
+    """
+    from coalitions.support import support
+
+    game, reps, tol = _read_game_tol(game_file, tol)
+    options = {"exhaustive_up_to": exhaustive_up_to, "max_enumerate": max_enumerate, "seed": seed}
     try:
-        eq = co.solve(game, semantics, _tol(tol), exhaustive_up_to=exhaustive_up_to,
-                      max_enumerate=max_enumerate, seed=seed, progress=_progress("enumerating partitions"))
+        eq = co.solve(game, semantics, tol, **options, progress=_progress("enumerating partitions"))
     except co.NoEquilibrium as e:
         raise Negative(f"{game_file}: {e}") from None
+    sup = None
+    if reps is not None:
+        try:
+            sup = support(eq.partition, reps, semantics, tol, **options, progress=_progress("solving replicates"))
+        except co.InputError as e:
+            raise co.InputError(f"{game_file}: {e}") from None
     if fmt == "json":
-        text = cio.write_json(cio.equilibrium_to_json(eq), None)
+        out = cio.equilibrium_to_json(eq)
+        if sup is not None:
+            out["support"] = cio.support_to_json(game, sup)
+        text = cio.write_json(out, None)
     elif fmt == "dot":
         text = render.equilibrium_dot(eq)
     else:
         text = render.equilibrium_text(eq)
+        if sup is not None:
+            text += "\n\n" + render.support_text(game, sup)
     _emit(text, output)
     if eq.certificate is not None and not eq.certificate.holds:
         raise Negative(f"{game_file}: the partition fails its certificate (see above)")
@@ -275,12 +326,12 @@ def verify(game_file, partition_text, semantics, tol, fmt, exhaustive_up_to, see
 
     Exit 0 when it is a CE, 1 when it is not, 2 when the partition is unusable.
     """
-    game = co.read_game(game_file)
+    game, _, tol = _read_game_tol(game_file, tol)
     try:
         part = co.parse_partition(game, partition_text)
     except co.InputError as e:
         raise co.InputError(f"--partition {partition_text!r}: {e}") from None
-    reports = co.all_checks(game, part, semantics, _tol(tol), exhaustive_up_to, seed)
+    reports = co.all_checks(game, part, semantics, tol, exhaustive_up_to, seed)
     ok = reports["inner_agreement"].holds and reports["outer_agreement"].holds
     if fmt == "json":
         _emit(cio.write_json(cio.checks_to_json(game, part, reports), None), None)
@@ -303,8 +354,8 @@ def enumerate_cmd(game_file, semantics, tol, fmt, max_clients):
 
     Exit 1 when there is none.
     """
-    game = co.read_game(game_file)
-    found = co.equilibria(game, semantics, _tol(tol), max_clients=max_clients,
+    game, _, tol = _read_game_tol(game_file, tol)
+    found = co.equilibria(game, semantics, tol, max_clients=max_clients,
                           progress=_progress("enumerating partitions"))
     if fmt == "json":
         _emit(cio.write_json(cio.equilibria_to_json(game, semantics, found), None), None)
@@ -336,12 +387,12 @@ def welfare_cmd(game_file, semantics, tol, weights, stability, max_enumerate, fm
     """
     from coalitions.welfare import resolve_weights, welfare, welfare_text, welfare_to_json
 
-    game = co.read_game(game_file)
+    game, _, tol = _read_game_tol(game_file, tol)
     try:
         omega = resolve_weights(game, weights)
     except co.InputError as e:
         raise co.InputError(f"{game_file}: --weights {weights}: {e}") from None
-    report = welfare(game, omega, semantics, stability, _tol(tol), max_enumerate,
+    report = welfare(game, omega, semantics, stability, tol, max_enumerate,
                      progress=_progress("optimum over partitions"),
                      enumeration_progress=_progress("enumerating partitions"))
     _emit(cio.write_json(welfare_to_json(report), None) if fmt == "json" else welfare_text(report), output)
@@ -523,11 +574,13 @@ def load_federation(dataset: str, opts: dict):
 @threads_option
 @click.option("--checkpoint", type=OUTPUT, default=None,
               help="Record finished chunks here; a rerun resumes from it.")
+@click.option("--replicates", type=click.IntRange(0), default=0, show_default=True,
+              help="Also record B bootstrap replicates of the validation sets (seeded by --seed; no retraining).")
 @_backend_options
 @click.option("-o", "--output", required=True, type=OUTPUT,
               help="Game file: coalitions/game@1 JSON, or .npz by the ending.")
 def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memory_mb, device, threads,
-           checkpoint, backend, address, output, **data_opts):
+           checkpoint, replicates, backend, address, output, **data_opts):
     """Train a model on every subset of DATASET's clients: the exact game (docs/concepts.md §5).
 
     v_i(S) is the metric on client i's validation data of the model trained on
@@ -538,20 +591,21 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
 
     _threads(threads)
     fed = load_federation(dataset, data_opts)
-    cio.check_game_output(fed.n, output)  # before hours of training, not after
+    cio.check_game_output(fed.n, output, replicates)  # before hours of training, not after
     est = ExhaustiveOracle(model=model, epochs=epochs, lr=lr, l2=l2, hidden=hidden, batch_size=batch_size,
                            chunk_size=chunk_size, memory_mb=memory_mb, device=device,
                            seed=data_opts.get("seed") or 0, checkpoint=checkpoint, threads=threads,
-                           progress=_progress(f"training {(1 << fed.n) - 1} subset models"),
+                           progress=_progress(f"training {(1 << fed.n) - 1} subset models"), replicates=replicates,
                            backend=backend, address=_address(backend, address))
     with _flags():
         est.fit(fed)
     if fed.n >= 16 and not str(output).endswith(".npz"):
         click.echo(f"note: {fed.n} clients make a large JSON game; a name ending in .npz writes the "
                    "compact binary form", err=True)
-    co.write_game(est.game_, output)
+    co.write_game(est.game_, output, est.replicates_)
     resumed = f", {est.chunks_resumed_} chunk(s) from checkpoint" if est.chunks_resumed_ else ""
-    click.echo(f"wrote {output}: {fed.n} clients, {(1 << fed.n) - 1} subset models, "
+    boot = f", {replicates} bootstrap replicates" if replicates else ""
+    click.echo(f"wrote {output}: {fed.n} clients, {(1 << fed.n) - 1} subset models{boot}, "
                f"{est.config_['model']} ({est.method_}, {est.device_}{resumed}), {est.elapsed_:.2f} s", err=True)
 
 
@@ -690,9 +744,9 @@ def compare_cmd(estimate_file, game_file, semantics, tol, fmt):
     from coalitions.estimate import read_estimate
 
     est = read_estimate(estimate_file)
-    game = co.read_game(game_file)
+    game, _, tol = _read_game_tol(game_file, tol)
     try:
-        res = compare(est, game, semantics, _tol(tol))
+        res = compare(est, game, semantics, tol)
     except co.InputError as e:
         raise co.InputError(f"{estimate_file} vs {game_file}: {e}") from None
     except co.NoEquilibrium as e:

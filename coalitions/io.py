@@ -1,7 +1,9 @@
 """Reading and writing the file formats of docs/formats.md.
 
 * ``coalitions/game@1`` JSON and the equivalent ``.npz`` (arrays ``values``,
-  ``clients``, ``sense``) — :func:`read_game`, :func:`write_game`.  ``values``
+  ``clients``, ``sense``), each with optional bootstrap ``replicates``
+  (:mod:`coalitions.replicates`) — :func:`read_game`, :func:`read_game_replicates`,
+  :func:`write_game`.  ``values``
   is float64, or float32 for a game stored in float32 (written and read back as
   such; see :mod:`coalitions.precision`).
 * ``coalitions/equilibrium@1``, ``coalitions/equilibria@1`` and
@@ -31,9 +33,10 @@ from .bitmask import all_masks, contains
 from .errors import InputError
 from .files import open_input, read_bytes, write_file, write_text
 from .game import MAX_CLIENTS, Game, check_client_names, check_size, coalition_key
+from .replicates import Replicates, check_count
 
-__all__ = ["GAME_FORMAT", "read_game", "write_game", "game_to_json", "game_from_json",
-           "equilibrium_to_json", "equilibria_to_json", "benefit_graph_to_json", "write_json",
+__all__ = ["GAME_FORMAT", "read_game", "read_game_replicates", "write_game", "replicates_from_json", "game_to_json", "game_from_json",
+           "equilibrium_to_json", "equilibria_to_json", "support_to_json", "benefit_graph_to_json", "write_json",
            "read_json", "parse_json", "check_game_output", "MAX_JSON_BYTES", "MAX_JSON_CLIENTS",
            "MAX_NPZ_BYTES"]
 
@@ -178,6 +181,16 @@ def game_from_json(data: Mapping[str, Any]) -> Game:
     return Game.from_mapping(data["clients"], data["values"], sense, prov)
 
 
+def replicates_from_json(data: Mapping[str, Any], game: Game) -> Replicates | None:
+    """The optional ``"replicates"`` of a parsed ``coalitions/game@1`` object, checked like ``values``."""
+    if "replicates" not in data:
+        return None
+    tables = data["replicates"]
+    if not isinstance(tables, list):
+        raise InputError("'replicates' must be a list of {client: {coalition: value}} objects")
+    return Replicates.from_mappings(game.clients, tables, game.sense)
+
+
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 #: What a damaged zip archive or .npy header can raise (found by fuzzing in tests/test_hostile.py).
 _DAMAGED = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError,
@@ -208,8 +221,8 @@ def _npy_data(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path, key: str) -> np.
         _fail(path, f"array {key!r} is not readable ({e.__class__.__name__}: {e})")
 
 
-def _read_npz(path) -> Game:
-    """The ``.npz`` game of SPEC §7, every header checked before any array is read.
+def _read_npz(path) -> tuple[Game, Replicates | None]:
+    """The ``.npz`` game of SPEC §7 and its replicates, every header checked before any array is read.
 
     The member list (no member twice), each array's header (dtype, shape) and
     uncompressed size are checked against the format before data is read, so a
@@ -253,6 +266,17 @@ def _read_npz(path) -> Game:
             if tuple(shape) != (n, 1 << n):
                 _fail(path, f"'values' must have shape ({n}, {1 << n}) for {n} clients, got {tuple(shape)}")
             shape, dtype = _npy_header(zf, members["sense"], path, "sense")
+            if "replicates" in members:
+                shape, dtype = _npy_header(zf, members["replicates"], path, "replicates")
+                if dtype.kind not in "fiu":
+                    _fail(path, f"'replicates' must be numeric, got dtype {dtype}")
+                if len(shape) != 3 or tuple(shape[1:]) != (n, 1 << n):
+                    _fail(path, f"'replicates' must have shape (B, {n}, {1 << n}) for {n} clients, "
+                                f"got {tuple(shape)}")
+                try:
+                    check_count(shape[0], n, "'replicates': ")
+                except InputError as e:
+                    _fail(path, str(e))
             clients = _npy_data(zf, members["clients"], path, "clients")
             sense = _npy_data(zf, members["sense"], path, "sense")
             if sense.shape != () or sense.dtype.kind != "U" or str(sense) not in ("max", "min"):
@@ -275,13 +299,22 @@ def _read_npz(path) -> Game:
             except InputError as e:
                 _fail(path, str(e))
             values = _npy_data(zf, members["values"], path, "values")
+            reps = _npy_data(zf, members["replicates"], path, "replicates") if "replicates" in members else None
     _check_outside_nan(path, values, names)
     # float32 values stay float32 (a game stored in float32: see coalitions.precision)
     dtype = "float32" if values.dtype == np.float32 else "float64"
-    return Game.from_array(values, names, str(sense), prov, dtype=dtype)
+    game = Game.from_array(values, names, str(sense), prov, dtype=dtype)
+    if reps is None:
+        return game, None
+    for b in range(reps.shape[0]):
+        _check_outside_nan(path, reps[b], names, f"replicate {b}: ")
+    try:
+        return game, Replicates.from_array(reps, names, game.sense)
+    except InputError as e:
+        _fail(path, str(e))
 
 
-def _check_outside_nan(path, values: np.ndarray, names) -> None:
+def _check_outside_nan(path, values: np.ndarray, names, prefix: str = "") -> None:
     """SPEC §7: ``values[i, mask]`` is NaN where bit ``i`` is not in ``mask``; anything else is an error.
 
     A number there is not a value of the game (``v_i(S)`` exists only for
@@ -296,16 +329,26 @@ def _check_outside_nan(path, values: np.ndarray, names) -> None:
         if bad.any():
             m = int(masks[bad][0])
             where = f"coalition {coalition_key(m, names)!r}" if m else "the empty coalition (mask 0)"
-            _fail(path, f"value of client {names[i]!r} for {where}, which does not contain it, must be NaN "
+            _fail(path, f"{prefix}value of client {names[i]!r} for {where}, which does not contain it, must be NaN "
                         f"(got {float(values[i, m])!r})")
 
 
 def read_game(path: str | os.PathLike) -> Game:
-    """Read a game from ``coalitions/game@1`` JSON or ``.npz`` (chosen by the file ending)."""
+    """Read a game from ``coalitions/game@1`` JSON or ``.npz`` (chosen by the file ending).
+
+    Replicates the file holds are validated too (:func:`read_game_replicates`).
+    """
+    return read_game_replicates(path)[0]
+
+
+def read_game_replicates(path: str | os.PathLike) -> tuple[Game, Replicates | None]:
+    """Read a game and its bootstrap replicates (``None`` when the file holds none)."""
     try:
         if str(path).endswith(".npz"):
             return _read_npz(path)
-        return game_from_json(read_json(path, GAME_FORMAT))
+        data = read_json(path, GAME_FORMAT)
+        game = game_from_json(data)
+        return game, replicates_from_json(data, game)
     except MemoryError:
         raise InputError(f"{path}: out of memory building the game") from None
     except InputError as e:
@@ -315,37 +358,62 @@ def read_game(path: str | os.PathLike) -> Game:
         raise InputError(f"{path}: {msg}") from None
 
 
-def game_to_json(game: Game) -> dict:
-    """``coalitions/game@1`` dict, values in the game's own sense."""
-    raw = game.raw_values()
+def _values_json(game: Game, raw: np.ndarray) -> dict:
+    """``{client: {"A,B": value}}`` of a raw ``(N, 2^N)`` array (NaN entries left out)."""
     values = {}
     for i, name in enumerate(game.clients):
         row = raw[i]
         masks = np.flatnonzero(~np.isnan(row))
         values[name] = {game.key(int(m)): float(row[m]) for m in masks}
-    out = {"format": GAME_FORMAT, "clients": list(game.clients), "sense": game.sense, "values": values}
+    return values
+
+
+def game_to_json(game: Game, replicates: Replicates | None = None) -> dict:
+    """``coalitions/game@1`` dict, values (and any replicates) in the game's own sense."""
+    out = {"format": GAME_FORMAT, "clients": list(game.clients), "sense": game.sense,
+           "values": _values_json(game, game.raw_values())}
+    if replicates is not None:
+        out["replicates"] = [_values_json(game, r) for r in replicates.check_matches(game).raw_values()]
     if game.provenance:
         out["provenance"] = dict(game.provenance)
     return out
 
 
-def check_game_output(n: int, path: str | os.PathLike) -> None:
-    """Refuse up front a game of ``n`` clients that ``path``'s format cannot hold (before generating it)."""
+def check_game_output(n: int, path: str | os.PathLike, replicates: int = 0) -> None:
+    """Refuse up front a game of ``n`` clients (and ``replicates`` replicates) that ``path``'s format cannot hold.
+
+    Called before generating it.  A JSON file holds at most as many numbers as a
+    game of :data:`MAX_JSON_CLIENTS` clients, replicates included.
+    """
     check_size(n)
-    if not str(path).endswith(".npz") and n > MAX_JSON_CLIENTS:
+    if replicates:
+        check_count(replicates, n, f"{path}: ")
+    if str(path).endswith(".npz"):
+        return
+    if n > MAX_JSON_CLIENTS:
         raise InputError(f"{path}: {n} clients make a JSON game too large to read back (at most "
                          f"{MAX_JSON_CLIENTS}); a name ending in .npz writes the compact binary form")
+    if (1 + replicates) * n << (n - 1) > MAX_JSON_CLIENTS << (MAX_JSON_CLIENTS - 1):
+        raise InputError(f"{path}: {replicates:,} replicates of a {n}-client game make a JSON file too large "
+                         "to read back; a name ending in .npz writes the compact binary form")
 
 
-def write_game(game: Game, path: str | os.PathLike) -> None:
-    """Write JSON, or ``.npz`` when ``path`` ends in ``.npz`` (through :func:`coalitions.files.write_file`)."""
-    check_game_output(game.n, path)
+def write_game(game: Game, path: str | os.PathLike, replicates: Replicates | None = None) -> None:
+    """Write JSON, or ``.npz`` when ``path`` ends in ``.npz`` (through :func:`coalitions.files.write_file`).
+
+    ``replicates`` (of this game) are written with it: the ``.npz`` array
+    ``replicates`` of shape ``(B, N, 2^N)``, or the JSON list ``"replicates"``.
+    """
+    check_game_output(game.n, path, 0 if replicates is None else replicates.b)
+    if replicates is not None:
+        replicates.check_matches(game)
     if str(path).endswith(".npz"):
+        extra: dict[str, Any] = {} if replicates is None else {"replicates": replicates.raw_values()}
         write_file(path, lambda f: np.savez_compressed(
             f, values=game.raw_values(), clients=np.array(game.clients), sense=np.array(game.sense),
-            provenance=np.array(json.dumps(_clean(dict(game.provenance))))))
+            provenance=np.array(json.dumps(_clean(dict(game.provenance)))), **extra))
     else:
-        write_json(game_to_json(game), path)
+        write_json(game_to_json(game, replicates), path)
 
 
 def _clean(x):
@@ -442,6 +510,13 @@ def _contribution_json(eq) -> dict:
             "contribution": {names[i]: float(np.nansum(c[i])) for i in range(game.n)},
             "carries": {names[i]: {names[j]: float(c[i, j]) for j in range(game.n) if not np.isnan(c[i, j])}
                         for i in range(game.n)}}
+
+
+def support_to_json(game: Game, sup) -> dict:
+    """``"support"`` of ``coalitions/equilibrium@1``: partition share, coalition shares, replicate count."""
+    return {"partition": sup.partition_share,
+            "coalitions": {game.key(k): s for k, s in sup.coalition_shares.items()},
+            "replicates": sup.b}
 
 
 def equilibria_to_json(game: Game, semantics: str, found: Iterable[tuple[int, ...]]) -> dict:

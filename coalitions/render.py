@@ -13,7 +13,7 @@ from .bitmask import members
 from .contribution import benefits, contributions, total_contributions
 
 __all__ = ["table", "equilibrium_text", "equilibrium_dot", "graph_text", "graph_dot",
-           "report_text", "fmt", "carries_text"]
+           "report_text", "fmt", "carries_text", "support_text"]
 
 
 def fmt(x: float) -> str:
@@ -73,6 +73,22 @@ def equilibrium_text(eq) -> str:
         parts += ["", f"certificate ({eq.certificate.method}):",
                   report_text(game, eq.certificate.inner), report_text(game, eq.certificate.outer)]
     return "\n".join(parts)
+
+
+def support_text(game, sup) -> str:
+    """The support of a CE (:class:`coalitions.support.Support`): its partition's share, then each coalition's.
+
+    Indented, so that no line starts with a client name.
+    """
+    count = lambda share: f"{share:.2f} ({round(share * sup.b)} of {sup.b})"
+    rows = [[f"{{{game.key(k)}}}", count(s)] for k, s in sup.coalition_shares.items()]
+    rows.append(["the partition", count(sup.partition_share)])
+    out = [f"support over {sup.b} bootstrap replicates of the validation sets, each solved like the game:",
+           "the share of replicates whose equilibrium holds the coalition / is the same partition", ""]
+    out += ["  " + line for line in table(["coalition", "support"], rows).splitlines()]
+    if sup.without_ce:
+        out += ["", f"  {sup.without_ce} of {sup.b} replicates have no collaboration equilibrium"]
+    return "\n".join(out)
 
 
 def carries_text(game, partition, semantics: str = "personalized", max_members: int = 12) -> str:

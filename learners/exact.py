@@ -36,6 +36,16 @@ Two ways, never one Python loop per subset:
   depend on which chunk holds it, and a resumed run gives the same game.
   Chunks are sized to a memory budget; a checkpoint file
   (:mod:`coalitions.learners.training.checkpoint`) records finished chunks.
+
+**Bootstrap replicates** (``replicates=B``, docs/concepts.md §6).  Before
+training, ``B`` resamples of each client's validation rows are drawn with
+replacement from ``numpy.random.default_rng([seed, 0xB007])`` — within each
+class for a classification task (a stratified bootstrap: every replicate keeps
+each class's count, so AUC stays defined).  After training, the same subset
+models are scored on every resample: no retraining.  In closed form the
+resample enters the quadratic form as row multiplicities ``w``
+(``A_i = X̃ᵀ diag(w) X̃`` etc.); otherwise the stored scores of a chunk are
+re-evaluated on the resampled rows (:func:`rescore`).
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ from coalitions.learners.training.threads import step_macs, using
 from coalitions.params import ParameterError, check_param
 
 __all__ = ["ExhaustiveOracle", "subset_sums", "membership", "closed_form_weights", "closed_form_mse",
-           "train_subsets", "DEFAULTS"]
+           "train_subsets", "DEFAULTS", "bootstrap_draws", "rescore", "closed_form_replicates"]
 
 #: Default epochs and learning rate per model kind (Adam, cosine decay).
 DEFAULTS = {"linear": (500, 0.05), "logistic": (500, 0.05), "mlp": (300, 0.01), "cnn": (60, 0.005)}
@@ -114,6 +124,58 @@ def closed_form_mse(fed: Federation, W: np.ndarray, part: str = "val") -> np.nda
         quad = np.einsum("md,de,me->m", w, A.T @ A, w) - 2 * w @ (A.T @ y) + y @ y
         out[i, inside] = np.maximum(quad, 0.0) / len(s)
     return out
+
+
+def closed_form_replicates(fed: Federation, W: np.ndarray, draws) -> np.ndarray:
+    """``(B, N, 2^N)`` validation MSE of each subset model on each bootstrap resample (NaN outside).
+
+    ``draws[i]`` is a ``(B, n_i)`` array of row indices of client ``i``'s
+    validation set; a resample is the quadratic form of :func:`closed_form_mse`
+    with the rows counted by their multiplicity.
+    """
+    n = fed.n
+    b = len(draws[0]) if n else 0
+    masks = np.arange(1 << n)
+    out = np.full((b, n, 1 << n), np.nan)
+    for i, c in enumerate(fed.clients):
+        A = _aug(c.val.X)
+        y = c.val.y.astype(np.float64)
+        counts = np.stack([np.bincount(r, minlength=len(y)) for r in draws[i]]).astype(np.float64)  # (B, n_i)
+        gram = (counts[:, None, :] * A.T) @ A                               # (B, d, d)
+        cross = (counts * y) @ A                                            # (B, d)
+        energy = counts @ (y * y)                                           # (B,)
+        inside = ((masks >> i) & 1).astype(bool)
+        w = W[inside]
+        quad = ((w @ gram) * w).sum(-1) - 2 * cross @ w.T + energy[:, None]  # (B, M)
+        out[:, i, inside] = np.maximum(quad, 0.0) / len(y)
+    return out
+
+
+def bootstrap_draws(fed: Federation, b: int, seed: int = 0) -> list[np.ndarray]:
+    """``B`` resamples of each client's validation rows: a ``(B, n_i)`` index array per client.
+
+    Drawn with replacement from ``numpy.random.default_rng([seed, 0xB007])``,
+    client by client in order; within each class for a classification task
+    (stratified), so that every resample keeps each class's count.
+    """
+    rng = np.random.default_rng([int(seed), 0xB007])
+    out = []
+    for c in fed.clients:
+        y = c.val.y
+        if fed.task == "regression":
+            out.append(rng.integers(0, len(y), size=(b, len(y))))
+            continue
+        parts = [rng.choice(np.flatnonzero(y == k), size=(b, int(np.sum(y == k))), replace=True)
+                 for k in np.unique(y)]
+        out.append(np.concatenate(parts, axis=1) if parts else np.zeros((b, 0), dtype=np.int64))
+    return out
+
+
+def rescore(metric: str, y, scores, draws) -> np.ndarray:
+    """``(B, M)``: the metric of ``M`` models (``scores`` ``(M, n, ...)``) on each resample ``draws[b]`` of the rows."""
+    y = np.asarray(y)
+    return np.stack([evaluate_batch(metric, y[d], scores[:, d]) for d in draws]) if len(draws) else \
+        np.zeros((0, len(scores)))
 
 
 # ---------------------------------------------------------------------------- batched training
@@ -212,12 +274,12 @@ class ChunkTrainer:
     tasks of :mod:`coalitions.learners.distributed` call the same object.
     """
 
-    def __init__(self, oracle: ExhaustiveOracle, fed: Federation, cfg: dict, device: str):
+    def __init__(self, oracle: ExhaustiveOracle, fed: Federation, cfg: dict, device: str, draws=None):
         import torch
 
         from coalitions.learners.training.models import make_model
 
-        self.fed, self.cfg, self.device = fed, cfg, device
+        self.fed, self.cfg, self.device, self.draws = fed, cfg, device, draws
         self.seed = int(oracle.seed)
         self.dtype = torch.float64 if oracle.dtype == "float64" else torch.float32
         self.spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=oracle.hidden)
@@ -238,13 +300,19 @@ class ChunkTrainer:
         self.step_samples = n if cfg["batch_size"] is None else min(n, cfg["batch_size"])
 
     def __call__(self, ms, progress: Callable[[int], None] | None = None) -> dict:
-        """``{"val": (N, len(ms)), "test": (N, len(ms))}``: each member's metric, NaN for non-members."""
+        """``{"val": (N, len(ms)), "test": (N, len(ms))}``: each member's metric, NaN for non-members.
+
+        With bootstrap ``draws`` also ``"replicates"``: ``(B, N, len(ms))``, the validation
+        metric re-scored on every replicate of each member's validation set (no retraining).
+        """
         fed, cfg = self.fed, self.cfg
         params = train_subsets(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
                                epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"], batch_size=cfg["batch_size"],
                                seed=self.seed, progress=progress)
         member = membership(ms, fed.n)
         out = {}
+        if self.draws is not None:
+            out["replicates"] = np.full((len(self.draws[0]), fed.n, len(ms)), np.nan)
         for part in ("val", "test"):
             block = np.full((fed.n, len(ms)), np.nan)
             scores = _scores(self.spec, params, self.evals[part], self._eval_batch(self.spec, len(ms)))
@@ -257,6 +325,9 @@ class ChunkTrainer:
                         raise InputError(f"client {c.name!r}: the {fed.metric} of its {part} split is "
                                          "undefined (a single class?)")
                     block[i, rows] = vals
+                    if part == "val" and self.draws is not None:
+                        out["replicates"][:, i, rows] = rescore(fed.metric, c.val.y, scores[rows, lo[i]:lo[i + 1]],
+                                                                self.draws[i])
             out[part] = block
         return out
 
@@ -264,7 +335,9 @@ class ChunkTrainer:
 # ---------------------------------------------------------------------------- the estimator
 def chunk_trainer(params: dict, federation, config: dict, device) -> ChunkTrainer:
     """A :class:`ChunkTrainer` for an oracle with constructor ``params`` (what a Ray worker builds)."""
-    return ChunkTrainer(ExhaustiveOracle(**params), federation, config, device)
+    oracle = ExhaustiveOracle(**params)
+    draws = bootstrap_draws(federation, oracle.replicates, oracle.seed) if oracle.replicates else None
+    return ChunkTrainer(oracle, federation, config, device, draws)
 
 
 class ExhaustiveOracle:
@@ -312,6 +385,9 @@ class ExhaustiveOracle:
     address : str, optional
         The Ray cluster to join (``ray start --head`` prints it); ``None``
         starts a private local Ray on this machine (all its cores).
+    replicates : int
+        Bootstrap replicates of the validation sets to score the trained
+        models on (module docstring); 0 for none.
 
     Attributes
     ----------
@@ -322,6 +398,9 @@ class ExhaustiveOracle:
         The game from ``values_val_`` with the metric's sense and provenance.
     test_game_ : coalitions.Game
         The same from ``values_test_`` (for reporting, never for choosing).
+    replicates_ : coalitions.replicates.Replicates or None
+        The game on each bootstrap resample of the validation sets (None
+        when ``replicates`` is 0).
     method_ : str
         ``"closed-form"`` or ``"batched"``.
     device_ : str
@@ -335,7 +414,7 @@ class ExhaustiveOracle:
                  l2: float = 1e-3, ridge: float = 1e-10, batch_size: int | None = None, hidden: int = 64,
                  chunk_size: int | None = None, memory_mb: float = 512.0, device: str = "auto",
                  dtype: str = "float32", seed: int = 0, checkpoint=None, threads: int | None = None,
-                 progress=None, backend: str = "local", address: str | None = None):
+                 progress=None, backend: str = "local", address: str | None = None, replicates: int = 0):
         self.model = model
         self.epochs = epochs
         self.lr = lr
@@ -353,6 +432,7 @@ class ExhaustiveOracle:
         self.progress = progress
         self.backend = backend
         self.address = address
+        self.replicates = replicates
 
     # -------------------------------------------------------------- configuration
     def _kind(self, fed: Federation) -> str:
@@ -388,6 +468,7 @@ class ExhaustiveOracle:
         check_param("threads", self.threads, "int", low=1, allow_none=True)
         check_param("dtype", self.dtype, "choice", choices=("float32", "float64"))
         check_param("backend", self.backend, "choice", choices=("local", "ray"))
+        check_param("replicates", self.replicates, "int", low=0)
 
     # -------------------------------------------------------------- fitting
     def fit(self, federation: Federation) -> ExhaustiveOracle:
@@ -398,6 +479,15 @@ class ExhaustiveOracle:
             raise InputError(f"{fed.n} clients: the exhaustive oracle trains 2^N - 1 models; use at most 20")
         start = time.perf_counter()
         cfg = self.config(fed)
+        if self.replicates:
+            from coalitions.replicates import check_count
+
+            try:
+                check_count(self.replicates, fed.n)
+            except InputError as e:
+                why = str(e).replace("{", "{{").replace("}", "}}")
+                raise ParameterError("replicates", f"{{name}} {self.replicates}: {why}") from None
+        draws = bootstrap_draws(fed, self.replicates, self.seed) if self.replicates else None
         self.chunks_trained_ = 0
         self.chunks_resumed_ = 0
         if cfg["model"] == "linear":
@@ -405,6 +495,7 @@ class ExhaustiveOracle:
             self.device_ = "cpu"
             W = closed_form_weights(fed, self.ridge)
             val, test = closed_form_mse(fed, W, "val"), closed_form_mse(fed, W, "test")
+            reps = closed_form_replicates(fed, W, draws) if draws is not None else None
             self.weights_ = W
             if self.progress is not None:
                 self.progress(1, 1)
@@ -415,11 +506,16 @@ class ExhaustiveOracle:
             # a Ray cluster may have the GPUs this driver lacks: "cuda" is then checked by the tasks
             self.device_ = ("cuda" if self.backend == "ray" and self.device == "cuda"
                             else str(resolve_device(self.device)))
-            val, test = self._fit_batched(fed, cfg)
+            val, test, reps = self._fit_batched(fed, cfg, draws)
         self.values_val_, self.values_test_ = val, test
         self.config_ = cfg
         self.game_ = co.Game.from_array(val, fed.names, fed.sense, self._provenance(fed, cfg, "val"))
         self.test_game_ = co.Game.from_array(test, fed.names, fed.sense, self._provenance(fed, cfg, "test"))
+        self.replicates_ = None
+        if reps is not None:
+            from coalitions.replicates import Replicates
+
+            self.replicates_ = Replicates.from_array(reps, fed.names, fed.sense)
         self.elapsed_ = time.perf_counter() - start
         return self
 
@@ -459,7 +555,7 @@ class ExhaustiveOracle:
         per_model = 3 * 4 * n * self._activation_floats(spec) + 16 * spec.n_params
         return int(max(1, min(n_masks, self.memory_mb * 2 ** 20 // per_model)))
 
-    def _fit_batched(self, fed: Federation, cfg: dict):
+    def _fit_batched(self, fed: Federation, cfg: dict, draws=None):
         from coalitions.learners.training.checkpoint import Checkpoint, fingerprint
         from coalitions.learners.training.models import make_model
 
@@ -475,14 +571,20 @@ class ExhaustiveOracle:
 
         ckpt = None
         shape = (n, 1 << n)
+        arrays = {"val": shape, "test": shape}
+        if draws is not None:
+            arrays["replicates"] = (len(draws[0]),) + shape
         if self.checkpoint is not None:
-            key = fingerprint({"config": cfg, "chunk": chunk, "device": self.device_, "dataset": fed.name,
-                               "options": fed.options},
+            what = {"config": cfg, "chunk": chunk, "device": self.device_, "dataset": fed.name,
+                    "options": fed.options}
+            if draws is not None:
+                what["replicates"] = len(draws[0])
+            key = fingerprint(what,
                               [a for c in fed.clients for s in (c.train, c.val, c.test) for a in (s.X, s.y)])
-            ckpt = Checkpoint(self.checkpoint, key, {"val": shape, "test": shape}, len(chunks)).load()
+            ckpt = Checkpoint(self.checkpoint, key, arrays, len(chunks)).load()
             results = ckpt.arrays
         else:
-            results = {"val": np.full(shape, np.nan), "test": np.full(shape, np.nan)}
+            results = {k: np.full(s, np.nan) for k, s in arrays.items()}
 
         epochs = cfg["epochs"]
         total = len(masks) * epochs
@@ -496,6 +598,8 @@ class ExhaustiveOracle:
             """A finished chunk: its values into the results, then (atomically) into the checkpoint."""
             for part in ("val", "test"):
                 results[part][:, chunks[k]] = blocks[part]
+            if draws is not None:
+                results["replicates"][:, :, chunks[k]] = blocks["replicates"]
             done[k] = True
             self.chunks_trained_ += 1
             units["done"] += len(chunks[k]) * epochs
@@ -511,7 +615,7 @@ class ExhaustiveOracle:
             oracle_chunks(self, fed, cfg, [(k, chunks[k]) for k in todo], store, chunk_trainer,
                           address=self.address)
         else:
-            trainer = ChunkTrainer(self, fed, cfg, self.device_)
+            trainer = ChunkTrainer(self, fed, cfg, self.device_, draws)
             with using(step_macs(spec, trainer.step_samples, chunk), self.threads):
                 for k in todo:
                     base, size = units["done"], len(chunks[k])
@@ -521,7 +625,7 @@ class ExhaustiveOracle:
                             self.progress(base + ep * m, total)
 
                     store(k, trainer(chunks[k], progress=tick))
-        return results["val"], results["test"]
+        return results["val"], results["test"], results.get("replicates")
 
     # -------------------------------------------------------------- benefit oracle protocol
     @property

@@ -72,6 +72,27 @@ def test_quick_report_has_every_section_and_column(quick):
 
 
 @pytest.mark.slow
+def test_quick_report_shows_the_support_of_every_exact_ce(quick):
+    """Every exact CE carries its support over 50 bootstrap replicates, in results.json and report.md."""
+    from coalitions.equilibrium import solve
+    from coalitions.io import read_game_replicates
+    from coalitions.learners.experiments.runner import REPLICATES
+    from coalitions.support import support
+
+    res = read_results(quick / "results.json").to_json()
+    text = (quick / "report.md").read_text()
+    for reg in res["regimes"]:
+        run = reg["runs"][0]
+        game, reps = read_game_replicates(quick / "runs" / "quick" / f"{reg['name']}-seed{run['seed']}-game.json")
+        assert reps is not None and reps.b == REPLICATES
+        s = support(solve(game).partition, reps)
+        assert run["exact"]["support"] == {"partition": s.partition_share, "replicates": REPLICATES,
+                                           "coalitions": {game.key(k): v for k, v in s.coalition_shares.items()}}
+        assert f"over {REPLICATES} bootstrap replicates of the validation sets" in text
+        assert f"(the share whose CE is the same partition; docs/concepts.md §6): {s.partition_share:.2f};" in text
+
+
+@pytest.mark.slow
 def test_quick_figures_exist(quick):
     res = read_results(quick / "results.json").to_json()
     names = set(res["figures"])

@@ -51,6 +51,19 @@ def _better(metric: str | None) -> str:
     return "lower is better" if metric == "mse" else "higher is better"
 
 
+def _support_sentence(runs: list[dict]) -> str:
+    """The support of each seed's exact CE over its bootstrap replicates (docs/concepts.md §6), if recorded."""
+    sup = [r["exact"].get("support") for r in runs]
+    if any(s is None for s in sup):
+        return ""
+    first = sup[0]
+    per_seed = ", ".join(f"{s['partition']:.2f}" for s in sup)
+    blocks = ", ".join(f"{{{k}}} {v:.2f}" for k, v in first["coalitions"].items())
+    return (f" Support of each seed's CE over {first['replicates']} bootstrap replicates of the validation sets "
+            f"(the share whose CE is the same partition; docs/concepts.md §6): {per_seed}; seed "
+            f"{runs[0]['seed']}'s coalitions: {blocks}.")
+
+
 def _exact_section(reg: dict) -> list[str]:
     runs = reg["runs"]
     ex = runs[0]["exact"]
@@ -62,7 +75,8 @@ def _exact_section(reg: dict) -> list[str]:
              f"CE `{_blocks(ex['partition'])}`, certificate "
              f"{'holds' if ex['certificate'] else 'FAILS'} (exhaustive), peeling rounds "
              + "; ".join(f"{k + 1}: " + ", ".join(_set(c) for c in r) for k, r in enumerate(ex["rounds"]))
-             + (f"; ambiguous OCS: {', '.join(ex['ambiguous'])}" if ex["ambiguous"] else "") + ".", ""]
+             + (f"; ambiguous OCS: {', '.join(ex['ambiguous'])}" if ex["ambiguous"] else "") + "."
+             + _support_sentence(runs), ""]
     rows = []
     for c in reg["clients"]:
         rows.append([c, _set(ex["ocs"][c]), _set(ex["model_in_ce"][c]),

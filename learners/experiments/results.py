@@ -48,6 +48,8 @@ class ExactSummary:
     """The exact game of one run: its CE and each client's metric alone, in the CE and with everyone.
 
     ``val`` and ``test`` map ``"local"``, ``"ce"`` and ``"all"`` to ``{client: metric}``.
+    ``support`` is the CE's support over bootstrap replicates of the validation sets
+    (``"support"`` of ``coalitions/equilibrium@1``, docs/concepts.md §6), or None.
     ``equilibrium`` is the solved :class:`coalitions.Equilibrium` while in memory (never written).
     """
 
@@ -62,18 +64,25 @@ class ExactSummary:
     model_in_ce: dict[str, list[str]]
     val: dict[str, dict[str, float]]
     test: dict[str, dict[str, float]]
+    support: dict | None = None
     equilibrium: Any = field(default=None, repr=False, compare=False)
 
     KEYS = ("metric", "partition", "certificate", "found_by", "rounds", "ocs", "ambiguous", "edges", "model_in_ce",
             "val", "test")
 
     def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in self.KEYS}
+        out = {k: getattr(self, k) for k in self.KEYS}
+        if self.support is not None:
+            out["support"] = self.support
+        return out
 
     @classmethod
     def from_json(cls, data) -> ExactSummary:
         _need(data, cls.KEYS, "an exact summary")
-        return cls(**{k: data[k] for k in cls.KEYS})
+        support = data.get("support")
+        if support is not None:
+            _need(support, ("partition", "coalitions", "replicates"), "an exact summary's support")
+        return cls(**{k: data[k] for k in cls.KEYS}, support=support)
 
 
 @dataclass

@@ -65,15 +65,26 @@ def _blocks(game: co.Game, partition) -> list[list[str]]:
     return [_names(game, k) for k in sorted(partition, key=lambda k: k & -k)]
 
 
+#: Bootstrap replicates of the validation sets recorded with every exact game (the CE's support).
+REPLICATES = 50
+
+
 def exact_summary(game: co.Game, test_game: co.Game, metric: str | None,
-                  eq: co.Equilibrium | None = None) -> ExactSummary:
+                  eq: co.Equilibrium | None = None, replicates=None) -> ExactSummary:
     """The exact game's CE and each client's metric alone, in the CE and with everyone.
 
     ``game`` holds validation metrics (it decides everything); ``test_game`` the
     same models scored on test data (reported, never used to choose).  ``eq``:
-    ``co.solve(game)`` when the caller already has it.
+    ``co.solve(game)`` when the caller already has it.  ``replicates``
+    (:class:`coalitions.replicates.Replicates`, optional): bootstrap replicates
+    of ``game``, which give the CE's support (docs/concepts.md §6).
     """
+    from coalitions.io import support_to_json
+    from coalitions.support import support
+
     eq = co.solve(game) if eq is None else eq
+    sup = None if replicates is None else support_to_json(game, support(eq.partition, replicates, eq.semantics,
+                                                                        eq.tol))
     bg = co.ExactOracle(game).benefit_graph(game.grand)
     used = models_in(game, eq.partition)
     raw_val, raw_test = game.raw_values(), test_game.raw_values()
@@ -91,7 +102,7 @@ def exact_summary(game: co.Game, test_game: co.Game, metric: str | None,
         ambiguous=sorted(game.clients[i] for i in bg.ambiguous),
         edges=[[game.clients[j], game.clients[i]] for j, i in bg.edges],
         model_in_ce={game.clients[i]: _names(game, used[i]) for i in range(game.n)},
-        val=scores["val"], test=scores["test"], equilibrium=eq)
+        val=scores["val"], test=scores["test"], support=sup, equilibrium=eq)
 
 
 def _is_ce(game: co.Game, estimate) -> bool:
@@ -139,7 +150,7 @@ def _files(where: Path, what: str) -> tuple[Path, ...]:
 
 
 def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, progress=None):
-    """Train one piece: the exact (validation, test) games, or learner ``what``'s estimate.
+    """Train one piece: the exact games ``(validation, test, method, replicates)``, or learner ``what``'s estimate.
 
     Pure computation (no files): the local loop and the Ray tasks of
     :mod:`coalitions.learners.distributed` both call it, so they agree.
@@ -148,8 +159,9 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
     if what == "exact":
         from coalitions.learners.exact import ExhaustiveOracle
 
-        o = ExhaustiveOracle(device=device, seed=seed, progress=progress, **exp.oracle).fit(fed)
-        return o.game_, o.test_game_, o.method_
+        o = ExhaustiveOracle(device=device, seed=seed, progress=progress,
+                             **{"replicates": REPLICATES, **exp.oracle}).fit(fed)
+        return o.game_, o.test_game_, o.method_, o.replicates_
     from coalitions.learners.methods.registry import create
 
     return create(what, options, device=device, seed=seed, progress=progress).fit(fed).estimate_
@@ -175,7 +187,7 @@ def store_piece(where: Path, what: str, result, seconds: float) -> None:
     files = _files(where, what)
     if what == "exact":
         co.write_game(result[1], files[1])
-        co.write_game(result[0], files[0])  # last: its presence marks the pair finished
+        co.write_game(result[0], files[0], result[3])  # last: its presence marks the pair finished
     else:
         write_estimate(result, files[0])
     _record_time(where.parent, files[0].name, seconds)
@@ -195,7 +207,10 @@ def _piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: st
         if not quiet:
             log(f"{where.name}: {'exact game' if what == 'exact' else what} read back from {files[0].name}")
         if what == "exact":
-            return co.read_game(files[0]), co.read_game(files[1])
+            from coalitions.io import read_game_replicates
+
+            game, reps = read_game_replicates(files[0])
+            return game, co.read_game(files[1]), reps
         from coalitions.estimate import read_estimate
 
         return read_estimate(files[0])
@@ -205,7 +220,7 @@ def _piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: st
     seconds = time.perf_counter() - t
     store_piece(where, what, result, seconds)
     log(_done_line(where, what, result, fed.n, seconds))
-    return result[:2] if what == "exact" else result
+    return (result[0], result[1], result[3]) if what == "exact" else result
 
 
 def _stats(values: list[float]) -> dict:
@@ -331,10 +346,10 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
             run = Run(seed=seed, methods={})
             game = test_game = eq = None
             if exp.oracle is not None:
-                game, test_game = _piece(fed, exp, "exact", {}, seed, device, where, log, progress,
-                                         (where.name, "exact") in fresh)
+                game, test_game, reps = _piece(fed, exp, "exact", {}, seed, device, where, log, progress,
+                                               (where.name, "exact") in fresh)
                 eq = co.solve(game)
-                run.exact = exact_summary(game, test_game, metric, eq)
+                run.exact = exact_summary(game, test_game, metric, eq, reps)
                 if seed != seeds[0]:
                     run.exact.equilibrium = None  # only the first seed's is drawn
             for m in methods:
