@@ -384,9 +384,9 @@ class PersonalizedLearner(Learner):
         if not self.has_weights:
             self.oracle_ = StructuralOracle(fed.names, self.shares_model)
         elif self.refit:
-            self.oracle_ = RefitOracle(self, fed, self.weights_)
+            self.oracle_ = RefitOracle(self, fed, self.rule_weights())
         else:
-            self.oracle_ = self.weight_oracle(fed.names, self.weights_)
+            self.oracle_ = self.weight_oracle(fed.names, self.rule_weights())
         return self
 
     # -- what subclasses provide
@@ -435,6 +435,13 @@ class PersonalizedLearner(Learner):
                 out[part][name] = float(evaluate_batch(fed.metric, data.raw_y[i], scores[i:i + 1, :n])[0])
         return out
 
+    def rule_weights(self) -> np.ndarray:
+        """The row-stochastic matrix the weight rule reads (``weights_`` unless the method says otherwise).
+
+        FedAMP and HeurFedAMP read their self-referenced affinity (``docs/concepts.md`` §5).
+        """
+        return self.weights_
+
     def weight_oracle(self, names, weights) -> WeightOracle:
         """The :class:`~coalitions.oracles.WeightOracle` of this learner's rule and threshold on ``weights``."""
         return WeightOracle(names, weights, self.rule, self.threshold)
@@ -448,7 +455,7 @@ class PersonalizedLearner(Learner):
             "threshold_used": self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.rule]}
         if self.has_weights:
             config["restricted"] = "refit" if self.refit else "renormalise"
-            config["graph"] = "weights"
+            config["graph"] = "affinity" if getattr(self, "graph", "weights") == "affinity" else "weights"
         else:
             config["restricted"] = "structural"
             config["graph"] = "structural"
@@ -459,6 +466,9 @@ class PersonalizedLearner(Learner):
                  "engine_timings": self.engine_.timings_, "resumed_from": self.resumed_from_}
         if self.has_weights:
             extra["weights_history"] = [np.round(w, 8).tolist() for w in self.weights_history_]
+            rule_w = self.rule_weights()
+            if rule_w is not self.weights_:
+                extra["rule_weights"] = np.round(rule_w, 12).tolist()
         return extra
 
     def __repr__(self) -> str:
