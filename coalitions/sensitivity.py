@@ -34,7 +34,8 @@ from coalitions.oracles import DEFAULT_THRESHOLDS, WeightOracle
 from coalitions.params import check_param
 from coalitions.peeling import peel_oracle
 
-__all__ = ["SensitivityRow", "threshold_sensitivity", "default_thresholds", "sensitivity_table"]
+__all__ = ["SensitivityRow", "threshold_sensitivity", "default_thresholds", "sensitivity_table",
+           "sensitivity_to_json"]
 
 #: Thresholds tried when none are given: around each rule's default.
 _GRIDS = {
@@ -124,3 +125,10 @@ def sensitivity_table(clients: Sequence[str], rows: Sequence[SensitivityRow], ru
         blocks = " | ".join(",".join(b) for b in r.blocks(clients))
         lines.append(f"{r.threshold:>9g}{mark}  {r.n_edges:>5}  {blocks}")
     return "\n".join(lines)
+
+
+def sensitivity_to_json(clients: Sequence[str], rows: Sequence[SensitivityRow], rule: str, used: float) -> dict:
+    """JSON-ready record (an estimate's ``extra.sensitivity``, ``docs/formats.md``)."""
+    return {"rule": rule, "threshold_used": float(used),
+            "rows": [{"threshold": r.threshold, "edges": [[clients[j], clients[i]] for j, i in r.edges],
+                      "partition": r.blocks(clients)} for r in rows]}

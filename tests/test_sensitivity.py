@@ -111,3 +111,25 @@ def test_table_marks_the_threshold_used():
     text = sensitivity_table("ab", rows, "relative", used=0.7)
     assert text.splitlines()[1].split() == ["0.7*", "2", "a,b"]
     assert text.splitlines()[2].split() == ["1.5", "0", "a", "|", "b"]
+
+
+def test_learn_prints_the_sensitivity_table_and_records_it(tmp_path, capsys):
+    from coalitions.cli import main
+    from coalitions.estimate import read_estimate
+
+    out = tmp_path / "e.json"
+    args = ["learn", "synthetic", "--method", "fedamp-heuristic", "--samples", "100", "--rho", "0.01",
+            "--rounds", "6", "--client-batch", "100", "--sensitivity", "-o", str(out)]
+    assert main(args) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].split()[:2] == ["threshold", "edges"]
+    assert ["0.7*", "12", "0,1,2", "|", "3,4,5"] in [line.split() for line in text]
+    rec = read_estimate(out).extra["sensitivity"]
+    assert rec["rule"] == "relative" and rec["threshold_used"] == 0.7
+    assert [r["threshold"] for r in rec["rows"]] == sorted(r["threshold"] for r in rec["rows"])
+    used = next(r for r in rec["rows"] if r["threshold"] == 0.7)
+    assert used["partition"] == read_estimate(out).blocks()
+    # a method without weights has no threshold: one line naming the flag, exit 2
+    assert main(["learn", "synthetic", "--method", "local", "--rounds", "1", "--sensitivity", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("coalitions: error: --sensitivity")

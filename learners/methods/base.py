@@ -68,6 +68,7 @@ from coalitions.learners.training.models import KINDS, make_model
 from coalitions.oracles import DEFAULT_THRESHOLDS, WEIGHT_RULES, StructuralOracle, WeightOracle
 from coalitions.params import check_param
 from coalitions.peeling import Peeling, peel_oracle
+from coalitions.sensitivity import SensitivityRow, default_thresholds, threshold_sensitivity
 
 __all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "unflatten", "default_model"]
 
@@ -441,6 +442,19 @@ class PersonalizedLearner(Learner):
         FedAMP and HeurFedAMP read their self-referenced affinity (``docs/concepts.md`` §5).
         """
         return self.weights_
+
+    def sensitivity(self, thresholds=None) -> tuple[str, float, tuple[SensitivityRow, ...]]:
+        """The learned equilibrium across the rule's threshold: ``(rule, threshold used, rows)``.
+
+        A pure function of :meth:`rule_weights` (:func:`coalitions.sensitivity.threshold_sensitivity`,
+        rows renormalised over ``R``, also under ``refit=True``); ``thresholds``
+        defaults to the rule's grid, to which the threshold used is added.
+        """
+        if not self.has_weights:
+            raise InputError(f"{self.method} has no pairwise weights: its graph is structural, with no threshold")
+        used = float(self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.rule])
+        grid = [*(default_thresholds(self.rule) if thresholds is None else thresholds), used]
+        return self.rule, used, threshold_sensitivity(self.federation_.names, self.rule_weights(), self.rule, grid)
 
     def weight_oracle(self, names, weights) -> WeightOracle:
         """The :class:`~coalitions.oracles.WeightOracle` of this learner's rule and threshold on ``weights``."""
