@@ -95,10 +95,17 @@ def test_the_estimate_says_what_the_rule_read(name, groups):
     m = LEARNERS[name]()
     m.set_params(rounds=2).fit(groups)
     e = m.estimate_
-    assert e.config["restricted"] == "renormalise"
+    assert e.config["restricted"] == "renormalise" and e.config["restriction_is_noop"] is True
     if name.startswith("fedamp"):
         assert e.config["graph"] == "affinity"
         assert np.allclose(e.extra["rule_weights"], m.affinity_)
         assert np.allclose(e.weights, m.weights_)  # the estimate's weights stay ξ
     else:
         assert e.config["graph"] == "weights" and "rule_weights" not in e.extra
+
+
+def test_the_uniform_rule_runs_in_a_learner_and_the_estimate_says_restriction_matters(groups):
+    m = FedAMPHeuristic(rounds=20, batch_size=None, seed=0, engine="batched", rule="uniform").fit(groups)
+    e = m.estimate_
+    assert e.config["restriction_is_noop"] is False and e.config["threshold_used"] == 1.5
+    assert sorted(e.blocks()) == [["0", "1", "2"], ["3", "4", "5"]]  # 1/3 each within a group ≥ 1.5/6

@@ -469,6 +469,8 @@ class PersonalizedLearner(Learner):
             "threshold_used": self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.rule]}
         if self.has_weights:
             config["restricted"] = "refit" if self.refit else "renormalise"
+            # renormalising over R is a no-op for the ratio-type rules: BG(R) = BG(all) restricted
+            config["restriction_is_noop"] = not self.refit and self.rule in ("relative", "mass")
             config["graph"] = "affinity" if getattr(self, "graph", "weights") == "affinity" else "weights"
         else:
             config["restricted"] = "structural"
