@@ -33,7 +33,9 @@ Optimiser
 From weights to an equilibrium (``docs/concepts.md``, "Learned benefit graphs")
     With a weight matrix (FedAMP's ``ξ``, FedeRiCo's posteriors) ``BG(R)``
     comes from :class:`~coalitions.oracles.WeightOracle` (rule and threshold
-    configurable): for ``R ⊊ all`` rows are **renormalised** over ``R`` by
+    configurable) on the matrix :meth:`PersonalizedLearner.rule_weights` names
+    (FedAMP: its attention relative to an identical peer, so that the rule has
+    a null reference): for ``R ⊊ all`` rows are **renormalised** over ``R`` by
     default; ``refit=True`` trains the method again on the clients of ``R``
     alone and reads ``BG(R)`` off the new weights (:class:`RefitOracle`).  The
     estimate's config says which (``"restricted": "renormalise" | "refit"``).
