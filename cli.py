@@ -702,30 +702,46 @@ def _method_options(f):
 @threads_option
 @click.option("-o", "--output", required=True, type=OUTPUT,
               help="Estimate file (coalitions/estimate@1 JSON).")
-def learn(dataset, method, device, threads, output, **opts):
+@click.option("--sensitivity", is_flag=True, default=False,
+              help="Print the learned equilibrium across the weight rule's threshold (also in the estimate's "
+                   "extra.sensitivity).")
+def learn(dataset, method, device, threads, output, sensitivity, **opts):
     """Learn who benefits from whom on DATASET: a coalitions/estimate@1 file (docs/concepts.md §5, docs/formats.md).
 
     The estimate holds the weights, each client's validation and test metric,
     the learned benefit graph and the equilibrium that peeling reaches on the
     learner's benefit oracle.  Options apply to the methods that take them.
     """
+    import dataclasses
+
     from coalitions.estimate import write_estimate
     from coalitions.learners.methods.registry import create
+    from coalitions.sensitivity import sensitivity_table, sensitivity_to_json
 
     keys = {o.key for m in METHODS.values() for o in m.options}  # every method's flags; create() checks
     given = {k: v for k, v in opts.items() if k in keys and k not in DATASET_OPTIONS and v is not None}
     data_opts = {k: v for k, v in opts.items() if k in DATASET_OPTIONS}
     est = create(method, given, device=device, seed=data_opts.get("seed") or 0,
                  progress=_progress(f"training {method}"))
+    if sensitivity and not getattr(est, "has_weights", True):
+        raise co.InputError(f"--sensitivity: --method {method} has no pairwise weights (its graph is structural)")
     fed = load_federation(dataset, data_opts)
     _threads(threads)
     flags = {o.arg: f"--{o.flag}" for o in METHODS[method].options}
     with _flags({**flags, "device": "--device", "seed": "--seed"}):
         est.fit(fed)
         e = est.estimate_
+        sens = est.sensitivity() if sensitivity else None
+    if sens is not None:
+        e = dataclasses.replace(e, extra={**e.extra, "sensitivity": sensitivity_to_json(e.clients, sens[2], *sens[:2])})
     write_estimate(e, output)
     click.echo(f"wrote {output}: {method} on {dataset} ({fed.n} clients), equilibrium "
                f"{' | '.join(','.join(b) for b in e.blocks())}", err=True)
+    for name, rec in e.extra.get("rules", {}).items():  # SPO: the paper's ratio rule beside elimination
+        click.echo(f"  {name} rule{' (used)' if rec['used'] else ''}: {rec['label']}; equilibrium "
+                   f"{' | '.join(','.join(b) for b in rec['partition'])}", err=True)
+    if sens is not None:
+        click.echo(sensitivity_table(e.clients, sens[2], sens[0], sens[1]))
 
 
 @cli.command("compare")

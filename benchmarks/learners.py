@@ -214,6 +214,8 @@ def accuracy(args) -> None:
                     row["ari"] = adjusted_rand_index(_labels(m.estimate_.partition, fed.n), planted)
                     if m.weights_ is not None:
                         mats = {"weights": m.weights_}
+                        if m.rule_weights() is not m.weights_:  # FedAMP: its affinity to an identical peer
+                            mats["affinity"] = m.rule_weights()
                         if method == "federico":
                             mats = {"posterior": m.posterior_, "data": data_weights(m.posterior_)}
                         for label, w in mats.items():

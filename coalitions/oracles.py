@@ -39,10 +39,11 @@ __all__ = ["WeightOracle", "StructuralOracle", "WEIGHT_RULES", "DEFAULT_THRESHOL
            "check_weights"]
 
 #: Rules turning a weight row into collaborators (``docs/concepts.md``, "Learned benefit graphs").
-WEIGHT_RULES = ("relative", "absolute", "mass")
+WEIGHT_RULES = ("relative", "absolute", "mass", "uniform")
 #: Default threshold of each rule: ``w_ij/w_ii ≥ 0.7`` (the CE paper's ratio), ``w_ij ≥ 0.1``,
-#: and the smallest set of others holding 90 % of the row's off-diagonal mass.
-DEFAULT_THRESHOLDS = {"relative": 0.7, "absolute": 0.1, "mass": 0.9}
+#: the smallest set of others holding 90 % of the row's off-diagonal mass, and
+#: ``w_ij ≥ 1.5/|R|`` (half again the share of an uninformative, uniform learner).
+DEFAULT_THRESHOLDS = {"relative": 0.7, "absolute": 0.1, "mass": 0.9, "uniform": 1.5}
 #: Rows of a weight matrix must sum to 1 within this (absolute).
 ROW_SUM_TOL = 1e-6
 
@@ -86,19 +87,23 @@ class WeightOracle:
     * ``"mass"``: ``j`` is in the smallest set of others whose weights hold at
       least ``threshold`` (default 0.9) of the row's off-diagonal mass
       ``Σ_{k∈R, k≠i} w̃_ik`` (largest weights first, ties to the lower index);
-      a row with no off-diagonal mass within ``R`` has no collaborators.
+      a row with no off-diagonal mass within ``R`` has no collaborators;
+    * ``"uniform"``: ``w̃_ij ≥ threshold / |R|`` (default 1.5): ``j`` gets more
+      than an uninformative learner's uniform share ``1/|R|`` by the factor
+      ``threshold`` (the null reference of ``docs/concepts.md`` §5).
 
     The relative and mass rules are invariant to the renormalisation (they
-    compare weights of one row); only the absolute rule sees it.  A row with
-    no mass at all inside ``R`` (possible only when ``w_ii = 0``) has no
-    collaborators.
+    compare weights of one row), so ``BG(R)`` is ``BG(all)`` restricted to
+    ``R``; the absolute and uniform rules see it (the uniform share ``1/|R|``
+    grows as ``R`` shrinks).  A row with no mass at all inside ``R`` (possible
+    only when ``w_ii = 0``) has no collaborators.
 
     Parameters
     ----------
     clients : sequence of str
     weights : array of shape (N, N)
         Rows sum to 1, non-negative.
-    rule : {"relative", "absolute", "mass"}
+    rule : {"relative", "absolute", "mass", "uniform"}
     threshold : float, optional
         Defaults to :data:`DEFAULT_THRESHOLDS` of the rule.
     """
@@ -131,6 +136,8 @@ class WeightOracle:
         eye = np.eye(k, dtype=bool)
         if self.rule == "absolute":
             out = w >= self.threshold
+        elif self.rule == "uniform":
+            out = (w >= self.threshold / k) & (w > 0)
         elif self.rule == "relative":
             diag = np.diag(w)[:, None]
             ratio = np.divide(w, diag, out=np.where(w > 0, np.inf, 0.0), where=diag > 0)

@@ -126,7 +126,7 @@ def weight_matrices(draw):
 
 
 @settings(max_examples=60, deadline=None)
-@given(weight_matrices(), st.sampled_from(["relative", "absolute", "mass"]), st.floats(0.05, 1.0),
+@given(weight_matrices(), st.sampled_from(["relative", "absolute", "mass", "uniform"]), st.floats(0.05, 1.0),
        st.integers(1, 63))
 def test_weight_oracle_properties(w, rule, thr, within):
     n = w.shape[0]

@@ -77,10 +77,10 @@ def test_fedamp_with_lambda_differs_from_local_and_alpha_zero_equals_local():
     # proximal term alone must change the result (λ > 0 vs λ = 0 from the same ξ)
     lam0 = FedAMP(alpha_k=0.5, lam=0.0, sigma=10.0, **kw).fit(fed)
     assert not torch.allclose(flatten(amp.params_), flatten(lam0.params_), atol=1e-4)
-    off = FedAMP(alpha_k=0.0, lam=1.0, **kw).fit(fed)
+    off = FedAMP(alpha_k=0.0, lam=1.0, local_steps=1, **kw).fit(fed)  # one epoch a round, as Local
     assert torch.equal(flatten(off.params_), local)
     assert np.array_equal(off.weights_, np.eye(fed.n))
-    heur_off = FedAMPHeuristic(alpha_k=0.0, **kw).fit(fed)
+    heur_off = FedAMPHeuristic(alpha_k=0.0, local_steps=1, **kw).fit(fed)
     assert torch.equal(flatten(heur_off.params_), local)
 
 
@@ -111,3 +111,29 @@ def test_bad_options_are_input_errors(kw, match):
         FedAMP(**kw).fit(blobs())
     with pytest.raises(InputError, match="^self_weight must be a number in"):
         FedAMPHeuristic(self_weight=1.5).fit(blobs())
+
+
+def test_lambda_acts_only_with_more_than_one_local_step():
+    """One local step per round starts at u_i, where the proximal gradient is zero: λ is inert.
+
+    synthetic with 10 samples and batch 32 is one minibatch step an epoch; the default
+    ``local_steps`` repeats epochs until every client has taken five.
+    """
+    from coalitions.learners.data.datasets import load
+
+    fed = load("synthetic", samples=10, val=20, test=20, seed=0)
+    kw = dict(rounds=4, seed=0, engine="batched")
+    models = {lam: flatten(FedAMP(lam=lam, **kw).fit(fed).params_) for lam in (1e-6, 0.2, 5.0)}
+    assert not torch.allclose(models[1e-6], models[0.2], atol=1e-6)
+    assert not torch.allclose(models[0.2], models[5.0], atol=1e-6)
+    one = {lam: flatten(FedAMP(lam=lam, local_steps=1, **kw).fit(fed).params_) for lam in (1e-6, 5.0)}
+    assert torch.equal(one[1e-6], one[5.0])  # the documented inertness of a single step
+
+
+def test_local_epochs_for_gives_every_client_the_steps():
+    from coalitions.learners.methods.fedamp import local_epochs_for
+
+    assert local_epochs_for(np.array([10, 40]), 32, 1, 5) == 5  # the 10-sample client: 1 step an epoch
+    assert local_epochs_for(np.array([100, 400]), 32, 1, 5) == 2  # 4 steps an epoch
+    assert local_epochs_for(np.array([100, 400]), 32, 3, 5) == 3  # local_epochs is a floor
+    assert local_epochs_for(np.array([100]), None, 1, 5) == 5  # full batch: 1 step an epoch

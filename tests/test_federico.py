@@ -36,7 +36,7 @@ def test_sampling_picks_distinct_others(n, k, eps, seed):
 def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
     fed = blobs(sizes=(12, 9, 15, 10, 8))
     beta = 0.5
-    m = FedeRiCo(rounds=4, beta=beta, neighbours=2, eps=0.5, **KW).fit(fed)
+    m = FedeRiCo(rounds=4, beta=beta, neighbours=2, eps=0.5, accumulate=True, **KW).fit(fed)
     n = fed.n
     prev_w = np.full((n, n), 1 / n)
     prev_ema = None
@@ -52,7 +52,7 @@ def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
             assert np.array_equal(ema[~sampled], prev_ema[~sampled])
         prev_w, prev_ema = w, ema
     # the last E-step's L̂ is the EMA of the losses of the models after round 3 (same seed ⇒ same models)
-    before = FedeRiCo(rounds=3, beta=beta, neighbours=2, eps=0.5, **KW).fit(fed)
+    before = FedeRiCo(rounds=3, beta=beta, neighbours=2, eps=0.5, accumulate=True, **KW).fit(fed)
     phi = {k: v for k, v in before.params_.items()}
     d = before.train_data_
     nb = m.neighbours_history_[-1]
@@ -63,9 +63,10 @@ def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
             assert m.ema_loss_[i, j] == pytest.approx((1 - beta) * before.ema_loss_[i, j] + beta * loss, rel=1e-5)
 
 
-def test_uniform_prior_gives_the_softmax_of_the_ema():
+def test_the_default_is_the_ema_posterior_softmax_of_minus_the_ema():
     fed = blobs(sizes=(12, 9, 15))
-    m = FedeRiCo(rounds=3, accumulate=False, **KW).fit(fed)
+    m = FedeRiCo(rounds=3, **KW).fit(fed)
+    assert m.accumulate is False and m.estimate_.config["accumulate"] is False
     for w, ema in zip(m.posterior_history_, m.ema_history_, strict=True):
         assert np.allclose(w, posterior(torch.zeros(3, 3, dtype=torch.float64), torch.as_tensor(ema)).numpy())
 

@@ -206,6 +206,27 @@ def test_ratio_rule_is_consistent_with_elimination(easy):
         assert c & ~groups[i] == 0         # and neither crosses the planted groups
 
 
+def test_the_papers_ratio_rule_is_reported_beside_elimination(easy):
+    fed, m = easy
+    e = m.estimate_
+    assert e.config["rules_reported"] == ["elimination", "ratio"]
+    rules = e.extra["rules"]
+    assert rules["elimination"]["used"] and not rules["ratio"]["used"]
+    assert "ratio rule" in rules["ratio"]["label"] and "d_j/d_i >= 0.7" in rules["ratio"]["label"]
+    assert rules["elimination"]["partition"] == e.blocks()
+    ratio = SPOOracle(fed.names, m.search_, "ratio", m.threshold, m.tol, m.min_weight)
+    ratio._best = m.oracle_._best
+    assert rules["ratio"]["edges"] == [[fed.names[j], fed.names[i]] for j, i in ratio.benefit_graph(15).edges]
+    from coalitions.bitmask import members
+    from coalitions.peeling import peel_oracle
+
+    want = [[fed.names[i] for i in members(k)] for k in peel_oracle(ratio).partition]
+    assert rules["ratio"]["partition"] == want
+    rule, used, rows = m.sensitivity([0.7, 0.0])
+    assert rule == "ratio" and used == 0.7 and [r.threshold for r in rows] == [0.0, 0.7]
+    assert rows[1].blocks(fed.names) == want
+
+
 def test_oracle_answers_any_remaining_set_without_retraining(easy):
     fed, m = easy
     before = [p.clone() for p in m.hypernet_.parameters()]

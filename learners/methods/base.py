@@ -33,7 +33,9 @@ Optimiser
 From weights to an equilibrium (``docs/concepts.md``, "Learned benefit graphs")
     With a weight matrix (FedAMP's ``ξ``, FedeRiCo's posteriors) ``BG(R)``
     comes from :class:`~coalitions.oracles.WeightOracle` (rule and threshold
-    configurable): for ``R ⊊ all`` rows are **renormalised** over ``R`` by
+    configurable) on the matrix :meth:`PersonalizedLearner.rule_weights` names
+    (FedAMP: its attention relative to an identical peer, so that the rule has
+    a null reference): for ``R ⊊ all`` rows are **renormalised** over ``R`` by
     default; ``refit=True`` trains the method again on the clients of ``R``
     alone and reads ``BG(R)`` off the new weights (:class:`RefitOracle`).  The
     estimate's config says which (``"restricted": "renormalise" | "refit"``).
@@ -69,6 +71,7 @@ from coalitions.learners.training.threads import applied, step_macs
 from coalitions.oracles import DEFAULT_THRESHOLDS, WEIGHT_RULES, StructuralOracle, WeightOracle
 from coalitions.params import check_param
 from coalitions.peeling import Peeling, peel_oracle
+from coalitions.sensitivity import SensitivityRow, default_thresholds, threshold_sensitivity
 
 __all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "unflatten", "default_model"]
 
@@ -392,9 +395,9 @@ class PersonalizedLearner(Learner):
         if not self.has_weights:
             self.oracle_ = StructuralOracle(fed.names, self.shares_model)
         elif self.refit:
-            self.oracle_ = RefitOracle(self, fed, self.weights_)
+            self.oracle_ = RefitOracle(self, fed, self.rule_weights())
         else:
-            self.oracle_ = self.weight_oracle(fed.names, self.weights_)
+            self.oracle_ = self.weight_oracle(fed.names, self.rule_weights())
         return self
 
     # -- what subclasses provide
@@ -443,6 +446,26 @@ class PersonalizedLearner(Learner):
                 out[part][name] = float(evaluate_batch(fed.metric, data.raw_y[i], scores[i:i + 1, :n])[0])
         return out
 
+    def rule_weights(self) -> np.ndarray:
+        """The row-stochastic matrix the weight rule reads (``weights_`` unless the method says otherwise).
+
+        FedAMP and HeurFedAMP read their self-referenced affinity (``docs/concepts.md`` §5).
+        """
+        return self.weights_
+
+    def sensitivity(self, thresholds=None) -> tuple[str, float, tuple[SensitivityRow, ...]]:
+        """The learned equilibrium across the rule's threshold: ``(rule, threshold used, rows)``.
+
+        A pure function of :meth:`rule_weights` (:func:`coalitions.sensitivity.threshold_sensitivity`,
+        rows renormalised over ``R``, also under ``refit=True``); ``thresholds``
+        defaults to the rule's grid, to which the threshold used is added.
+        """
+        if not self.has_weights:
+            raise InputError(f"{self.method} has no pairwise weights: its graph is structural, with no threshold")
+        used = float(self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.rule])
+        grid = [*(default_thresholds(self.rule) if thresholds is None else thresholds), used]
+        return self.rule, used, threshold_sensitivity(self.federation_.names, self.rule_weights(), self.rule, grid)
+
     def weight_oracle(self, names, weights) -> WeightOracle:
         """The :class:`~coalitions.oracles.WeightOracle` of this learner's rule and threshold on ``weights``."""
         return WeightOracle(names, weights, self.rule, self.threshold)
@@ -456,7 +479,9 @@ class PersonalizedLearner(Learner):
             "threshold_used": self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.rule]}
         if self.has_weights:
             config["restricted"] = "refit" if self.refit else "renormalise"
-            config["graph"] = "weights"
+            # renormalising over R is a no-op for the ratio-type rules: BG(R) = BG(all) restricted
+            config["restriction_is_noop"] = not self.refit and self.rule in ("relative", "mass")
+            config["graph"] = "affinity" if getattr(self, "graph", "weights") == "affinity" else "weights"
         else:
             config["restricted"] = "structural"
             config["graph"] = "structural"
@@ -467,6 +492,9 @@ class PersonalizedLearner(Learner):
                  "resumed_from": self.resumed_from_}
         if self.has_weights:
             extra["weights_history"] = [np.round(w, 8).tolist() for w in self.weights_history_]
+            rule_w = self.rule_weights()
+            if rule_w is not self.weights_:
+                extra["rule_weights"] = np.round(rule_w, 12).tolist()
         return extra
 
     def __repr__(self) -> str:

@@ -53,7 +53,11 @@ from coalitions.learners.methods.base import PersonalizedLearner, unflatten
 from coalitions.learners.training.engine import flatten, train_epochs
 from coalitions.params import check_param
 
-__all__ = ["FedAMP", "FedAMPHeuristic", "attention_plain", "attention_heuristic", "proximal_loss"]
+__all__ = ["FedAMP", "FedAMPHeuristic", "attention_plain", "attention_heuristic", "proximal_loss",
+           "affinity_plain", "affinity_heuristic", "local_epochs_for", "GRAPHS"]
+
+#: Which matrix the weight rule reads: the self-referenced affinity (default) or ``ξ`` itself.
+GRAPHS = ("affinity", "xi")
 
 
 def attention_plain(W: torch.Tensor, alpha: float, sigma: float) -> tuple[torch.Tensor, int]:
@@ -89,6 +93,47 @@ def attention_heuristic(W: torch.Tensor, sigma: float, self_weight: float) -> to
     return (1 - self_weight) * off + self_weight * eye.to(torch.float64)
 
 
+def affinity_plain(W: torch.Tensor, sigma: float) -> np.ndarray:
+    """Plain FedAMP's attention relative to an identical peer: ``K_ij = e^{−‖w_i − w_j‖²/σ}``.
+
+    ``ξ_ij = (α_k/σ)·K_ij`` for ``j ≠ i``, and ``α_k/σ`` is the attention the same
+    formula gives a peer whose model equals ``w_i`` (a copy of client ``i``), so
+    ``K_ij ∈ (0, 1]`` reads "how close to a copy of me is ``j``", independently of
+    ``α_k`` and of the number of clients; ``K_ii = 1``.  Returned row-normalised
+    (``K_ij / Σ_k K_ik``), so that the relative rule ``w_ij/w_ii ≥ t`` is ``K_ij ≥ t``.
+    """
+    W = W.to(torch.float64)
+    K = torch.exp(-torch.cdist(W, W).pow(2) / sigma)
+    K.fill_diagonal_(1.0)
+    K = K.cpu().numpy()
+    return K / K.sum(axis=1, keepdims=True)
+
+
+def affinity_heuristic(W: torch.Tensor, sigma: float) -> np.ndarray:
+    """HeurFedAMP's attention relative to an identical peer: ``K_ij = e^{σ(cos(w_i, w_j) − 1)}``.
+
+    ``ξ_ij ∝ e^{σ·cos(w_i, w_j)}`` and a copy of client ``i`` (cosine 1) would get
+    ``e^{σ}``; ``K_ij ∈ (0, 1]``, ``K_ii = 1``.  Unlike ``ξ`` (whose off-diagonal
+    share ``1 − ξ_ii`` is fixed, so that with two clients ``ξ_12 = 1 − ξ_ii``
+    whatever the models) it can say "alone".  Returned row-normalised.
+    """
+    W = W.to(torch.float64)
+    unit = W / W.norm(dim=1, keepdim=True).clamp(min=1e-300)
+    K = torch.exp(sigma * ((unit @ unit.T).clamp(-1, 1) - 1))
+    K.fill_diagonal_(1.0)
+    K = K.cpu().numpy()
+    return K / K.sum(axis=1, keepdims=True)
+
+
+def local_epochs_for(sizes, batch_size, local_epochs: int, local_steps: int) -> int:
+    """Epochs per round so that every client takes at least ``local_steps`` minibatch steps.
+
+    Client ``i`` takes ``ceil(n_i/B)`` steps an epoch; the smallest client decides.
+    """
+    per_epoch = min(max(1, math.ceil(int(n) / (batch_size or max(int(n), 1)))) for n in sizes)
+    return max(int(local_epochs), math.ceil(int(local_steps) / per_epoch))
+
+
 def proximal_loss(task_loss, coef: float):
     """``F_i(w) + coef·‖w − u_i‖²`` for one model (``coef = λ/(2α_k)``), differentiable in ``w``."""
     def loss(params, X, y, m, u):
@@ -110,6 +155,18 @@ class FedAMP(PersonalizedLearner):
         proximal weight is ``λ/(2α_k)``.
     sigma : float
         ``σ`` of ``A(x) = 1 − e^{−x/σ}`` (10.0).
+    local_steps : int
+        At least this many minibatch steps per client and round (5): local
+        epochs are repeated until the smallest client has taken them
+        (:func:`local_epochs_for`).  With one step per round the proximal term
+        is inert: the step starts at ``u_i``, where its gradient
+        ``(λ/α_k)(w − u_i)`` is zero, so ``λ`` changes nothing.
+    graph : {"affinity", "xi"}
+        The matrix the weight rule reads: the attention relative to an
+        identical peer (:func:`affinity_plain`, default; with the relative rule
+        ``j`` collaborates when ``e^{−‖w_i − w_j‖²/σ} ≥ t``), or ``ξ`` itself
+        (whose ``ξ_ij ≤ α_k/σ = 0.05`` makes the relative rule give no edge below
+        20 clients).
     **common
         See :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
 
@@ -121,12 +178,14 @@ class FedAMP(PersonalizedLearner):
         ``ξ`` of each round.
     guarded_rows_ : int
         Rows the negative-``ξ_ii`` guard rescaled, over all rounds.
+    affinity_ : ndarray (N, N)
+        Row-normalised affinity of the final models (what the rule reads by default).
     """
 
     method = "fedamp"
 
-    def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 10.0,
-                 *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+    def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 10.0, local_steps: int = 5,
+                 graph: str = "affinity", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
                  lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
                  device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
@@ -136,6 +195,8 @@ class FedAMP(PersonalizedLearner):
         check_param("alpha_k", self.alpha_k, "number", low=0)
         check_param("lam", self.lam, "number", low=0)
         check_param("sigma", self.sigma, "number", low=0, low_open=True)
+        check_param("local_steps", self.local_steps, "int", low=1)
+        check_param("graph", self.graph, "choice", choices=GRAPHS)
 
     def _attention(self, W: torch.Tensor) -> torch.Tensor:
         xi, guarded = attention_plain(W, float(self.alpha_k), float(self.sigma))
@@ -157,8 +218,9 @@ class FedAMP(PersonalizedLearner):
         args = () if coef == 0 else (u,)
         opt = self._make_optimizer()
         start = {k: v.clone() for k, v in u.items()}
+        epochs = local_epochs_for(self.train_data_.sizes, self.batch_size, self.local_epochs, self.local_steps)
         new, _, losses = train_epochs(self.engine_, loss, start, opt, opt.init(start), self.train_data_,
-                                      self.local_epochs, self.batch_size, rng(0), args=args)
+                                      epochs, self.batch_size, rng(0), args=args)
         history = list(state["history"]) + [xi.cpu()]
         info = {"loss": float(np.mean(losses)), "self_weight": float(torch.diagonal(xi).mean())}
         return {"params": new, "history": history, "guarded": self._guarded}, info
@@ -170,6 +232,14 @@ class FedAMP(PersonalizedLearner):
         self.guarded_rows_ = self._guarded
         self.weights_ = xi / xi.sum(axis=1, keepdims=True)
         self.weights_history_ = [np.asarray(h, dtype=np.float64) for h in state["history"]]
+        self.affinity_ = self._affinity(flatten(self.params_))
+
+    def _affinity(self, W: torch.Tensor) -> np.ndarray:
+        return affinity_plain(W, float(self.sigma))
+
+    def rule_weights(self) -> np.ndarray:
+        """The matrix the weight rule reads: ``affinity_`` (``graph="affinity"``) or ``ξ``."""
+        return self.affinity_ if self.graph == "affinity" else self.weights_
 
     def estimate_extra(self, peeling):
         return {**super().estimate_extra(peeling), "guarded_rows": self.guarded_rows_}
@@ -189,6 +259,11 @@ class FedAMPHeuristic(FedAMP):
         Temperature of the cosine attention ``e^{σ·cos}`` (200.0).
     self_weight : float
         ``ξ_ii`` in ``[0, 1]`` (0.3).
+    local_steps : int
+        As for :class:`FedAMP` (5).
+    graph : {"affinity", "xi"}
+        The rule reads :func:`affinity_heuristic` ``e^{σ(cos − 1)}`` (default) or ``ξ``
+        (with two clients ``ξ_12 = 1 − ξ_ii`` whatever the models: always linked).
     **common
         See :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
     """
@@ -196,7 +271,7 @@ class FedAMPHeuristic(FedAMP):
     method = "fedamp-heuristic"
 
     def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 200.0, self_weight: float = 0.3,
-                 *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+                 local_steps: int = 5, graph: str = "affinity", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
                  lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
                  device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
@@ -209,6 +284,9 @@ class FedAMPHeuristic(FedAMP):
         if self.alpha_k == 0:
             return torch.eye(W.shape[0], dtype=torch.float64, device=W.device)
         return attention_heuristic(W, float(self.sigma), float(self.self_weight))
+
+    def _affinity(self, W):
+        return affinity_heuristic(W, float(self.sigma))
 
     def estimate_extra(self, peeling):
         return PersonalizedLearner.estimate_extra(self, peeling)  # no guard: no guarded_rows

@@ -11,10 +11,13 @@ explains its data.  Each round ``t``:
    with the highest posterior ``w_ij`` (ties to the lower index).
 2. **E-step**: for the sampled ``j`` and itself, ``ℓ_ij = ℓ(φ_j; D_i)`` (mean
    loss on the whole training split) and ``L̂_ij ← (1 − β)·L̂_ij + β·ℓ_ij``;
-   then ``w_ij ∝ π_ij · exp(−L̂_ij)`` over all ``j`` and ``π_i· ← w_i·``
-   (``accumulate=True``, docs/concepts.md §5).  With ``accumulate=False`` the prior stays
-   uniform and ``w_i· = softmax(−L̂_i·)`` (the paper's §3.3 reading where the
-   EMA replaces the accumulated loss).  Computed in the log domain.
+   then, by default (``accumulate=False``), the prior stays uniform and
+   ``w_i· = softmax(−L̂_i·)``: the paper's §3.3 and §4.4, where the EMA *replaces*
+   the accumulated loss (docs/concepts.md §5).  With ``accumulate=True`` the
+   posterior is fed back as the prior, ``w_ij ∝ π_ij · exp(−L̂_ij)`` and
+   ``π_i· ← w_i·``: the accumulated loss, which the paper shows collapsing to a
+   one-hot posterior (on ``digits`` it turned the learned grand coalition into
+   one-hot pairs).  Computed in the log domain.
 3. **M-step**: ``local_epochs`` passes over the clients' data; at every step
    client ``i`` computes, on its minibatch, the gradient of
    ``w_ij · ℓ(φ_j; batch_i)`` for each sampled ``j`` and itself, and model
@@ -119,7 +122,8 @@ class FedeRiCo(PersonalizedLearner):
     beta : float
         ``β``, EMA momentum of the tracked losses (0.6).
     accumulate : bool
-        ``π ← w`` after every E-step (True, docs/concepts.md §5); False keeps a uniform prior.
+        ``π ← w`` after every E-step (the accumulated variant); False (default, the
+        paper's EMA posterior ``w = softmax(−L̂)``, docs/concepts.md §5) keeps a uniform prior.
     weights : {"data", "posterior"}
         The estimate's weight matrix: :func:`data_weights`
         ``A = w·diag(1/Σ_l w_lj)·wᵀ`` (default), or the posterior ``w`` itself
@@ -128,10 +132,14 @@ class FedeRiCo(PersonalizedLearner):
     optimizer, lr : str, float
         Adam, 1e-3 by default (the paper's).
     rule : str
-        ``"mass"`` by default here (the smallest set of others holding 90 % of
-        a row's off-diagonal weight): on ``digits`` it read the planted groups
-        off the data weights more often than the ratio rule
-        (``docs/learners-personalized.md``).
+        ``"relative"`` (the common default): on the posterior, ``w_ij / w_ii =
+        e^{L̂_ii − L̂_ij}`` compares model ``j``'s tracked loss on client ``i``'s
+        data with client ``i``'s own model's (the null reference: ``i`` alone), so it
+        gives no edge when every client's own model fits best and every edge when
+        all models fit alike; the data weights inherit this (``A = I`` when
+        ``w = I``, uniform within a group that shares its models).  The former
+        default ``"mass"`` gives everyone a collaborator whenever any off-diagonal
+        weight is positive (``docs/concepts.md`` §5).
     **common
         See :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
 
@@ -155,9 +163,9 @@ class FedeRiCo(PersonalizedLearner):
 
     method = "federico"
 
-    def __init__(self, neighbours: int = 3, eps: float = 0.3, beta: float = 0.6, accumulate: bool = True,
+    def __init__(self, neighbours: int = 3, eps: float = 0.3, beta: float = 0.6, accumulate: bool = False,
                  weights: str = "data", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="adam",
-                 lr=1e-3, momentum=0.9, weight_decay=0.0, rule="mass", threshold=None, refit=False,
+                 lr=1e-3, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
                  device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 

@@ -180,11 +180,11 @@ def _personalized_options() -> tuple[Option, ...]:
         Option("mlp-hidden", "hidden", "int", 64, "Hidden units of --model mlp."),
         Option("weight-rule", "rule", "choice", None,
                "How a weight row becomes collaborators: w_ij/w_ii >= t (relative), w_ij >= t (absolute), or "
-               "the smallest set holding a share t of the row's off-diagonal mass (mass) [relative; "
-               "federico: mass].",
-               ("relative", "absolute", "mass")),
+               "the smallest set holding a share t of the row's off-diagonal mass (mass), or "
+               "w_ij >= t/|R| (uniform) [relative].",
+               ("relative", "absolute", "mass", "uniform")),
         Option("weight-threshold", "threshold", "float", None,
-               "Threshold t of --weight-rule [relative 0.7, absolute 0.1, mass 0.9]."),
+               "Threshold t of --weight-rule [relative 0.7, absolute 0.1, mass 0.9, uniform 1.5]."),
         Option("refit", "refit", "bool", False,
                "BG(R) for R smaller than all clients by training again on R (default: renormalised rows)."),
         Option("engine", "engine", "choice", "auto",
@@ -200,6 +200,11 @@ def _personalized_options() -> tuple[Option, ...]:
 _FEDAMP = (
     Option("alpha-k", "alpha_k", "float", 0.5, "FedAMP step size alpha_k; 0 turns message passing off (= local)."),
     Option("lam", "lam", "float", 0.2, "FedAMP lambda; the local proximal weight is lambda/(2 alpha_k)."),
+    Option("local-steps", "local_steps", "int", 5,
+           "At least this many local steps per client and round (one step leaves lambda inert)."),
+    Option("weight-graph", "graph", "choice", "affinity",
+           "What --weight-rule reads: the attention relative to an identical peer (affinity), or xi.",
+           ("affinity", "xi")),
 )
 register(Method(
     name="fedamp",
@@ -227,7 +232,8 @@ register(Method(
         Option("neighbours", "neighbours", "int", 3, "Other clients sampled per round (K)."),
         Option("eps", "eps", "float", 0.3, "Epsilon of the epsilon-greedy neighbour sampling."),
         Option("beta", "beta", "float", 0.6, "EMA momentum of the tracked losses."),
-        Option("accumulate", "accumulate", "bool", True, "Prior <- posterior after every E-step."),
+        Option("accumulate", "accumulate", "bool", False,
+               "Prior <- posterior after every E-step (the accumulated variant; default: the EMA posterior)."),
         Option("weights", "weights", "choice", "data",
                "Estimate's weights: data drawn on through the models (A = w diag(1/colsum) w^T), or the "
                "posterior w itself.", ("data", "posterior")),

@@ -24,7 +24,8 @@ from coalitions.learners.training.engine import Padded, resolve_device
 from coalitions.learners.training.models import make_model
 from coalitions.learners.training.threads import applied, step_macs
 from coalitions.params import check_param
-from coalitions.peeling import Peeling
+from coalitions.peeling import Peeling, peel_oracle
+from coalitions.sensitivity import SensitivityRow, default_thresholds
 
 __all__ = ["SPO"]
 
@@ -96,7 +97,10 @@ class SPO(Learner):
     estimate_ : Estimate
         Built on first use by peeling ``oracle_``; its ``extra`` holds ``ce_utilities``
         (the metric at each client's best direction on the face of its learned
-        coalition: the paper's "CE" row) and ``ce_directions``.
+        coalition: the paper's "CE" row), ``ce_directions`` and ``rules``: for the
+        rule used and, beside elimination, the paper's ratio rule ``d_j/d_i ≥
+        threshold`` on the same searches, each with its ``label``, ``BG(all)``
+        (``ocs``, ``edges``) and equilibrium (``partition``).
     history_ : list of float
         Mean scalarised training loss every 50 steps.
     fit_seconds_ : float
@@ -206,13 +210,19 @@ class SPO(Learner):
         fed = self.federation_
         params = {k: v for k, v in self.get_params().items() if k != "progress"}
         return {"method": "spo", **params, "dataset": fed.name, "data_options": dict(fed.options),
-                "device_used": str(self.device_)}
+                "device_used": str(self.device_),
+                "rules_reported": [self.rule] + (["ratio"] if self.rule != "ratio" else [])}
 
     def estimate_extra(self, peeling: Peeling) -> dict:
         """The CE: each client's direction and utilities in its learned coalition, and every round's graph."""
         names = self.federation_.names
         ce_dirs = self.ce_directions(peeling.partition)
+        rules = {self.rule: self._rule_record(self.oracle_, peeling, used=True)}
+        if self.rule != "ratio":  # the paper's rule, always reported beside the one used
+            ratio = self.oracle_.with_rule("ratio")
+            rules["ratio"] = self._rule_record(ratio, peel_oracle(ratio), used=False)
         return {
+            "rules": rules,
             "model": self.model_,
             "val_loss": {names[i]: float(self.val_loss_[i]) for i in range(len(names))},
             "ce_directions": {names[i]: [float(x) for x in ce_dirs[i]] for i in range(len(names))},
@@ -223,6 +233,40 @@ class SPO(Learner):
             "train_loss": [float(x) for x in self.history_],
             "epo_fallbacks": self.epo_fallbacks_,
         }
+
+    def sensitivity(self, thresholds=None) -> tuple[str, float, tuple[SensitivityRow, ...]]:
+        """The paper's ratio rule across its threshold on these searches: ``("ratio", threshold, rows)``.
+
+        Each row is ``BG(all)`` and the equilibrium that peeling reaches with the
+        ratio rule ``d_j/d_i ≥ t`` on this hypernetwork (searches shared and cached,
+        so a threshold costs only the searches of sets no other one visited).
+        ``thresholds`` defaults to :func:`coalitions.sensitivity.default_thresholds`
+        of ``"relative"`` plus ``self.threshold``.
+        """
+        grid = [*(default_thresholds("relative") if thresholds is None else thresholds), float(self.threshold)]
+        try:
+            values = sorted({float(t) for t in grid})
+        except (TypeError, ValueError):
+            raise InputError("thresholds must be numbers") from None
+        grand = (1 << self.federation_.n) - 1
+        rows = []
+        for t in values:
+            check_param("threshold", t, "number", low=0)
+            o = self.oracle_.with_rule("ratio")
+            o.threshold = t
+            rows.append(SensitivityRow(t, o.benefit_graph(grand).edges, peel_oracle(o).partition))
+        return "ratio", float(self.threshold), tuple(rows)
+
+    def _rule_record(self, oracle: SPOOracle, peeling: Peeling, used: bool) -> dict:
+        """``BG(all)`` and the equilibrium of one rule, labelled (the estimate's ``extra.rules``)."""
+        names = self.federation_.names
+        grand = (1 << len(names)) - 1
+        graph = oracle.benefit_graph(grand)
+        return {"label": oracle.rule_label(), "used": used,
+                "threshold" if oracle.rule == "ratio" else "tol": self.threshold if oracle.rule == "ratio" else self.tol,
+                "ocs": {names[i]: [names[j] for j in members(c)] for i, c in graph.collaborators},
+                "edges": [[names[j], names[i]] for j, i in graph.edges],
+                "partition": [[names[i] for i in members(k)] for k in peeling.partition]}
 
     def _client_losses(self, params: dict, X, y, m) -> torch.Tensor:
         """Mean loss of one model (unstacked params) on every client's padded data: (N,)."""

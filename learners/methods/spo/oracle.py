@@ -48,6 +48,23 @@ class SPOOracle:
         self._graphs: dict[int, BenefitGraph] = {}
         self._best: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
+    def with_rule(self, rule: str) -> SPOOracle:
+        """The same searches read by another rule: a new oracle sharing this one's best directions.
+
+        The ratio rule then costs no search beyond those this oracle already ran
+        for the sets it was asked about; elimination runs its own extra searches.
+        """
+        other = SPOOracle(self.clients, self.search, rule, self.threshold, self.tol, self.min_weight)
+        other._best = self._best
+        return other
+
+    def rule_label(self) -> str:
+        """What the rule is, in words (reports print it beside the result)."""
+        if self.rule == "ratio":
+            return f"the paper's ratio rule: j collaborates with i when d_j/d_i >= {self.threshold:g}"
+        return (f"backward elimination: drop j while the best loss without j is within {self.tol:g} "
+                f"(relative) of the best on the face")
+
     # -- searches
     def best_directions(self, within: int) -> tuple[np.ndarray, np.ndarray]:
         """Best direction on the face of ``R`` for each member: ``(D, loss)``.
