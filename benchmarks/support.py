@@ -11,7 +11,7 @@ Prints, in one run, as ratios against a reference measured in the same run:
 
 Best of ``--repeat`` runs each (default 3); ``--threads 1`` by default (PyTorch).
 
-Run:  python benchmarks/support.py
+Run:  python benchmarks/support.py [--quick]
 """
 
 from __future__ import annotations
@@ -40,7 +40,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="one repetition: check that the script runs to its end")
     args = ap.parse_args()
+    if args.quick:
+        args.repeat = 1
 
     import os
 

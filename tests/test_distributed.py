@@ -54,10 +54,12 @@ def test_oracle_on_ray_equals_local_to_the_bit(local_ray, tmp_path):
 
 def _dies_once(marker, job, setup, k, ms, threads):
     """The oracle's chunk task, except that the first attempt at chunk 2 kills its worker process."""
+    from coalitions.learners.exact import chunk_trainer
+
     if k == 2 and not os.path.exists(marker):
         open(marker, "w").close()
         os._exit(1)
-    return distributed._oracle_task(job, setup, k, ms, threads)
+    return distributed._oracle_task(job, setup, k, ms, threads, chunk_trainer)
 
 
 def test_a_killed_worker_loses_only_its_task(local_ray, tmp_path):
