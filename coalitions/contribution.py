@@ -3,7 +3,7 @@
 The conclusion of Cui et al. (KDD 2022) asks to "quantify both the benefit to and
 the contribution from each client", to give incentives or impose charges.  For a
 partition ``P`` with ``P(i)`` the block holding ``i``, under the game's payoff
-semantics (SPEC §1):
+semantics (docs/concepts.md §1):
 
 * the **benefit** of ``i`` is its gain over being alone,
   ``b_i = payoff_i(P(i)) − payoff_i({i})``;

@@ -49,7 +49,7 @@ GRAPH_FORMAT = "coalitions/benefit-graph@1"
 #: :data:`MAX_JSON_CLIENTS` clients with short names is about 0.7 GB of text and
 #: needs several times that in memory once parsed.
 MAX_JSON_BYTES = 1 << 30
-#: Largest game written as JSON; larger games go to ``.npz`` (SPEC §7).
+#: Largest game written as JSON; larger games go to ``.npz`` (docs/formats.md).
 MAX_JSON_CLIENTS = 20
 #: Largest ``.npz`` game file: the values of a :data:`~coalitions.game.MAX_CLIENTS` game, stored
 #: uncompressed, plus room for the names and the provenance.
@@ -222,7 +222,7 @@ def _npy_data(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path, key: str) -> np.
 
 
 def _read_npz(path) -> tuple[Game, Replicates | None]:
-    """The ``.npz`` game of SPEC §7 and its replicates, every header checked before any array is read.
+    """The ``.npz`` game of docs/formats.md and its replicates, every header checked before any array is read.
 
     The member list (no member twice), each array's header (dtype, shape) and
     uncompressed size are checked against the format before data is read, so a
@@ -315,7 +315,7 @@ def _read_npz(path) -> tuple[Game, Replicates | None]:
 
 
 def _check_outside_nan(path, values: np.ndarray, names, prefix: str = "") -> None:
-    """SPEC §7: ``values[i, mask]`` is NaN where bit ``i`` is not in ``mask``; anything else is an error.
+    """docs/formats.md: ``values[i, mask]`` is NaN where bit ``i`` is not in ``mask``; anything else is an error.
 
     A number there is not a value of the game (``v_i(S)`` exists only for
     ``i ∈ S``); accepting it silently would hide a file written with the

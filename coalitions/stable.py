@@ -1,6 +1,6 @@
 """Every partition that is stable under a chosen notion, by exhaustive enumeration.
 
-The notions are those of SPEC §3 (and :mod:`coalitions.axioms`), for a
+The notions are those of docs/concepts.md §3 (and :mod:`coalitions.axioms`), for a
 partition ``P`` with ``P(i)`` the block holding client ``i``:
 
 * ``"ce"`` — a collaboration equilibrium: inner and outer agreement

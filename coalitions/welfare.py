@@ -1,4 +1,4 @@
-"""Welfare: the social optimum, and what stability costs (SPEC §4, "Welfare").
+"""Welfare: the social optimum, and what stability costs (docs/concepts.md §4, "Welfare").
 
 For weights ``ω_i > 0`` the welfare of a partition ``P`` is
 
@@ -22,7 +22,7 @@ every partition within ``tol`` of the optimum (and possibly a few within
 ``N·tol``, discarded by an exact check).
 
 The *price of anarchy* of a stability notion is the worst stable partition's
-cost over the optimum's, the *price of stability* the best one's (SPEC §4); for
+cost over the optimum's, the *price of stability* the best one's (docs/concepts.md §4); for
 a gain game, the optimum's welfare over the stable one's.  Both are ``≥ 1``.
 In internal units: when every welfare involved is negative (a cost)
 ``PoX = W(stable) / W(opt)``, when every one is positive ``PoX = W(opt) / W(stable)``,

@@ -84,7 +84,7 @@ MALFORMED_FAULTS = {
     "nul-in-name.json": "client name 'b\\x00' may not contain control characters",
     "escape-in-name.json": "client name 'b\\x1b[31m' may not contain control characters",
     "line-separator-in-name.json": "client name 'b\\u2028c' may not contain line or paragraph separators",
-    # N6 (SPEC §7): NaN where bit i is not in mask
+    # N6 (docs/formats.md): NaN where bit i is not in mask
     "value-outside-coalition.npz": "value of client 'a' for coalition 'b', which does not contain it, must be NaN (got 7.0)",
     "value-for-empty-coalition.npz": "value of client 'b' for the empty coalition (mask 0), which does not contain it",
     "integer-values.npz": "value of client 'a' for the empty coalition (mask 0), which does not contain it",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path("tests") / "data"
-TIE = "../shared/examples/tie.json"
+TIE = "docs/examples/tie.json"
 BEGIN, END = "<!-- corpus-table:begin -->", "<!-- corpus-table:end -->"
 
 

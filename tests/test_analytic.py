@@ -87,7 +87,7 @@ def test_planted_rejects(kwargs, fault):
 
 
 # ---------------------------------------------------------------------------- federations
-# The coarse and fine formulas of SPEC §4 are checked against the weighted estimators they claim
+# The coarse and fine formulas of docs/concepts.md §4 are checked against the weighted estimators they claim
 # to solve, computed here from the estimator's definition: client j estimates its mean θ_j by
 # Σ_k w_k·ȳ_k with Σ_k w_k = 1, where ȳ_k = θ_k + e_k, θ_k = θ + d_k, Var d_k = σ², Var e_k = μ_e/n_k,
 # all independent.  Then θ̂_j − θ_j = Σ_k w_k·e_k + Σ_k (w_k − [k = j])·d_k, so its expected square is

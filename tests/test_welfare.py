@@ -1,4 +1,4 @@
-"""coalitions.welfare and coalitions.stable: the social optimum, stable partitions, prices (SPEC §4)."""
+"""coalitions.welfare and coalitions.stable: the social optimum, stable partitions, prices (docs/concepts.md §4)."""
 
 import numpy as np
 import pytest
@@ -158,7 +158,7 @@ def test_price():
 
 
 def test_hand_worked_mean_estimation():
-    """Three players of 1, 8 and 15 samples under model sharing: costs from SPEC §4's formula."""
+    """Three players of 1, 8 and 15 samples under model sharing: costs from docs/concepts.md §4's formula."""
     sizes = [1, 8, 15]
     g = co.mean_estimation(sizes)
     err = lambda c, j: direct_error(sizes, c, j, 10, 1)  # noqa: E731

@@ -1,6 +1,6 @@
 """FedAvg within every coalition: the training protocol of the federated game.
 
-The exact game (SPEC §1, §5) needs, for every coalition ``S``, a model trained
+The exact game (docs/concepts.md §1, §5) needs, for every coalition ``S``, a model trained
 on the data of ``S`` and its metric on each member's validation data.  Where
 the data may not leave the sites, ``S``'s model is trained by federated
 averaging (McMahan et al. 2017) among ``S``'s members only, with the protocol

@@ -13,7 +13,7 @@
     ``game.json`` (``coalitions/game@1``, validation values, the game), its
     test-split twin ``game-test.json`` (for reporting, never for choosing),
     ``equilibrium.json`` (``coalitions/equilibrium@1``, peeled and certified,
-    SPEC §3–§4) and ``run.json`` (sites, rounds, bytes exchanged, timing).
+    docs/concepts.md §3–4) and ``run.json`` (sites, rounds, bytes exchanged, timing).
 """
 
 from __future__ import annotations

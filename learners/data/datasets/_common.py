@@ -159,7 +159,7 @@ class Scaler:
 
 def pooled_scaler(train_blocks: Sequence[np.ndarray], columns: Sequence[int] | None = None,
                   per_feature: bool = True) -> Scaler:
-    r"""Standardisation from the federation's pooled *training* statistics (SPEC §5).
+    r"""Standardisation from the federation's pooled *training* statistics (docs/concepts.md §5).
 
     Each client ``i`` contributes only its sample count and per-column sums
     over its training rows,

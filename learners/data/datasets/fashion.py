@@ -22,7 +22,7 @@ federation of ten clients holds about as much data as MNIST 5k.  Only the
 labels are read in full; images are decoded only up to the last one a client
 holds, and only those are kept.  Pixels go through the fixed map ``x / 255``
 (no data statistics: the same at every client and split, federation-consistent
-by construction, SPEC §5), recorded in ``Federation.preparation``.
+by construction, docs/concepts.md §5), recorded in ``Federation.preparation``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Hungary / Switzerland / VA.  All 13 features are standardised as FLamby's
 are, but with the mean and standard deviation (ddof 1) of the *pooled training
 rows of the federation's hospitals* rather than each hospital's own (FLamby's
 choice): a shared model must read the same blood pressure the same way in
-every hospital (SPEC §5;
+every hospital (docs/concepts.md §5;
 :func:`~coalitions.learners.data.datasets._common.pooled_scaler`).  The map is
 recorded in ``Federation.preparation``.
 

@@ -13,7 +13,7 @@ Images are ``(1, H, W)`` float32; labels int64 class ids (``multiclass``,
 metric accuracy).  The pixel scaling is the fixed map ``x / 16`` or
 ``x / 255`` of the image format (:func:`~coalitions.learners.data.datasets._common.fixed_scaler`),
 which uses no data statistics at all, so it is the same at every client and
-in every split (federation-consistent by construction, SPEC §5); it is
+in every split (federation-consistent by construction, docs/concepts.md §5); it is
 recorded in ``Federation.preparation``.
 
 Partitions of the samples among ``clients`` (all from ``seed``; the schemes

@@ -1,4 +1,4 @@
-r"""Label-skew partitions: how many samples of each class every client holds (SPEC §6).
+r"""Label-skew partitions: how many samples of each class every client holds (docs/learners-data.md).
 
 A partition scheme turns the label vector of a pool of samples into a count
 matrix ``counts`` of shape ``(K, C)`` (samples of class ``c`` held by client
