@@ -93,6 +93,35 @@ def test_quick_report_shows_the_support_of_every_exact_ce(quick):
 
 
 @pytest.mark.slow
+def test_quick_report_has_the_statistics_tables(quick):
+    """Intervals, paired tests, sensitivity and SPO's two rules in every regime; seeds recorded separately."""
+    from coalitions.learners.experiments.statistics import separate_seeds
+
+    res = read_results(quick / "results.json").to_json()
+    text = (quick / "report.md").read_text()
+    for heading in ("### Test mse per client with 95% bootstrap intervals", "### Paired tests",
+                    "### Sensitivity to the weight rule's threshold",
+                    "### SPO: the paper's ratio rule beside backward elimination"):
+        assert text.count(heading) == 2, heading
+    assert "SPO — paper's ratio rule d_j/d_i ≥ 0.7 (not used)" in text
+    for reg in res["regimes"]:
+        run = reg["runs"][0]
+        pair = separate_seeds(run["seed"])
+        assert (run["data_seed"], run["init_seed"]) == (pair.data, pair.init) and pair.data != pair.init
+        st = reg["summary"]["statistics"]
+        assert st["columns"] == COLUMNS and st["outputs_check"] < 1e-6
+        for col in COLUMNS:
+            for c in reg["clients"]:
+                iv = st["intervals"][col][c]
+                assert iv["low"] <= iv["estimate"] <= iv["high"], (col, c)
+                assert iv["estimate"] == pytest.approx(reg["summary"]["test"][col][c]["mean"], rel=1e-5)
+        assert set(st["tests"]) == set(COLUMNS) - {"Local"}
+        assert set(reg["summary"]["sensitivity"]) == {"spo", "fedamp", "fedamp-heuristic", "federico"}
+        rules = reg["summary"]["spo_rules"]
+        assert "ratio" in rules and not rules["ratio"]["used"] and sum(r["used"] for r in rules.values()) == 1
+
+
+@pytest.mark.slow
 def test_quick_figures_exist(quick):
     res = read_results(quick / "results.json").to_json()
     names = set(res["figures"])

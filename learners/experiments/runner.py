@@ -137,7 +137,10 @@ def _against_exact(edges, partition, game: co.Game | None, eq: co.Equilibrium | 
     exact_edges = {(game.clients[j], game.clients[i]) for j, i in co.ExactOracle(game).benefit_graph(game.grand).edges}
     p, r, f1 = edge_scores({(a, b) for a, b in edges}, exact_edges)
     same = {frozenset(b) for b in partition} == {frozenset(_names(game, k)) for k in eq.partition}
-    return {"edge_precision": p, "edge_recall": r, "edge_f1": f1, "same_partition": bool(same)}
+    index = {c: i for i, c in enumerate(game.clients)}
+    stable = co.certify(game, [sum(1 << index[c] for c in b) for b in partition]).holds
+    return {"edge_precision": p, "edge_recall": r, "edge_f1": f1, "same_partition": bool(same),
+            "is_exact_ce": bool(stable)}
 
 
 def sensitivity_against_exact(estimate, game, eq) -> dict | None:
@@ -255,7 +258,7 @@ def learner_outputs(learner, fed) -> list[np.ndarray]:
     with torch.no_grad():
         for i, c in enumerate(fed.clients):
             p = {k: torch.as_tensor(v[i]) for k, v in params.items()}
-            o = learner.spec_.forward(p, torch.as_tensor(np.asarray(c.test.X, dtype=np.float32)))
+            o = learner.spec_.forward(p, torch.tensor(np.asarray(c.test.X, dtype=np.float32)))
             o = o.double().cpu().numpy()
             out.append(o[:, 0] if o.ndim == 2 and o.shape[1] == 1 else o)
     return out
@@ -381,10 +384,13 @@ def summarize(regime: dict, methods) -> dict:
     runs = regime["runs"]
     clients = regime["clients"]
     columns: dict[str, list[dict]] = {}
+    have_exact = bool(runs) and all("exact" in r for r in runs)
     for m in methods:
         columns[METHOD_LABELS.get(m, m)] = [r["methods"][m]["test"] for r in runs]
-        if m == "spo" and all("exact" in r for r in runs):
+        if m == "spo" and have_exact:
             columns["CE"] = [r["exact"]["test"]["ce"] for r in runs]
+    if have_exact and "CE" not in columns:  # no SPO among the learners: CE last
+        columns["CE"] = [r["exact"]["test"]["ce"] for r in runs]
     table = {}
     for label, per_seed in columns.items():
         row = {c: _stats([t[c] for t in per_seed]) for c in clients}
@@ -490,7 +496,7 @@ def regime_statistics(clients: list[str], metric: str, records: list[dict], meth
     tests: dict[str, dict] = {}
     for label, v in values.items():
         t = {}
-        if "Local" in values and label != "Local":
+        if "Local" in values and label not in ("Local", MAJORITY):
             t["Local"] = paired_record(v, values["Local"], sense, ALPHA)
         if majority and label != MAJORITY:
             t[MAJORITY] = paired_record(v, values[MAJORITY], sense, ALPHA)
@@ -533,11 +539,13 @@ def rules_summary(runs: list[dict], method: str = "spo") -> dict:
     out = {}
     for name, first in rules[0].items():
         same = [x[name].get("same_partition") for x in rules]
+        stable = [x[name].get("is_exact_ce") for x in rules]
         out[name] = {"label": first["label"], "used": first["used"], "partition": first["partition"],
                      **{k: first[k] for k in ("threshold", "tol") if k in first},
                      "edges": _mean([len(x[name]["edges"]) for x in rules]),
                      "edge_f1": _mean([x[name].get("edge_f1") for x in rules]),
-                     "same_partition": None if None in same else int(sum(same)), "seeds": len(rules)}
+                     "same_partition": None if None in same else int(sum(same)),
+                     "is_exact_ce": None if None in stable else int(sum(stable)), "seeds": len(rules)}
     return out
 
 
