@@ -278,6 +278,19 @@ def _utility_section(reg: dict) -> list[str]:
              "personalised models.", ""] + _table(["client"] + cols, rows) + [""])
 
 
+def _ours(reg: dict, partitions: dict) -> str:
+    """Each exact CE over the seeds with its count and the mean support of those seeds' CEs (docs/concepts.md §6)."""
+    runs = reg["runs"]
+    out = []
+    for p, k in partitions.items():
+        sup = [r["exact"]["support"]["partition"] for r in runs
+               if r["exact"].get("support") and _blocks(r["exact"]["partition"]) == p]
+        extra = (f"; support {sum(sup) / len(sup):.2f}" + (" on average" if len(sup) > 1 else "")
+                 if len(sup) == k else "")
+        out.append(f"`{p}` ({k}/{len(runs)} seeds{extra})")
+    return ", ".join(out)
+
+
 def _published_synthetic(results: dict) -> list[str]:
     pub = results["published"]
     lines = [f"Paper, {pub['table']}: the OCS of each client and the MSE of its model in the CE, "
@@ -288,8 +301,7 @@ def _published_synthetic(results: dict) -> list[str]:
         runs = reg["runs"]
         ours_p = reg["summary"].get("exact_partitions", {})
         lines += [f"**{reg['title']}.** Paper's OCS: {pub['ocs'][reg['name']]}; paper's CE "
-                  f"`{_blocks(pub['ce_partition'][reg['name']])}`. Ours: "
-                  + ", ".join(f"`{p}` ({k}/{len(runs)} seeds)" for p, k in ours_p.items()) + ".", ""]
+                  f"`{_blocks(pub['ce_partition'][reg['name']])}`. Ours: " + _ours(reg, ours_p) + ".", ""]
         rows = []
         for c, paper in zip(reg["clients"], pub["ce_mse"][reg["name"]], strict=False):
             ocs = {_set(r["exact"]["ocs"][c]) for r in runs}
@@ -316,7 +328,7 @@ def _published_adult(results: dict) -> list[str]:
     ours = reg["summary"].get("exact_partitions", {})
     return ([f"Paper, {pub['table']} (test accuracy, %), beside ours (mean ± std over seeds). Paper's CE: "
              f"`{_blocks(pub['ce_partition'])}` (the non-PhD client gains nothing from the PhD client). "
-             "Ours: " + ", ".join(f"`{p}` ({k}/{len(reg['runs'])} seeds)" for p, k in ours.items()) + ".", ""]
+             "Ours: " + _ours(reg, ours) + ".", ""]
             + _table(["client", "method", "paper", "ours"], rows) + [""])
 
 
