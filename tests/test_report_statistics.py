@@ -188,3 +188,24 @@ def test_learner_outputs_score_as_the_learners_utilities():
             assert got == pytest.approx(est.utilities["test"][c.name], abs=1e-6), (method, c.name)
         sens = est.extra["sensitivity"]
         assert sens["rule"] == ("ratio" if method == "spo" else learner.rule) and len(sens["rows"]) > 3
+
+
+def test_digits_ordering_claims_cite_their_tests():
+    """The published-numbers check of digits says above/below Local only with a significant test."""
+    from coalitions.learners.experiments.report import published_markdown
+
+    reg = _reg(_records({"local": 0.7, "fedavg": 0.4, "spo": 0.7}, seed=5, same_as={"spo": "local"}),
+               ["local", "fedavg", "spo"])
+    st = reg["summary"]["statistics"]
+    mean = {col: {"mean": {"mean": float(np.mean([v["estimate"] for v in st["intervals"][col].values()]))}}
+            for col in ("Local", "FedAvg", "SPO")}
+    reg["summary"].update(columns=["Local", "FedAvg", "SPO"], test=mean)
+    results = {"experiment": "digits", "published": {"table": "Table 3", "ordering": "...",
+                                                      "accuracy": {"Local": "86", "FedAvg": "51", "SPO": "92"}},
+               "regimes": [reg]}
+    text = "\n".join(published_markdown(results))
+    p = st["tests"]["FedAvg"]["Local"]["p"]
+    assert p < 0.05 and f"below Local, p = {p:.2g}" in text
+    local = 100 * mean["Local"]["mean"]["mean"]
+    assert f"SPO {local:.1f} vs Local {local:.1f}: not testable (0 of 24 client × seed pairs differ)" in text
+    assert "above Local" not in text

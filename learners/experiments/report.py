@@ -161,8 +161,9 @@ def _interval_section(reg: dict) -> list[str]:
              "`coalitions.learners.experiments.statistics.bootstrap_interval`)"
              + (". With one seed only the test samples are resampled: the interval leaves out the variation "
                 "between splits and initialisations" if n == 1 else "")
-             + ". CE: each client's model in the exact equilibrium (trained again from the same seed; its "
-             f"outputs reproduce the recorded metric to {st['outputs_check']:.1g})."
+             + ". CE: each client's model in the exact equilibrium, trained again from the same seed (largest "
+             f"difference between a metric recomputed from the stored outputs and the recorded one: "
+             f"{st['outputs_check']:.1g})."
              + (f" {MAJORITY}: each client's most frequent training label predicted for every test sample."
                 if MAJORITY in cols else "")
              + (" A constant predictor (the majority class) has AUC 0.5 on every client."
