@@ -181,7 +181,7 @@ def rescore(metric: str, y, scores, draws) -> np.ndarray:
 # ---------------------------------------------------------------------------- batched training
 def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
                   lr: float, l2: float = 0.0, batch_size: int | None = None, seed: int = 0,
-                  progress: Callable[[int], None] | None = None) -> dict:
+                  progress: Callable[[int], None] | None = None, protocol=None) -> dict:
     """Train one model per mask, all at once; returns stacked parameters ``(M, ...)``.
 
     Parameters
@@ -202,6 +202,14 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
         else a random order drawn from ``seed`` (the same for every chunk).
     progress : callable, optional
         Called with the number of finished epochs after each epoch.
+    protocol : coalitions.learners.training.protocol.TrainingProtocol, optional
+        When given, its optimiser, momentum and schedule replace PyTorch's Adam
+        and cosine schedule: the stacked optimisers of the training engine
+        (:class:`~coalitions.learners.training.protocol.Scheduled`), the very
+        update Local applies, so that the subset model of ``{i}`` and Local's
+        model of client ``i`` are the same computation (``epochs``, ``lr``,
+        ``l2`` and ``batch_size`` are then the protocol's, as
+        :meth:`ExhaustiveOracle.config` sets them).
 
     Returns
     -------
@@ -221,11 +229,18 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
     params = {k: v.detach().unsqueeze(0).repeat((M,) + (1,) * v.dim()).requires_grad_(True)
               for k, v in init.items()}
     decay = [k for k, v in init.items() if v.dim() >= 2]
-    opt = torch.optim.Adam(list(params.values()), lr=lr)
     n = X.shape[0]
     bs = n if batch_size is None else max(1, min(int(batch_size), n))
     steps_per_epoch = math.ceil(n / bs)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
+    if protocol is None:
+        opt = torch.optim.Adam(list(params.values()), lr=lr)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
+    else:
+        from coalitions.learners.training.protocol import Scheduled
+
+        stacked = Scheduled(protocol, epochs * steps_per_epoch)
+        state = stacked.init(params)
+        every = torch.ones(M, dtype=torch.bool, device=device)
     gen = torch.Generator().manual_seed(int(seed))
     from coalitions.learners.training.models import stacked_forward
 
@@ -240,6 +255,12 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
             mean = (W * per_client).sum(1) / count.clamp(min=1)
             if l2 and decay:
                 mean = mean + 0.5 * l2 * sum(params[k].pow(2).flatten(1).sum(1) for k in decay)
+            if protocol is not None:
+                grads = dict(zip(params, torch.autograd.grad(mean.sum(), list(params.values())), strict=True))
+                with torch.no_grad():
+                    new, state = stacked.step({k: v.detach() for k, v in params.items()}, grads, state, every)
+                params = {k: v.requires_grad_(True) for k, v in new.items()}
+                continue
             opt.zero_grad(set_to_none=True)
             mean.sum().backward()
             opt.step()
@@ -282,7 +303,8 @@ class ChunkTrainer:
         self.fed, self.cfg, self.device, self.draws = fed, cfg, device, draws
         self.seed = int(oracle.seed)
         self.dtype = torch.float64 if oracle.dtype == "float64" else torch.float32
-        self.spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=oracle.hidden)
+        self.spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=cfg.get("hidden", oracle.hidden))
+        self.protocol = oracle.protocol
         self._eval_batch = oracle._eval_batch
 
         def cat(part, attr):
@@ -308,7 +330,7 @@ class ChunkTrainer:
         fed, cfg = self.fed, self.cfg
         params = train_subsets(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
                                epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"], batch_size=cfg["batch_size"],
-                               seed=self.seed, progress=progress)
+                               seed=self.seed, progress=progress, protocol=self.protocol)
         member = membership(ms, fed.n)
         out = {}
         if self.draws is not None:
@@ -388,6 +410,17 @@ class ExhaustiveOracle:
     replicates : int
         Bootstrap replicates of the validation sets to score the trained
         models on (module docstring); 0 for none.
+    protocol : coalitions.learners.training.protocol.TrainingProtocol, optional
+        The training protocol shared with the learners (docs/concepts.md §5):
+        it replaces ``model``, ``epochs``, ``lr``, ``l2``, ``ridge``,
+        ``batch_size`` and ``hidden``.  Its model, weight decay, optimiser,
+        schedule and batch train every subset model, for
+        ``protocol.epochs_for(n)`` epochs over the ``n`` training samples of
+        all clients (``protocol.steps`` optimiser steps); with ``closed_form``
+        on a linear regression the subsets are solved exactly with ridge
+        ``weight_decay``.  Under the same protocol and seed the model of
+        ``{i}`` is the model :class:`~coalitions.learners.methods.baselines.Local`
+        trains for client ``i`` (full batch; tests/test_protocol.py).
 
     Attributes
     ----------
@@ -414,7 +447,9 @@ class ExhaustiveOracle:
                  l2: float = 1e-3, ridge: float = 1e-10, batch_size: int | None = None, hidden: int = 64,
                  chunk_size: int | None = None, memory_mb: float = 512.0, device: str = "auto",
                  dtype: str = "float32", seed: int = 0, checkpoint=None, threads: int | None = None,
-                 progress=None, backend: str = "local", address: str | None = None, replicates: int = 0):
+                 progress=None, backend: str = "local", address: str | None = None, replicates: int = 0,
+                 protocol=None):
+        self.protocol = protocol
         self.model = model
         self.epochs = epochs
         self.lr = lr
@@ -436,6 +471,8 @@ class ExhaustiveOracle:
 
     # -------------------------------------------------------------- configuration
     def _kind(self, fed: Federation) -> str:
+        if self.protocol is not None:
+            return self._protocol_kind(fed)
         kind = self.model
         if kind == "auto":
             kind = "linear" if fed.task == "regression" else "logistic"
@@ -445,8 +482,34 @@ class ExhaustiveOracle:
                                           "(use {name} logistic)")
         return kind
 
+    def _protocol_kind(self, fed: Federation) -> str:
+        kind = self.protocol.model
+        if kind is None:
+            from coalitions.learners.methods.base import default_model
+
+            kind = default_model(fed)
+        if kind == "linear" and fed.task != "regression":
+            raise ParameterError("protocol", f"{{name}}: model linear fits regression; dataset {fed.name!r} is "
+                                             f"{fed.task}")
+        return kind
+
+    def _protocol_config(self, fed: Federation) -> dict:
+        p = self.protocol
+        kind = self._kind(fed)
+        if p.closed_form and kind == "linear":
+            return {"model": kind, "solver": "closed-form", "ridge": float(p.weight_decay), "protocol": p.to_json()}
+        n = int(fed.sizes("train").sum())
+        cfg = {"model": kind, "solver": f"batched-{p.optimizer}", "epochs": p.epochs_for(n), "lr": float(p.lr),
+               "l2": float(p.weight_decay), "batch_size": p.batch_size, "dtype": self.dtype, "seed": int(self.seed),
+               "protocol": p.to_json()}
+        if kind == "mlp":
+            cfg["hidden"] = int(p.hidden)
+        return cfg
+
     def config(self, fed: Federation) -> dict:
         """The options that determine the result (written as provenance)."""
+        if self.protocol is not None:
+            return self._protocol_config(fed)
         kind = self._kind(fed)
         if kind == "linear":
             return {"model": kind, "solver": "closed-form", "ridge": float(self.ridge)}
@@ -469,6 +532,12 @@ class ExhaustiveOracle:
         check_param("dtype", self.dtype, "choice", choices=("float32", "float64"))
         check_param("backend", self.backend, "choice", choices=("local", "ray"))
         check_param("replicates", self.replicates, "int", low=0)
+        if self.protocol is not None:
+            from coalitions.learners.training.protocol import TrainingProtocol
+
+            if not isinstance(self.protocol, TrainingProtocol):
+                raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
+                                     f"{type(self.protocol).__name__}")
 
     # -------------------------------------------------------------- fitting
     def fit(self, federation: Federation) -> ExhaustiveOracle:
@@ -490,10 +559,10 @@ class ExhaustiveOracle:
         draws = bootstrap_draws(fed, self.replicates, self.seed) if self.replicates else None
         self.chunks_trained_ = 0
         self.chunks_resumed_ = 0
-        if cfg["model"] == "linear":
+        if cfg["solver"] == "closed-form":
             self.method_ = "closed-form"
             self.device_ = "cpu"
-            W = closed_form_weights(fed, self.ridge)
+            W = closed_form_weights(fed, cfg["ridge"])
             val, test = closed_form_mse(fed, W, "val"), closed_form_mse(fed, W, "test")
             reps = closed_form_replicates(fed, W, draws) if draws is not None else None
             self.weights_ = W
@@ -559,7 +628,7 @@ class ExhaustiveOracle:
         from coalitions.learners.training.checkpoint import Checkpoint, fingerprint
         from coalitions.learners.training.models import make_model
 
-        spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=self.hidden)
+        spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=cfg.get("hidden", self.hidden))
         n = fed.n
         masks = np.arange(1, 1 << n)
         chunk = self._chunk_size(spec, fed, len(masks))

@@ -293,6 +293,13 @@ class PersonalizedLearner(Learner):
         ``{"val": {name: metric}, "test": {name: metric}}``.
     loss_history_ : list of float
         Mean training loss of each round.
+    val_loss_history_ : list of float
+        Mean over clients of each client's validation loss after each round (the
+        models it would predict with then); ``val_loss_clients_`` holds the
+        per-client lists (round by client).  Both go to the estimate's
+        ``extra.val_loss_history`` (``{"mean": [...], "clients": {name: [...]}}``).
+    rounds_ : int
+        Rounds run (``rounds``, or what a training protocol's budget gives).
     estimate_ : coalitions.estimate.Estimate
     engine_ : coalitions.learners.training.engine.Engine
     fit_seconds_ : float
@@ -354,8 +361,8 @@ class PersonalizedLearner(Learner):
         t0 = time.perf_counter()
         fed = self.federation_ = federation
         dev = resolve_device(self.device)
-        self.model_ = self.model or default_model(fed)
-        self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs, hidden=self.hidden)
+        self.model_ = self._model_for(fed)
+        self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs, hidden=self._hidden_for())
         self.per_sample_loss_ = loss_function(fed.task)
         self.train_data_ = Padded(fed, "train", dev)
         self.engine_ = Engine(dev, self.engine, self.chunk)
@@ -365,29 +372,39 @@ class PersonalizedLearner(Learner):
         state = None
         self.resumed_from_ = 0
         self.loss_history_ = []
+        self.val_loss_history_: list[float] = []
+        self.val_loss_clients_: list[list[float]] = []
+        self.rounds_ = self._rounds_for(fed)
         if self.checkpoint is not None:
             loaded = load_state(self.checkpoint, key, dev)
             if loaded is not None:
                 self.resumed_from_, state, meta = loaded
                 self.loss_history_ = list(meta.get("loss_history", []))
+                self.val_loss_clients_ = [list(v) for v in meta.get("val_loss_clients", [])]
+                self.val_loss_history_ = [float(np.mean(v)) for v in self.val_loss_clients_]
                 if meta.get("engine") and self.engine == "auto":
                     path, chunk = meta["engine"]
                     self.engine_ = Engine(dev, path, chunk)
         if state is None:
             gen = torch.Generator().manual_seed(int(self.seed))
             state = self.init_state(fed, gen, dev)
-        for r in range(self.resumed_from_, int(self.rounds)):
+        val_data = Padded(fed, "val", dev)
+        for r in range(self.resumed_from_, self.rounds_):
             state, info = self.train_round(state, r,
                                            lambda stream, r=r: np.random.default_rng([int(self.seed), r, stream]))
             self.loss_history_.append(float(info.get("loss", float("nan"))))
+            per_client = self._val_losses(state, val_data)
+            self.val_loss_clients_.append(per_client)
+            self.val_loss_history_.append(float(np.mean(per_client)))
             if self.checkpoint is not None:
-                meta = {"loss_history": self.loss_history_, "engine": list(self.engine_.choice_ or ("auto", None))}
+                meta = {"loss_history": self.loss_history_, "val_loss_clients": self.val_loss_clients_,
+                        "engine": list(self.engine_.choice_ or ("auto", None))}
                 save_state(self.checkpoint, key, r + 1, state, meta)
             if self.progress is not None:
                 if _takes_info(self.progress):
-                    self.progress(r + 1, int(self.rounds), info)
+                    self.progress(r + 1, self.rounds_, info)
                 else:
-                    self.progress(r + 1, int(self.rounds))
+                    self.progress(r + 1, self.rounds_)
         self.state_ = state
         self.finish(state)
         self.utilities_ = self._utilities(fed, dev)
@@ -399,6 +416,32 @@ class PersonalizedLearner(Learner):
         else:
             self.oracle_ = self.weight_oracle(fed.names, self.rule_weights())
         return self
+
+    def _model_for(self, fed: Federation) -> str:
+        """The model kind trained on ``fed``: ``model`` or :func:`default_model` (a protocol may decide)."""
+        return self.model or default_model(fed)
+
+    def _hidden_for(self) -> int:
+        """MLP hidden units: ``hidden`` (a protocol may decide)."""
+        return int(self.hidden)
+
+    def _rounds_for(self, fed: Federation) -> int:
+        """Communication rounds to run on ``fed``: ``rounds`` (a protocol may derive them from its budget)."""
+        return int(self.rounds)
+
+    def _val_losses(self, state: dict, data: Padded) -> list[float]:
+        """Each client's mean task loss on its validation data under the models of ``state``.
+
+        What the client would predict with after this round (:meth:`finish`, then
+        :meth:`client_scores`); recorded every round as ``val_loss_history_`` so that
+        convergence is visible (issue 9).  Nothing is trained on it.
+        """
+        self.finish(state)
+        with torch.no_grad():
+            scores = self.client_scores(data)
+            per = self.per_sample_loss_(scores.to(torch.float32), data.y)
+            mean = (per * data.m).sum(1) / data.m.sum(1).clamp(min=1.0)
+        return [float(x) for x in mean.double().cpu().numpy()]
 
     # -- what subclasses provide
     @abstractmethod
@@ -504,8 +547,12 @@ class PersonalizedLearner(Learner):
         return config
 
     def estimate_extra(self, peeling: Peeling) -> dict:
+        names = self.federation_.names
         extra = {"loss_history": self.loss_history_, "fit_seconds": self.fit_seconds_,
-                 "resumed_from": self.resumed_from_}
+                 "resumed_from": self.resumed_from_, "rounds_run": int(self.rounds_),
+                 "val_loss_history": {
+                     "mean": [float(v) for v in self.val_loss_history_],
+                     "clients": {c: [float(v[i]) for v in self.val_loss_clients_] for i, c in enumerate(names)}}}
         if self.has_weights:
             extra["weights_history"] = [np.round(w, 8).tolist() for w in self.weights_history_]
             rule_w = self.rule_weights()

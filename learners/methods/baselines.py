@@ -15,6 +15,25 @@ utilities.
   full participation, the cross-silo setting).  Every client predicts with ``w``.
 
 Both train all clients in one batched step per minibatch (:mod:`coalitions.learners.training.engine`).
+
+Under a training protocol (``protocol=``, :class:`~coalitions.learners.training.protocol.TrainingProtocol`)
+the protocol fixes the model, optimiser, learning rate and its schedule, batch and weight decay
+(``weight_decay/2·‖w‖²`` on weights, not biases, in the loss), and the rounds follow from its
+budget of gradient steps per client (:meth:`TrainingProtocol.rounds_for` on the largest client):
+
+* **Local** keeps one optimiser state over all rounds (its models never leave their clients, so a
+  round is only bookkeeping) and the schedule runs over the whole budget: client ``i``'s model is
+  then the exhaustive oracle's subset model of ``{i}`` under the same protocol and seed — the same
+  initial parameters, objective, optimiser, schedule and steps (full batch; with a batch size the
+  two draw minibatches differently).  With ``closed_form=True`` (linear regression) both solve the
+  same ridge problem exactly (:func:`coalitions.learners.exact.closed_form_weights`) and no round is run.
+* **FedAvg** starts a fresh optimiser in every round (a client keeps no state between rounds);
+  the learning-rate schedule runs over the whole budget (round ``r`` continues it at step
+  ``r × steps per round``).  With SGD, full batch and one local
+  step per round the average of the clients' steps is one gradient step on the pooled objective
+  ``Σ_i n_i F_i / Σ_i n_i``, so FedAvg *is* the exact game's grand-coalition model under the same
+  protocol; with several local steps (or Adam, whose state restarts each round) it is not — the
+  clients drift towards their own optima between averages (tests/test_protocol.py checks both).
 """
 
 from __future__ import annotations
@@ -22,8 +41,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from coalitions.learners.methods.base import PersonalizedLearner
+from coalitions.learners.methods.base import PersonalizedLearner, default_model
 from coalitions.learners.training.engine import train_epochs
+from coalitions.learners.training.protocol import Scheduled, TrainingProtocol, decayed
+from coalitions.params import ParameterError
 
 __all__ = ["Local", "FedAvg", "weighted_average", "broadcast"]
 
@@ -40,28 +61,118 @@ def broadcast(params: dict, n: int) -> dict:
     return {k: v.expand(n, *v.shape[1:]).clone() for k, v in params.items()}
 
 
-class Local(PersonalizedLearner):
+class _Protocolled(PersonalizedLearner):
+    """What Local and FedAvg share under a training protocol (module docstring)."""
+
+    protocol: TrainingProtocol | None
+
+    def check_params(self) -> None:
+        super().check_params()
+        if self.protocol is not None and not isinstance(self.protocol, TrainingProtocol):
+            raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
+                                 f"{type(self.protocol).__name__}")
+
+    def config(self) -> dict:
+        out = super().config()
+        if self.protocol is not None:
+            out["protocol"] = self.protocol.to_json()
+        return out
+
+    def _model_for(self, fed):
+        if self.protocol is None:
+            return super()._model_for(fed)
+        return self.protocol.model or default_model(fed)
+
+    def _hidden_for(self) -> int:
+        return int(self.hidden if self.protocol is None else self.protocol.hidden)
+
+    def _closed_form(self, fed) -> bool:
+        return (self.protocol is not None and self.protocol.closed_form and fed.task == "regression"
+                and self._model_for(fed) == "linear")
+
+    def _batch(self):
+        return self.batch_size if self.protocol is None else self.protocol.batch_size
+
+    def _rounds_for(self, fed) -> int:
+        if self.protocol is None:
+            return int(self.rounds)
+        return self.protocol.rounds_for(int(fed.sizes("train").max()), int(self.local_epochs))
+
+    def _total_steps(self) -> int:
+        """Optimiser steps of the whole run (the schedule's length): rounds × local epochs × batches."""
+        return self.rounds_ * int(self.local_epochs) * self.protocol.steps_per_epoch(int(self.train_data_.sizes.max()))
+
+    def _protocol_loss(self, params, X, y, m):
+        return self._task_loss(params, X, y, m) + decayed(params, self.protocol.weight_decay, self._decay_names())
+
+    def _decay_names(self):
+        return tuple(k for k, s in self.spec_.shapes.items() if len(s) >= 2)
+
+    def _step_macs(self, fed):
+        if self.protocol is None:
+            return super()._step_macs(fed)
+        from coalitions.learners.training.models import make_model
+        from coalitions.learners.training.threads import step_macs
+
+        spec = make_model(self._model_for(fed), fed.input_shape, fed.n_outputs, hidden=self.protocol.hidden)
+        b = self._batch()
+        return step_macs(spec, int(fed.sizes("train").max()) if b is None else int(b), fed.n)
+
+
+class Local(_Protocolled):
     """Every client trains alone on its own data (no communication).
 
     Parameters are the common ones of :class:`~coalitions.learners.methods.base.PersonalizedLearner`
-    (defaults: 50 rounds of 1 local epoch, SGD lr 0.1 momentum 0.9, batch 32).
+    (defaults: 50 rounds of 1 local epoch, SGD lr 0.1 momentum 0.9, batch 32), and
+
+    protocol : TrainingProtocol or None
+        When given, it replaces ``model``, ``hidden``, ``optimizer``, ``lr``,
+        ``momentum``, ``weight_decay``, ``batch_size`` and ``rounds`` (module
+        docstring): client ``i``'s model is the exhaustive oracle's model of
+        ``{i}`` under the same protocol and seed.
     """
 
     method = "local"
     has_weights = False
     shares_model = False
 
-    def __init__(self, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
-                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+    def __init__(self, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
+                 optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
+                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
+    def _rounds_for(self, fed) -> int:
+        return 0 if self._closed_form(fed) else super()._rounds_for(fed)
+
     def init_state(self, fed, gen, device):
-        return {"params": self._init_params(gen, device, fed.n)}
+        params = self._init_params(gen, device, fed.n)
+        if self._closed_form(fed):
+            return {"params": self._closed_form_params(fed, params)}
+        state = {"params": params}
+        if self.protocol is not None:
+            opt = Scheduled(self.protocol, self._total_steps())
+            state["opt"] = opt.init(params)
+        return state
+
+    def _closed_form_params(self, fed, like: dict) -> dict:
+        """Each client's ridge least-squares fit, the oracle's closed form for ``{i}`` (bias last)."""
+        import torch
+
+        from coalitions.learners.exact import closed_form_weights
+
+        W = closed_form_weights(fed, self.protocol.weight_decay)[[1 << i for i in range(fed.n)]]  # (N, d+1)
+        dev, dtype = like["weight"].device, like["weight"].dtype
+        return {"weight": torch.as_tensor(W[:, :-1, None], device=dev, dtype=dtype),
+                "bias": torch.as_tensor(W[:, -1:], device=dev, dtype=dtype)}
 
     def train_round(self, state, r, rng):
-        opt = self._make_optimizer()
         params = state["params"]
+        if self.protocol is not None:
+            opt = Scheduled(self.protocol, self._total_steps())
+            params, opt_state, loss = train_epochs(self.engine_, self._protocol_loss, params, opt, state["opt"],
+                                                   self.train_data_, self.local_epochs, self._batch(), rng(0))
+            return {"params": params, "opt": opt_state}, {"loss": float(np.mean(loss))}
+        opt = self._make_optimizer()
         params, _, loss = train_epochs(self.engine_, self._task_loss, params, opt, opt.init(params),
                                        self.train_data_, self.local_epochs, self.batch_size, rng(0))
         return {"params": params}, {"loss": float(np.mean(loss))}
@@ -72,10 +183,14 @@ class Local(PersonalizedLearner):
         self.weights_history_ = []
 
 
-class FedAvg(PersonalizedLearner):
+class FedAvg(_Protocolled):
     """Federated averaging: one global model trained by all clients (full participation).
 
-    Parameters are the common ones of :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
+    Parameters are the common ones of :class:`~coalitions.learners.methods.base.PersonalizedLearner`, and
+
+    protocol : TrainingProtocol or None
+        When given, it replaces the model and optimiser settings and the rounds
+        (module docstring: what FedAvg then equals, and when).
 
     Attributes
     ----------
@@ -87,9 +202,9 @@ class FedAvg(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
-                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+    def __init__(self, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
+                 optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
+                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def init_state(self, fed, gen, device):
@@ -98,6 +213,14 @@ class FedAvg(PersonalizedLearner):
     def train_round(self, state, r, rng):
         n = self.federation_.n
         params = {k: v.expand(n, *v.shape[1:]).clone() for k, v in state["global"].items()}
+        if self.protocol is not None:
+            per_round = int(self.local_epochs) * self.protocol.steps_per_epoch(int(self.train_data_.sizes.max()))
+            opt = Scheduled(self.protocol, self._total_steps())
+            first = opt.init(params)
+            first["schedule_step"] = first["schedule_step"] + r * per_round
+            params, _, loss = train_epochs(self.engine_, self._protocol_loss, params, opt, first,
+                                           self.train_data_, self.local_epochs, self._batch(), rng(0))
+            return {"global": weighted_average(params, self.train_data_.sizes)}, {"loss": float(np.mean(loss))}
         opt = self._make_optimizer()
         params, _, loss = train_epochs(self.engine_, self._task_loss, params, opt, opt.init(params),
                                        self.train_data_, self.local_epochs, self.batch_size, rng(0))
