@@ -730,8 +730,8 @@ class ExhaustiveOracle:
         if ms.size and (ms.min() < 1 or ms.max() >= 1 << fed.n):
             raise InputError(f"subset_outputs: masks must lie in 1..{(1 << fed.n) - 1}")
         cfg = self.config(fed)
-        if cfg["model"] == "linear":
-            W = closed_form_weights(fed, self.ridge)
+        if cfg["solver"] == "closed-form":
+            W = closed_form_weights(fed, cfg["ridge"])
             return [[_aug(getattr(c, part).X) @ W[m] if (m >> i) & 1 else None for i, c in enumerate(fed.clients)]
                     for m in ms]
         from coalitions.learners.training.engine import resolve_device
@@ -740,7 +740,7 @@ class ExhaustiveOracle:
         with using(step_macs(trainer.spec, trainer.step_samples, max(1, len(ms))), self.threads):
             params = train_subsets(trainer.spec, fed.task, trainer.X, trainer.y, trainer.owner, ms, fed.n,
                                    trainer.init, epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
-                                   batch_size=cfg["batch_size"], seed=trainer.seed)
+                                   batch_size=cfg["batch_size"], seed=trainer.seed, protocol=self.protocol)
             scores = _scores(trainer.spec, params, trainer.evals[part], self._eval_batch(trainer.spec, len(ms)))
         if scores.ndim == 3 and scores.shape[2] == 1:
             scores = scores[:, :, 0]

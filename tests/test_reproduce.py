@@ -19,7 +19,7 @@ from coalitions.learners.experiments.report import fmt_stat, report_markdown  # 
 from coalitions.learners.experiments.results import RESULTS_FORMAT, read_results  # noqa: E402
 from coalitions.learners.experiments.runner import summarize  # noqa: E402
 
-COLUMNS = ["Local", "FedAvg", "SPO", "CE", "FedAMP", "HeurFedAMP", "FedeRiCo", "SuPerFed-MM"]
+COLUMNS = ["Local", "FedAvg", "SPO", "CE (ours)", "CE", "FedAMP", "HeurFedAMP", "FedeRiCo", "SuPerFed-MM"]
 
 
 @pytest.fixture(scope="module")
@@ -179,10 +179,20 @@ def test_experiments_are_well_formed():
             assert m in METHODS and m in METHOD_LABELS
             for quick in (True, False):
                 assert set(exp.settings(quick).options_for(m)) <= set(METHODS[m].keys)
-    # "*" options go only to the learners that take them
+    # every method's options derive from the experiment's protocol and budget (issue 9)
+    from coalitions.learners.experiments.catalogue import budgeted_options
+
     syn = EXPERIMENTS["synthetic"]
-    assert "rounds" not in syn.quick.options_for("spo") and syn.quick.options_for("spo")["steps"] == 1000
-    assert syn.quick.options_for("fedavg") == {"rounds": 20}
+    sizes = [10] * 6
+    assert budgeted_options(syn, True, "spo", sizes)["steps"] == syn.protocol_for(True).steps == 100
+    assert budgeted_options(syn, True, "fedavg", sizes) == {"protocol": syn.protocol_for(True)}
+    assert budgeted_options(syn, True, "federico", sizes)["rounds"] == 100    # one full-batch step a round
+    assert budgeted_options(syn, True, "fedamp", sizes)["rounds"] == 20      # five local steps a round
+    for exp in EXPERIMENTS.values():
+        for m in exp.methods:
+            for quick in (True, False):
+                opts = budgeted_options(exp, quick, m, [100, 40])
+                assert set(opts) - {"protocol"} <= set(METHODS[m].keys), (exp.name, m)
 
 
 def test_unknown_experiment():

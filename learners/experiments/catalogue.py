@@ -6,6 +6,15 @@ the learners to compare, two sets of run settings (``quick`` and ``full``) and
 the published numbers to print beside ours (Cui et al., KDD 2022, Tables 1–3,
 as far as our text copies of the papers preserve them).
 
+Matched budgets (issue 9): an experiment names one
+:class:`~coalitions.learners.training.protocol.TrainingProtocol`, and every method's options
+derive from it and its budget of gradient steps per client (:func:`budgeted_options`): the exact
+game's subset models and Local train under the protocol itself, SPO takes ``steps`` hypernetwork
+steps, and every round-based learner runs the rounds that give its largest client ``steps``
+local optimiser steps (rounds × local epochs × batches, FedAMP's local-step floor included).
+A method's own options in the settings (pFedMe's inner steps, FedAMP's λ) are kept; the
+protocol decides the model, optimiser, learning rate, batch and budget.
+
 Nothing here trains anything; :mod:`coalitions.learners.experiments.runner` runs it.
 
 Examples
@@ -13,16 +22,19 @@ Examples
 >>> exp = EXPERIMENTS["synthetic"]
 >>> [r.name for r in exp.regimes], exp.settings(quick=True).seeds
 (['few', 'many'], (0,))
+>>> exp.protocol_for(quick=True).steps, exp.protocol_for(quick=False).steps
+(100, 300)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from coalitions.errors import InputError
+from coalitions.learners.training.protocol import DEFAULT_PROTOCOLS, TrainingProtocol
 
 __all__ = ["Regime", "Settings", "Experiment", "EXPERIMENTS", "METHOD_LABELS", "PAPER_BASELINES", "get_experiment",
-           "select_methods"]
+           "select_methods", "budgeted_options", "budget_record"]
 
 #: Column labels of the learners in reports, in table order (CE is inserted after SPO).
 METHOD_LABELS = {
@@ -63,13 +75,16 @@ class Regime:
 
 @dataclass(frozen=True)
 class Settings:
-    """How long to run: seeds, and options per learner (``coalitions learn`` keys).
+    """How long to run: seeds, options per learner (``coalitions learn`` keys), and the budget.
 
-    ``method_options["*"]`` applies to every learner that takes the option.
+    ``method_options["*"]`` applies to every learner that takes the option.  ``steps``
+    replaces the experiment protocol's budget (gradient steps per client) in these
+    settings (``None``: the protocol's own).
     """
 
     seeds: tuple[int, ...]
     method_options: dict = field(default_factory=dict)
+    steps: int | None = None
 
     def options_for(self, method: str) -> dict:
         """The options of ``method``: those under ``"*"`` that it takes, then its own."""
@@ -98,6 +113,10 @@ class Experiment:
         The paper's numbers, keyed by what they describe (see the reports).
     notes : str
         Markdown: where the data or the setup differ from the paper's.
+    protocol : TrainingProtocol or None
+        How every model is trained and the budget (module docstring); ``oracle``
+        keys that are protocol fields (``model``, ``lr``, ``batch_size``) change
+        it for the exact game only (digits: softmax regression instead of the CNN).
     """
 
     name: str
@@ -110,12 +129,94 @@ class Experiment:
     full: Settings
     published: dict = field(default_factory=dict)
     notes: str = ""
+    protocol: TrainingProtocol | None = None
 
     def settings(self, quick: bool) -> Settings:
         return self.quick if quick else self.full
 
+    def protocol_for(self, quick: bool) -> TrainingProtocol | None:
+        """The experiment's protocol with the settings' budget."""
+        steps = self.settings(quick).steps
+        if self.protocol is None or steps is None:
+            return self.protocol
+        return self.protocol.with_(steps=steps)
+
+    def oracle_options(self, quick: bool) -> dict:
+        """The exhaustive oracle's keyword options: its own, and ``protocol`` (with the oracle's overrides)."""
+        if self.oracle is None:
+            return {}
+        names = {f.name for f in fields(TrainingProtocol)}
+        own = {k: v for k, v in self.oracle.items() if k not in names}
+        p = self.protocol_for(quick)
+        if p is None:
+            return own
+        return {**own, "protocol": p.with_(**{k: v for k, v in self.oracle.items() if k in names})}
+
 
 _SEEDS = (0, 1, 2, 3, 4)
+
+
+def _steps_per_round(method: str, protocol: TrainingProtocol, sizes, local_epochs: int, options: dict) -> int:
+    """Local optimiser steps the largest client takes in one round of ``method`` under ``protocol``."""
+    per_epoch = protocol.steps_per_epoch(int(max(sizes)))
+    if method in ("fedamp", "fedamp-heuristic"):
+        from coalitions.learners.methods.fedamp import local_epochs_for
+
+        epochs = local_epochs_for(sizes, protocol.batch_size, local_epochs, int(options.get("local_steps", 5)))
+        return epochs * per_epoch
+    return int(local_epochs) * per_epoch
+
+
+def budgeted_options(exp: Experiment, quick: bool, method: str, sizes) -> dict:
+    """``method``'s options in ``exp`` with the budget matched to the experiment's protocol.
+
+    ``sizes``: the clients' training-set sizes (the rounds depend on the largest).
+    Without a protocol, the settings' options (:meth:`Settings.options_for`).
+    With one: Local and FedAvg get ``protocol`` itself (the object); SPO
+    ``steps = protocol.steps`` and the protocol's batch; every other learner the
+    protocol's model, optimiser, learning rate, momentum, weight decay and batch,
+    and the rounds that give its largest client ``steps`` local steps.  The
+    settings' method-specific options are applied last.
+    """
+    from coalitions.learners.methods.registry import METHODS
+
+    settings = exp.settings(quick)
+    base = settings.options_for(method)
+    p = exp.protocol_for(quick)
+    if p is None:
+        return base
+    own = dict(settings.method_options.get(method, {}))
+    if method in ("local", "fedavg"):
+        return {"protocol": p, **own}
+    if method == "spo":
+        return {"steps": p.steps, "batch_size": p.batch_size, **own}
+    takes = METHODS[method].keys if method in METHODS else ()
+    local_epochs = int(own.get("local_epochs", 1))
+    derived = {"model": p.model, "mlp_hidden": p.hidden, "optimizer": p.optimizer, "client_lr": p.lr,
+               "momentum": p.momentum, "weight_decay": p.weight_decay, "client_batch": p.batch_size,
+               "rounds": p.rounds_for(int(max(sizes)), steps_per_round=_steps_per_round(method, p, sizes, local_epochs,
+                                                                                        own))}
+    return {**{k: v for k, v in derived.items() if k in takes and (v is not None or k == "client_batch")}, **own}
+
+
+def budget_record(exp: Experiment, quick: bool, methods, sizes) -> dict | None:
+    """What ``results.json`` records of a regime's budget: the protocols and each method's derived options.
+
+    ``{"protocol": {...}, "steps_per_client": S, "oracle_protocol": {...} | None,
+    "methods": {method: {option: value}}}`` (Local and FedAvg: ``{"protocol": "the protocol"}``);
+    ``None`` without a protocol.
+    """
+    p = exp.protocol_for(quick)
+    if p is None:
+        return None
+    per = {}
+    for m in methods:
+        o = budgeted_options(exp, quick, m, sizes)
+        per[m] = {k: ("the protocol" if isinstance(v, TrainingProtocol) else v) for k, v in o.items()}
+    oracle = exp.oracle_options(quick).get("protocol")
+    return {"protocol": p.to_json(), "steps_per_client": p.steps,
+            "oracle_protocol": None if oracle is None else oracle.to_json(), "methods": per}
+
 
 SYNTHETIC = Experiment(
     name="synthetic",
@@ -129,8 +230,9 @@ SYNTHETIC = Experiment(
     ),
     oracle={},
     methods=ALL_METHODS,
-    quick=Settings((0,), {"*": {"rounds": 20}, "spo": {"steps": 1000}}),
+    quick=Settings((0,), {}, steps=100),
     full=Settings(_SEEDS, {}),
+    protocol=DEFAULT_PROTOCOLS[("regression", "linear")],
     published={
         "table": "Table 1",
         "ocs": {"few": "the other clients of the same label process ({0,1,2} and {3,4,5})",
@@ -160,8 +262,9 @@ HEART = Experiment(
     ),
     oracle={},
     methods=ALL_METHODS,
-    quick=Settings((0,), {"*": {"rounds": 20}, "spo": {"steps": 1000}}),
+    quick=Settings((0,), {}, steps=100),
     full=Settings(_SEEDS, {}),
+    protocol=DEFAULT_PROTOCOLS[("binary", "logistic")],
     published={},
     notes=("The paper's hospital experiment uses eICU, which no installable package ships, so it "
            "has no counterpart here and no published numbers are shown. UCI heart disease "
@@ -175,16 +278,17 @@ ADULT = Experiment(
     regimes=(Regime("phd", "PhD vs non-PhD, accuracy", {}),),
     oracle={},
     methods=ALL_METHODS + BODYLESS_BASELINES,
-    quick=Settings((0,), {"*": {"rounds": 5, "client_batch": 256}, "spo": {"steps": 500}}),
-    full=Settings(_SEEDS, {"*": {"client_batch": 256}}),
+    quick=Settings((0,), {}, steps=100),
+    full=Settings(_SEEDS, {}),
+    protocol=DEFAULT_PROTOCOLS[("binary", "logistic")],
     published={
         "table": "Table 2",
         "accuracy": {"PhD": {"Local": "66.9 ± 1.0", "SPO": "77.0 ± 0.7", "CE": "66.9 ± 1.0"},
                      "non-PhD": {"Local": "83.5 ± 0.0", "SPO": "82.8 ± 0.3", "CE": "83.5 ± 0.0"}},
         "ce_partition": [["PhD"], ["non-PhD"]],
     },
-    notes=("Logistic regression as in the paper; the personalised learners use client batches of "
-           "256 (one local epoch of the 30,000-row non-PhD client is otherwise 1000 steps). "
+    notes=("Logistic regression as in the paper; every model trains under one protocol (full batch, "
+           "Adam, the same budget of gradient steps per client; learners/training/protocol.py). "
            "Accuracies in the tables are fractions; the paper prints percentages. The paper's Table 2 "
            "baselines AFL and q-FFL run here with FedProx, Ditto, Per-FedAvg, pFedMe and pFedHN; FedPer "
            "and LG-FedAvg are left out because a logistic model has no body to share (FedPer would be "
@@ -199,10 +303,12 @@ DIGITS = Experiment(
     # classes); the regime keeps its name so that run stays reproducible and comparable.
     regimes=(Regime("pathological", "label skew, 10 clients, 2 classes each (twins split)",
                     {"clients": 10, "partition": "twins"}),),
-    oracle={"model": "logistic"},
+    # the exact game trains softmax regression (full batch) under the same budget
+    oracle={"model": "logistic", "batch_size": None, "lr": 0.05},
     methods=ALL_METHODS + PAPER_BASELINES,
-    quick=Settings((0,), {"*": {"rounds": 10}, "spo": {"steps": 500}, "pfedme": {"inner_steps": 20}}),
+    quick=Settings((0,), {"pfedme": {"inner_steps": 20}}, steps=40),
     full=Settings((0, 1, 2), {"pfedme": {"inner_steps": 20}}),
+    protocol=DEFAULT_PROTOCOLS[("multiclass", "cnn")].with_(steps=200),
     published={
         "table": "Table 3",
         "accuracy": {"Local": "86.46 ± 4.02", "FedAvg": "51.42 ± 2.41", "SPO": "92.47 ± 4.80",

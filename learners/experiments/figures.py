@@ -9,6 +9,9 @@ Per regime (first seed):
   in ``OCS_i``; the diagonal is the client itself);
 * ``<regime>-utilities.png``: each client's test metric per method (mean over
   seeds, bars of one sample standard deviation);
+* ``convergence_<regime>.png``: each learner's validation loss (mean over clients)
+  against gradient steps per client (:func:`convergence_series`, :func:`draw_convergence`),
+  so that a reader sees whether the matched budget let every method converge;
 * ``<regime>-exact-ce.dot`` and ``<regime>-<method>-graph.dot``: the same graphs
   for Graphviz (``dot -Tpng FILE.dot -o FILE.png``).
 
@@ -27,7 +30,7 @@ from coalitions.files import write_file, write_text
 from coalitions.learners.experiments.catalogue import METHOD_LABELS
 from coalitions.render import equilibrium_dot, graph_dot
 
-__all__ = ["write_figures", "PLOT_HINT"]
+__all__ = ["write_figures", "PLOT_HINT", "convergence_series", "draw_convergence"]
 
 PLOT_HINT = ("matplotlib is not installed, so no PNG figures were drawn: `pip install 'collaboration-equilibrium[plot]'` "
              "and run the same command again (finished runs are reused), or render the DOT files "
@@ -170,6 +173,54 @@ def _draw_utilities(plt, reg: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def convergence_series(reg: dict, steps_per_client: int | None = None) -> dict[str, tuple[list, list]]:
+    """Each learner's validation loss curve in ``reg``'s first run: ``{label: (x, mean loss)}``.
+
+    Read from the estimates' ``extra.val_loss_history`` (one value per round for the
+    personalised learners, per evaluation for SPO, labelled "(16 fixed directions)": its
+    hypernetwork's validation objective, not its searched models).  ``x`` is in gradient steps per
+    client: SPO's own steps; round ``r`` of a learner that ran ``R`` rounds is at
+    ``r·steps_per_client/R`` when the regime has a matched budget (``steps_per_client``),
+    else at ``r`` (rounds).  Methods without a history (Local in closed form) are left out.
+    """
+    out = {}
+    for m, s in reg["runs"][0]["methods"].items():
+        est = s.get("_estimate")
+        hist = (est.extra or {}).get("val_loss_history") if est is not None else None
+        if not hist or not hist.get("mean"):
+            continue
+        y = [float(v) for v in hist["mean"]]
+        if "steps" in hist:
+            x = [int(v) for v in hist["steps"]]
+        elif steps_per_client:
+            x = [(r + 1) * steps_per_client / len(y) for r in range(len(y))]
+        else:
+            x = list(range(1, len(y) + 1))
+        label = METHOD_LABELS.get(m, m)
+        out[f"{label} (16 fixed directions)" if "steps" in hist else label] = (x, y)
+    return out
+
+
+def draw_convergence(plt, reg: dict, path: Path, steps_per_client: int | None = None) -> bool:
+    """Validation loss per round of every learner of ``reg`` on one axes (log scale); False if none has one."""
+    series = convergence_series(reg, steps_per_client)
+    if not series:
+        return False
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    for label, (x, y) in series.items():
+        ax.plot(x, y, marker="o" if len(x) < 12 else None, markersize=3, label=label)
+    if all(v > 0 for _, y in series.values() for v in y):
+        ax.set_yscale("log")
+    ax.set_xlabel("gradient steps per client" if steps_per_client else "round (SPO: step)")
+    ax.set_ylabel("validation loss (mean over clients)")
+    ax.set_title(f"{reg['title']}: convergence (seed {reg['runs'][0]['seed']})", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def write_figures(results: dict, out: str | Path) -> tuple[list[str], str | None]:
     """Write every figure of ``results`` into ``out``.
 
@@ -205,4 +256,8 @@ def write_figures(results: dict, out: str | Path) -> tuple[list[str], str | None
         name = f"{reg['name']}-utilities.png"
         _draw_utilities(plt, reg, out / name)
         files.append(name)
+        budget = (results.get("budget") or {}).get(reg["name"]) or {}
+        name = f"convergence_{reg['name']}.png"
+        if draw_convergence(plt, reg, out / name, budget.get("steps_per_client")):
+            files.append(name)
     return files, None

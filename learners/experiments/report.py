@@ -276,7 +276,9 @@ def _utility_section(reg: dict) -> list[str]:
     spread = f"mean ± sample std over {n} seeds" if n > 1 else "one seed"
     return ([f"### Test {reg['metric']} per client ({_better(reg['metric'])}; {spread})", "",
              "CE: each client's model in the exact equilibrium. The learners' figures are their own "
-             "personalised models.", ""] + _table(["client"] + cols, rows) + [""])
+             "personalised models.", ""] + (["CE (ours): SPO's models in SPO's own CE (the paper's row).", ""]
+                                             if "CE (ours)" in cols else [])
+            + _table(["client"] + cols, rows) + [""])
 
 
 def _ours(reg: dict, partitions: dict) -> str:
@@ -411,6 +413,8 @@ def report_markdown(results: dict) -> str:
         figs = [f for f in results.get("figures", []) if f.startswith(reg["name"] + "-") and f.endswith(".png")]
         if figs:
             lines += ["### Figures", ""] + [f"![{f}]({f})" for f in figs] + [""]
+        if f"convergence_{reg['name']}.png" in results.get("figures", []):
+            lines += [f"![validation loss per round](convergence_{reg['name']}.png)", ""]
     lines += ["## Published numbers", ""] + published_markdown(results)
     if results.get("plot_hint"):
         lines += ["## Figures", "", results["plot_hint"], ""]

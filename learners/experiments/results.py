@@ -131,6 +131,8 @@ class MethodSummary:
     estimate: Any = field(default=None, repr=False, compare=False)
     sensitivity: dict | None = None
     rules: dict | None = None
+    #: SPO only: its utilities inside its own CE (the paper's "CE (ours)" row, runner.ce_ours).
+    ce_ours: dict | None = None
 
     def to_json(self) -> dict:
         out = {"partition": self.partition, "test": self.test, "val": self.val, "weights": self.weights,
@@ -141,6 +143,8 @@ class MethodSummary:
             out["sensitivity"] = self.sensitivity
         if self.rules is not None:
             out["rules"] = self.rules
+        if self.ce_ours is not None:
+            out["ce_ours"] = self.ce_ours
         return out
 
     @classmethod
@@ -149,7 +153,7 @@ class MethodSummary:
         cmp = data.get("compare")
         return cls(data["partition"], data["test"], data["val"], data["weights"], data["edges"],
                    None if cmp is None else Comparison.from_json(cmp), sensitivity=data.get("sensitivity"),
-                   rules=data.get("rules"))
+                   rules=data.get("rules"), ce_ours=data.get("ce_ours"))
 
 
 @dataclass
@@ -233,6 +237,8 @@ class Reproduction:
     compute_complete: bool = True
     figures: list[str] = field(default_factory=list)
     plot_hint: str | None = None
+    #: Per regime: the training protocol and each method's matched budget (catalogue.budget_record).
+    budget: dict | None = None
 
     def to_json(self) -> dict:
         out = {"format": RESULTS_FORMAT, "experiment": self.experiment, "title": self.title,
@@ -243,6 +249,8 @@ class Reproduction:
                "figures": self.figures}
         if self.plot_hint:
             out["plot_hint"] = self.plot_hint
+        if self.budget is not None:
+            out["budget"] = self.budget
         return out
 
     @classmethod
@@ -256,7 +264,7 @@ class Reproduction:
                    regimes=[RegimeResult.from_json(r) for r in data["regimes"]],
                    elapsed_s=data.get("elapsed_s", 0.0), compute_s=data.get("compute_s", 0.0),
                    compute_complete=data.get("compute_complete", True), figures=list(data.get("figures", [])),
-                   plot_hint=data.get("plot_hint"))
+                   plot_hint=data.get("plot_hint"), budget=data.get("budget"))
 
 
 def read_results(path: str | os.PathLike) -> Reproduction:

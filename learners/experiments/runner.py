@@ -40,7 +40,13 @@ from coalitions.compare import compare
 from coalitions.errors import InputError
 from coalitions.files import write_text
 from coalitions.io import read_json, write_json
-from coalitions.learners.experiments.catalogue import METHOD_LABELS, Experiment, get_experiment, select_methods
+from coalitions.learners.experiments.catalogue import (
+    METHOD_LABELS,
+    Experiment,
+    budget_record,
+    get_experiment,
+    select_methods,
+)
 from coalitions.learners.experiments.results import (
     RESULTS_FORMAT,
     Comparison,
@@ -55,7 +61,7 @@ from coalitions.learners.experiments.results import (
 from coalitions.learners.experiments.statistics import separate_seeds
 from coalitions.payoffs import models_in
 
-__all__ = ["RESULTS_FORMAT", "reproduce", "run_experiment", "summarize", "exact_summary", "read_results"]
+__all__ = ["RESULTS_FORMAT", "reproduce", "run_experiment", "summarize", "exact_summary", "read_results", "ce_ours"]
 
 
 def _names(game: co.Game, mask: int) -> list[str]:
@@ -164,7 +170,7 @@ def rules_against_exact(estimate, game, eq) -> dict | None:
 
 
 def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Equilibrium, where: Path,
-                  device: str) -> dict[str, list[np.ndarray]]:
+                  device: str, options: dict | None = None) -> dict[str, list[np.ndarray]]:
     """Each client's test outputs under the exact game's models it is scored with: alone, in the CE, with everyone.
 
     ``{"local" | "ce" | "all": [outputs of client i]}``, from
@@ -190,7 +196,8 @@ def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Eq
     if missing:
         from coalitions.learners.exact import ExhaustiveOracle
 
-        rows = ExhaustiveOracle(device=device, seed=init_seed, **exp.oracle).subset_outputs(fed, missing, "test")
+        rows = ExhaustiveOracle(device=device, seed=init_seed, **{**exp.oracle, **(options or {})}).subset_outputs(
+            fed, missing, "test")
         for m, row in zip(missing, rows, strict=True):
             for i, o in enumerate(row):
                 if o is not None:
@@ -200,6 +207,23 @@ def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Eq
         np.savez_compressed(tmp, **stored)
         tmp.replace(path)
     return {col: [stored[key(m, i)] for i, m in enumerate(ms)] for col, ms in want.items()}
+
+
+def ce_ours(estimate) -> dict | None:
+    """The paper's "CE (ours)" row: SPO's utilities inside SPO's own CE.
+
+    Each client's model is the hypernetwork at its best direction on the face of
+    its block of the partition that SPO's own estimate peels to (not the exact
+    game's CE), scored by SPO: ``{"partition": [[names]], "val": {name: metric},
+    "test": {name: metric}}`` from the estimate's ``extra.ce_utilities``; ``None``
+    when the estimate has none.  Reported beside the exact CE (issue 9).
+    """
+    utilities = estimate.extra.get("ce_utilities") if estimate.extra else None
+    if not utilities:
+        return None
+    return {"partition": [list(b) for b in estimate.blocks()],
+            "val": {c: float(v) for c, v in utilities["val"].items()},
+            "test": {c: float(v) for c, v in utilities["test"].items()}}
 
 
 def _read_timings(folder: Path) -> dict:
@@ -228,6 +252,11 @@ def _files(where: Path, what: str) -> tuple[Path, ...]:
 def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, progress=None):
     """Train one piece: the exact games ``(validation, test, method, replicates)``, or learner ``what``'s estimate.
 
+    ``options``: the exhaustive oracle's keywords (``exp.oracle`` plus the experiment's
+    ``protocol``, :meth:`Experiment.oracle_options`), or the learner's options
+    (:func:`~coalitions.learners.experiments.catalogue.budgeted_options`; a ``protocol``
+    among them goes to the estimator as its ``protocol`` parameter).
+
     Pure computation (no files): the local loop and the Ray tasks of
     :mod:`coalitions.learners.distributed` both call it, so they agree.
     ``progress(done, total)`` follows the training (subset model-epochs, rounds or steps).
@@ -236,11 +265,16 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
         from coalitions.learners.exact import ExhaustiveOracle
 
         o = ExhaustiveOracle(device=device, seed=seed, progress=progress,
-                             **{"replicates": REPLICATES, **exp.oracle}).fit(fed)
+                             **{"replicates": REPLICATES, **exp.oracle, **options}).fit(fed)
         return o.game_, o.test_game_, o.method_, o.replicates_
     from coalitions.learners.methods.registry import create
 
-    return with_records(create(what, options, device=device, seed=seed, progress=progress).fit(fed), fed)
+    options = dict(options)
+    protocol = options.pop("protocol", None)
+    learner = create(what, options, device=device, seed=seed, progress=progress)
+    if protocol is not None:
+        learner.set_params(protocol=protocol)
+    return with_records(learner.fit(fed), fed)
 
 
 def learner_outputs(learner, fed) -> list[np.ndarray]:
@@ -296,10 +330,19 @@ def compute_named_piece(exp_name: str, quick: bool, regime_name: str, seed: int,
     regime = next(r for r in exp.regimes if r.name == regime_name)
     seeds = separate_seeds(seed)
     fed = load(exp.dataset, seed=seeds.data, **regime.options)
-    options = {} if what == "exact" else exp.settings(quick).options_for(what)
+    options = _options(exp, quick, what, fed)
     t = time.perf_counter()
     result = compute_piece(fed, exp, what, options, seeds.init, device)
     return result, time.perf_counter() - t, fed.n
+
+
+def _options(exp: Experiment, quick: bool, what: str, fed) -> dict:
+    """The options of piece ``what`` on ``fed``: the oracle's, or the learner's with the matched budget."""
+    from coalitions.learners.experiments.catalogue import budgeted_options
+
+    if what == "exact":
+        return {k: v for k, v in exp.oracle_options(quick).items() if k not in (exp.oracle or {})}
+    return budgeted_options(exp, quick, what, fed.sizes("train"))
 
 
 def store_piece(where: Path, what: str, result, seconds: float) -> None:
@@ -378,8 +421,9 @@ def _stats(values: list[float]) -> dict:
 def summarize(regime: dict, methods) -> dict:
     """Per-client test metric of every column (mean, sample std and count over seeds).
 
-    Columns: each learner by its label, ``CE`` (the exact equilibrium) where the
-    exact game was computed.  ``mean`` averages the clients of each seed first.
+    Columns: each learner by its label, ``CE (ours)`` after SPO (SPO's utilities in
+    SPO's own CE, the paper's row: :func:`ce_ours`), ``CE`` (the exact equilibrium)
+    where the exact game was computed.  ``mean`` averages the clients of each seed first.
     """
     runs = regime["runs"]
     clients = regime["clients"]
@@ -387,6 +431,8 @@ def summarize(regime: dict, methods) -> dict:
     have_exact = bool(runs) and all("exact" in r for r in runs)
     for m in methods:
         columns[METHOD_LABELS.get(m, m)] = [r["methods"][m]["test"] for r in runs]
+        if m == "spo" and runs and all(r["methods"]["spo"].get("ce_ours") for r in runs):
+            columns["CE (ours)"] = [r["methods"]["spo"]["ce_ours"]["test"] for r in runs]
         if m == "spo" and have_exact:
             columns["CE"] = [r["exact"]["test"]["ce"] for r in runs]
     if have_exact and "CE" not in columns:  # no SPO among the learners: CE last
@@ -619,6 +665,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
         experiment=exp.name, title=exp.title, dataset=exp.dataset, quick=quick, device=str(resolve_device(device)),
         seeds=list(seeds), methods=list(methods), method_options={m: settings.options_for(m) for m in methods},
         oracle=exp.oracle, published=exp.published, notes=exp.notes, regimes=[])
+    budgets: dict = {}
     for regime in exp.regimes:
         runs: list[Run] = []
         clients: list[str] = []
@@ -633,20 +680,25 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
             run = Run(seed=seed, methods={}, data_seed=pair.data, init_seed=pair.init)
             game = test_game = eq = None
             exact_out = None
+            if seed == seeds[0]:
+                budgets[regime.name] = budget_record(exp, quick, methods, fed.sizes("train"))
             if exp.oracle is not None:
-                game, test_game, reps = _piece(fed, exp, "exact", {}, pair.init, device, where, log, progress,
-                                               (where.name, "exact") in fresh)
+                game, test_game, reps = _piece(fed, exp, "exact", _options(exp, quick, "exact", fed), pair.init,
+                                               device, where, log, progress, (where.name, "exact") in fresh)
                 eq = co.solve(game)
                 run.exact = exact_summary(game, test_game, metric, eq, reps)
-                exact_out = exact_outputs(fed, exp, pair.init, game, eq, where, device)
+                exact_out = exact_outputs(fed, exp, pair.init, game, eq, where, device,
+                                          _options(exp, quick, "exact", fed))
                 if seed != seeds[0]:
                     run.exact.equilibrium = None  # only the first seed's is drawn
             estimates = {}
             for m in methods:
-                est = _piece(fed, exp, m, settings.options_for(m), pair.init, device, where, log, progress,
+                est = _piece(fed, exp, m, _options(exp, quick, m, fed), pair.init, device, where, log, progress,
                              (where.name, m) in fresh)
                 estimates[m] = est
                 run.methods[m] = _method_summary(est, game, eq)
+                if m == "spo":
+                    run.methods[m].ce_ours = ce_ours(est)
                 if seed != seeds[0]:
                     run.methods[m].estimate = None
             records.append(seed_record(fed, run, exact_out, estimates))
@@ -658,6 +710,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
         summary["spo_rules"] = rules_summary(runs_json)
         results.regimes.append(RegimeResult(regime.name, regime.title, regime.options, runs, clients, metric,
                                             summary))
+    results.budget = budgets if any(v is not None for v in budgets.values()) else None
     results.elapsed_s = time.perf_counter() - start
     pieces = [f"{r.name}-seed{k}-{suffix}" for r in results.regimes for k in seeds
               for suffix in (["game.json"] if exp.oracle is not None else []) + [f"{m}.json" for m in methods]]

@@ -103,6 +103,11 @@ class SPO(Learner):
         (``ocs``, ``edges``) and equilibrium (``partition``).
     history_ : list of float
         Mean scalarised training loss every 50 steps.
+    val_loss_steps_, val_loss_clients_ : list
+        At the same evaluations (steps in ``val_loss_steps_``): each client's
+        validation loss under ``h(d)`` for 16 fixed directions ``d``, weighted
+        by ``d_j`` (the training objective's terms on validation data); in the
+        estimate's ``extra.val_loss_history`` with their mean over clients.
     fit_seconds_ : float
     timings_ : dict
         Seconds spent training, on ``BG(all)`` (searches and rule), and in total
@@ -231,6 +236,10 @@ class SPO(Learner):
                         "ocs": {names[i]: [names[j] for j in members(c)] for i, c in r.graph.collaborators}}
                        for r in peeling.rounds],
             "train_loss": [float(x) for x in self.history_],
+            "val_loss_history": {
+                "steps": list(self.val_loss_steps_),
+                "mean": [float(np.mean(v)) for v in self.val_loss_clients_],
+                "clients": {c: [float(v[i]) for v in self.val_loss_clients_] for i, c in enumerate(names)}},
             "epo_fallbacks": self.epo_fallbacks_,
         }
 
@@ -286,6 +295,12 @@ class SPO(Learner):
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * min(s, self.steps) / max(self.steps, 1))))
         history, running = [], []
+        # validation loss per evaluation (issue 9): each client's validation loss under h(d) for 16 fixed
+        # directions, weighted by its share d_j (the training objective's terms, on validation data)
+        evals = torch.as_tensor(sample_directions(np.random.default_rng([int(self.seed), 0x7A1]), fed.n, 16,
+                                                  self.alpha, self.faces), dtype=torch.float32, device=dev)
+        self.val_loss_steps_: list[int] = []
+        self.val_loss_clients_: list[list[float]] = []
         for step in range(self.steps):
             D = torch.as_tensor(sample_directions(rng, fed.n, self.directions, self.alpha, self.faces),
                                 dtype=torch.float32, device=dev)
@@ -306,6 +321,11 @@ class SPO(Learner):
             if (step + 1) % 50 == 0 or step + 1 == self.steps:
                 history.append(float(np.mean(running)))
                 running = []
+                with torch.no_grad():
+                    Lv = self._loss_matrix(net(evals), self.val_.X, self.val_.y, self.val_.m)  # (16, N)
+                    per = (evals * Lv).sum(0) / evals.sum(0).clamp(min=1e-12)
+                self.val_loss_steps_.append(step + 1)
+                self.val_loss_clients_.append([float(x) for x in per.double().cpu().numpy()])
                 if self.progress is not None:
                     self.progress(step + 1, self.steps)
         return history
