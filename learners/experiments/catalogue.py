@@ -22,8 +22,9 @@ Examples
 >>> exp = EXPERIMENTS["synthetic"]
 >>> [r.name for r in exp.regimes], exp.settings(quick=True).seeds
 (['few', 'many'], (0,))
->>> exp.protocol_for(quick=True).steps, exp.protocol_for(quick=False).steps
-(100, 300)
+>>> digits = EXPERIMENTS["digits"]
+>>> digits.protocol_for(quick=True).steps, digits.protocol_for(quick=False).steps
+(40, 200)
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ SYNTHETIC = Experiment(
     ),
     oracle={},
     methods=ALL_METHODS,
-    quick=Settings((0,), {}, steps=100),
+    quick=Settings((0,), {}),
     full=Settings(_SEEDS, {}),
     protocol=DEFAULT_PROTOCOLS[("regression", "linear")],
     published={
@@ -262,7 +263,7 @@ HEART = Experiment(
     ),
     oracle={},
     methods=ALL_METHODS,
-    quick=Settings((0,), {}, steps=100),
+    quick=Settings((0,), {}),
     full=Settings(_SEEDS, {}),
     protocol=DEFAULT_PROTOCOLS[("binary", "logistic")],
     published={},
@@ -278,7 +279,7 @@ ADULT = Experiment(
     regimes=(Regime("phd", "PhD vs non-PhD, accuracy", {}),),
     oracle={},
     methods=ALL_METHODS + BODYLESS_BASELINES,
-    quick=Settings((0,), {}, steps=100),
+    quick=Settings((0,), {}),
     full=Settings(_SEEDS, {}),
     protocol=DEFAULT_PROTOCOLS[("binary", "logistic")],
     published={
@@ -308,7 +309,7 @@ DIGITS = Experiment(
     methods=ALL_METHODS + PAPER_BASELINES,
     quick=Settings((0,), {"pfedme": {"inner_steps": 20}}, steps=40),
     full=Settings((0, 1, 2), {"pfedme": {"inner_steps": 20}}),
-    protocol=DEFAULT_PROTOCOLS[("multiclass", "cnn")].with_(steps=200),
+    protocol=DEFAULT_PROTOCOLS[("multiclass", "cnn")],
     published={
         "table": "Table 3",
         "accuracy": {"Local": "86.46 ± 4.02", "FedAvg": "51.42 ± 2.41", "SPO": "92.47 ± 4.80",

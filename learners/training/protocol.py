@@ -41,11 +41,12 @@ What "the same" means
     averaging, not FedAvg).
 
 The defaults (:data:`DEFAULT_PROTOCOLS`) were chosen on data that no report
-uses: ``benchmarks/protocol_defaults.py`` trains Local (= the exact game's
-singletons) and the pooled model on seeds 100–102 of each task (the reports use
-seeds 0–4) over a grid of learning rates and budgets, and keeps the smallest
-budget whose mean *validation* loss is within 1 % of the grid's best
-(docs/learners-baselines.md, "One training protocol", has its table).
+uses: ``benchmarks/protocol_defaults.py`` trains the whole exact game (every
+subset model: the singletons are Local's models, the grand coalition the pooled
+one) on seeds 100–102 of each task (the reports use seeds 0–4) over a grid of
+learning rates and budgets, scores it by the *validation* metric, and keeps the
+smallest budget within 1 % (regression) or 0.01 accuracy of the grid's best in
+every regime of the task (docs/learners-protocol.md has the tables).
 
 Examples
 --------
@@ -193,20 +194,28 @@ class TrainingProtocol:
                 "momentum": self.momentum, "weight_decay": 0.0, "batch_size": self.batch_size}
 
 
-#: Default protocol per ``(task, model)``; chosen by ``benchmarks/protocol_defaults.py`` on seeds
-#: 100–102 (no report uses them), by validation loss.  Regression with the linear model is solved in
-#: closed form where one data set is fitted; its optimiser settings serve the federated methods.
+#: Default protocol per ``(task, model)``, chosen by ``benchmarks/protocol_defaults.py`` on seeds
+#: 100–102 (no report uses them) by validation metric (docs/learners-protocol.md has the tables).
+#: Logistic regression: lr 0.05 and 50 steps on both heart and Adult (within 0.01 accuracy of each
+#: grid's best).  Linear regression: lr 0.01 and 100 steps (no setting is within 1 % in both
+#: synthetic regimes: regime I, 10 samples and 21 unknowns, is best with the least training,
+#: regime II with the most; this one has the smallest largest excess, 14 %); its single-data-set
+#: models are solved in closed form with ridge 1e-10 (the earlier reports' least squares), the
+#: optimiser settings serve the federated methods.  Not measured: multiclass logistic takes the
+#: binary setting; the MLP the exact game's former settings (lr 0.01, 300 epochs); the CNN the former
+#: learning rate of the exact game's CNN (0.005) and the earlier digits reports' budget (50 rounds of
+#: 4 batches of 32 = 200 steps).
 DEFAULT_PROTOCOLS: dict[tuple[str, str], TrainingProtocol] = {
-    ("regression", "linear"): TrainingProtocol(model="linear", optimizer="adam", lr=0.05, weight_decay=1e-10,
-                                               steps=300, closed_form=True),
+    ("regression", "linear"): TrainingProtocol(model="linear", optimizer="adam", lr=0.01, weight_decay=1e-10,
+                                               steps=100, closed_form=True),
     ("binary", "logistic"): TrainingProtocol(model="logistic", optimizer="adam", lr=0.05, weight_decay=1e-3,
-                                             steps=300),
+                                             steps=50),
     ("multiclass", "logistic"): TrainingProtocol(model="logistic", optimizer="adam", lr=0.05, weight_decay=1e-3,
-                                                 steps=300),
+                                                 steps=50),
     ("binary", "mlp"): TrainingProtocol(model="mlp", optimizer="adam", lr=0.01, weight_decay=1e-3, steps=300),
     ("multiclass", "mlp"): TrainingProtocol(model="mlp", optimizer="adam", lr=0.01, weight_decay=1e-3, steps=300),
     ("multiclass", "cnn"): TrainingProtocol(model="cnn", optimizer="adam", lr=0.005, weight_decay=1e-3,
-                                            batch_size=32, steps=300),
+                                            batch_size=32, steps=200),
 }
 
 
