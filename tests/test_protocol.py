@@ -145,3 +145,56 @@ def test_every_round_records_the_validation_loss():
     first = np.array([v[0] for v in extra["clients"].values()])
     assert extra["mean"][0] == pytest.approx(first.mean())
     assert extra["mean"][-1] < extra["mean"][0]          # training lowers the validation loss here
+
+
+# ---------------------------------------------------------------------------- reproduce: budget, figure, CE (ours)
+class _Est:
+    def __init__(self, extra, blocks=()):
+        self.extra = extra
+        self._blocks = blocks
+
+    def blocks(self):
+        return self._blocks
+
+
+def test_convergence_series_puts_rounds_and_spo_steps_on_one_axis():
+    from coalitions.learners.experiments.figures import convergence_series
+
+    reg = {"runs": [{"seed": 0, "methods": {
+        "fedavg": {"_estimate": _Est({"val_loss_history": {"mean": [3.0, 2.0, 1.0, 0.5], "clients": {}}})},
+        "fedamp": {"_estimate": _Est({"val_loss_history": {"mean": [2.0, 1.0], "clients": {}}})},
+        "local": {"_estimate": _Est({"val_loss_history": {"mean": [], "clients": {}}})},     # closed form
+        "spo": {"_estimate": _Est({"val_loss_history": {"steps": [50, 100], "mean": [4.0, 3.0], "clients": {}}})},
+    }}]}
+    s = convergence_series(reg, steps_per_client=100)
+    assert s["FedAvg"] == ([25.0, 50.0, 75.0, 100.0], [3.0, 2.0, 1.0, 0.5])
+    assert s["FedAMP"][0] == [50.0, 100.0]                   # 2 rounds of 50 local steps
+    assert s["SPO (16 fixed directions)"] == ([50, 100], [4.0, 3.0])
+    assert "Local" not in s
+    assert convergence_series(reg)["FedAvg"][0] == [1, 2, 3, 4]   # no budget: rounds
+
+
+def test_ce_ours_is_spos_utilities_in_its_own_ce_and_a_summary_column():
+    from coalitions.learners.experiments.runner import ce_ours, summarize
+
+    est = _Est({"ce_utilities": {"val": {"a": 0.5, "b": 0.25}, "test": {"a": 0.4, "b": 0.2}}}, (("a", "b"),))
+    row = ce_ours(est)
+    assert row == {"partition": [["a", "b"]], "val": {"a": 0.5, "b": 0.25}, "test": {"a": 0.4, "b": 0.2}}
+    assert ce_ours(_Est({})) is None
+    run = {"methods": {"spo": {"test": {"a": 0.3, "b": 0.1}, "ce_ours": row}},
+           "exact": {"test": {"ce": {"a": 0.1, "b": 0.1}}, "partition": [["a", "b"]]}}
+    s = summarize({"runs": [run], "clients": ["a", "b"]}, ["spo"])
+    assert s["columns"] == ["SPO", "CE (ours)", "CE"]
+    assert s["test"]["CE (ours)"]["a"]["mean"] == 0.4
+
+
+def test_quick_synthetic_budget_is_matched():
+    from coalitions.learners.experiments.catalogue import EXPERIMENTS, budget_record
+
+    exp = EXPERIMENTS["synthetic"]
+    rec = budget_record(exp, True, exp.methods, [10] * 6)
+    steps = rec["steps_per_client"]
+    assert rec["protocol"]["closed_form"] and rec["methods"]["spo"]["steps"] == steps
+    assert rec["methods"]["federico"]["rounds"] == steps            # one full-batch step per round
+    assert rec["methods"]["fedamp"]["rounds"] * 5 == steps          # five local steps per round
+    assert rec["methods"]["local"] == {"protocol": "the protocol"}

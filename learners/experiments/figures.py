@@ -213,7 +213,9 @@ def draw_convergence(plt, reg: dict, path: Path, steps_per_client: int | None = 
         ax.set_yscale("log")
     ax.set_xlabel("gradient steps per client" if steps_per_client else "round (SPO: step)")
     ax.set_ylabel("validation loss (mean over clients)")
-    ax.set_title(f"{reg['title']}: convergence (seed {reg['runs'][0]['seed']})", fontsize=9)
+    import textwrap
+
+    ax.set_title(textwrap.fill(f"{reg['title']}: convergence (seed {reg['runs'][0]['seed']})", 80), fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
