@@ -405,6 +405,12 @@ class PersonalizedLearner(Learner):
                     self.progress(r + 1, self.rounds_, info)
                 else:
                     self.progress(r + 1, self.rounds_)
+        if self.rounds_ == 0 and self.progress is not None:
+            # no rounds (Local solved in closed form): one unit of work, as the oracle's closed form reports
+            if _takes_info(self.progress):
+                self.progress(1, 1, {})
+            else:
+                self.progress(1, 1)
         self.state_ = state
         self.finish(state)
         self.utilities_ = self._utilities(fed, dev)
