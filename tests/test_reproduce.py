@@ -190,6 +190,12 @@ def test_experiments_are_well_formed():
     assert budgeted_options(syn, True, "fedavg", sizes) == {"protocol": syn.protocol_for(True)}
     assert budgeted_options(syn, True, "federico", sizes)["rounds"] == 100    # one full-batch step a round
     assert budgeted_options(syn, True, "fedamp", sizes)["rounds"] == 20      # five local steps a round
+    # a regime's own learning rate and budget reach every method of that regime, the oracle included
+    few, many = syn.regimes
+    assert syn.protocol_for(True, few).lr == 0.005 and syn.protocol_for(True, many).lr == 0.1
+    assert budgeted_options(syn, True, "fedavg", sizes, few) == {"protocol": syn.protocol_for(True, few)}
+    assert budgeted_options(syn, True, "federico", sizes, many)["rounds"] == syn.protocol_for(True, many).steps
+    assert syn.oracle_options(True, many)["protocol"].lr == 0.1
     for exp in EXPERIMENTS.values():
         for m in exp.methods:
             for quick in (True, False):

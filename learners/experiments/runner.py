@@ -330,19 +330,19 @@ def compute_named_piece(exp_name: str, quick: bool, regime_name: str, seed: int,
     regime = next(r for r in exp.regimes if r.name == regime_name)
     seeds = separate_seeds(seed)
     fed = load(exp.dataset, seed=seeds.data, **regime.options)
-    options = _options(exp, quick, what, fed)
+    options = _options(exp, quick, what, fed, regime)
     t = time.perf_counter()
     result = compute_piece(fed, exp, what, options, seeds.init, device)
     return result, time.perf_counter() - t, fed.n
 
 
-def _options(exp: Experiment, quick: bool, what: str, fed) -> dict:
-    """The options of piece ``what`` on ``fed``: the oracle's, or the learner's with the matched budget."""
+def _options(exp: Experiment, quick: bool, what: str, fed, regime=None) -> dict:
+    """The options of piece ``what`` on ``fed`` in ``regime``: the oracle's, or the learner's with the matched budget."""
     from coalitions.learners.experiments.catalogue import budgeted_options
 
     if what == "exact":
-        return {k: v for k, v in exp.oracle_options(quick).items() if k not in (exp.oracle or {})}
-    return budgeted_options(exp, quick, what, fed.sizes("train"))
+        return {k: v for k, v in exp.oracle_options(quick, regime).items() if k not in (exp.oracle or {})}
+    return budgeted_options(exp, quick, what, fed.sizes("train"), regime)
 
 
 def store_piece(where: Path, what: str, result, seconds: float) -> None:
@@ -681,19 +681,19 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
             game = test_game = eq = None
             exact_out = None
             if seed == seeds[0]:
-                budgets[regime.name] = budget_record(exp, quick, methods, fed.sizes("train"))
+                budgets[regime.name] = budget_record(exp, quick, methods, fed.sizes("train"), regime)
             if exp.oracle is not None:
-                game, test_game, reps = _piece(fed, exp, "exact", _options(exp, quick, "exact", fed), pair.init,
+                game, test_game, reps = _piece(fed, exp, "exact", _options(exp, quick, "exact", fed, regime), pair.init,
                                                device, where, log, progress, (where.name, "exact") in fresh)
                 eq = co.solve(game)
                 run.exact = exact_summary(game, test_game, metric, eq, reps)
                 exact_out = exact_outputs(fed, exp, pair.init, game, eq, where, device,
-                                          _options(exp, quick, "exact", fed))
+                                          _options(exp, quick, "exact", fed, regime))
                 if seed != seeds[0]:
                     run.exact.equilibrium = None  # only the first seed's is drawn
             estimates = {}
             for m in methods:
-                est = _piece(fed, exp, m, _options(exp, quick, m, fed), pair.init, device, where, log, progress,
+                est = _piece(fed, exp, m, _options(exp, quick, m, fed, regime), pair.init, device, where, log, progress,
                              (where.name, m) in fresh)
                 estimates[m] = est
                 run.methods[m] = _method_summary(est, game, eq)
