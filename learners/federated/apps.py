@@ -86,9 +86,37 @@ def _query(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"site": ConfigRecord({"json": json.dumps(describe(site))})}), reply_to=msg)
 
 
+def _personal(msg: Message, context: Context, kind: str) -> Message:
+    """A personalised method's site half (:mod:`coalitions.learners.federated.personal`)."""
+    from coalitions.learners.federated.personal import site_finish, site_learner, site_train
+
+    cfg = msg.content["config"]
+    site = _site(context, cfg)
+    method = str(cfg["method"])
+    learner = site_learner(method, json.loads(str(cfg["params"])), site)
+    _threads(cfg)
+    names = list(learner.spec_.shapes)
+    received = {k: dict(zip(names, rec.to_numpy_ndarrays(), strict=True)) for k, rec in msg.content.array_records.items()}
+    kept_keys = [k for k in context.state.array_records if k.startswith("kept-")]
+    kept = {k[5:]: dict(zip(names, context.state.array_records[k].to_numpy_ndarrays(), strict=True))
+            for k in kept_keys} or None
+    if kind == "train":
+        reply, losses, kept = site_train(method, learner, dict(cfg), received, kept)
+        for key, arrays in (kept or {}).items():     # the site's own state stays at the site (Context.state)
+            context.state[f"kept-{key}"] = ArrayRecord([arrays[n] for n in names])
+        content = RecordDict({"metrics": MetricRecord({"losses": [float(x) for x in losses]})})
+        for key, arrays in reply.items():
+            content[key] = ArrayRecord([arrays[n] for n in names])
+        return Message(content, reply_to=msg)
+    result = site_finish(method, learner, received, kept)
+    return Message(RecordDict({"result": ConfigRecord({"json": json.dumps(result)})}), reply_to=msg)
+
+
 @client_app.train()
 def _train(msg: Message, context: Context) -> Message:
     cfg = msg.content["config"]
+    if "method" in cfg:
+        return _personal(msg, context, "train")
     site = _site(context, cfg)
     protocol = protocol_from_config(cfg)
     spec = _model(site, protocol)
@@ -103,6 +131,8 @@ def _train(msg: Message, context: Context) -> Message:
 @client_app.evaluate()
 def _evaluate(msg: Message, context: Context) -> Message:
     cfg = msg.content["config"]
+    if "method" in cfg:
+        return _personal(msg, context, "evaluate")
     site = _site(context, cfg)
     spec = _model(site, protocol_from_config(cfg))
     _threads(cfg)
