@@ -38,7 +38,8 @@ __all__ = ["client_app", "server_app", "make_server_app", "RUN_CONFIG", "setting
 #: The run config of the ``flwr run`` entry, with its defaults (the same as ``[tool.flwr.app.config]``).
 RUN_CONFIG = {"sites": 4, "dataset": "heart", "data-options": "{}", "output": "federated-game",
               "checkpoint": "", "semantics": "personalized", "tol": 1e-9, "wait-s": 120.0,
-              "round-timeout-s": 600.0, "retries": 2, "threads": 1, **protocol_config(Protocol())}
+              "round-timeout-s": 600.0, "retries": 2, "threads": 1, "method": "exact", "method-options": "{}",
+              **protocol_config(Protocol())}
 
 
 # --------------------------------------------------------------------------- the site
@@ -155,12 +156,34 @@ def settings_from_run_config(rc) -> tuple[Settings, dict]:
         options = json.loads(str(c["data-options"]))
     except json.JSONDecodeError as e:
         raise InputError(f"run config data-options is not JSON ({e.msg})") from None
+    try:
+        method_options = json.loads(str(c["method-options"]))
+    except json.JSONDecodeError as e:
+        raise InputError(f"run config method-options is not JSON ({e.msg})") from None
+    if not isinstance(method_options, dict):
+        raise InputError("run config method-options must be a JSON object")
     timeout = float(c["round-timeout-s"])
     settings = Settings(protocol=protocol_from_config(c), sites=int(c["sites"]), dataset=str(c["dataset"]) or None,
                         data_options=options, checkpoint=str(c["checkpoint"]) or None, wait_s=float(c["wait-s"]),
                         round_timeout_s=timeout if timeout > 0 else None, retries=int(c["retries"]),
-                        threads=int(c["threads"]))
+                        threads=int(c["threads"]), method=str(c["method"]), method_options=method_options)
     return settings, {"output": str(c["output"]), "semantics": str(c["semantics"]), "tol": float(c["tol"])}
+
+
+def _measure(grid: Grid, settings: Settings, output: str, semantics: str, tol: float, log, progress) -> list[str]:
+    """The ServerApp's work for ``settings.method``: the exact game, or a personalised learner's estimate."""
+    from coalitions.learners.federated.outputs import write_outputs, write_personal_outputs
+
+    if settings.method == "exact":
+        result = measure_game(grid, settings, log=log, progress=progress)
+        return write_outputs(result, settings, output, semantics, tol)
+    from coalitions.learners.federated.personal import PERSONAL, method_params, run_personal
+
+    if settings.method not in PERSONAL:
+        raise InputError(f"method {settings.method!r}: choose exact or one of {', '.join(PERSONAL)}")
+    params = method_params(settings.protocol, settings.method_options)
+    learner, record = run_personal(grid, settings, settings.method, params, log=log)
+    return write_personal_outputs(learner, record, settings, output)
 
 
 def make_server_app(settings: Settings, output: str, semantics: str = "personalized", tol: float = 1e-9,
@@ -175,11 +198,8 @@ def make_server_app(settings: Settings, output: str, semantics: str = "personali
 
     @app.main()
     def _main(grid: Grid, context: Context) -> None:
-        from coalitions.learners.federated.outputs import write_outputs
-
         try:
-            result = measure_game(grid, settings, log=log, progress=progress)
-            files = write_outputs(result, settings, output, semantics, tol)
+            files = _measure(grid, settings, output, semantics, tol, log, progress)
         except BaseException as e:
             if outcome is None:
                 raise
@@ -196,8 +216,5 @@ server_app = ServerApp()
 
 @server_app.main()
 def _server_main(grid: Grid, context: Context) -> None:
-    from coalitions.learners.federated.outputs import write_outputs
-
     settings, out = settings_from_run_config(context.run_config)
-    result = measure_game(grid, settings)
-    write_outputs(result, settings, out["output"], out["semantics"], out["tol"])
+    _measure(grid, settings, out["output"], out["semantics"], out["tol"], print, None)

@@ -68,7 +68,7 @@ import numpy as np
 
 from coalitions.errors import InputError
 
-__all__ = ["PERSONAL", "SiteGenerator", "site_learner", "server_learner", "learner_params", "site_round",
+__all__ = ["PERSONAL", "method_params", "SiteGenerator", "site_learner", "server_learner", "learner_params", "site_round",
            "site_train", "site_finish", "PersonalStrategy", "FedAvgStrategy", "LocalStrategy", "FedAMPStrategy",
            "SuPerFedStrategy", "STRATEGIES", "run_personal"]
 
@@ -142,6 +142,19 @@ def learner_params(learner) -> dict:
     """The JSON-ready parameters a site needs to build the same learner."""
     out = {k: v for k, v in learner.get_params().items() if k not in _NOT_SENT}
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
+
+
+def method_params(protocol, options: dict | None = None) -> dict:
+    """A personalised learner's parameters: the common ones from the federate ``protocol``, then ``options``.
+
+    ``options`` holds the method's own parameters (``alpha_k``, ``mu``, …) by
+    their constructor names; one that names a common parameter overrides it.
+    """
+    common = {"model": protocol.model, "hidden": protocol.hidden, "rounds": protocol.rounds,
+              "local_epochs": protocol.local_epochs, "batch_size": protocol.batch_size,
+              "optimizer": protocol.optimizer, "lr": protocol.lr, "momentum": protocol.momentum,
+              "weight_decay": protocol.weight_decay, "seed": protocol.seed}
+    return {**common, **dict(options or {})}
 
 
 def _create(method: str, params: dict):
