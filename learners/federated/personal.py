@@ -68,7 +68,7 @@ import numpy as np
 
 from coalitions.errors import InputError
 
-__all__ = ["PERSONAL", "method_params", "SiteGenerator", "site_learner", "server_learner", "learner_params", "site_round",
+__all__ = ["PERSONAL", "method_params", "check_method", "SiteGenerator", "site_learner", "server_learner", "learner_params", "site_round",
            "site_train", "site_finish", "PersonalStrategy", "FedAvgStrategy", "LocalStrategy", "FedAMPStrategy",
            "SuPerFedStrategy", "STRATEGIES", "run_personal"]
 
@@ -157,7 +157,24 @@ def method_params(protocol, options: dict | None = None) -> dict:
     return {**common, **dict(options or {})}
 
 
+def check_method(method: str, protocol, options: dict | None) -> None:
+    """Refuse a bad method or option before anything starts (:class:`InputError` naming the option)."""
+    from coalitions.params import ParameterError
+
+    params = method_params(protocol, options)
+    if params.get("refit"):
+        raise InputError(f"--method-option refit: --method {method} over Flower reads BG(R) off the learned "
+                         "weights (refit would train again on every set peeling asks about)")
+    try:
+        _create(method, params)
+    except ParameterError as e:
+        raise InputError(f"--method {method}: {e}") from None
+    except TypeError as e:
+        raise InputError(f"--method-option: {e}") from None
+
+
 def _create(method: str, params: dict):
+    from coalitions.learners.methods.base import COMMON_PARAMS
     from coalitions.learners.methods.registry import METHODS
 
     if method not in PERSONAL:
@@ -166,7 +183,8 @@ def _create(method: str, params: dict):
     names = cls.param_names()
     unknown = sorted(set(params) - set(names))
     if unknown:
-        raise InputError(f"--method {method} takes no option {', '.join(unknown)}")
+        raise InputError(f"--method-option {unknown[0]}: --method {method} takes no such option "
+                         f"(its own: {', '.join(n for n in names if n not in COMMON_PARAMS) or 'none'})")
     learner = cls(**{**{k: params[k] for k in params}, "device": "cpu"})
     learner.check_params()
     return learner

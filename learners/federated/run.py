@@ -207,6 +207,10 @@ def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, su
         raise InputError("--method-option is for the personalised methods, not --method exact")
     if method != "exact" and checkpoint:
         raise InputError(f"--checkpoint: --method {method} is not checkpointed (only the exact game resumes)")
+    if method != "exact":
+        from coalitions.learners.federated.personal import check_method
+
+        check_method(method, protocol, method_options)   # before Ray or a SuperLink starts
     options = dict(data_options)
     if dataset == "csv":
         if options:
