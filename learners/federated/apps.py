@@ -98,16 +98,20 @@ def _personal(msg: Message, context: Context, kind: str) -> Message:
     _threads(cfg)
     names = list(learner.spec_.shapes)
     received = {k: dict(zip(names, rec.to_numpy_ndarrays(), strict=True)) for k, rec in msg.content.array_records.items()}
-    kept_keys = [k for k in context.state.array_records if k.startswith("kept-")]
-    kept = {k[5:]: dict(zip(names, context.state.array_records[k].to_numpy_ndarrays(), strict=True))
-            for k in kept_keys} or None
+    kept_names = context.state.config_records.get("kept-names")
+    kept = None
+    if kept_names is not None:   # what the site kept from its previous messages of this run (Context.state)
+        kept = {key: dict(zip(list(keys), context.state.array_records[f"kept-{key}"].to_numpy_ndarrays(),
+                              strict=True)) for key, keys in kept_names.items()}
     if kind == "train":
-        reply, losses, kept = site_train(method, learner, dict(cfg), received, kept)
-        for key, arrays in (kept or {}).items():     # the site's own state stays at the site (Context.state)
-            context.state[f"kept-{key}"] = ArrayRecord([arrays[n] for n in names])
-        content = RecordDict({"metrics": MetricRecord({"losses": [float(x) for x in losses]})})
+        reply, metrics, kept = site_train(method, learner, dict(cfg), received, kept)
+        if kept:
+            for key, arrays in kept.items():     # the site's own state stays at the site
+                context.state[f"kept-{key}"] = ArrayRecord([np.asarray(a) for a in arrays.values()])
+            context.state["kept-names"] = ConfigRecord({key: list(arrays) for key, arrays in kept.items()})
+        content = RecordDict({"metrics": MetricRecord(metrics)})
         for key, arrays in reply.items():
-            content[key] = ArrayRecord([arrays[n] for n in names])
+            content[key] = ArrayRecord([np.asarray(a) for a in arrays.values()])
         return Message(content, reply_to=msg)
     result = site_finish(method, learner, received, kept)
     return Message(RecordDict({"result": ConfigRecord({"json": json.dumps(result)})}), reply_to=msg)

@@ -70,11 +70,11 @@ from coalitions.errors import InputError
 
 __all__ = ["PERSONAL", "method_params", "check_method", "SiteGenerator", "site_learner", "server_learner", "learner_params", "site_round",
            "site_train", "site_finish", "PersonalStrategy", "FedAvgStrategy", "LocalStrategy", "FedAMPStrategy",
-           "SuPerFedStrategy", "STRATEGIES", "run_personal"]
+           "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES", "federico_site", "run_personal"]
 
 #: ``coalitions federate --method`` name -> the learner's registry name (coalitions.learners.methods.registry).
 PERSONAL = {"local": "local", "fedavg": "fedavg", "fedamp": "fedamp", "fedamp-heuristic": "fedamp-heuristic",
-            "superfed": "superfed-mm", "superfed-lm": "superfed-lm"}
+            "federico": "federico", "superfed": "superfed-mm", "superfed-lm": "superfed-lm"}
 
 #: Learner parameters that are not the method's (the server's business, or meaningless at a site).
 _NOT_SENT = ("progress", "checkpoint", "device")
@@ -147,13 +147,21 @@ def learner_params(learner) -> dict:
 def method_params(protocol, options: dict | None = None) -> dict:
     """A personalised learner's parameters: the common ones from the federate ``protocol``, then ``options``.
 
+    A setting of ``protocol`` left at its default (:class:`~coalitions.learners.federated.protocol.Protocol`,
+    the exact game's: SGD, lr 0.1, momentum 0.9, batch 32, 50 rounds) leaves the
+    method's own default in place, as ``coalitions learn`` does (they agree
+    except for FedeRiCo's Adam with lr 1e-3); a changed one is passed on.
     ``options`` holds the method's own parameters (``alpha_k``, ``mu``, …) by
-    their constructor names; one that names a common parameter overrides it.
+    their constructor names; one that names a common parameter (``lr``,
+    ``optimizer``) overrides it.
     """
-    common = {"model": protocol.model, "hidden": protocol.hidden, "rounds": protocol.rounds,
-              "local_epochs": protocol.local_epochs, "batch_size": protocol.batch_size,
-              "optimizer": protocol.optimizer, "lr": protocol.lr, "momentum": protocol.momentum,
-              "weight_decay": protocol.weight_decay, "seed": protocol.seed}
+    from dataclasses import fields
+
+    from coalitions.learners.federated.protocol import Protocol
+
+    default = Protocol()
+    common = {f.name: getattr(protocol, f.name) for f in fields(Protocol)
+              if getattr(protocol, f.name) != getattr(default, f.name) or f.name in ("rounds", "seed")}
     return {**common, **dict(options or {})}
 
 
@@ -316,20 +324,90 @@ def site_round(method: str, learner, r: int, site: int, sizes, received: dict, k
 
 
 def site_train(method: str, learner, cfg: dict, received: dict, kept: dict | None):
-    """A ``train`` message at a site: one round (Local: every round, no exchange).
+    """A ``train`` message at a site: one round (Local: every round, no exchange; FedeRiCo: one phase).
 
-    Returns ``(reply, losses, kept)`` as :func:`site_round`, ``losses`` one per round run.
+    Returns ``(reply, metrics, kept)``: the arrays for the server, the numbers
+    for the server (``{"losses": [...]}``, one per round run), what the site keeps.
     """
     sizes = [int(x) for x in cfg["sizes"]]
     site, r = int(cfg["site-index"]), int(cfg["round"])
+    if method == "federico":
+        return federico_site(learner, cfg, received, kept)
     if method != "local":
         reply, loss, kept = site_round(method, learner, r, site, sizes, received, kept)
-        return reply, [loss], kept
+        return reply, {"losses": [loss]}, kept
     losses = []
     for r in range(int(cfg["rounds"])):
         _, loss, kept = site_round(method, learner, r, site, sizes, received, kept)
         losses.append(loss)
-    return {}, losses, kept
+    return {}, {"losses": losses}, kept
+
+
+def federico_site(learner, cfg: dict, received: dict, kept: dict | None):
+    """FedeRiCo at site ``i``: its neighbours, its E-step, its share of each M-step (one message each).
+
+    The site keeps its own row of the tracked losses ``L̂_i·``, of the prior and
+    of the posterior ``w_i·`` (``kept["row"]``).  Phases (``cfg["phase"]``):
+
+    ``sample``
+        The ε-greedy neighbours of the site from its posterior row
+        (:func:`~coalitions.learners.methods.federico.sample_neighbours` on the
+        round's generator ``default_rng([seed, r, 1])``, the site's row).
+    ``step`` (epoch ``e``, step ``s``)
+        ``received["models"]`` holds ``φ_i`` and its neighbours' models, as
+        they stand.  On the round's first step the site first runs the E-step
+        on them (:meth:`FedeRiCo.e_step <coalitions.learners.methods.federico.FedeRiCo.e_step>`,
+        loss on its whole training split); then it returns ``∇ w_ij·ℓ(φ_j; batch_i)``
+        for each of the models (:meth:`~coalitions.learners.methods.federico.FedeRiCo.pair_gradients`),
+        which the server sums per model and applies.
+    """
+    import torch
+
+    from coalitions.learners.methods.federico import sample_neighbours
+    from coalitions.learners.training.engine import epoch_plan
+
+    sizes = [int(x) for x in cfg["sizes"]]
+    n, site, r = len(sizes), int(cfg["site-index"]), int(cfg["round"])
+    k = min(int(learner.neighbours), n - 1)
+    if kept is None:   # the in-process initial state: uniform prior and posterior; L̂ set on the first E-step
+        kept = {"row": {"ema": np.full((1, n), np.nan), "log_prior": np.full((1, n), -np.log(n)),
+                        "w": np.full((1, n), 1.0 / n)}}
+    row = {key: torch.as_tensor(np.asarray(v, dtype=np.float64)) for key, v in kept["row"].items()}
+    if cfg["phase"] == "sample":
+        W = np.zeros((n, n))
+        W[site] = row["w"][0].numpy()
+        nb = sample_neighbours(W, k, float(learner.eps), np.random.default_rng([int(learner.seed), r, 1]))[site]
+        return {}, {"neighbours": [int(j) for j in nb]}, kept
+    pairs = [site, *[int(j) for j in cfg["neighbours"]]]
+    models = _tensors(received["models"])
+    cli_t = torch.zeros(len(pairs), dtype=torch.int64)
+    mod_t = torch.as_tensor(pairs, dtype=torch.int64)
+    metrics: dict = {}
+    epoch, step = int(cfg["epoch"]), int(cfg["step"])
+    if epoch == 0 and step == 0:
+        losses = learner._full_losses(models, cli_t, torch.arange(len(pairs))).to(torch.float64)
+        if torch.isnan(row["ema"]).any():     # before the first round every model is the initial one
+            row["ema"] = torch.full((1, n), float(losses[0]), dtype=torch.float64)
+        ema, w, log_prior = learner.e_step(row["ema"], row["log_prior"], cli_t, mod_t, losses)
+        row = {"ema": ema, "log_prior": log_prior, "w": w}
+        kept = {"row": {key: v.numpy() for key, v in row.items()}}
+        metrics.update({"w": [float(x) for x in w[0]], "ema": [float(x) for x in ema[0]]})
+    gen = SiteGenerator(int(learner.seed), r, 0, site, sizes)
+    data = learner.train_data_
+    for _ in range(epoch + 1):
+        idx, mask, active = epoch_plan(data.sizes, learner.batch_size, gen)
+    weight = row["w"][0, mod_t].to(next(iter(models.values())).dtype)
+    if step < idx.shape[0]:
+        idx_t = torch.as_tensor(idx[step])
+        X, y = data.gather(idx_t[cli_t], cli_t)
+        mb = torch.as_tensor(mask[step])[cli_t]
+        act = torch.as_tensor(active[step])[cli_t]
+        grads, values = learner.pair_gradients(models, X, y, mb, weight, act)
+        metrics.update({"active": 1, "own-loss": float((values / weight.clamp(min=1e-30))[0])})
+    else:   # this site's epoch is over; larger sites still step
+        grads = {key: torch.zeros_like(v) for key, v in models.items()}
+        metrics.update({"active": 0, "own-loss": 0.0})
+    return {"grads": _numpy(grads)}, metrics, kept
 
 
 def site_finish(method: str, learner, received: dict, kept: dict | None) -> dict:
@@ -346,6 +424,9 @@ def site_finish(method: str, learner, received: dict, kept: dict | None) -> dict
         state = {"global": _tensors(received["model"])}
     elif method in ("fedamp", "fedamp-heuristic"):
         state = {"params": _tensors(received["model"]), "history": [], "guarded": 0}
+    elif method == "federico":   # every model, mixed by the site's own posterior row
+        state = {"phi": _tensors(received["models"]), "history": [], "ema_history": [], "neighbours": [],
+                 **{key: torch.as_tensor(np.asarray(v, dtype=np.float64)) for key, v in kept["row"].items()}}
     else:
         state = {"global": _tensors(received["model"]), "local": _tensors(kept["local"])}
     learner.finish(state)
@@ -404,7 +485,11 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         self.utilities: dict = {"val": {}, "test": {}}
         self.site_extra: dict = {}
         self.sent = self.received = self.messages = 0
-        self.state = initial_state(learner, len(sites))
+        self.state = self.initial_state()
+
+    def initial_state(self) -> dict:
+        """The server's state before the first round (the learner's ``init_state``: no data needed)."""
+        return initial_state(self.learner, len(self.sites))
 
     # -- what a subclass says
     def payload(self, r: int, i: int) -> dict:
@@ -424,14 +509,14 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         return self.rounds
 
     # -- messages
-    def _message(self, i: int, kind: str, r: int, arrays: dict, grid):
+    def _message(self, i: int, kind: str, r: int, arrays: dict, grid, extra: dict | None = None):
         from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
         from coalitions.learners.federated.server import _bytes
 
         cfg = {**self.data_config, "method": self.method, "params": json.dumps(learner_params(self.learner)),
                "round": int(r), "site-index": int(i), "sizes": [int(s) for s in self.sizes],
-               "rounds": self.rounds}
+               "rounds": self.rounds, **(extra or {})}
         content = RecordDict({"config": ConfigRecord(cfg)})
         for key, arr in arrays.items():
             content[key] = ArrayRecord([np.asarray(v) for v in arr.values()])
@@ -601,8 +686,98 @@ class FedAMPStrategy(PersonalStrategy):
                              "guarded": self.learner._guarded})
 
 
+class FedeRiCoStrategy(PersonalStrategy):
+    """FedeRiCo: models travel through the server; each site keeps and computes its own posterior row.
+
+    The server holds the models ``φ_j`` and their Adam states (in process each
+    model's owner keeps them; here the server is the switchboard through which
+    the sites reach each other's models).  Per round: one ``sample`` exchange
+    (each site names its ε-greedy neighbours), then one ``step`` exchange per
+    minibatch step of every local epoch: the server sends each site its own
+    model and its neighbours', the site returns ``∇ w_ij·ℓ(φ_j; batch_i)`` for
+    each (and, on the round's first step, after its E-step, its posterior and
+    tracked-loss rows, which the estimate's weights and history need), and the
+    server applies :meth:`FedeRiCo.apply_gradients
+    <coalitions.learners.methods.federico.FedeRiCo.apply_gradients>`.  At the
+    end every site receives every model and scores its posterior mixture.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        n = len(self.sites)
+        steps = _epoch_steps(self.sizes, self.learner.batch_size, 0)[0]
+        self.schedule = []
+        for r in range(self.rounds):
+            self.schedule.append(("sample", r, 0, 0))
+            self.schedule += [("step", r, e, s) for e in range(int(self.learner.local_epochs)) for s in range(steps)]
+        self.k = min(int(self.learner.neighbours), n - 1)
+        self.nb = np.zeros((n, self.k), dtype=np.int64)
+        self.w_history: list = []
+        self.ema_history: list = []
+        self.nb_history: list = []
+        self._total, self._count = 0.0, 0
+
+    def initial_state(self):
+        import torch
+
+        lr = self.learner
+        phi = lr._init_params(torch.Generator().manual_seed(int(lr.seed)), torch.device("cpu"), len(self.sites))
+        self.opt = lr._make_optimizer()
+        return {"phi": phi, "opt": self.opt.init(phi)}
+
+    def exchanges(self) -> int:
+        return len(self.schedule)
+
+    def configure_train(self, server_round, arrays, config, grid):
+        phase, r, e, s = self.schedule[int(server_round) - 1]
+        out = []
+        for i in range(len(self.names)):
+            extra = {"phase": phase, "epoch": e, "step": s, "neighbours": [int(j) for j in self.nb[i]]}
+            payload = {} if phase == "sample" else {"models": _numpy(
+                {k: v[[i, *self.nb[i]]] for k, v in self.state["phi"].items()})}
+            out.append(self._message(i, "train", r, payload, grid, extra))
+        return out
+
+    def aggregate_train(self, server_round, replies):
+        import torch
+        from flwr.app import MetricRecord
+
+        phase, r, e, s = self.schedule[int(server_round) - 1]
+        reps = self._replies(replies, f"train exchange {server_round}")
+        metrics = [rep.content["metrics"] for rep in reps]
+        if phase == "sample":
+            self.nb = np.array([list(m["neighbours"]) for m in metrics], dtype=np.int64).reshape(len(reps), self.k)
+            return None, None
+        if e == 0 and s == 0:
+            self.w_history.append(torch.as_tensor(np.array([list(m["w"]) for m in metrics])))
+            self.ema_history.append(torch.as_tensor(np.array([list(m["ema"]) for m in metrics])))
+            self.nb_history.append(torch.as_tensor(self.nb.copy()))
+            self._total, self._count = 0.0, 0
+        names = list(self.learner.spec_.shapes)
+        grads = {k: torch.cat([_tensors(self._arrays(rep, "grads"))[k] for rep in reps]) for k in names}
+        mod_t = torch.as_tensor(np.concatenate([[i, *self.nb[i]] for i in range(len(reps))]), dtype=torch.int64)
+        act = torch.as_tensor(np.repeat([bool(m["active"]) for m in metrics], self.k + 1))
+        phi, opt_state = self.learner.apply_gradients(self.state["phi"], self.opt, self.state["opt"], mod_t, act,
+                                                      grads)
+        self.state = {"phi": phi, "opt": opt_state}
+        self._total += sum(float(m["own-loss"]) for m in metrics if int(m["active"]))
+        self._count += sum(int(m["active"]) for m in metrics)
+        if int(server_round) == len(self.schedule) or self.schedule[int(server_round)][0] == "sample":
+            self.loss_history.append(self._total / max(self._count, 1))
+            self.log(f"federico: round {r + 1}/{self.rounds}, mean loss {self.loss_history[-1]:.4f}")
+        return None, MetricRecord({"active": self._count})
+
+    def final_payload(self, i):
+        return {"models": _numpy(self.state["phi"])}
+
+    def finish_weights(self):
+        self.learner.finish({"phi": self.state["phi"], "w": self.w_history[-1], "ema": self.ema_history[-1],
+                             "history": self.w_history, "ema_history": self.ema_history,
+                             "neighbours": self.nb_history})
+
+
 STRATEGIES = {"local": LocalStrategy, "fedavg": FedAvgStrategy, "fedamp": FedAMPStrategy,
-              "fedamp-heuristic": FedAMPStrategy, "superfed": SuPerFedStrategy, "superfed-lm": SuPerFedStrategy}
+              "fedamp-heuristic": FedAMPStrategy, "federico": FedeRiCoStrategy, "superfed": SuPerFedStrategy, "superfed-lm": SuPerFedStrategy}
 
 
 def run_personal(grid, settings, method: str, params: dict, log=print):
