@@ -617,10 +617,12 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
               help="Rehearse in Flower's simulation engine, one virtual site per client [default].")
 @click.option("--superlink", default=None, metavar="ADDR",
               help="Run on the SuperLink whose Control API listens at ADDR (e.g. 127.0.0.1:9093).")
-@click.option("--method", type=click.Choice(["exact", "local", "fedavg", "fedamp", "fedamp-heuristic", "federico",
-                                            "superfed", "superfed-lm"]), default="exact", show_default=True,
-              help="exact: the game (a model per coalition, FedAvg among its members); the others: that "
-                   "personalised learner as a Flower strategy, writing estimate.json like `learn`.")
+@click.option("--method", type=click.Choice(["exact", "spo", "local", "fedavg", "fedamp", "fedamp-heuristic",
+                                            "federico", "superfed", "superfed-lm"]), default="exact",
+              show_default=True,
+              help="exact: the game (a model per coalition, FedAvg among its members); spo: the Pareto "
+                   "hypernetwork at the server, sites return losses and gradients; the others: that "
+                   "personalised learner as a Flower strategy.  All but exact write estimate.json like `learn`.")
 @click.option("--method-option", "method_option", multiple=True, metavar="KEY=VALUE",
               help="A personalised method's own parameter (constructor name, e.g. alpha_k=0.5; JSON values).")
 @click.option("--sites", type=click.IntRange(1, 12), default=None,
@@ -685,8 +687,9 @@ def federate(dataset, simulation, superlink, method, method_option, sites, schem
                        method_options=options)
     if method != "exact":
         eq = " | ".join(",".join(b) for b in rec["equilibrium"])
-        click.echo(f"wrote {output}/estimate.json: {method} over Flower, {len(rec['sites'])} sites, {rec['rounds']} "
-                   f"rounds ({rec['communication_rounds']} exchanges), "
+        unit = "hypernetwork steps" if method == "spo" else "rounds"
+        click.echo(f"wrote {output}/estimate.json: {method} over Flower, {len(rec['sites'])} sites, {rec['rounds']} {unit} "
+                   f"({rec['communication_rounds']} exchanges), "
                    f"{rec['bytes_sent'] + rec['bytes_received']:,} bytes, equilibrium {eq}", err=True)
         return
     eq = " | ".join(",".join(b) for b in rec["equilibrium"]) if rec.get("equilibrium") else "none"

@@ -87,6 +87,24 @@ def _query(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"site": ConfigRecord({"json": json.dumps(describe(site))})}), reply_to=msg)
 
 
+def _spo(msg: Message, context: Context) -> Message:
+    """An SPO request at a site (:func:`coalitions.learners.federated.spo.spo_site`)."""
+    from coalitions.learners.federated.spo import spo_site
+
+    cfg = msg.content["config"]
+    site = _site(context, cfg)
+    _threads(cfg)
+    arrays = dict(zip(list(msg.content["keys"]["keys"]), msg.content.array_records["arrays"].to_numpy_ndarrays(),
+                      strict=True))
+    res = spo_site(site, dict(cfg), arrays)
+    keys = [k for k, v in res.items() if isinstance(v, np.ndarray)]
+    scalars = {k: v for k, v in res.items() if k not in keys}
+    content = RecordDict({"result": ConfigRecord({"json": json.dumps({**scalars, "array-keys": keys})})})
+    if keys:
+        content["arrays"] = ArrayRecord([np.asarray(res[k]) for k in keys])
+    return Message(content, reply_to=msg)
+
+
 def _personal(msg: Message, context: Context, kind: str) -> Message:
     """A personalised method's site half (:mod:`coalitions.learners.federated.personal`)."""
     from coalitions.learners.federated.personal import site_finish, site_learner, site_train
@@ -120,6 +138,8 @@ def _personal(msg: Message, context: Context, kind: str) -> Message:
 @client_app.train()
 def _train(msg: Message, context: Context) -> Message:
     cfg = msg.content["config"]
+    if str(cfg.get("method", "")) == "spo":
+        return _spo(msg, context)
     if "method" in cfg:
         return _personal(msg, context, "train")
     site = _site(context, cfg)
@@ -181,6 +201,11 @@ def _measure(grid: Grid, settings: Settings, output: str, semantics: str, tol: f
     if settings.method == "exact":
         result = measure_game(grid, settings, log=log, progress=progress)
         return write_outputs(result, settings, output, semantics, tol)
+    if settings.method == "spo":
+        from coalitions.learners.federated.spo import run_spo
+
+        learner, record = run_spo(grid, settings, log=log)
+        return write_personal_outputs(learner, record, settings, output)
     from coalitions.learners.federated.personal import PERSONAL, method_params, run_personal
 
     if settings.method not in PERSONAL:

@@ -201,13 +201,17 @@ def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, su
     """
     from coalitions.learners.federated.personal import PERSONAL
 
-    if method != "exact" and method not in PERSONAL:
-        raise InputError(f"--method {method}: choose exact or one of {', '.join(PERSONAL)}")
+    if method not in ("exact", "spo") and method not in PERSONAL:
+        raise InputError(f"--method {method}: choose exact, spo or one of {', '.join(PERSONAL)}")
     if method == "exact" and method_options:
         raise InputError("--method-option is for the personalised methods, not --method exact")
     if method != "exact" and checkpoint:
         raise InputError(f"--checkpoint: --method {method} is not checkpointed (only the exact game resumes)")
-    if method != "exact":
+    if method == "spo":
+        from coalitions.learners.federated.spo import check_spo
+
+        check_spo(protocol, method_options)               # before Ray or a SuperLink starts
+    elif method != "exact":
         from coalitions.learners.federated.personal import check_method
 
         check_method(method, protocol, method_options)   # before Ray or a SuperLink starts
