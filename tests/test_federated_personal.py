@@ -346,3 +346,16 @@ def test_simulation_engine_gives_the_inprocess_spo_estimate(tmp_path, heart):
     run = json.loads((out / "run.json").read_text())
     assert run["method"] == "spo" and run["rounds"] == SPO_SMALL["steps"] and run["bytes_received"] > 0
     print(f"spo: simulation run {seconds:.1f} s (server {run['seconds']:.1f} s, {run['communication_rounds']} exchanges)")
+
+
+@needs_flwr
+def test_the_flwr_run_entry_takes_the_method_in_its_run_config():
+    from coalitions.learners.federated.apps import RUN_CONFIG, settings_from_run_config
+
+    assert RUN_CONFIG["method"] == "exact" and RUN_CONFIG["method-options"] == "{}"
+    settings, _ = settings_from_run_config({"method": "fedamp", "method-options": '{"alpha_k": 0.3}', "rounds": 7})
+    assert settings.method == "fedamp" and settings.method_options == {"alpha_k": 0.3}
+    assert P.method_params(settings.protocol, settings.method_options) == {"rounds": 7, "seed": 0, "alpha_k": 0.3}
+    for bad, match in (('{"alpha_k": ', "not JSON"), ("[1]", "JSON object")):
+        with pytest.raises(InputError, match=match):
+            settings_from_run_config({"method": "fedamp", "method-options": bad})
