@@ -359,3 +359,30 @@ def test_the_flwr_run_entry_takes_the_method_in_its_run_config():
     for bad, match in (('{"alpha_k": ', "not JSON"), ("[1]", "JSON object")):
         with pytest.raises(InputError, match=match):
             settings_from_run_config({"method": "fedamp", "method-options": bad})
+
+
+class SilentGrid(StatefulGrid):
+    """A node that never answers ``train`` (a site gone away)."""
+
+    def __init__(self, node_configs, silent):
+        super().__init__(node_configs)
+        self.silent = silent
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        ids = super().push_messages(messages)
+        for m, i in zip(messages, ids, strict=True):
+            if m.metadata.message_type == "train" and m.metadata.dst_node_id == self.silent:
+                self.replies.pop(i)
+        return ids
+
+
+@needs_flwr
+@pytest.mark.usefixtures("_task_identity")
+def test_a_site_that_does_not_answer_stops_the_strategy_naming_it():
+    from coalitions.learners.federated.server import Settings
+
+    grid = SilentGrid([{"partition-id": k} for k in range(4)], silent=102)      # partition 2: Switzerland
+    settings = Settings(protocol=Protocol(rounds=2), sites=4, dataset="heart", wait_s=5.0, round_timeout_s=1.0)
+    with pytest.raises(InputError, match="site.s. Switzerland did not answer train round 1"):
+        P.run_personal(grid, settings, "fedavg", P.method_params(settings.protocol), log=lambda s: None)

@@ -589,7 +589,6 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
     # -- the learner the estimate comes from
     def finish(self, seconds: float):
         """Fill the server's learner as ``fit`` would (oracle, utilities, weights) and return it."""
-        from coalitions.learners.methods.base import RefitOracle  # noqa: F401  (refit is refused earlier)
         from coalitions.oracles import StructuralOracle
 
         lr = self.learner
