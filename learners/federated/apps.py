@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -94,8 +95,8 @@ def _spo(msg: Message, context: Context) -> Message:
     cfg = msg.content["config"]
     site = _site(context, cfg)
     _threads(cfg)
-    arrays = dict(zip(list(msg.content["keys"]["keys"]), msg.content.array_records["arrays"].to_numpy_ndarrays(),
-                      strict=True))
+    keys = cast(list, msg.content["keys"]["keys"])
+    arrays = dict(zip(keys, msg.content.array_records["arrays"].to_numpy_ndarrays(), strict=True))
     res = spo_site(site, dict(cfg), arrays)
     keys = [k for k, v in res.items() if isinstance(v, np.ndarray)]
     scalars = {k: v for k, v in res.items() if k not in keys}
@@ -119,7 +120,7 @@ def _personal(msg: Message, context: Context, kind: str) -> Message:
     kept_names = context.state.config_records.get("kept-names")
     kept = None
     if kept_names is not None:   # what the site kept from its previous messages of this run (Context.state)
-        kept = {key: dict(zip(list(keys), context.state.array_records[f"kept-{key}"].to_numpy_ndarrays(),
+        kept = {key: dict(zip(cast(list, keys), context.state.array_records[f"kept-{key}"].to_numpy_ndarrays(),
                               strict=True)) for key, keys in kept_names.items()}
     if kind == "train":
         reply, metrics, kept = site_train(method, learner, dict(cfg), received, kept)

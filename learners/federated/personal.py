@@ -418,6 +418,8 @@ def site_finish(method: str, learner, received: dict, kept: dict | None) -> dict
     """
     import torch
 
+    kept = kept or {}
+    state: dict
     if method == "local":
         state = {"params": _tensors(kept["model"])}
     elif method == "fedavg":

@@ -156,14 +156,14 @@ class FederatedSPO(SPO):
         """Validation loss of row ``b``'s target client under model ``flat[b]`` (and its gradient)."""
         B, P = flat.shape
         values = np.zeros(B)
-        grads = np.zeros((B, P)) if need_grad else None
+        grads = np.zeros((B, P))
         reqs = {int(j): {"models": flat[targets == j]} for j in np.unique(targets)}
         rep = self._ask("val-loss", reqs, {"grad": int(need_grad)})
         for j, r in rep.items():
             values[targets == j] = r["values"]
             if need_grad:
                 grads[targets == j] = r["grads"]
-        return values, grads
+        return values, (grads if need_grad else None)
 
     def utilities_at(self, D: np.ndarray) -> dict:
         """Each site's metric at its direction (row of ``D``), val and test, measured at the site."""
