@@ -110,7 +110,7 @@ def app_pyproject(run_config: dict) -> str:
             "# coalitions.learners.federated.run.app_pyproject(RUN_CONFIG); tests keep the two equal.\n"
             + tomli_w.dumps({
                 "project": {"name": "coalitions-federate", "version": __version__,
-                            "description": "The exact collaboration game measured over Flower",
+                            "description": "The exact collaboration game, or a learner's estimate, over Flower",
                             "license": "MIT",
                             # collaboration-equilibrium[learn,flower] must be installed where the apps run;
                             # nothing is listed, so Flower's runtime installation (uv sync) fetches nothing
@@ -126,7 +126,9 @@ def app_pyproject(run_config: dict) -> str:
 
 APP_README = """# coalitions-federate: the `flwr run` entry
 
-The exact collaboration game measured over Flower, the data staying at the sites.
+The exact collaboration game measured over Flower, the data staying at the sites; or,
+with the run-config key `method` (spo, local, fedavg, fedamp, federico, superfed, ...),
+that learner trained over Flower and its estimate (`method-options`: its own parameters, JSON).
 The app holds no code: its components import the installed `coalitions` package
 (`pip install 'collaboration-equilibrium[learn,flower]'` on every machine).
 See docs/federated.md of collaboration-equilibrium.
