@@ -8,6 +8,7 @@ or coalition at fault and never a traceback.
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import signal
@@ -616,8 +617,14 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
               help="Rehearse in Flower's simulation engine, one virtual site per client [default].")
 @click.option("--superlink", default=None, metavar="ADDR",
               help="Run on the SuperLink whose Control API listens at ADDR (e.g. 127.0.0.1:9093).")
-@click.option("--method", type=click.Choice(["exact"]), default="exact", show_default=True,
-              help="exact: a model per coalition, FedAvg among its members.")
+@click.option("--method", type=click.Choice(["exact", "spo", "local", "fedavg", "fedamp", "fedamp-heuristic",
+                                            "federico", "superfed", "superfed-lm"]), default="exact",
+              show_default=True,
+              help="exact: the game (a model per coalition, FedAvg among its members); spo: the Pareto "
+                   "hypernetwork at the server, sites return losses and gradients; the others: that "
+                   "personalised learner as a Flower strategy.  All but exact write estimate.json like `learn`.")
+@click.option("--method-option", "method_option", multiple=True, metavar="KEY=VALUE",
+              help="A personalised method's own parameter (constructor name, e.g. alpha_k=0.5; JSON values).")
 @click.option("--sites", type=click.IntRange(1, 12), default=None,
               help="SuperNodes to wait for (--superlink) [the dataset's client count].")
 @click.option("--site-schema", "schemas", multiple=True, type=click.Path(dir_okay=False),
@@ -643,15 +650,17 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
 @click.option("--tol", type=float, default=1e-9, show_default=True)
 @click.option("-o", "--output", required=True, type=OUTPUT_FOLDER,
               help="Folder: game.json, game-test.json, equilibrium.json, run.json.")
-def federate(dataset, simulation, superlink, method, sites, schemas, model, hidden, rounds, local_epochs, batch_size,
-             full_batch, optimizer, lr, momentum, weight_decay, threads, wait, checkpoint, semantics, tol, output,
-             **data_opts):
+def federate(dataset, simulation, superlink, method, method_option, sites, schemas, model, hidden, rounds,
+             local_epochs, batch_size, full_batch, optimizer, lr, momentum, weight_decay, threads, wait, checkpoint,
+             semantics, tol, output, **data_opts):
     """Measure DATASET's exact game with Flower, the data staying at the sites (docs/federated.md).
 
     For every coalition S, S's model is trained by federated averaging among
     S's members only; each member reports its validation metric.  The server
     writes the game (coalitions/game@1), solves and certifies it.  Dataset csv:
-    each site reads its own CSV file described by a schema file.
+    each site reads its own CSV file described by a schema file.  With a
+    personalised --method (local, fedavg, fedamp, superfed, ...) the server
+    runs that learner's strategy instead and writes OUT/estimate.json.
     """
     from coalitions.learners.federated.protocol import Protocol
     from coalitions.learners.federated.run import federate as run_federate
@@ -663,9 +672,26 @@ def federate(dataset, simulation, superlink, method, sites, schemas, model, hidd
                         optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay,
                         seed=data_opts.get("seed") or 0)
     given = {k: v for k, v in data_opts.items() if v is not None}
+    options = {}
+    for item in method_option:
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise co.InputError(f"--method-option {item!r}: write KEY=VALUE, e.g. alpha_k=0.5")
+        try:
+            options[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key.strip()] = raw
     rec = run_federate(dataset, given, protocol, output, superlink=superlink, sites=sites, schemas=schemas,
                        checkpoint=checkpoint, semantics=semantics, tol=_tol(tol), threads=threads or 1, wait_s=wait,
-                       progress=_progress("FedAvg rounds, all coalitions at once"))
+                       progress=_progress("FedAvg rounds, all coalitions at once"), method=method,
+                       method_options=options)
+    if method != "exact":
+        eq = " | ".join(",".join(b) for b in rec["equilibrium"])
+        unit = "hypernetwork steps" if method == "spo" else "rounds"
+        click.echo(f"wrote {output}/estimate.json: {method} over Flower, {len(rec['sites'])} sites, {rec['rounds']} {unit} "
+                   f"({rec['communication_rounds']} exchanges), "
+                   f"{rec['bytes_sent'] + rec['bytes_received']:,} bytes, equilibrium {eq}", err=True)
+        return
     eq = " | ".join(",".join(b) for b in rec["equilibrium"]) if rec.get("equilibrium") else "none"
     click.echo(f"wrote {output}/: {len(rec['sites'])} sites, {rec['rounds']} rounds "
                f"({rec['communication_rounds']} exchanges), {rec['bytes_sent'] + rec['bytes_received']:,} bytes, "

@@ -22,6 +22,15 @@ Modules
     ``client_app`` and ``server_app``, the ``flwr run`` components.
 :mod:`~coalitions.learners.federated.run`
     ``coalitions federate``: simulation engine or SuperLink; output files.
+:mod:`~coalitions.learners.federated.personal`
+    ``federate --method local|fedavg|fedamp|federico|superfed``: the
+    personalised learners as Flower strategies (the server's step) and their
+    sites' halves (the learner's own round on the site's data); an estimate
+    equal to ``coalitions learn``'s.
+:mod:`~coalitions.learners.federated.spo`
+    ``federate --method spo``: the Pareto hypernetwork at the server, the
+    sites' losses and gradients with respect to the target models (pFedHN's
+    protocol) feeding the library's SPO training and direction search.
 
 Flower is optional: ``pip install 'collaboration-equilibrium[flower]'``.
 """

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -38,7 +39,8 @@ __all__ = ["client_app", "server_app", "make_server_app", "RUN_CONFIG", "setting
 #: The run config of the ``flwr run`` entry, with its defaults (the same as ``[tool.flwr.app.config]``).
 RUN_CONFIG = {"sites": 4, "dataset": "heart", "data-options": "{}", "output": "federated-game",
               "checkpoint": "", "semantics": "personalized", "tol": 1e-9, "wait-s": 120.0,
-              "round-timeout-s": 600.0, "retries": 2, "threads": 1, **protocol_config(Protocol())}
+              "round-timeout-s": 600.0, "retries": 2, "threads": 1, "method": "exact", "method-options": "{}",
+              **protocol_config(Protocol())}
 
 
 # --------------------------------------------------------------------------- the site
@@ -86,9 +88,61 @@ def _query(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"site": ConfigRecord({"json": json.dumps(describe(site))})}), reply_to=msg)
 
 
+def _spo(msg: Message, context: Context) -> Message:
+    """An SPO request at a site (:func:`coalitions.learners.federated.spo.spo_site`)."""
+    from coalitions.learners.federated.spo import spo_site
+
+    cfg = msg.content["config"]
+    site = _site(context, cfg)
+    _threads(cfg)
+    keys = cast(list, msg.content["keys"]["keys"])
+    arrays = dict(zip(keys, msg.content.array_records["arrays"].to_numpy_ndarrays(), strict=True))
+    res = spo_site(site, dict(cfg), arrays)
+    keys = [k for k, v in res.items() if isinstance(v, np.ndarray)]
+    scalars = {k: v for k, v in res.items() if k not in keys}
+    content = RecordDict({"result": ConfigRecord({"json": json.dumps({**scalars, "array-keys": keys})})})
+    if keys:
+        content["arrays"] = ArrayRecord([np.asarray(res[k]) for k in keys])
+    return Message(content, reply_to=msg)
+
+
+def _personal(msg: Message, context: Context, kind: str) -> Message:
+    """A personalised method's site half (:mod:`coalitions.learners.federated.personal`)."""
+    from coalitions.learners.federated.personal import site_finish, site_learner, site_train
+
+    cfg = msg.content["config"]
+    site = _site(context, cfg)
+    method = str(cfg["method"])
+    learner = site_learner(method, json.loads(str(cfg["params"])), site)
+    _threads(cfg)
+    names = list(learner.spec_.shapes)
+    received = {k: dict(zip(names, rec.to_numpy_ndarrays(), strict=True)) for k, rec in msg.content.array_records.items()}
+    kept_names = context.state.config_records.get("kept-names")
+    kept = None
+    if kept_names is not None:   # what the site kept from its previous messages of this run (Context.state)
+        kept = {key: dict(zip(cast(list, keys), context.state.array_records[f"kept-{key}"].to_numpy_ndarrays(),
+                              strict=True)) for key, keys in kept_names.items()}
+    if kind == "train":
+        reply, metrics, kept = site_train(method, learner, dict(cfg), received, kept)
+        if kept:
+            for key, arrays in kept.items():     # the site's own state stays at the site
+                context.state[f"kept-{key}"] = ArrayRecord([np.asarray(a) for a in arrays.values()])
+            context.state["kept-names"] = ConfigRecord({key: list(arrays) for key, arrays in kept.items()})
+        content = RecordDict({"metrics": MetricRecord(metrics)})
+        for key, arrays in reply.items():
+            content[key] = ArrayRecord([np.asarray(a) for a in arrays.values()])
+        return Message(content, reply_to=msg)
+    result = site_finish(method, learner, received, kept)
+    return Message(RecordDict({"result": ConfigRecord({"json": json.dumps(result)})}), reply_to=msg)
+
+
 @client_app.train()
 def _train(msg: Message, context: Context) -> Message:
     cfg = msg.content["config"]
+    if str(cfg.get("method", "")) == "spo":
+        return _spo(msg, context)
+    if "method" in cfg:
+        return _personal(msg, context, "train")
     site = _site(context, cfg)
     protocol = protocol_from_config(cfg)
     spec = _model(site, protocol)
@@ -103,6 +157,8 @@ def _train(msg: Message, context: Context) -> Message:
 @client_app.evaluate()
 def _evaluate(msg: Message, context: Context) -> Message:
     cfg = msg.content["config"]
+    if "method" in cfg:
+        return _personal(msg, context, "evaluate")
     site = _site(context, cfg)
     spec = _model(site, protocol_from_config(cfg))
     _threads(cfg)
@@ -125,12 +181,39 @@ def settings_from_run_config(rc) -> tuple[Settings, dict]:
         options = json.loads(str(c["data-options"]))
     except json.JSONDecodeError as e:
         raise InputError(f"run config data-options is not JSON ({e.msg})") from None
+    try:
+        method_options = json.loads(str(c["method-options"]))
+    except json.JSONDecodeError as e:
+        raise InputError(f"run config method-options is not JSON ({e.msg})") from None
+    if not isinstance(method_options, dict):
+        raise InputError("run config method-options must be a JSON object")
     timeout = float(c["round-timeout-s"])
     settings = Settings(protocol=protocol_from_config(c), sites=int(c["sites"]), dataset=str(c["dataset"]) or None,
                         data_options=options, checkpoint=str(c["checkpoint"]) or None, wait_s=float(c["wait-s"]),
                         round_timeout_s=timeout if timeout > 0 else None, retries=int(c["retries"]),
-                        threads=int(c["threads"]))
+                        threads=int(c["threads"]), method=str(c["method"]), method_options=method_options)
     return settings, {"output": str(c["output"]), "semantics": str(c["semantics"]), "tol": float(c["tol"])}
+
+
+def _measure(grid: Grid, settings: Settings, output: str, semantics: str, tol: float, log, progress) -> list[str]:
+    """The ServerApp's work for ``settings.method``: the exact game, or a personalised learner's estimate."""
+    from coalitions.learners.federated.outputs import write_outputs, write_personal_outputs
+
+    if settings.method == "exact":
+        result = measure_game(grid, settings, log=log, progress=progress)
+        return write_outputs(result, settings, output, semantics, tol)
+    if settings.method == "spo":
+        from coalitions.learners.federated.spo import run_spo
+
+        learner, record = run_spo(grid, settings, log=log)
+        return write_personal_outputs(learner, record, settings, output)
+    from coalitions.learners.federated.personal import PERSONAL, method_params, run_personal
+
+    if settings.method not in PERSONAL:
+        raise InputError(f"method {settings.method!r}: choose exact or one of {', '.join(PERSONAL)}")
+    params = method_params(settings.protocol, settings.method_options)
+    learner, record = run_personal(grid, settings, settings.method, params, log=log)
+    return write_personal_outputs(learner, record, settings, output)
 
 
 def make_server_app(settings: Settings, output: str, semantics: str = "personalized", tol: float = 1e-9,
@@ -145,11 +228,8 @@ def make_server_app(settings: Settings, output: str, semantics: str = "personali
 
     @app.main()
     def _main(grid: Grid, context: Context) -> None:
-        from coalitions.learners.federated.outputs import write_outputs
-
         try:
-            result = measure_game(grid, settings, log=log, progress=progress)
-            files = write_outputs(result, settings, output, semantics, tol)
+            files = _measure(grid, settings, output, semantics, tol, log, progress)
         except BaseException as e:
             if outcome is None:
                 raise
@@ -166,8 +246,5 @@ server_app = ServerApp()
 
 @server_app.main()
 def _server_main(grid: Grid, context: Context) -> None:
-    from coalitions.learners.federated.outputs import write_outputs
-
     settings, out = settings_from_run_config(context.run_config)
-    result = measure_game(grid, settings)
-    write_outputs(result, settings, out["output"], out["semantics"], out["tol"])
+    _measure(grid, settings, out["output"], out["semantics"], out["tol"], print, None)

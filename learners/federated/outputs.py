@@ -13,9 +13,11 @@ from coalitions import io as cio
 from coalitions.errors import InputError
 from coalitions.learners.federated.server import Settings
 
-__all__ = ["FILES", "write_outputs"]
+__all__ = ["FILES", "PERSONAL_FILES", "write_outputs", "write_personal_outputs"]
 
 FILES = ("game.json", "game-test.json", "equilibrium.json", "run.json")
+#: What a personalised method over Flower writes (docs/federated.md).
+PERSONAL_FILES = ("estimate.json", "run.json")
 
 
 def write_outputs(result: dict, settings: Settings, output, semantics: str = "personalized",
@@ -58,3 +60,33 @@ def write_outputs(result: dict, settings: Settings, output, semantics: str = "pe
         (out / "equilibrium.json").unlink(missing_ok=True)
     cio.write_json(record, out / "run.json")
     return [str(out / f) for f in record["files"]]
+
+
+def write_personal_outputs(learner, record: dict, settings: Settings, output) -> list[str]:
+    """Write a personalised learner's estimate (``coalitions/estimate@1``, as ``coalitions learn``) and the run record.
+
+    ``learner`` is the server's learner after :func:`~coalitions.learners.federated.personal.run_personal`;
+    its :attr:`estimate_` is built by :func:`coalitions.estimate.build_estimate`, the path of
+    ``coalitions learn``.  The estimate's config also says where it was trained
+    (``"federated"``: Flower, sites, traffic).
+    """
+    import dataclasses
+
+    from coalitions.estimate import write_estimate
+
+    out = Path(output)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
+    traffic = {k: record[k] for k in ("rounds", "communication_rounds", "bytes_sent", "bytes_received", "messages")}
+    est = learner.estimate_
+    config = {**est.config, "federated": {"framework": "flower", "flower_version": record["flower_version"],
+                                          "sites": record["sites"], **traffic}}
+    est = dataclasses.replace(est, config=config)
+    write_estimate(est, out / "estimate.json")
+    run = {**record, "seconds": round(record["seconds"], 3), "version": co.__version__,
+           "equilibrium": [list(b) for b in est.blocks()], "utilities": est.utilities,
+           "files": list(PERSONAL_FILES), "threads": settings.threads}
+    cio.write_json(run, out / "run.json")
+    return [str(out / f) for f in PERSONAL_FILES]

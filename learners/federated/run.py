@@ -44,13 +44,16 @@ def _quiet_flower() -> None:
 
 def federate_simulation(dataset: str, data_options: dict, protocol: Protocol, output, *, checkpoint=None,
                         semantics: str = "personalized", tol: float = 1e-9, threads: int = 1,
-                        cpus: int | None = None, log=None, progress=None) -> dict:
+                        cpus: int | None = None, log=None, progress=None, method: str = "exact",
+                        method_options: dict | None = None) -> dict:
     """Measure the game of ``dataset`` in Flower's simulation engine; returns ``run.json``'s record.
 
     One virtual SuperNode per client of the federation (its ``partition-id``
     selects the client; ``dataset="csv"`` with ``data_options={"schemas": [...]}``:
     one per schema file).  ``cpus`` bounds the CPUs Ray may use (default:
-    all, at most one per site).
+    all, at most one per site).  ``method``: ``"exact"`` (the game) or a
+    personalised learner (:mod:`coalitions.learners.federated.personal`, with
+    its own parameters in ``method_options``).
     """
     if dataset == "csv":
         n = len(data_options.get("schemas", ()))
@@ -59,7 +62,8 @@ def federate_simulation(dataset: str, data_options: dict, protocol: Protocol, ou
 
         n = load(dataset, **data_options).n     # checks the options before Ray starts
     settings = Settings(protocol=protocol, sites=n, dataset=dataset, data_options=dict(data_options),
-                        checkpoint=None if checkpoint is None else str(checkpoint), threads=threads)
+                        checkpoint=None if checkpoint is None else str(checkpoint), threads=threads,
+                        method=method, method_options=dict(method_options or {}))
     return _simulate(settings, output, semantics, tol, cpus, log, progress)
 
 
@@ -106,7 +110,7 @@ def app_pyproject(run_config: dict) -> str:
             "# coalitions.learners.federated.run.app_pyproject(RUN_CONFIG); tests keep the two equal.\n"
             + tomli_w.dumps({
                 "project": {"name": "coalitions-federate", "version": __version__,
-                            "description": "The exact collaboration game measured over Flower",
+                            "description": "The exact collaboration game, or a learner's estimate, over Flower",
                             "license": "MIT",
                             # collaboration-equilibrium[learn,flower] must be installed where the apps run;
                             # nothing is listed, so Flower's runtime installation (uv sync) fetches nothing
@@ -122,7 +126,9 @@ def app_pyproject(run_config: dict) -> str:
 
 APP_README = """# coalitions-federate: the `flwr run` entry
 
-The exact collaboration game measured over Flower, the data staying at the sites.
+The exact collaboration game measured over Flower, the data staying at the sites; or,
+with the run-config key `method` (spo, local, fedavg, fedamp, federico, superfed, ...),
+that learner trained over Flower and its estimate (`method-options`: its own parameters, JSON).
 The app holds no code: its components import the installed `coalitions` package
 (`pip install 'collaboration-equilibrium[learn,flower]'` on every machine).
 See docs/federated.md of collaboration-equilibrium.
@@ -140,7 +146,7 @@ def _flwr_executable() -> str:
 def federate_superlink(address: str, sites: int, protocol: Protocol, output, *, dataset: str | None = None,
                        data_options: dict | None = None, checkpoint=None, semantics: str = "personalized",
                        tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, timeout_s: float | None = None,
-                       insecure: bool = True) -> dict:
+                       insecure: bool = True, method: str = "exact", method_options: dict | None = None) -> dict:
     """Submit the app to the SuperLink whose Control API listens at ``address``; wait; read ``run.json``.
 
     ``sites`` SuperNodes must connect; ``dataset`` is the loader they use
@@ -155,7 +161,8 @@ def federate_superlink(address: str, sites: int, protocol: Protocol, output, *, 
                   "data-options": json.dumps(data_options or {}, sort_keys=True), "output": str(out),
                   "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else "", "semantics": semantics,
                   "tol": float(tol), "wait-s": float(wait_s), "round-timeout-s": 600.0, "retries": 2,
-                  "threads": int(threads)}
+                  "threads": int(threads), "method": method,
+                  "method-options": json.dumps(method_options or {}, sort_keys=True)}
     (out / "run.json").unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="coalitions-federate-") as tmp:
         app_dir = Path(tmp) / "app"
@@ -181,7 +188,8 @@ def federate_superlink(address: str, sites: int, protocol: Protocol, output, *, 
 
 def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, superlink: str | None = None,
              sites: int | None = None, schemas=(), checkpoint=None, semantics: str = "personalized",
-             tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, progress=None) -> dict:
+             tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, progress=None, method: str = "exact",
+             method_options: dict | None = None) -> dict:
     """``coalitions federate``: the simulation engine (``superlink=None``) or a running SuperLink.
 
     ``dataset`` is a loader name, or ``"csv"``: in the simulation engine the
@@ -189,8 +197,26 @@ def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, su
     every SuperNode reads its own ``site-schema``.  ``sites`` is the number of
     SuperNodes to wait for (default: the loader's client count).  The
     checkpoint defaults to ``output/checkpoint.npz``: running the same
-    command again resumes an interrupted run.
+    command again resumes an interrupted run.  ``method`` other than
+    ``"exact"``: a personalised learner over Flower (``estimate.json``; not
+    checkpointed).
     """
+    from coalitions.learners.federated.personal import PERSONAL
+
+    if method not in ("exact", "spo") and method not in PERSONAL:
+        raise InputError(f"--method {method}: choose exact, spo or one of {', '.join(PERSONAL)}")
+    if method == "exact" and method_options:
+        raise InputError("--method-option is for the personalised methods, not --method exact")
+    if method != "exact" and checkpoint:
+        raise InputError(f"--checkpoint: --method {method} is not checkpointed (only the exact game resumes)")
+    if method == "spo":
+        from coalitions.learners.federated.spo import check_spo
+
+        check_spo(protocol, method_options)               # before Ray or a SuperLink starts
+    elif method != "exact":
+        from coalitions.learners.federated.personal import check_method
+
+        check_method(method, protocol, method_options)   # before Ray or a SuperLink starts
     options = dict(data_options)
     if dataset == "csv":
         if options:
@@ -210,7 +236,7 @@ def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, su
     elif schemas:
         raise InputError(f"--site-schema goes with dataset csv, not {dataset!r}")
     out = Path(output)
-    ckpt = Path(checkpoint) if checkpoint else out / "checkpoint.npz"
+    ckpt = None if method != "exact" else Path(checkpoint) if checkpoint else out / "checkpoint.npz"
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -219,7 +245,8 @@ def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, su
         if sites is not None:
             raise InputError("--sites is for --superlink; the simulation engine runs one site per client")
         return federate_simulation(dataset, options, protocol, out, checkpoint=ckpt, semantics=semantics,
-                                   tol=tol, threads=threads, progress=progress)
+                                   tol=tol, threads=threads, progress=progress, method=method,
+                                   method_options=method_options)
     if sites is None:
         if dataset == "csv":
             raise InputError("--sites is required with dataset csv on a SuperLink (how many SuperNodes to wait for)")
@@ -227,5 +254,6 @@ def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, su
 
         sites = load(dataset, **options).n
     return federate_superlink(superlink, sites, protocol, out, dataset=dataset, data_options=options,
-                              checkpoint=ckpt, semantics=semantics, tol=tol, threads=threads, wait_s=wait_s)
+                              checkpoint=ckpt, semantics=semantics, tol=tol, threads=threads, wait_s=wait_s,
+                              method=method, method_options=method_options)
 

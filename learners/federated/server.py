@@ -75,6 +75,12 @@ class Settings:
     stop : threading.Event or None
         Set by the caller to stop the server while it waits for replies (an
         interrupted simulation); the server then raises :class:`Stopped`.
+    method : str
+        ``"exact"`` (this module: the game, FedAvg within every coalition) or a
+        personalised learner (:data:`coalitions.learners.federated.personal.PERSONAL`).
+    method_options : dict
+        A personalised learner's own parameters (e.g. ``{"alpha_k": 0.5}``);
+        its common ones come from ``protocol``.
     """
 
     protocol: Protocol = field(default_factory=Protocol)
@@ -87,6 +93,8 @@ class Settings:
     retries: int = 2
     threads: int = 1
     stop: threading.Event | None = None
+    method: str = "exact"
+    method_options: dict = field(default_factory=dict)
 
 
 class Stopped(Exception):

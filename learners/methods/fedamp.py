@@ -207,20 +207,37 @@ class FedAMP(PersonalizedLearner):
         self._guarded = 0
         return {"params": self._init_params(gen, device, fed.n), "history": [], "guarded": 0}
 
-    def train_round(self, state, r, rng):
-        params = state["params"]
-        self._guarded = int(state["guarded"])
+    def message_passing(self, params: dict) -> tuple[torch.Tensor, dict]:
+        """The server's half of a round: ``ξ`` from the stacked models and every cloud model ``u_i = Σ_j ξ_ij w_j``.
+
+        Public so that the federated strategy (:mod:`coalitions.learners.federated.personal`)
+        runs this very step on the models the sites upload.
+        """
         W = flatten(params)
         xi = self._attention(W)
-        u = unflatten((xi.to(W.dtype) @ W), params)
+        return xi, unflatten((xi.to(W.dtype) @ W), params)
+
+    def local_step(self, u: dict, rng: np.random.Generator, sizes) -> tuple[dict, np.ndarray]:
+        """The clients' half: from ``u_i``, minimise ``F_i(w) + λ/(2α_k)·‖w − u_i‖²`` on ``train_data_``.
+
+        ``sizes`` are the training-set sizes of the *whole* federation (they set
+        the epochs, :func:`local_epochs_for`); ``rng`` draws the minibatch order.
+        Returns the new stacked models and each model's mean loss.
+        """
         coef = 0.0 if self.alpha_k == 0 else float(self.lam) / (2 * float(self.alpha_k))
         loss = self._task_loss if coef == 0 else proximal_loss(self._task_loss, coef)
         args = () if coef == 0 else (u,)
         opt = self._make_optimizer()
         start = {k: v.clone() for k, v in u.items()}
-        epochs = local_epochs_for(self.train_data_.sizes, self.batch_size, self.local_epochs, self.local_steps)
+        epochs = local_epochs_for(sizes, self.batch_size, self.local_epochs, self.local_steps)
         new, _, losses = train_epochs(self.engine_, loss, start, opt, opt.init(start), self.train_data_,
-                                      epochs, self.batch_size, rng(0), args=args)
+                                      epochs, self.batch_size, rng, args=args)
+        return new, losses
+
+    def train_round(self, state, r, rng):
+        self._guarded = int(state["guarded"])
+        xi, u = self.message_passing(state["params"])
+        new, losses = self.local_step(u, rng(0), self.train_data_.sizes)
         history = list(state["history"]) + [xi.cpu()]
         info = {"loss": float(np.mean(losses)), "self_weight": float(torch.diagonal(xi).mean())}
         return {"params": new, "history": history, "guarded": self._guarded}, info

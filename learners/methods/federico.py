@@ -202,6 +202,32 @@ class FedeRiCo(PersonalizedLearner):
                 "w": torch.full((n, n), 1.0 / n, dtype=torch.float64, device=device),
                 "history": [], "ema_history": [], "neighbours": []}
 
+    def e_step(self, ema: torch.Tensor, log_prior: torch.Tensor, cli_t, mod_t, losses: torch.Tensor):
+        """``L̂_ij ← (1 − β)·L̂_ij + β·ℓ_ij`` for the pairs ``(cli_t, mod_t)``, then the posterior.
+
+        Returns ``(ema, w, log_prior)`` (``log_prior ← log w`` with ``accumulate``).
+        Public so that a site of the federated strategy runs it on its own row.
+        """
+        ema = ema.clone()
+        ema[cli_t, mod_t] = (1 - self.beta) * ema[cli_t, mod_t] + self.beta * losses
+        w = posterior(log_prior, ema)
+        if self.accumulate:
+            log_prior = torch.log(w.clamp(min=1e-300))
+        return ema, w, log_prior
+
+    def pair_gradients(self, models: dict, X, y, mb, weight: torch.Tensor, act_pair: torch.Tensor):
+        """Each pair's ``∇ w_ij·ℓ(φ_j; batch_i)`` (zero for inactive pairs) and its value, one batched call."""
+        grads, values = self.engine_.value_and_grad(self._pair_loss, models, (X, y, mb, weight), active=act_pair)
+        return {name: g * act_pair.view(-1, *([1] * (g.dim() - 1))).to(g.dtype) for name, g in grads.items()}, values
+
+    def apply_gradients(self, phi: dict, opt, opt_state: dict, mod_t, act_pair, grads: dict):
+        """Model ``φ_j`` moves along ``Σ_i w_ij ∇ℓ(φ_j; batch_i)`` (Eq. 8), summed over the pairs; unused models wait."""
+        n = next(iter(phi.values())).shape[0]
+        summed = {name: torch.zeros_like(phi[name]).index_add_(0, mod_t, g) for name, g in grads.items()}
+        used = torch.zeros(n, dtype=torch.bool, device=mod_t.device)
+        used[mod_t[act_pair]] = True
+        return opt.step(phi, summed, opt_state, used)
+
     def train_round(self, state, r, rng):
         n = self.federation_.n
         dev = self.engine_.device_
@@ -213,13 +239,8 @@ class FedeRiCo(PersonalizedLearner):
         mod = np.concatenate([np.arange(n)[:, None], nb], axis=1).reshape(-1)
         cli_t, mod_t = torch.as_tensor(cli, device=dev), torch.as_tensor(mod, device=dev)
         # E-step
-        ema = state["ema"].clone()
         losses = self._full_losses(phi, cli_t, mod_t).to(torch.float64)
-        ema[cli_t, mod_t] = (1 - self.beta) * ema[cli_t, mod_t] + self.beta * losses
-        log_prior = state["log_prior"]
-        w = posterior(log_prior, ema)
-        if self.accumulate:
-            log_prior = torch.log(w.clamp(min=1e-300))
+        ema, w, log_prior = self.e_step(state["ema"], state["log_prior"], cli_t, mod_t, losses)
         # M-step
         opt = self._make_optimizer()
         opt_state = state["opt"]
@@ -233,15 +254,8 @@ class FedeRiCo(PersonalizedLearner):
                 X, y = data.gather(idx_t[cli_t], cli_t)
                 mb = torch.as_tensor(mask[s], device=dev)[cli_t]
                 act_pair = torch.as_tensor(active[s], device=dev)[cli_t]
-                grads, values = self.engine_.value_and_grad(self._pair_loss, stack_select(phi, mod_t),
-                                                            (X, y, mb, weight), active=act_pair)
-                summed = {}
-                for name, g in grads.items():
-                    g = g * act_pair.view(-1, *([1] * (g.dim() - 1))).to(g.dtype)
-                    summed[name] = torch.zeros_like(phi[name]).index_add_(0, mod_t, g)
-                used = torch.zeros(n, dtype=torch.bool, device=dev)
-                used[mod_t[act_pair]] = True
-                phi, opt_state = opt.step(phi, summed, opt_state, used)
+                grads, values = self.pair_gradients(stack_select(phi, mod_t), X, y, mb, weight, act_pair)
+                phi, opt_state = self.apply_gradients(phi, opt, opt_state, mod_t, act_pair, grads)
                 own = act_pair & (cli_t == mod_t)
                 total += float((values / weight.clamp(min=1e-30))[own].sum())
                 count += int(own.sum())
