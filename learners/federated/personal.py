@@ -596,6 +596,10 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         lr = self.learner
         lr.loss_history_ = list(self.loss_history)
         lr.resumed_from_ = 0
+        lr.rounds_ = int(self.rounds)
+        # The validation loss per round is not collected over Flower (a site would have to score
+        # every round's model on its validation split); the estimate says so by empty series.
+        lr.val_loss_history_, lr.val_loss_clients_ = [], []
         lr.fit_seconds_ = float(seconds)
         lr.utilities_ = {part: dict(v) for part, v in self.utilities.items()}
         self.finish_weights()

@@ -165,6 +165,13 @@ class FederatedSPO(SPO):
                 grads[targets == j] = r["grads"]
         return values, (grads if need_grad else None)
 
+    def _val_loss_matrix(self, params: dict) -> torch.Tensor:
+        """``L[b, j]`` measured at site ``j``: every model sent to every site (the convergence record)."""
+        flat = _flat(params, self.spec_.shapes).detach().cpu().numpy()
+        B, n = flat.shape[0], self.federation_.n
+        values, _ = self.val_losses(np.tile(flat, (n, 1)), np.repeat(np.arange(n), B), False)
+        return torch.as_tensor(values.reshape(n, B).T)
+
     def utilities_at(self, D: np.ndarray) -> dict:
         """Each site's metric at its direction (row of ``D``), val and test, measured at the site."""
         names = self.federation_.names

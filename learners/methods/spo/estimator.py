@@ -287,6 +287,10 @@ class SPO(Learner):
         """``L[b, j]``: client ``j``'s mean loss under the ``b``-th stacked model, (B, N)."""
         return vmap(self._client_losses, in_dims=(0, None, None, None))(params, X, y, m)
 
+    def _val_loss_matrix(self, params: dict) -> torch.Tensor:
+        """``L[b, j]``: client ``j``'s mean validation loss under the ``b``-th stacked model, (B, N)."""
+        return self._loss_matrix(params, self.val_.X, self.val_.y, self.val_.m)
+
     def _train(self, fed: Federation) -> list[float]:
         net = self.hypernet_
         dev = self.device_
@@ -322,7 +326,7 @@ class SPO(Learner):
                 history.append(float(np.mean(running)))
                 running = []
                 with torch.no_grad():
-                    Lv = self._loss_matrix(net(evals), self.val_.X, self.val_.y, self.val_.m)  # (16, N)
+                    Lv = self._val_loss_matrix(net(evals))  # (16, N)
                     per = (evals * Lv).sum(0) / evals.sum(0).clamp(min=1e-12)
                 self.val_loss_steps_.append(step + 1)
                 self.val_loss_clients_.append([float(x) for x in per.double().cpu().numpy()])
