@@ -1,0 +1,190 @@
+"""The exhaustive oracle with personal heads: one body per subset, one output layer per member."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from coalitions import cli  # noqa: E402
+from coalitions.bitmask import members  # noqa: E402
+from coalitions.errors import InputError  # noqa: E402
+from coalitions.learners.data.metrics import evaluate_batch  # noqa: E402
+from coalitions.learners.exact import (  # noqa: E402
+    ExhaustiveOracle,
+    personal_from_singletons,
+    train_subsets_personal,
+)
+from coalitions.learners.training.models import make_model, personal_init, stacked_personal_forward  # noqa: E402
+from learner_fixtures import blobs, regression  # noqa: E402
+
+
+def stacked_data(fed, dtype=torch.float64):
+    X = torch.tensor(np.concatenate([c.train.X for c in fed.clients]), dtype=dtype)
+    y = torch.tensor(np.concatenate([c.train.y for c in fed.clients]))
+    owner = torch.repeat_interleave(torch.arange(fed.n), torch.tensor(fed.sizes("train")))
+    return X, y, owner
+
+
+def first_init(spec, n, seed=0, dtype=torch.float64):
+    init = {k: v[0] for k, v in spec.init(torch.Generator().manual_seed(seed), 1, dtype=dtype).items()}
+    return personal_init(spec, init, n)
+
+
+def test_personal_forward_uses_each_clients_own_head():
+    spec = make_model("mlp", (5,), 3, hidden=4)
+    M, counts = 2, [3, 0, 2]
+    params = {k: v for k, v in spec.init(torch.Generator().manual_seed(1), M, dtype=torch.float64).items()}
+    params["w2"] = torch.randn(M, 3, 4, 3, dtype=torch.float64)
+    params["b2"] = torch.randn(M, 3, 3, dtype=torch.float64)
+    X = torch.randn(5, 5, dtype=torch.float64)
+    out = stacked_personal_forward(spec, params, X, counts)
+    owner = [0, 0, 0, 2, 2]
+    for m in range(M):
+        for s, i in enumerate(owner):
+            one = {"w1": params["w1"][m], "b1": params["b1"][m], "w2": params["w2"][m, i], "b2": params["b2"][m, i]}
+            assert torch.allclose(out[m, s], spec.forward(one, X[s:s + 1])[0])
+
+
+def test_bodyless_model_gives_every_member_its_value_alone():
+    """Affine: the whole model is the head, so a member of S trains on its own data only: v_i(S) = v_i({i})."""
+    fed = blobs(sizes=(14, 10, 12), dim=4, classes=3)
+    o = ExhaustiveOracle(model="logistic", epochs=60, lr=0.05, dtype="float64", heads="personal", device="cpu",
+                         seed=3).fit(fed)
+    X, y, owner = stacked_data(fed)
+    spec = make_model("logistic", fed.input_shape, fed.n_outputs)
+    p = train_subsets_personal(spec, fed.task, X, y, owner, list(range(1, 8)), 3, first_init(spec, 3, 3),
+                               epochs=60, lr=0.05, l2=1e-3)
+    for mask in range(1, 8):
+        for i in members(mask):
+            alone = 1 << i
+            # the head of i in S and in {i}: the same problem up to a constant factor in the loss (Adam is
+            # invariant to it but for its epsilon)
+            assert torch.allclose(p["weight"][mask - 1, i], p["weight"][alone - 1, i], atol=1e-4)
+            assert o.values_val_[i, mask] == o.values_val_[i, alone]
+            assert o.values_test_[i, mask] == o.values_test_[i, alone]
+    assert o.config_["heads"] == "personal" and "heads" not in ExhaustiveOracle(model="logistic").config(fed)
+
+
+def test_closed_form_personal_heads_are_everyone_alone():
+    fed = regression()
+    shared = ExhaustiveOracle(model="linear", replicates=5).fit(fed)
+    personal = ExhaustiveOracle(model="linear", heads="personal", replicates=5).fit(fed)
+    for i in range(fed.n):
+        for mask in range(1, 8):
+            expect = shared.values_val_[i, 1 << i] if mask >> i & 1 else np.nan
+            assert np.array_equal(personal.values_val_[i, mask], expect, equal_nan=True)
+    reps = personal.replicates_.values                       # (B, N, 2^N)
+    assert np.array_equal(reps[:, 0, 0b011], reps[:, 0, 0b001]) and np.array_equal(reps[:, 2, 0b111], reps[:, 2, 0b100])
+    assert not np.array_equal(reps[:, 0, 0b001], shared.replicates_.values[:, 0, 0b011])  # shared: other models
+    v = np.arange(8.0).reshape(1, 2, 4)
+    out = personal_from_singletons(v)
+    assert np.array_equal(out[0, 0], [np.nan, 1, np.nan, 1], equal_nan=True)
+    assert np.array_equal(out[0, 1], [np.nan, np.nan, 6, 6], equal_nan=True)
+
+
+def test_a_non_members_head_never_moves_and_a_members_does():
+    fed = blobs(sizes=(9, 11, 8), dim=4, classes=3)
+    X, y, owner = stacked_data(fed)
+    spec = make_model("mlp", fed.input_shape, fed.n_outputs, hidden=5)
+    init = first_init(spec, 3)
+    masks = [0b011, 0b101, 0b110, 0b001]
+    p = train_subsets_personal(spec, fed.task, X, y, owner, masks, 3, init, epochs=20, lr=0.05, l2=1e-2,
+                               batch_size=7)
+    for k, mask in enumerate(masks):
+        for i in range(3):
+            moved = not torch.equal(p["w2"][k, i], init["w2"][i]) or not torch.equal(p["b2"][k, i], init["b2"][i])
+            assert moved == bool(mask >> i & 1), (mask, i)
+        assert not torch.equal(p["w1"][k], init["w1"])
+
+
+def test_singleton_personal_model_is_the_clients_own_model():
+    """{i} with personal heads is the ordinary model trained on i alone (same start, same batches)."""
+    fed = blobs(sizes=(9, 11, 8), dim=4, classes=3)
+    kw = dict(model="mlp", hidden=5, epochs=25, lr=0.05, dtype="float64", device="cpu", seed=4)
+    shared = ExhaustiveOracle(**kw).fit(fed).values_val_
+    personal = ExhaustiveOracle(heads="personal", **kw).fit(fed).values_val_
+    for i in range(3):
+        assert personal[i, 1 << i] == pytest.approx(shared[i, 1 << i], abs=1e-12)
+
+
+def reference_subset(fed, spec, init, mask, epochs, lr, l2):
+    """One subset trained alone with a plain loop: one body, an nn head per member, full batch."""
+    body = {k: init[k].clone().requires_grad_(True) for k in spec.body}
+    heads = {i: {k: init[k][i].clone().requires_grad_(True) for k in spec.head} for i in members(mask)}
+    opt = torch.optim.Adam(list(body.values()) + [t for h in heads.values() for t in h.values()], lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
+    n_s = sum(len(fed.clients[i].train) for i in heads)
+    for _ in range(epochs):
+        total = 0.5 * l2 * sum(body[k].pow(2).sum() for k in spec.body if body[k].dim() >= 2)
+        for i, h in heads.items():
+            c = fed.clients[i].train
+            share = len(c) / n_s
+            out = spec.forward({**body, **h}, torch.tensor(c.X, dtype=torch.float64))
+            total = total + share * (torch.nn.functional.cross_entropy(out, torch.tensor(c.y))
+                                     + 0.5 * l2 * sum(v.pow(2).sum() for v in h.values() if v.dim() >= 2))
+        opt.zero_grad()
+        total.backward()
+        opt.step()
+        sched.step()
+    return {i: {**{k: v.detach() for k, v in body.items()}, **{k: v.detach() for k, v in h.items()}}
+            for i, h in heads.items()}
+
+
+def test_batched_personal_game_equals_each_subset_trained_alone():
+    fed = blobs(sizes=(10, 12, 9), dim=4, classes=3, seed=2)
+    spec = make_model("mlp", fed.input_shape, fed.n_outputs, hidden=6)
+    kw = dict(epochs=40, lr=0.03, l2=1e-3)
+    o = ExhaustiveOracle(model="mlp", hidden=6, dtype="float64", seed=5, heads="personal", chunk_size=3,
+                         device="cpu", **kw).fit(fed)
+    init = first_init(spec, 3, seed=5)
+    for mask in range(1, 8):
+        ref = reference_subset(fed, spec, init, mask, **kw)
+        for i, p in ref.items():
+            Xv = torch.tensor(fed.clients[i].val.X, dtype=torch.float64)
+            expect = evaluate_batch(fed.metric, fed.clients[i].val.y, spec.forward(p, Xv).numpy()[None])[0]
+            assert o.values_val_[i, mask] == pytest.approx(expect, abs=1e-12)
+        # and the parameters themselves
+        X, y, owner = stacked_data(fed)
+        got = train_subsets_personal(spec, fed.task, X, y, owner, [mask], 3, init, **kw)
+        for i, p in ref.items():
+            assert torch.allclose(got["w1"][0], p["w1"], atol=1e-8)
+            assert torch.allclose(got["w2"][0, i], p["w2"], atol=1e-8)
+
+
+def test_chunking_and_resume_give_the_same_personal_game(tmp_path):
+    fed = blobs(sizes=(9, 11, 8), dim=4, classes=3)
+    kw = dict(model="mlp", hidden=4, epochs=12, lr=0.05, seed=1, device="cpu", heads="personal", replicates=4)
+    whole = ExhaustiveOracle(chunk_size=7, **kw).fit(fed)
+    ckpt = tmp_path / "run.ckpt.npz"
+
+    def stop_after_two_chunks(done, total):
+        if done >= 2 * 2 * 12:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ExhaustiveOracle(chunk_size=2, checkpoint=ckpt, progress=stop_after_two_chunks, **kw).fit(fed)
+    resumed = ExhaustiveOracle(chunk_size=2, checkpoint=ckpt, **kw).fit(fed)
+    assert resumed.chunks_resumed_ == 1 and resumed.chunks_trained_ == 3
+    for a, b in ((resumed.values_val_, whole.values_val_), (resumed.values_test_, whole.values_test_)):
+        assert np.allclose(a, b, equal_nan=True, atol=1e-6)
+    # a shared-head checkpoint is a different run
+    with pytest.raises(InputError, match="different run"):
+        ExhaustiveOracle(chunk_size=2, checkpoint=ckpt, **{**kw, "heads": "shared"}).fit(fed)
+
+
+def test_bad_heads_value_names_the_parameter():
+    with pytest.raises(InputError, match="heads"):
+        ExhaustiveOracle(heads="mine").fit(blobs())
+
+
+def test_cli_oracle_heads_flag(tmp_path, capsys):
+    out = tmp_path / "g.json"
+    rc = cli.main(["oracle", "digits", "--clients", "3", "--samples", "40", "--model", "mlp", "--hidden", "4",
+                   "--epochs", "2", "--heads", "personal", "--threads", "1", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 0 and out.exists() and "personal heads" in err, err
+    from coalitions.io import read_json
+
+    assert read_json(out)["provenance"]["model"]["heads"] == "personal"
+    rc = cli.main(["oracle", "digits", "--clients", "3", "--heads", "both", "-o", str(tmp_path / "h.json")])
+    assert rc == 2 and "--heads" in capsys.readouterr().err
