@@ -1,4 +1,5 @@
-"""The exhaustive oracle with personal heads: one body per subset, one output layer per member."""
+"""Personal heads (FedPer's split): the exhaustive oracle (one body per subset, one output layer per member)
+and SPO (the hypernetwork generates the body, each client owns its head)."""
 
 import numpy as np
 import pytest
@@ -188,3 +189,104 @@ def test_cli_oracle_heads_flag(tmp_path, capsys):
     assert read_json(out)["provenance"]["model"]["heads"] == "personal"
     rc = cli.main(["oracle", "digits", "--clients", "3", "--heads", "both", "-o", str(tmp_path / "h.json")])
     assert rc == 2 and "--heads" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- SPO with personal heads
+def spo_setup(fed, **kw):
+    from coalitions.learners.methods.spo import SPO
+
+    est = SPO(model="mlp", heads="personal", target_hidden=5, steps=0, hidden=8, embed=4, layers=1,
+              directions=6, batch_size=None, search_steps=2, device="cpu", seed=1, **kw).fit(fed)
+    for p in est.hypernet_.parameters():
+        p.requires_grad_(True)
+    return est
+
+
+def head_grads(est, D, y_override=None):
+    X, y, m = est.train_.X, est.train_.y.clone(), est.train_.m
+    if y_override is not None:
+        y = y_override
+    est.hypernet_.zero_grad(set_to_none=True)
+    body = est.hypernet_(D)
+    f, _ = est._personal_objective(D, body, X, y, m)
+    (torch.log(f).mean() if est.log_loss else f.mean()).backward()   # what SPO._train minimises
+    return {k: v.grad.clone() for k, v in est.hypernet_.client_heads.items()}
+
+
+@pytest.mark.parametrize("log_loss", [True, False])
+def test_spo_head_learns_from_its_own_clients_loss_only(log_loss):
+    fed = blobs(sizes=(9, 11, 8), dim=4, classes=3)
+    est = spo_setup(fed, log_loss=log_loss)
+    D = torch.tensor(np.random.default_rng(0).dirichlet(np.ones(3), size=6), dtype=torch.float32)
+    g = head_grads(est, D)
+    # scramble client 1's labels: client 0's and 2's heads get the very same gradient, client 1's another
+    y = est.train_.y.clone()
+    y[1] = (y[1] + 1) % 3
+    g2 = head_grads(est, D, y)
+    for k in g:
+        for j in (0, 2):
+            assert torch.allclose(g[k][j], g2[k][j], rtol=1e-5, atol=1e-7), (k, j)
+        assert not torch.allclose(g[k][1], g2[k][1])
+    # ... and head 0's gradient is that of mean_b d_b0 (L_0 + l2/2 ||W_0||^2) alone
+    heads = {k: v.detach().clone().requires_grad_(True) for k, v in est.hypernet_.client_heads.items()}
+    with torch.no_grad():
+        body = est.hypernet_(D)
+    X, yy, m = est.train_.X, est.train_.y, est.train_.m
+    own = []
+    for b in range(len(D)):
+        p = {**{k: v[b] for k, v in body.items()}, "w2": heads["w2"][0], "b2": heads["b2"][0]}
+        per = est.loss_(est.spec_.forward(p, X[0]), yy[0])
+        own.append(D[b, 0] * ((per * m[0]).sum() / m[0].sum() + 0.5 * est.l2_ * heads["w2"][0].pow(2).sum()))
+    torch.stack(own).mean().backward()
+    assert torch.allclose(g["w2"][0], heads["w2"].grad[0], rtol=1e-4, atol=1e-7)
+    assert torch.allclose(g["b2"][0], heads["b2"].grad[0], rtol=1e-4, atol=1e-7)
+
+
+def test_spo_head_off_the_face_gets_no_gradient_and_never_moves():
+    fed = blobs(sizes=(9, 11, 8), dim=4, classes=3)
+    est = spo_setup(fed)
+    D = torch.tensor([[0.3, 0.7, 0.0], [1.0, 0.0, 0.0], [0.5, 0.5, 0.0]])
+    g = head_grads(est, D)
+    assert all(torch.count_nonzero(v[2]) == 0 for v in g.values())
+    assert all(torch.count_nonzero(v[0]) > 0 for v in g.values())
+    # a whole training run on directions that never weigh client 2: its head stays at its start
+    from coalitions.learners.methods.spo import SPO
+
+    start = spo_setup(fed).hypernet_.client_heads["w2"][2].detach().clone()
+    trained = SPO(model="mlp", heads="personal", target_hidden=5, steps=20, hidden=8, embed=4, layers=1,
+                  directions=6, batch_size=None, search_steps=2, device="cpu", seed=1)
+    import coalitions.learners.methods.spo.estimator as estimator_module
+
+    real = estimator_module.sample_directions
+
+    def without_client_2(rng, n, k, alpha, faces):
+        d = real(rng, n, k, alpha, faces)
+        d[:, 2] = 0.0
+        d[d.sum(1) == 0, 0] = 1.0
+        return d / d.sum(1, keepdims=True)
+
+    estimator_module.sample_directions = without_client_2
+    try:
+        trained.fit(fed)
+    finally:
+        estimator_module.sample_directions = real
+    heads = trained.hypernet_.client_heads
+    assert torch.equal(heads["w2"][2], start)
+    assert not torch.equal(heads["w2"][0], start)
+
+
+def test_spo_personal_heads_cnn_target_and_bad_combinations():
+    from coalitions.learners.methods.spo import SPO
+    from coalitions.params import ParameterError
+
+    fed = blobs(sizes=(8, 9), dim=4, classes=3, image=True)
+    est = SPO(model="cnn", heads="personal", steps=3, hidden=8, embed=4, layers=1, directions=4, batch_size=None,
+              search_steps=2, device="cpu").fit(fed)
+    assert set(est.hypernet_.names) == {"c1", "cb1", "c2", "cb2"}
+    assert est.hypernet_.client_heads["w"].shape[0] == 2
+    assert set(est.utilities_["test"]) == {"0", "1"}
+    assert est.estimate_.partition
+    for bad in (dict(heads="personal"), dict(heads="personal", model="logistic"),
+                dict(heads="personal", model="mlp", epo=True), dict(heads="mine", model="mlp")):
+        with pytest.raises(ParameterError, match="heads"):
+            SPO(steps=1, **bad).fit(fed)
