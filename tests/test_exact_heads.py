@@ -6,6 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from learner_fixtures import blobs, regression  # noqa: E402
+
 from coalitions import cli  # noqa: E402
 from coalitions.bitmask import members  # noqa: E402
 from coalitions.errors import InputError  # noqa: E402
@@ -16,7 +18,6 @@ from coalitions.learners.exact import (  # noqa: E402
     train_subsets_personal,
 )
 from coalitions.learners.training.models import make_model, personal_init, stacked_personal_forward  # noqa: E402
-from learner_fixtures import blobs, regression  # noqa: E402
 
 
 def stacked_data(fed, dtype=torch.float64):

@@ -152,6 +152,9 @@ def _files(where: Path, what: str) -> tuple[Path, ...]:
 def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, progress=None):
     """Train one piece: the exact games ``(validation, test, method, replicates)``, or learner ``what``'s estimate.
 
+    ``options``: the learner's, or for ``"exact"`` the oracle's overrides of ``exp.oracle``
+    (:meth:`Experiment.oracle_options` under ``--quick``).
+
     Pure computation (no files): the local loop and the Ray tasks of
     :mod:`coalitions.learners.distributed` both call it, so they agree.
     ``progress(done, total)`` follows the training (subset model-epochs, rounds or steps).
@@ -160,7 +163,7 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
         from coalitions.learners.exact import ExhaustiveOracle
 
         o = ExhaustiveOracle(device=device, seed=seed, progress=progress,
-                             **{"replicates": REPLICATES, **exp.oracle}).fit(fed)
+                             **{"replicates": REPLICATES, **exp.oracle, **options}).fit(fed)
         return o.game_, o.test_game_, o.method_, o.replicates_
     from coalitions.learners.methods.registry import create
 
@@ -174,7 +177,7 @@ def compute_named_piece(exp_name: str, quick: bool, regime_name: str, seed: int,
     exp = get_experiment(exp_name)
     regime = next(r for r in exp.regimes if r.name == regime_name)
     fed = load(exp.dataset, seed=seed, **regime.options)
-    options = {} if what == "exact" else exp.settings(quick).options_for(what)
+    options = exp.oracle_options(quick) if what == "exact" else exp.settings(quick).options_for(what)
     t = time.perf_counter()
     result = compute_piece(fed, exp, what, options, seed, device)
     return result, time.perf_counter() - t, fed.n
@@ -333,7 +336,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
     results = Reproduction(
         experiment=exp.name, title=exp.title, dataset=exp.dataset, quick=quick, device=str(resolve_device(device)),
         seeds=list(seeds), methods=list(methods), method_options={m: settings.options_for(m) for m in methods},
-        oracle=exp.oracle, published=exp.published, notes=exp.notes, regimes=[])
+        oracle=exp.oracle_options(quick) if exp.oracle is not None else None, published=exp.published, notes=exp.notes, regimes=[])
     for regime in exp.regimes:
         runs: list[Run] = []
         clients: list[str] = []
@@ -346,8 +349,8 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
             run = Run(seed=seed, methods={})
             game = test_game = eq = None
             if exp.oracle is not None:
-                game, test_game, reps = _piece(fed, exp, "exact", {}, seed, device, where, log, progress,
-                                               (where.name, "exact") in fresh)
+                game, test_game, reps = _piece(fed, exp, "exact", exp.oracle_options(quick), seed, device, where, log,
+                                               progress, (where.name, "exact") in fresh)
                 eq = co.solve(game)
                 run.exact = exact_summary(game, test_game, metric, eq, reps)
                 if seed != seeds[0]:

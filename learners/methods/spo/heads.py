@@ -46,13 +46,14 @@ def _expand(heads: dict, B: int, scale) -> dict:
     ``scale``: ``None``, a tensor ``(B,)``, or a list whose first item is set to
     that tensor before the backward pass (the hook reads it then).
     """
+    def hook(g):
+        s = scale[0] if isinstance(scale, list) else scale
+        return g * s.detach().reshape((B,) + (1,) * (g.dim() - 1))
+
     out = {}
     for k, h in heads.items():
         e = h.unsqueeze(0).expand(B, *h.shape)
         if scale is not None and e.requires_grad:
-            def hook(g, dims=h.dim()):
-                s = scale[0] if isinstance(scale, list) else scale
-                return g * s.detach().reshape((B,) + (1,) * dims)
             e.register_hook(hook)
         out[k] = e
     return out
