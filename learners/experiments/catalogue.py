@@ -257,7 +257,12 @@ FASHION = Experiment(
            "layer is the head), which is what the exact game can afford on a 2-core CPU; the paper's target "
            "is a CNN. 100 samples per client (60 train / 20 validation / 20 test) keep the full run within "
            "45 minutes on that CPU, so one client's test accuracy moves in steps of 5 points. pFedMe's inner "
-           "solve is capped at 20 steps as on digits. The published column is the paper's CIFAR-10 Table 3."),
+           "solve is capped at 20 steps as on digits. The published column is the paper's CIFAR-10 Table 3. "
+           "Cost: the exact game alone took 223 CPU-seconds and 892 MB of peak memory for seed 0 (880 s of wall "
+           "time on the shared 2-core CPU under load 7-14; docs/performance.md); its training is about "
+           "4.7e12 multiply-adds, which on a GPU sustaining 20 TFLOP/s would be about 0.5 s of arithmetic plus "
+           "about 0.6 s of kernel launches: an estimate (`python benchmarks/fashion_heads.py`), not a "
+           "measurement, since no GPU was available."),
 )
 
 EXPERIMENTS = {e.name: e for e in (SYNTHETIC, HEART, ADULT, DIGITS, FASHION)}
