@@ -791,6 +791,64 @@ class ExhaustiveOracle:
                     store(k, trainer(chunks[k], progress=tick))
         return results["val"], results["test"], results.get("replicates")
 
+    # -------------------------------------------------------------- outputs of a few subset models
+    def subset_outputs(self, federation: Federation, masks, part: str = "test") -> list[list[np.ndarray | None]]:
+        """Outputs of the models of ``masks`` on each member client's ``part`` split, trained again.
+
+        The game keeps each model's metric, not the model; a report's per-sample
+        statistics (bootstrap intervals over test samples, docs/formats.md) need
+        the outputs behind a few of them (each client alone, in the CE, with
+        everyone).  A subset's model does not depend on the other subsets trained
+        beside it (same initial parameters, same batch order: see
+        :class:`ChunkTrainer`), so training only ``masks`` with this oracle's
+        settings and seed gives the models of :meth:`fit` again; the closed form
+        solves the same normal equations.  Needs no prior :meth:`fit`.
+
+        Parameters
+        ----------
+        federation : Federation
+        masks : sequence of int
+            Subsets (bitmasks), one model each.
+        part : {"val", "test"}
+
+        Returns
+        -------
+        list of list
+            ``out[k][i]``: client ``i``'s outputs ``(n_i,)`` (regression, binary
+            logits) or ``(n_i, C)`` (class logits) under the model of
+            ``masks[k]``; ``None`` where ``i`` is not in ``masks[k]``.
+        """
+        self._check()
+        fed = federation
+        check_param("part", part, "choice", choices=("val", "test"))
+        ms = np.asarray([int(m) for m in masks], dtype=np.int64)
+        if ms.size and (ms.min() < 1 or ms.max() >= 1 << fed.n):
+            raise InputError(f"subset_outputs: masks must lie in 1..{(1 << fed.n) - 1}")
+        cfg = self.config(fed)
+        if cfg["model"] == "linear":
+            W = closed_form_weights(fed, self.ridge)
+            personal = cfg.get("heads") == "personal"  # all head: each member's own model, {i}
+            return [[_aug(getattr(c, part).X) @ W[1 << i if personal else m] if (m >> i) & 1 else None
+                     for i, c in enumerate(fed.clients)] for m in ms]
+        from coalitions.learners.training.engine import resolve_device
+
+        trainer = ChunkTrainer(self, fed, cfg, str(resolve_device(self.device)))
+        with using(step_macs(trainer.spec, trainer.step_samples, max(1, len(ms))), self.threads):
+            train = train_subsets_personal if trainer.personal else train_subsets
+            params = train(trainer.spec, fed.task, trainer.X, trainer.y, trainer.owner, ms, fed.n,
+                           trainer.init, epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
+                           batch_size=cfg["batch_size"], seed=trainer.seed)
+            if trainer.personal:  # each member through its own head
+                scores = _scores_personal(trainer.spec, params, trainer.evals[part], fed.sizes(part),
+                                          self._eval_batch(trainer.spec, len(ms)))
+            else:
+                scores = _scores(trainer.spec, params, trainer.evals[part], self._eval_batch(trainer.spec, len(ms)))
+        if scores.ndim == 3 and scores.shape[2] == 1:
+            scores = scores[:, :, 0]
+        lo = trainer.bounds[part]
+        return [[scores[k, lo[i]:lo[i + 1]] if (m >> i) & 1 else None for i in range(fed.n)]
+                for k, m in enumerate(ms)]
+
     # -------------------------------------------------------------- benefit oracle protocol
     @property
     def clients(self) -> tuple[str, ...]:

@@ -291,3 +291,20 @@ def test_spo_personal_heads_cnn_target_and_bad_combinations():
                 dict(heads="personal", model="mlp", epo=True), dict(heads="mine", model="mlp")):
         with pytest.raises(ParameterError, match="heads"):
             SPO(steps=1, **bad).fit(fed)
+
+
+@pytest.mark.parametrize("model", ["mlp", "linear"])
+def test_subset_outputs_are_the_personal_games_models(model):
+    """The outputs a report re-trains for its statistics give back the game's own personal-head values."""
+    fed = regression() if model == "linear" else blobs(sizes=(9, 11, 8), dim=4, classes=3)
+    kw = dict(model=model, hidden=4, epochs=10, lr=0.05, seed=2, device="cpu", heads="personal", dtype="float64")
+    o = ExhaustiveOracle(**kw).fit(fed)
+    masks = [0b001, 0b011, 0b110, 0b111]
+    rows = ExhaustiveOracle(**kw).subset_outputs(fed, masks, "val")
+    for k, mask in enumerate(masks):
+        for i, c in enumerate(fed.clients):
+            if not mask >> i & 1:
+                assert rows[k][i] is None
+                continue
+            got = evaluate_batch(fed.metric, c.val.y, np.asarray(rows[k][i])[None])[0]
+            assert got == pytest.approx(o.values_val_[i, mask], abs=1e-9)

@@ -68,7 +68,7 @@ def test_quick_report_has_every_section_and_column(quick):
         assert heading in text, heading
     assert "| client | " + " | ".join(COLUMNS) + " |" in text
     assert "0.24 ± 0.08" in text and "1e-4 ± .0" in text  # the paper's Table 1 beside ours
-    assert "`0,1,2 | 3,4,5` (1/1 seeds)" in text
+    assert "`0,1,2 | 3,4,5` (1/1 seeds; support " in text  # with the support of that CE
 
 
 @pytest.mark.slow
@@ -90,6 +90,35 @@ def test_quick_report_shows_the_support_of_every_exact_ce(quick):
                                            "coalitions": {game.key(k): v for k, v in s.coalition_shares.items()}}
         assert f"over {REPLICATES} bootstrap replicates of the validation sets" in text
         assert f"(the share whose CE is the same partition; docs/concepts.md §6): {s.partition_share:.2f};" in text
+
+
+@pytest.mark.slow
+def test_quick_report_has_the_statistics_tables(quick):
+    """Intervals, paired tests, sensitivity and SPO's two rules in every regime; seeds recorded separately."""
+    from coalitions.learners.experiments.statistics import separate_seeds
+
+    res = read_results(quick / "results.json").to_json()
+    text = (quick / "report.md").read_text()
+    for heading in ("### Test mse per client with 95% bootstrap intervals", "### Paired tests",
+                    "### Sensitivity to the weight rule's threshold",
+                    "### SPO: the paper's ratio rule beside backward elimination"):
+        assert text.count(heading) == 2, heading
+    assert "SPO — paper's ratio rule d_j/d_i ≥ 0.7 (not used)" in text
+    for reg in res["regimes"]:
+        run = reg["runs"][0]
+        pair = separate_seeds(run["seed"])
+        assert (run["data_seed"], run["init_seed"]) == (pair.data, pair.init) and pair.data != pair.init
+        st = reg["summary"]["statistics"]
+        assert st["columns"] == COLUMNS and st["outputs_check"] < 1e-6
+        for col in COLUMNS:
+            for c in reg["clients"]:
+                iv = st["intervals"][col][c]
+                assert iv["low"] <= iv["estimate"] <= iv["high"], (col, c)
+                assert iv["estimate"] == pytest.approx(reg["summary"]["test"][col][c]["mean"], rel=1e-5)
+        assert set(st["tests"]) == set(COLUMNS) - {"Local"}
+        assert set(reg["summary"]["sensitivity"]) == {"spo", "fedamp", "fedamp-heuristic", "federico"}
+        rules = reg["summary"]["spo_rules"]
+        assert "ratio" in rules and not rules["ratio"]["used"] and sum(r["used"] for r in rules.values()) == 1
 
 
 @pytest.mark.slow

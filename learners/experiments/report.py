@@ -14,7 +14,7 @@ from pathlib import Path
 
 from coalitions.files import write_text
 
-__all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown"]
+__all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown", "verdicts"]
 
 
 def _g(x, digits: int = 3) -> str:
@@ -91,11 +91,20 @@ def _agreement_section(reg: dict, labels: dict) -> list[str]:
     s = reg["summary"]
     runs = reg["runs"]
     rows = []
+    rules = s.get("spo_rules") or {}
     for m, a in s.get("agreement", {}).items():
         first = runs[0]["methods"][m]
-        rows.append([labels.get(m, m), f"{a['same_partition']} / {len(runs)}", fmt_stat(a["edge_f1"], 2),
-                     fmt_stat(a["ari"], 2), f"`{_blocks(first['partition'], cell=True)}`",
-                     f"{a['is_exact_ce']} / {len(runs)}"])
+        label = labels.get(m, m)
+        used = next((r for r in rules.values() if r["used"]), None) if m == "spo" else None
+        rows.append([label + (f" — {_rule_name(used)} (used)" if used else ""), f"{a['same_partition']} / {len(runs)}",
+                     fmt_stat(a["edge_f1"], 2), fmt_stat(a["ari"], 2),
+                     f"`{_blocks(first['partition'], cell=True)}`", f"{a['is_exact_ce']} / {len(runs)}"])
+        if m == "spo":
+            for r in rules.values():
+                if not r["used"]:
+                    rows.append([f"{label} — {_rule_name(r)} (not used)", _count(r["same_partition"], r["seeds"]),
+                                 _g(r["edge_f1"], 2), "–", f"`{_blocks(r['partition'], cell=True)}`",
+                                 _count(r.get("is_exact_ce"), r["seeds"])])
     if not rows:
         return []
     return (["### Each learner's benefit graph and equilibrium against the exact game", "",
@@ -105,6 +114,157 @@ def _agreement_section(reg: dict, labels: dict) -> list[str]:
              "exhaustively), whether or not it is the CE that peeling finds.", ""]
             + _table(["learner", "same CE", "edge F1", "ARI", f"its CE (seed {runs[0]['seed']})",
                       "stable in the exact game"], rows) + [""])
+
+
+def _count(k, n) -> str:
+    return "–" if k is None else f"{k} / {n}"
+
+
+def _rule_name(rule: dict) -> str:
+    """Short name of an SPO rule record: the paper's ratio rule or backward elimination, with its setting."""
+    if "threshold" in rule:
+        return f"paper's ratio rule d_j/d_i ≥ {rule['threshold']:g}"
+    return f"backward elimination (tol {rule.get('tol', 0):g})"
+
+
+def _p(p) -> str:
+    if p is None:
+        return "–"
+    return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
+
+
+def _interval(c: dict | None) -> str:
+    """``mean [lo, hi]`` of an interval record (``–`` where the metric is undefined)."""
+    if not c or c.get("estimate") is None:
+        return "–"
+    return f"{_g(c['estimate'])} [{_g(c['low'])}, {_g(c['high'])}]"
+
+
+def _interval_section(reg: dict) -> list[str]:
+    st = reg["summary"].get("statistics")
+    if not st:
+        return []
+    cols = st["columns"]
+    n = len(reg["runs"])
+    rows = []
+    for c in reg["clients"]:
+        sizes = next(iter(st["intervals"].values()))[c]["n_samples"]
+        rows.append([c] + [_interval(st["intervals"][col].get(c)) for col in cols]
+                    + [str(sizes[0]) if len(set(sizes)) == 1 else "–".join(map(str, (min(sizes), max(sizes))))])
+    what = (f"the mean over {n} seeds of the client's test {reg['metric']}" if n > 1
+            else f"the client's test {reg['metric']} (one seed)")
+    lines = [f"### Test {reg['metric']} per client with {100 * st['level']:g}% bootstrap intervals "
+             f"({_better(reg['metric'])})", "",
+             f"`mean [lo, hi]`: {what}, and the {100 * (1 - st['level']) / 2:g}% and "
+             f"{100 * (1 + st['level']) / 2:g}% quantiles of {st['n_boot']} two-stage bootstrap replicates "
+             "(seeds resampled, then each drawn seed's test samples; "
+             "`coalitions.learners.experiments.statistics.bootstrap_interval`)"
+             + (". With one seed only the test samples are resampled: the interval leaves out the variation "
+                "between splits and initialisations" if n == 1 else "")
+             + ". CE: each client's model in the exact equilibrium, trained again from the same seed (largest "
+             f"difference between a metric recomputed from the stored outputs and the recorded one: "
+             f"{st['outputs_check']:.1g})."
+             + (f" {MAJORITY}: each client's most frequent training label predicted for every test sample."
+                if MAJORITY in cols else "")
+             + (" A constant predictor (the majority class) has AUC 0.5 on every client."
+                if reg["metric"] == "auc" else ""), ""]
+    return lines + _table(["client"] + cols + ["test samples per seed"], rows) + [""]
+
+
+MAJORITY = "Majority class"
+
+
+def verdicts(reg: dict, against: str = "Local") -> str:
+    """One sentence per reference: which columns are significantly better or worse than ``against``, with p-values.
+
+    Built only from the regime's paired tests (``summary.statistics.tests``): a column is
+    called better or worse only when its two-sided Wilcoxon p-value is below α.
+    """
+    st = reg["summary"].get("statistics") or {}
+    groups: dict[str, list[str]] = {"better": [], "worse": [], "no significant difference": [], "not testable": []}
+    for col, tests in st.get("tests", {}).items():
+        t = tests.get(against)
+        if t is None:
+            continue
+        if t["direction"] == "not testable":
+            groups["not testable"].append(f"{col} ({t['n_used']} non-zero of {t['n_pairs']} pairs)")
+        else:
+            groups[t["direction"]].append(f"{col} (p = {_p(t['p'])})")
+    if not any(groups.values()):
+        return ""
+    ref = "the majority class" if against == MAJORITY else against
+    parts = [f"{k} than {ref}: " + ", ".join(v) if k in ("better", "worse") else f"{k}: " + ", ".join(v)
+             for k, v in groups.items() if v]
+    return (f"Against {ref} (two-sided Wilcoxon signed-rank over client × seed pairs, α = {st['alpha']:g}): "
+            + "; ".join(parts) + ".")
+
+
+def _tests_section(reg: dict) -> list[str]:
+    st = reg["summary"].get("statistics")
+    if not st or not st.get("tests"):
+        return []
+    rows = []
+    for col, tests in st["tests"].items():
+        for ref, t in tests.items():
+            rows.append([col, ref, _g(t["statistic"]), _p(t["p"]), f"{t['n_used']} / {t['n_pairs']}"
+                         + (f" ({t['missing']} missing)" if t["missing"] else ""),
+                         _g(t["mean_difference"]), t["direction"]])
+    sentences = [v for v in (verdicts(reg, "Local"), verdicts(reg, MAJORITY)) if v]
+    return (["### Paired tests", "",
+             f"Each column's test {reg['metric']} against Local's (and the majority class's) on the same client "
+             f"and seed: W+ is the rank sum of the pairs where the column is better, p two-sided; pairs: non-zero "
+             f"differences / all pairs (zeros are dropped: identical results carry no evidence); mean difference "
+             f"oriented so that positive is better. \"better\"/\"worse\" only when p < {st['alpha']:g}; "
+             "\"not testable\" when so few pairs differ that no p-value could reach it.", ""]
+            + _table(["column", "against", "W+", "p", "pairs", "mean difference", "verdict"], rows) + [""]
+            + [" ".join(sentences), ""])
+
+
+def _sensitivity_section(reg: dict, labels: dict) -> list[str]:
+    sens = reg["summary"].get("sensitivity")
+    if not sens:
+        return []
+    exact = "exact" in reg["runs"][0]
+    first = reg["runs"][0]["seed"]
+    lines = ["### Sensitivity to the weight rule's threshold", "",
+             "A rule's threshold is a choice, not a fact of the data: each learner's benefit graph and CE at every "
+             "threshold of its rule (`coalitions.sensitivity.threshold_sensitivity`, rows renormalised over R "
+             "for R ⊊ all; SPO: the paper's ratio rule d_j/d_i ≥ t on its own searches); `*` marks the "
+             "threshold used. Edges: mean over seeds of the edges of BG(all)"
+             + ("; edge F1 against the exact game's BG(all) (mean over seeds) and the seeds on which the CE is "
+                "the exact one." if exact else "."), ""]
+    for m, sm in sens.items():
+        lines += [f"**{labels.get(m, m)}**, {sm['rule']} rule:", ""]
+        rows = []
+        for r in sm["rows"]:
+            mark = "*" if abs(r["threshold"] - sm["threshold_used"]) <= 1e-12 else ""
+            row = [f"{r['threshold']:g}{mark}", _g(r["edges"]), f"`{_blocks(r['partition'], cell=True)}`"]
+            if exact:
+                row += [_g(r["edge_f1"], 2), _count(r["same_partition"], sm["seeds"])]
+            rows.append(row)
+        header = ["threshold", "edges", f"CE (seed {first})"] + (["edge F1 vs exact", "same CE as exact"]
+                                                                 if exact else [])
+        lines += _table(header, rows) + [""]
+    return lines
+
+
+def _spo_rules_section(reg: dict) -> list[str]:
+    rules = reg["summary"].get("spo_rules")
+    if not rules:
+        return []
+    exact = "exact" in reg["runs"][0]
+    rows = []
+    for r in rules.values():
+        row = [r["label"], "yes" if r["used"] else "no (reported beside)", _g(r["edges"]),
+               f"`{_blocks(r['partition'], cell=True)}`"]
+        if exact:
+            row += [_g(r["edge_f1"], 2), _count(r["same_partition"], r["seeds"]), _count(r.get("is_exact_ce"), r["seeds"])]
+        rows.append(row)
+    header = ["SPO's rule", "used", "edges", f"CE (seed {reg['runs'][0]['seed']})"] + (
+        ["edge F1 vs exact", "same CE as exact", "stable in the exact game"] if exact else [])
+    return (["### SPO: the paper's ratio rule beside backward elimination", "",
+             "The same hypernetwork and direction searches read by both rules (the estimate's `extra.rules`).", ""]
+            + _table(header, rows) + [""])
 
 
 def _utility_section(reg: dict) -> list[str]:
@@ -119,6 +279,19 @@ def _utility_section(reg: dict) -> list[str]:
              "personalised models.", ""] + _table(["client"] + cols, rows) + [""])
 
 
+def _ours(reg: dict, partitions: dict) -> str:
+    """Each exact CE over the seeds with its count and the mean support of those seeds' CEs (docs/concepts.md §6)."""
+    runs = reg["runs"]
+    out = []
+    for p, k in partitions.items():
+        sup = [r["exact"]["support"]["partition"] for r in runs
+               if r["exact"].get("support") and _blocks(r["exact"]["partition"]) == p]
+        extra = (f"; support {sum(sup) / len(sup):.2f}" + (" on average" if len(sup) > 1 else "")
+                 if len(sup) == k else "")
+        out.append(f"`{p}` ({k}/{len(runs)} seeds{extra})")
+    return ", ".join(out)
+
+
 def _published_synthetic(results: dict) -> list[str]:
     pub = results["published"]
     lines = [f"Paper, {pub['table']}: the OCS of each client and the MSE of its model in the CE, "
@@ -129,8 +302,7 @@ def _published_synthetic(results: dict) -> list[str]:
         runs = reg["runs"]
         ours_p = reg["summary"].get("exact_partitions", {})
         lines += [f"**{reg['title']}.** Paper's OCS: {pub['ocs'][reg['name']]}; paper's CE "
-                  f"`{_blocks(pub['ce_partition'][reg['name']])}`. Ours: "
-                  + ", ".join(f"`{p}` ({k}/{len(runs)} seeds)" for p, k in ours_p.items()) + ".", ""]
+                  f"`{_blocks(pub['ce_partition'][reg['name']])}`. Ours: " + _ours(reg, ours_p) + ".", ""]
         rows = []
         for c, paper in zip(reg["clients"], pub["ce_mse"][reg["name"]], strict=False):
             ocs = {_set(r["exact"]["ocs"][c]) for r in runs}
@@ -157,7 +329,7 @@ def _published_adult(results: dict) -> list[str]:
     ours = reg["summary"].get("exact_partitions", {})
     return ([f"Paper, {pub['table']} (test accuracy, %), beside ours (mean ± std over seeds). Paper's CE: "
              f"`{_blocks(pub['ce_partition'])}` (the non-PhD client gains nothing from the PhD client). "
-             "Ours: " + ", ".join(f"`{p}` ({k}/{len(reg['runs'])} seeds)" for p, k in ours.items()) + ".", ""]
+             "Ours: " + _ours(reg, ours) + ".", ""]
             + _table(["client", "method", "paper", "ours"], rows) + [""])
 
 
@@ -167,18 +339,27 @@ def _published_digits(results: dict) -> list[str]:
     t = reg["summary"]["test"]
     rows = [[col, pub["accuracy"].get(col, "–"), _pct(t[col]["mean"])] for col in reg["summary"]["columns"]]
     mean = {col: t[col]["mean"]["mean"] for col in reg["summary"]["columns"] if t[col]["mean"]["mean"] is not None}
+    tests = (reg["summary"].get("statistics") or {}).get("tests", {})
     checks = []
-    if "Local" in mean and "FedAvg" in mean:
-        checks.append(f"FedAvg below Local: {'yes' if mean['FedAvg'] < mean['Local'] else 'no'} "
-                      f"({100 * mean['FedAvg']:.1f} vs {100 * mean['Local']:.1f})")
     for col, v in mean.items():
-        if col not in ("Local", "FedAvg", "CE") and "Local" in mean:
-            checks.append(f"{col} above Local: {'yes' if v > mean['Local'] else 'no'} ({100 * v:.1f})")
+        if col == "Local" or "Local" not in mean:
+            continue
+        t = tests.get(col, {}).get("Local")
+        if t is None:
+            verdict = "no paired test recorded"
+        elif t["direction"] in ("better", "worse"):
+            verdict = f"{'above' if t['direction'] == 'better' else 'below'} Local, p = {_p(t['p'])}"
+        elif t["direction"] == "not testable":
+            verdict = f"not testable ({t['n_used']} of {t['n_pairs']} client × seed pairs differ)"
+        else:
+            verdict = f"no significant difference from Local, p = {_p(t['p'])}"
+        checks.append(f"{col} {100 * v:.1f} vs Local {100 * mean['Local']:.1f}: {verdict}")
     ours = results["experiment"]
     return ([f"Paper, {pub['table']} (CIFAR-10, 10 clients with 2 classes each; mean test accuracy, %), "
              f"beside ours on {ours}. The paper's ordering: {pub['ordering']}.", ""]
             + _table(["method", "paper (CIFAR-10)", f"ours ({ours})"], rows) + [""]
-            + ["Ordering on our data: " + "; ".join(checks) + ".", ""])
+            + ["Ordering on our data (mean test accuracy, %; two-sided Wilcoxon signed-rank over client × seed "
+               "pairs against Local): " + "; ".join(checks) + ".", ""])
 
 
 PUBLISHED = {"synthetic": _published_synthetic, "adult": _published_adult, "digits": _published_digits,
@@ -225,6 +406,10 @@ def report_markdown(results: dict) -> str:
             lines += _exact_section(reg)
             lines += _agreement_section(reg, METHOD_LABELS)
         lines += _utility_section(reg)
+        lines += _interval_section(reg)
+        lines += _tests_section(reg)
+        lines += _sensitivity_section(reg, METHOD_LABELS)
+        lines += _spo_rules_section(reg)
         figs = [f for f in results.get("figures", []) if f.startswith(reg["name"] + "-") and f.endswith(".png")]
         if figs:
             lines += ["### Figures", ""] + [f"![{f}]({f})" for f in figs] + [""]

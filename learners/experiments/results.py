@@ -114,6 +114,11 @@ class Comparison:
 class MethodSummary:
     """One learner on one run: its equilibrium, utilities, weights, learned edges and comparison.
 
+    ``sensitivity`` (learners with a weight rule, and SPO's ratio rule): the learned
+    CE across the rule's threshold, each row with its agreement with the exact
+    CE (``edge_f1``, ``same_partition``) where the exact game exists.  ``rules``
+    (SPO): the rule used and the paper's ratio rule side by side, labelled, each
+    against the exact CE.  Both are None where they do not apply.
     ``estimate`` is the :class:`coalitions.estimate.Estimate` while in memory (never written).
     """
 
@@ -124,12 +129,18 @@ class MethodSummary:
     edges: list[list[str]]
     compare: Comparison | None = None
     estimate: Any = field(default=None, repr=False, compare=False)
+    sensitivity: dict | None = None
+    rules: dict | None = None
 
     def to_json(self) -> dict:
         out = {"partition": self.partition, "test": self.test, "val": self.val, "weights": self.weights,
                "edges": self.edges}
         if self.compare is not None:
             out["compare"] = self.compare.to_json()
+        if self.sensitivity is not None:
+            out["sensitivity"] = self.sensitivity
+        if self.rules is not None:
+            out["rules"] = self.rules
         return out
 
     @classmethod
@@ -137,19 +148,33 @@ class MethodSummary:
         _need(data, ("partition", "test", "val", "weights", "edges"), "a learner's summary")
         cmp = data.get("compare")
         return cls(data["partition"], data["test"], data["val"], data["weights"], data["edges"],
-                   None if cmp is None else Comparison.from_json(cmp))
+                   None if cmp is None else Comparison.from_json(cmp), sensitivity=data.get("sensitivity"),
+                   rules=data.get("rules"))
 
 
 @dataclass
 class Run:
-    """One seed of one regime."""
+    """One seed of one regime.
+
+    ``seed`` is the user's seed; ``data_seed`` (the data split) and ``init_seed``
+    (initialisation and batch order of every model) are derived from it by
+    :func:`coalitions.learners.experiments.statistics.separate_seeds` (None in
+    results written before they were separated).
+    """
 
     seed: int
     methods: dict[str, MethodSummary]
     exact: ExactSummary | None = None
+    data_seed: int | None = None
+    init_seed: int | None = None
 
     def to_json(self) -> dict:
-        out: dict[str, Any] = {"seed": self.seed, "methods": {m: s.to_json() for m, s in self.methods.items()}}
+        out: dict[str, Any] = {"seed": self.seed}
+        if self.data_seed is not None:
+            out["data_seed"] = self.data_seed
+        if self.init_seed is not None:
+            out["init_seed"] = self.init_seed
+        out["methods"] = {m: s.to_json() for m, s in self.methods.items()}
         if self.exact is not None:
             out["exact"] = self.exact.to_json()
         return out
@@ -159,7 +184,8 @@ class Run:
         _need(data, ("seed", "methods"), "a run")
         exact = data.get("exact")
         return cls(data["seed"], {m: MethodSummary.from_json(s) for m, s in data["methods"].items()},
-                   None if exact is None else ExactSummary.from_json(exact))
+                   None if exact is None else ExactSummary.from_json(exact), data.get("data_seed"),
+                   data.get("init_seed"))
 
 
 @dataclass

@@ -52,6 +52,7 @@ from coalitions.learners.experiments.results import (
     read_results,
     write_results,
 )
+from coalitions.learners.experiments.statistics import separate_seeds
 from coalitions.payoffs import models_in
 
 __all__ = ["RESULTS_FORMAT", "reproduce", "run_experiment", "summarize", "exact_summary", "read_results"]
@@ -123,7 +124,83 @@ def _method_summary(estimate, game, eq: co.Equilibrium | None = None) -> MethodS
         val=dict(estimate.utilities["val"]),
         weights=None if estimate.weights is None else estimate.weights.tolist(),
         edges=[[estimate.clients[j], estimate.clients[i]] for j, i in estimate.benefit_graph.edges],
-        compare=comparison, estimate=estimate)
+        compare=comparison, estimate=estimate, sensitivity=sensitivity_against_exact(estimate, game, eq),
+        rules=rules_against_exact(estimate, game, eq))
+
+
+def _against_exact(edges, partition, game: co.Game | None, eq: co.Equilibrium | None) -> dict:
+    """Edge precision/recall/F1 of ``edges`` (``[[j, i], ...]`` names) and whether ``partition`` is the exact CE."""
+    if game is None or eq is None:
+        return {}
+    from coalitions.compare import edge_scores
+
+    exact_edges = {(game.clients[j], game.clients[i]) for j, i in co.ExactOracle(game).benefit_graph(game.grand).edges}
+    p, r, f1 = edge_scores({(a, b) for a, b in edges}, exact_edges)
+    same = {frozenset(b) for b in partition} == {frozenset(_names(game, k)) for k in eq.partition}
+    index = {c: i for i, c in enumerate(game.clients)}
+    stable = co.certify(game, [sum(1 << index[c] for c in b) for b in partition]).holds
+    return {"edge_precision": p, "edge_recall": r, "edge_f1": f1, "same_partition": bool(same),
+            "is_exact_ce": bool(stable)}
+
+
+def sensitivity_against_exact(estimate, game, eq) -> dict | None:
+    """``extra.sensitivity`` of the estimate with each threshold's agreement with the exact game (or None)."""
+    sens = estimate.extra.get("sensitivity")
+    if not sens:
+        return None
+    rows = [dict(row, **_against_exact(row["edges"], row["partition"], game, eq)) for row in sens["rows"]]
+    return {"rule": sens["rule"], "threshold_used": sens["threshold_used"], "rows": rows}
+
+
+def rules_against_exact(estimate, game, eq) -> dict | None:
+    """SPO's ``extra.rules`` (the rule used and the paper's ratio rule, labelled), each against the exact game."""
+    rules = estimate.extra.get("rules")
+    if not rules:
+        return None
+    return {name: {"label": r["label"], "used": r["used"], "edges": r["edges"], "partition": r["partition"],
+                   **{k: r[k] for k in ("threshold", "tol") if k in r},
+                   **_against_exact(r["edges"], r["partition"], game, eq)}
+            for name, r in rules.items()}
+
+
+def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Equilibrium, where: Path,
+                  device: str, quick: bool = False) -> dict[str, list[np.ndarray]]:
+    """Each client's test outputs under the exact game's models it is scored with: alone, in the CE, with everyone.
+
+    ``{"local" | "ce" | "all": [outputs of client i]}``, from
+    :meth:`coalitions.learners.exact.ExhaustiveOracle.subset_outputs` (only
+    these ``≤ 2N + 1`` models are trained again), kept in
+    ``<where>-exact-outputs.npz`` so that a rerun reads them back.
+    """
+    n = fed.n
+    used = models_in(game, eq.partition)
+    want = {"local": [1 << i for i in range(n)], "ce": [int(u) for u in used], "all": [int(game.grand)] * n}
+    path = where.with_name(where.name + "-exact-outputs.npz")
+    stamp = np.array([fed.options.get("seed", -1), init_seed], dtype=np.int64)
+    stored: dict[str, np.ndarray] = {}
+    if path.exists():
+        with np.load(path) as z:
+            if "seeds" in z.files and np.array_equal(z["seeds"], stamp):
+                stored = {k: z[k] for k in z.files}
+
+    def key(m: int, i: int) -> str:
+        return f"m{m}_c{i}"
+
+    missing = sorted({m for ms in want.values() for i, m in enumerate(ms) if key(m, i) not in stored})
+    if missing:
+        from coalitions.learners.exact import ExhaustiveOracle
+
+        rows = ExhaustiveOracle(device=device, seed=init_seed, **exp.oracle_options(quick)).subset_outputs(
+            fed, missing, "test")
+        for m, row in zip(missing, rows, strict=True):
+            for i, o in enumerate(row):
+                if o is not None:
+                    stored[key(m, i)] = np.asarray(o, dtype=np.float32)
+        stored["seeds"] = stamp
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez_compressed(tmp, **stored)
+        tmp.replace(path)
+    return {col: [stored[key(m, i)] for i, m in enumerate(ms)] for col, ms in want.items()}
 
 
 def _read_timings(folder: Path) -> dict:
@@ -167,7 +244,52 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
         return o.game_, o.test_game_, o.method_, o.replicates_
     from coalitions.learners.methods.registry import create
 
-    return create(what, options, device=device, seed=seed, progress=progress).fit(fed).estimate_
+    return with_records(create(what, options, device=device, seed=seed, progress=progress).fit(fed), fed)
+
+
+def learner_outputs(learner, fed) -> list[np.ndarray]:
+    """Each client's test outputs under the learner's own model: what its ``utilities_["test"]`` scores.
+
+    Personalised learners: :meth:`~coalitions.learners.methods.base.PersonalizedLearner.client_outputs`.
+    SPO: the target model at each client's direction (row ``i`` of ``weights_``), as SPO scores it.
+    """
+    if hasattr(learner, "client_outputs"):
+        return learner.client_outputs("test")
+    import torch
+
+    params = learner.predict_params(learner.weights_)
+    out = []
+    with torch.no_grad():
+        for i, c in enumerate(fed.clients):
+            p = {k: torch.as_tensor(v[i]) for k, v in params.items()}
+            o = learner.spec_.forward(p, torch.tensor(np.asarray(c.test.X, dtype=np.float32)))
+            o = o.double().cpu().numpy()
+            out.append(o[:, 0] if o.ndim == 2 and o.shape[1] == 1 else o)
+    return out
+
+
+def with_records(learner, fed):
+    """The learner's estimate with what the report's statistics need in ``extra`` (docs/formats.md).
+
+    ``test_outputs``: ``{client: outputs}`` (:func:`learner_outputs`, float32
+    precision), for the bootstrap intervals over test samples; ``sensitivity``:
+    the learned CE across the rule's threshold (``learner.sensitivity()``,
+    :func:`coalitions.sensitivity.sensitivity_to_json`) for learners with
+    weights (SPO: its ratio rule).
+    """
+    import dataclasses
+
+    from coalitions.sensitivity import sensitivity_to_json
+
+    est = learner.estimate_
+    extra = dict(est.extra)
+    outs = learner_outputs(learner, fed)
+    extra["test_outputs"] = {c.name: np.asarray(o, dtype=np.float32).tolist() for c, o in zip(fed.clients, outs,
+                                                                                                strict=True)}
+    if getattr(learner, "has_weights", True) and hasattr(learner, "sensitivity"):
+        rule, used, rows = learner.sensitivity()
+        extra["sensitivity"] = sensitivity_to_json(list(fed.names), rows, rule, used)
+    return dataclasses.replace(est, extra=extra)
 
 
 def compute_named_piece(exp_name: str, quick: bool, regime_name: str, seed: int, what: str, device: str):
@@ -176,10 +298,11 @@ def compute_named_piece(exp_name: str, quick: bool, regime_name: str, seed: int,
 
     exp = get_experiment(exp_name)
     regime = next(r for r in exp.regimes if r.name == regime_name)
-    fed = load(exp.dataset, seed=seed, **regime.options)
+    seeds = separate_seeds(seed)
+    fed = load(exp.dataset, seed=seeds.data, **regime.options)
     options = exp.oracle_options(quick) if what == "exact" else exp.settings(quick).options_for(what)
     t = time.perf_counter()
-    result = compute_piece(fed, exp, what, options, seed, device)
+    result = compute_piece(fed, exp, what, options, seeds.init, device)
     return result, time.perf_counter() - t, fed.n
 
 
@@ -202,21 +325,44 @@ def _done_line(where: Path, what: str, result, n: int, seconds: float) -> str:
     return f"{where.name}: {what}, {seconds:.1f} s"
 
 
+def _read_piece(files, what: str):
+    """A finished piece from its files: ``(game, test game, replicates)`` or an estimate."""
+    if what == "exact":
+        from coalitions.io import read_game_replicates
+
+        game, reps = read_game_replicates(files[0])
+        return game, co.read_game(files[1]), reps
+    from coalitions.estimate import read_estimate
+
+    return read_estimate(files[0])
+
+
+def _is_current(piece, what: str, fed, init_seed: int) -> bool:
+    """Was this finished piece made from this federation's split and ``init_seed``, with the report's records?
+
+    Pieces of an earlier version (one seed for split and initialisation, or
+    estimates without ``extra.test_outputs``) are trained again, never mixed in.
+    """
+    data_seed = fed.options.get("seed")
+    if what == "exact":
+        prov = piece[0].provenance
+        return prov.get("seed") == init_seed and prov.get("options", {}).get("seed") == data_seed
+    cfg = piece.config
+    return (cfg.get("seed") == init_seed and cfg.get("data_options", {}).get("seed") == data_seed
+            and "test_outputs" in piece.extra)
+
+
 def _piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, where: Path, log, progress,
            quiet: bool = False):
     """A piece read back from ``where`` when finished (said in ``log`` unless ``quiet``), else trained and written."""
     files = _files(where, what)
     if all(f.exists() for f in files):
-        if not quiet:
-            log(f"{where.name}: {'exact game' if what == 'exact' else what} read back from {files[0].name}")
-        if what == "exact":
-            from coalitions.io import read_game_replicates
-
-            game, reps = read_game_replicates(files[0])
-            return game, co.read_game(files[1]), reps
-        from coalitions.estimate import read_estimate
-
-        return read_estimate(files[0])
+        back = _read_piece(files, what)
+        if _is_current(back, what, fed, seed):
+            if not quiet:
+                log(f"{where.name}: {'exact game' if what == 'exact' else what} read back from {files[0].name}")
+            return back
+        log(f"{where.name}: {files[0].name} was made with other seeds or lacks the test outputs; training again")
     t = time.perf_counter()
     tick = None if progress is None else (lambda done, total: progress(f"{where.name}: {what}", done, total))
     result = compute_piece(fed, exp, what, options, seed, device, tick)
@@ -242,10 +388,13 @@ def summarize(regime: dict, methods) -> dict:
     runs = regime["runs"]
     clients = regime["clients"]
     columns: dict[str, list[dict]] = {}
+    have_exact = bool(runs) and all("exact" in r for r in runs)
     for m in methods:
         columns[METHOD_LABELS.get(m, m)] = [r["methods"][m]["test"] for r in runs]
-        if m == "spo" and all("exact" in r for r in runs):
+        if m == "spo" and have_exact:
             columns["CE"] = [r["exact"]["test"]["ce"] for r in runs]
+    if have_exact and "CE" not in columns:  # no SPO among the learners: CE last
+        columns["CE"] = [r["exact"]["test"]["ce"] for r in runs]
     table = {}
     for label, per_seed in columns.items():
         row = {c: _stats([t[c] for t in per_seed]) for c in clients}
@@ -264,6 +413,143 @@ def summarize(regime: dict, methods) -> dict:
                             "ari": _stats([c["ari"] for c in cmps]),
                             "is_exact_ce": sum(c["is_exact_ce"] for c in cmps)}
         out["agreement"] = agree
+    return out
+
+
+#: Bootstrap replicates behind every interval of a report, and its coverage.
+N_BOOT, LEVEL = 2000, 0.95
+#: Level of the paired tests (two-sided Wilcoxon signed-rank).
+ALPHA = 0.05
+#: The report's column of the majority-class baseline (classification by accuracy).
+MAJORITY = "Majority class"
+
+
+def _columns(methods, have_exact: bool) -> list[tuple[str, str]]:
+    """``(key, label)`` of the report's columns: the learners, ``CE`` after SPO (or last) where the game exists."""
+    cols = [(m, METHOD_LABELS.get(m, m)) for m in methods]
+    if have_exact:
+        at = next((k + 1 for k, (m, _) in enumerate(cols) if m == "spo"), len(cols))
+        cols.insert(at, ("ce", "CE"))
+    return cols
+
+
+def seed_record(fed, run: Run, exact_out: dict | None, estimates: dict) -> dict:
+    """One seed's test labels and every column's test outputs and metric, for :func:`regime_statistics`."""
+    from coalitions.learners.experiments.statistics import majority_class
+
+    names = list(fed.names)
+    rec: dict = {"y": {c.name: np.asarray(c.test.y) for c in fed.clients}, "outputs": {}, "metric": {}}
+    for m, est in estimates.items():
+        rec["outputs"][m] = {c: np.asarray(est.extra["test_outputs"][c], dtype=np.float64) for c in names}
+        rec["metric"][m] = dict(run.methods[m].test)
+    if exact_out is not None and run.exact is not None:
+        rec["outputs"]["ce"] = {c: np.asarray(exact_out["ce"][i], dtype=np.float64) for i, c in enumerate(names)}
+        rec["metric"]["ce"] = dict(run.exact.test["ce"])
+    if fed.task != "regression":
+        rec["majority"] = {c: row.label for c, row in majority_class(fed).items()}
+    return rec
+
+
+def regime_statistics(clients: list[str], metric: str, records: list[dict], methods) -> dict:
+    """Per-client bootstrap intervals and paired Wilcoxon tests of every column (docs/formats.md, ``statistics``).
+
+    ``records``: one :func:`seed_record` per seed.  For every column (the
+    learners, ``CE``, and for accuracy the majority-class baseline,
+    :func:`~.statistics.majority_class`) and client, the 95% two-stage bootstrap
+    interval over the client's test samples and the seeds
+    (:func:`~.statistics.bootstrap_interval` of :func:`~.statistics.output_samples`);
+    for every column, a two-sided Wilcoxon signed-rank test over the (client,
+    seed) pairs of its test metric against Local's and, for accuracy, against the
+    majority class (:func:`~.statistics.paired_record`).  ``outputs_check``: the
+    largest difference between a metric recomputed from the stored outputs and
+    the one the run recorded (the outputs are the scored models').
+    """
+    from coalitions.learners.experiments.statistics import bootstrap_interval, output_samples, paired_record
+
+    sense = "min" if metric == "mse" else "max"
+    have_exact = all("ce" in r["outputs"] for r in records)
+    cols = [(k, lab) for k, lab in _columns(methods, have_exact) if all(k in r["outputs"] for r in records)]
+    majority = metric == "accuracy" and all("majority" in r for r in records)
+    intervals: dict[str, dict] = {}
+    values: dict[str, np.ndarray] = {}   # (clients, seeds) test metric of each column
+    check = 0.0
+    for key, label in cols + ([(MAJORITY, MAJORITY)] if majority else []):
+        row = {}
+        per_pair = np.full((len(clients), len(records)), np.nan)
+        for ci, c in enumerate(clients):
+            data, stat = [], None
+            for si, r in enumerate(records):
+                if key == MAJORITY:
+                    d = (r["y"][c] == r["majority"][c]).astype(np.float64)
+                    per_pair[ci, si] = float(d.mean())
+                else:
+                    d, stat = output_samples(metric, r["y"][c], r["outputs"][key][c])
+                    per_pair[ci, si] = r["metric"][key][c]
+                    mine = float(stat(d)) if stat is not None else float(d.mean())
+                    if math.isfinite(mine) and math.isfinite(per_pair[ci, si]):
+                        check = max(check, abs(mine - per_pair[ci, si]))
+                data.append(d)
+            try:
+                iv = bootstrap_interval(data, level=LEVEL, n_boot=N_BOOT, seed=0, statistic=stat)
+                row[c] = {"estimate": iv.estimate, "low": iv.low, "high": iv.high,
+                          "n_samples": list(iv.n_samples)}
+            except InputError:  # a metric undefined on this client's test data (one class: no AUC)
+                row[c] = {"estimate": None, "low": None, "high": None, "n_samples": [len(x) for x in data]}
+        intervals[label] = row
+        values[label] = per_pair
+    tests: dict[str, dict] = {}
+    for label, v in values.items():
+        t = {}
+        if "Local" in values and label not in ("Local", MAJORITY):
+            t["Local"] = paired_record(v, values["Local"], sense, ALPHA)
+        if majority and label != MAJORITY:
+            t[MAJORITY] = paired_record(v, values[MAJORITY], sense, ALPHA)
+        if t:
+            tests[label] = t
+    return {"level": LEVEL, "n_boot": N_BOOT, "alpha": ALPHA, "test": "two-sided Wilcoxon signed-rank over "
+            "(client, seed) pairs", "columns": list(intervals), "intervals": intervals, "tests": tests,
+            "outputs_check": check}
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def sensitivity_summary(runs: list[dict], methods) -> dict:
+    """Per learner with a threshold: each threshold's CE (first seed) and its agreement with the exact CE over seeds."""
+    out = {}
+    for m in methods:
+        sens = [r["methods"][m].get("sensitivity") for r in runs]
+        if not sens or any(x is None for x in sens):
+            continue
+        rows = []
+        for k, row in enumerate(sens[0]["rows"]):
+            same = [x["rows"][k].get("same_partition") for x in sens if k < len(x["rows"])]
+            rows.append({"threshold": row["threshold"], "partition": row["partition"],
+                         "edges": _mean([len(x["rows"][k]["edges"]) for x in sens if k < len(x["rows"])]),
+                         "edge_f1": _mean([x["rows"][k].get("edge_f1") for x in sens if k < len(x["rows"])]),
+                         "same_partition": None if None in same else int(sum(same))})
+        out[m] = {"rule": sens[0]["rule"], "threshold_used": sens[0]["threshold_used"], "rows": rows,
+                  "seeds": len(sens)}
+    return out
+
+
+def rules_summary(runs: list[dict], method: str = "spo") -> dict:
+    """SPO's rules side by side (the one used and the paper's ratio rule) over the seeds, against the exact CE."""
+    rules = [r["methods"].get(method, {}).get("rules") for r in runs]
+    if not rules or any(x is None for x in rules):
+        return {}
+    out = {}
+    for name, first in rules[0].items():
+        same = [x[name].get("same_partition") for x in rules]
+        stable = [x[name].get("is_exact_ce") for x in rules]
+        out[name] = {"label": first["label"], "used": first["used"], "partition": first["partition"],
+                     **{k: first[k] for k in ("threshold", "tol") if k in first},
+                     "edges": _mean([len(x[name]["edges"]) for x in rules]),
+                     "edge_f1": _mean([x[name].get("edge_f1") for x in rules]),
+                     "same_partition": None if None in same else int(sum(same)),
+                     "is_exact_ce": None if None in stable else int(sum(stable)), "seeds": len(rules)}
     return out
 
 
@@ -336,33 +622,45 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
     results = Reproduction(
         experiment=exp.name, title=exp.title, dataset=exp.dataset, quick=quick, device=str(resolve_device(device)),
         seeds=list(seeds), methods=list(methods), method_options={m: settings.options_for(m) for m in methods},
-        oracle=exp.oracle_options(quick) if exp.oracle is not None else None, published=exp.published, notes=exp.notes, regimes=[])
+        oracle=exp.oracle_options(quick) if exp.oracle is not None else None, published=exp.published,
+        notes=exp.notes, regimes=[])
     for regime in exp.regimes:
         runs: list[Run] = []
         clients: list[str] = []
         metric = None
+        records = []
         for seed in seeds:
-            fed = load(exp.dataset, seed=seed, **regime.options)
+            pair = separate_seeds(seed)
+            fed = load(exp.dataset, seed=pair.data, **regime.options)
             clients = list(fed.names)
             metric = getattr(fed, "metric", None)
             where = runs_dir / f"{regime.name}-seed{seed}"
-            run = Run(seed=seed, methods={})
+            run = Run(seed=seed, methods={}, data_seed=pair.data, init_seed=pair.init)
             game = test_game = eq = None
+            exact_out = None
             if exp.oracle is not None:
-                game, test_game, reps = _piece(fed, exp, "exact", exp.oracle_options(quick), seed, device, where, log,
-                                               progress, (where.name, "exact") in fresh)
+                game, test_game, reps = _piece(fed, exp, "exact", exp.oracle_options(quick), pair.init, device, where,
+                                               log, progress, (where.name, "exact") in fresh)
                 eq = co.solve(game)
                 run.exact = exact_summary(game, test_game, metric, eq, reps)
+                exact_out = exact_outputs(fed, exp, pair.init, game, eq, where, device, quick)
                 if seed != seeds[0]:
                     run.exact.equilibrium = None  # only the first seed's is drawn
+            estimates = {}
             for m in methods:
-                est = _piece(fed, exp, m, settings.options_for(m), seed, device, where, log, progress,
+                est = _piece(fed, exp, m, settings.options_for(m), pair.init, device, where, log, progress,
                              (where.name, m) in fresh)
+                estimates[m] = est
                 run.methods[m] = _method_summary(est, game, eq)
                 if seed != seeds[0]:
                     run.methods[m].estimate = None
+            records.append(seed_record(fed, run, exact_out, estimates))
             runs.append(run)
-        summary = summarize({"runs": [r.to_json() for r in runs], "clients": clients}, methods)
+        runs_json = [r.to_json() for r in runs]
+        summary = summarize({"runs": runs_json, "clients": clients}, methods)
+        summary["statistics"] = regime_statistics(clients, str(metric), records, methods)
+        summary["sensitivity"] = sensitivity_summary(runs_json, methods)
+        summary["spo_rules"] = rules_summary(runs_json)
         results.regimes.append(RegimeResult(regime.name, regime.title, regime.options, runs, clients, metric,
                                             summary))
     results.elapsed_s = time.perf_counter() - start

@@ -42,8 +42,8 @@ import numpy as np
 
 from coalitions.errors import InputError
 
-__all__ = ["Interval", "bootstrap_interval", "bootstrap_intervals", "sample_scores", "WilcoxonResult",
-           "paired_wilcoxon", "signed_rank_null", "MajorityRow", "majority_class", "SeedPair",
+__all__ = ["Interval", "bootstrap_interval", "bootstrap_intervals", "sample_scores", "output_samples", "WilcoxonResult",
+           "paired_wilcoxon", "signed_rank_null", "paired_record", "MajorityRow", "majority_class", "SeedPair",
            "separate_seeds"]
 
 
@@ -91,6 +91,41 @@ def sample_scores(metric: str, y_true, y_pred) -> np.ndarray:
     if metric == "accuracy":
         return (y_true == y_pred).astype(np.float64)
     raise InputError(f"sample_scores: metric must be mse or accuracy, got {metric!r} (AUC: use statistic=)")
+
+
+def _auc_rows(rows: np.ndarray) -> float:
+    """AUC of rows ``[label, score_0, ...]`` (NaN when the rows hold one class): the federation's metric."""
+    from coalitions.learners.data.metrics import evaluate
+
+    return evaluate("auc", rows[:, 0].astype(np.int64), rows[:, 1:] if rows.shape[1] > 2 else rows[:, 1])
+
+
+def output_samples(metric: str, y_true, outputs) -> tuple[np.ndarray, Callable[[np.ndarray], float] | None]:
+    """A model's outputs on a client's test split as what :func:`bootstrap_interval` resamples.
+
+    ``outputs`` are what the federation's metric reads
+    (:func:`coalitions.learners.data.metrics.evaluate_batch`): predictions
+    ``(n,)`` for ``"mse"``, a class-1 logit ``(n,)`` or class logits ``(n, C)``
+    otherwise.  Returns ``(data, statistic)``: for ``"mse"`` and ``"accuracy"``
+    the per-sample scores (squared errors, 0/1 hits; :func:`sample_scores`) and
+    ``None`` (their mean is the metric); for ``"auc"``, which is not a mean of
+    per-sample scores, rows ``[label, outputs...]`` and the AUC of rows.  Either
+    way ``statistic(data)`` (or the mean) equals the metric of ``outputs``.
+    """
+    y = np.asarray(y_true)
+    s = np.asarray(outputs, dtype=np.float64)
+    if s.ndim == 2 and s.shape[1] == 1:
+        s = s[:, 0]
+    if s.shape[0] != y.shape[0] or s.ndim not in (1, 2):
+        raise InputError(f"output_samples: outputs {s.shape} do not match {y.shape[0]} targets")
+    if metric == "mse":
+        return sample_scores("mse", y.astype(np.float64), s), None
+    if metric == "accuracy":
+        pred = (s > 0).astype(np.int64) if s.ndim == 1 else np.argmax(s, axis=1)
+        return sample_scores("accuracy", y.astype(np.int64), pred), None
+    if metric == "auc":
+        return np.column_stack([y.astype(np.float64), s]), _auc_rows
+    raise InputError(f"output_samples: metric must be mse, accuracy or auc, got {metric!r}")
 
 
 def _mean_replicates(per_seed, picks, rng, max_cells=4_000_000):
@@ -147,7 +182,8 @@ def bootstrap_interval(per_seed: Sequence, level: float = 0.95, n_boot: int = 20
         Seed of the resampling (reproducible).
     statistic : callable, optional
         ``T(rows) -> float`` for a statistic other than the mean (a Python loop
-        over ``n_boot × S`` resamples).
+        over ``n_boot × S`` resamples).  Replicates where ``T`` is not finite
+        (an AUC of a one-class resample) are left out of the quantiles.
 
     Returns
     -------
@@ -174,6 +210,9 @@ def bootstrap_interval(per_seed: Sequence, level: float = 0.95, n_boot: int = 20
     else:
         reps = np.array([np.mean([T(data[s][rng.integers(0, len(data[s]), len(data[s]))]) for s in row])
                          for row in picks])
+        reps = reps[np.isfinite(reps)]  # a resample where the statistic is undefined (one class: no AUC)
+        if reps.size == 0:
+            raise InputError("bootstrap_interval: the statistic is undefined on every resample")
     lo, hi = np.quantile(reps, [(1 - level) / 2, (1 + level) / 2])
     return Interval(estimate, float(lo), float(hi), float(level), int(n_boot), S, tuple(len(x) for x in data))
 
@@ -329,6 +368,44 @@ def paired_wilcoxon(a, b, sense: str = "max", alternative: str = "greater", alph
     reason = (f"Wilcoxon signed-rank, H1: {what} ({alternative}); {n} non-zero of {n_pairs} pairs "
               f"({n_zero} zero, dropped); W+ = {w_plus:g}, p = {p_value:.3g} ({method})")
     return WilcoxonResult(True, p_value, w_plus, n_pairs, n_zero, n, alternative, method, reason)
+
+
+def paired_record(a, b, sense: str = "max", alpha: float = 0.05) -> dict:
+    r"""A two-sided :func:`paired_wilcoxon` of A against B as a JSON-ready record, with its verdict.
+
+    Pairs where either result is missing (NaN: a metric undefined on that
+    client) are dropped first and counted in ``"missing"``.  The verdict
+    ``"direction"`` is ``"better"`` (A better than B) or ``"worse"`` only when
+    the two-sided p-value is below ``alpha``, the side given by ``W+`` against
+    its null mean ``n(n+1)/4``; otherwise ``"no significant difference"``, or
+    ``"not testable"`` when too few non-zero differences exist for any p-value
+    to reach ``alpha`` (:func:`paired_wilcoxon`).  ``"mean_difference"`` is the
+    mean of the oriented differences (positive: A better).
+
+    Examples
+    --------
+    >>> paired_record([0.9] * 8, [0.5] * 8)["direction"]
+    'better'
+    >>> paired_record([0.5] * 8, [0.5] * 8)["direction"]
+    'not testable'
+    """
+    a = np.asarray(a, dtype=np.float64).ravel()
+    b = np.asarray(b, dtype=np.float64).ravel()
+    if a.shape != b.shape:
+        raise InputError(f"paired test: A has {a.size} results, B has {b.size}; results must be paired")
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    res = paired_wilcoxon(a, b, sense, "two-sided", alpha)
+    d = (a - b) if sense == "max" else (b - a)
+    if not res.testable:
+        direction = "not testable"
+    elif res.p_value is not None and res.p_value < alpha:
+        direction = "better" if (res.statistic or 0.0) > res.n_used * (res.n_used + 1) / 4 else "worse"
+    else:
+        direction = "no significant difference"
+    return {"statistic": res.statistic, "p": res.p_value, "n_pairs": res.n_pairs, "n_used": res.n_used,
+            "n_zero": res.n_zero, "missing": int((~keep).sum()), "method": res.method, "alpha": alpha,
+            "mean_difference": float(d.mean()) if d.size else None, "direction": direction}
 
 
 # ---------------------------------------------------------------------------- majority class

@@ -446,6 +446,22 @@ class PersonalizedLearner(Learner):
                 out[part][name] = float(evaluate_batch(fed.metric, data.raw_y[i], scores[i:i + 1, :n])[0])
         return out
 
+    def client_outputs(self, part: str = "test") -> list[np.ndarray]:
+        """Each client's personalised model's outputs on its own ``part`` split: what ``utilities_`` scores.
+
+        ``out[i]`` has shape ``(n_i,)`` (regression, binary logits) or ``(n_i, C)``
+        (class logits); :func:`coalitions.learners.data.metrics.evaluate` of it is
+        ``utilities_[part][name_i]``.  The per-sample statistics of the reports
+        (bootstrap intervals, :mod:`coalitions.learners.experiments.statistics`) start here.
+        """
+        check_param("part", part, "choice", choices=("val", "test"))
+        fed = self.federation_
+        data = Padded(fed, part, self.engine_.device_)
+        scores = self.client_scores(data).detach().cpu().double().numpy()
+        if scores.ndim == 3 and scores.shape[2] == 1:
+            scores = scores[:, :, 0]
+        return [scores[i, :int(data.sizes[i])] for i in range(fed.n)]
+
     def rule_weights(self) -> np.ndarray:
         """The row-stochastic matrix the weight rule reads (``weights_`` unless the method says otherwise).
 

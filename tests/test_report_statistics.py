@@ -1,0 +1,211 @@
+"""Statistics in every report: intervals, paired tests, verdicts (learners/experiments/{runner,report}.py).
+
+Fabricated per-seed records (no training): a column that clearly beats Local must be called better
+with p < 0.05 in the report's sentence, and one that equals Local, or differs from it only in
+direction-balanced ways, must not — a verdict that cannot come out both ways is not a measurement.
+"""
+
+import numpy as np
+import pytest
+
+from coalitions.errors import InputError
+from coalitions.learners.experiments.report import _interval_section, _tests_section, verdicts
+from coalitions.learners.experiments.runner import MAJORITY, regime_statistics, sensitivity_summary
+from coalitions.learners.experiments.statistics import output_samples, paired_record
+
+CLIENTS = [f"c{k}" for k in range(8)]
+
+
+def _records(hit_rate: dict, seeds: int = 3, n: int = 60, seed: int = 0, same_as: dict | None = None) -> list:
+    """Binary-accuracy records: column ``m`` is right on a share ``hit_rate[m]`` of each client's test samples.
+
+    ``same_as={"a": "b"}``: column ``a`` gets exactly ``b``'s outputs.
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(seeds):
+        rec = {"y": {}, "outputs": {m: {} for m in hit_rate}, "metric": {m: {} for m in hit_rate}, "majority": {}}
+        for c in CLIENTS:
+            y = rng.integers(0, 2, n)
+            rec["y"][c] = y
+            rec["majority"][c] = int(np.bincount(y).argmax())
+            for m, share in hit_rate.items():
+                src = (same_as or {}).get(m)
+                if src is not None:
+                    logits = rec["outputs"][src][c]
+                else:
+                    right = rng.random(n) < share
+                    logits = np.where(right, 2.0 * y - 1, 1.0 - 2 * y)  # positive logit: class 1
+                rec["outputs"][m][c] = logits
+                rec["metric"][m][c] = float(np.mean((logits > 0) == y))
+        out.append(rec)
+    return out
+
+
+def _reg(records, methods, metric="accuracy") -> dict:
+    stats = regime_statistics(CLIENTS, metric, records, methods)
+    return {"clients": CLIENTS, "metric": metric, "runs": [{"seed": k} for k in range(len(records))],
+            "summary": {"statistics": stats}}
+
+
+def test_a_clear_winner_is_called_better_with_p_below_alpha():
+    reg = _reg(_records({"local": 0.6, "fedamp": 0.9}), ["local", "fedamp"])
+    t = reg["summary"]["statistics"]["tests"]["FedAMP"]["Local"]
+    assert t["direction"] == "better" and t["p"] < 0.05 and t["n_pairs"] == len(CLIENTS) * 3
+    sentence = verdicts(reg)
+    assert "better than Local: FedAMP (p = " in sentence
+    assert "worse" not in sentence and "no significant difference" not in sentence
+    # and the other way round: Local is worse than nothing here, but a loser is called worse
+    reg = _reg(_records({"local": 0.9, "fedamp": 0.6}), ["local", "fedamp"])
+    assert "worse than Local: FedAMP (p = " in verdicts(reg)
+
+
+def test_equal_columns_are_not_called_better():
+    # identical outputs: every difference is zero, nothing to test
+    reg = _reg(_records({"local": 0.7, "fedamp": 0.7}, same_as={"fedamp": "local"}), ["local", "fedamp"])
+    t = reg["summary"]["statistics"]["tests"]["FedAMP"]["Local"]
+    assert t["direction"] == "not testable" and t["p"] is None and t["n_zero"] == t["n_pairs"]
+    assert "better" not in verdicts(reg) and "not testable: FedAMP" in verdicts(reg)
+    # balanced differences: better on half the pairs, worse by as much on the others
+    a = np.array([0.8, 0.6] * 12)
+    b = np.array([0.6, 0.8] * 12)
+    rec = paired_record(a, b)
+    assert rec["direction"] == "no significant difference" and rec["p"] > 0.5
+
+
+def test_same_distribution_gives_no_verdict():
+    reg = _reg(_records({"local": 0.75, "fedamp": 0.75}, seed=3), ["local", "fedamp"])
+    t = reg["summary"]["statistics"]["tests"]["FedAMP"]["Local"]
+    assert t["direction"] == "no significant difference" and t["p"] >= 0.05
+    assert "no significant difference: FedAMP (p = " in verdicts(reg)
+
+
+def test_loss_metrics_are_oriented():
+    """For MSE a lower value is better: a column with smaller errors is called better."""
+    rng = np.random.default_rng(1)
+    recs = []
+    for _ in range(2):
+        rec = {"y": {}, "outputs": {"local": {}, "spo": {}}, "metric": {"local": {}, "spo": {}}}
+        for c in CLIENTS:
+            y = rng.normal(size=50)
+            rec["y"][c] = y
+            for m, sd in (("local", 1.0), ("spo", 0.2)):
+                out = y + rng.normal(scale=sd, size=50)
+                rec["outputs"][m][c] = out
+                rec["metric"][m][c] = float(np.mean((out - y) ** 2))
+        recs.append(rec)
+    reg = _reg(recs, ["local", "spo"], metric="mse")
+    assert reg["summary"]["statistics"]["tests"]["SPO"]["Local"]["direction"] == "better"
+    assert MAJORITY not in reg["summary"]["statistics"]["intervals"]  # no majority class for regression
+
+
+def test_intervals_contain_their_estimate_and_the_table_prints_them():
+    reg = _reg(_records({"local": 0.6, "fedamp": 0.9}), ["local", "fedamp"])
+    st = reg["summary"]["statistics"]
+    assert st["columns"] == ["Local", "FedAMP", MAJORITY]
+    for col in st["columns"]:
+        for c in CLIENTS:
+            iv = st["intervals"][col][c]
+            assert iv["low"] <= iv["estimate"] <= iv["high"] and iv["n_samples"] == [60, 60, 60]
+    assert st["outputs_check"] < 1e-12  # the metric recomputed from the outputs is the recorded one
+    text = "\n".join(_interval_section(reg))
+    iv = st["intervals"]["FedAMP"]["c0"]
+    assert "bootstrap intervals" in text and f"{iv['estimate']:.3g} [{iv['low']:.3g}, {iv['high']:.3g}]" in text
+    tests = "\n".join(_tests_section(reg))
+    assert "| column | against | W+ | p | pairs | mean difference | verdict |" in tests
+    assert f"| FedAMP | {MAJORITY} |" in tests and f"| {MAJORITY} | Local |" not in tests
+
+
+def test_auc_intervals_use_the_metric_itself():
+    rng = np.random.default_rng(2)
+    rec = {"y": {}, "outputs": {"local": {}}, "metric": {"local": {}}}
+    from coalitions.learners.data.metrics import evaluate
+
+    for c in CLIENTS[:2]:
+        y = rng.integers(0, 2, 40)
+        s = y + rng.normal(size=40)
+        rec["y"][c], rec["outputs"]["local"][c] = y, s
+        rec["metric"]["local"][c] = evaluate("auc", y, s)
+    st = regime_statistics(CLIENTS[:2], "auc", [rec], ["local"])
+    for c in CLIENTS[:2]:
+        iv = st["intervals"]["Local"][c]
+        assert iv["estimate"] == pytest.approx(rec["metric"]["local"][c])
+        assert iv["low"] <= iv["estimate"] <= iv["high"] < 1.0
+    data, stat = output_samples("auc", rec["y"]["c0"], rec["outputs"]["local"]["c0"])
+    assert stat(data) == pytest.approx(rec["metric"]["local"]["c0"])
+    with pytest.raises(InputError):
+        output_samples("f1", [0, 1], [0.1, 0.2])
+
+
+def test_sensitivity_summary_counts_agreement_over_seeds():
+    row = {"threshold": 0.5, "edges": [["a", "b"]], "partition": [["a", "b"]], "edge_f1": 1.0, "same_partition": True}
+    other = dict(row, edge_f1=0.5, same_partition=False, edges=[])
+    runs = [{"methods": {"fedamp": {"sensitivity": {"rule": "relative", "threshold_used": 0.5, "rows": [r]}}}}
+            for r in (row, other)]
+    s = sensitivity_summary(runs, ["fedamp"])["fedamp"]
+    assert s["rows"][0]["same_partition"] == 1 and s["rows"][0]["edge_f1"] == 0.75 and s["rows"][0]["edges"] == 0.5
+    assert s["seeds"] == 2 and s["rule"] == "relative"
+
+
+@pytest.mark.parametrize("make", ["blobs", "regression"])
+def test_exact_subset_outputs_are_the_games_models(make):
+    """Training only the few models a report scores gives the game's own values (any chunking)."""
+    pytest.importorskip("torch")
+    import learner_fixtures
+
+    from coalitions.learners.data.metrics import evaluate
+    from coalitions.learners.exact import ExhaustiveOracle
+
+    fed = getattr(learner_fixtures, make)()
+    opts = {"epochs": 30, "seed": 3, "chunk_size": 2} if make == "blobs" else {}
+    oracle = ExhaustiveOracle(**opts).fit(fed)
+    masks = [1, 0b101, (1 << fed.n) - 1]
+    outs = ExhaustiveOracle(**opts).subset_outputs(fed, masks, "test")
+    for k, m in enumerate(masks):
+        for i, c in enumerate(fed.clients):
+            if (m >> i) & 1:
+                assert evaluate(fed.metric, c.test.y, outs[k][i]) == pytest.approx(oracle.values_test_[i, m], abs=1e-6)
+            else:
+                assert outs[k][i] is None
+    with pytest.raises(InputError):
+        ExhaustiveOracle().subset_outputs(fed, [0])
+
+
+def test_learner_outputs_score_as_the_learners_utilities():
+    pytest.importorskip("torch")
+    import learner_fixtures
+
+    from coalitions.learners.data.metrics import evaluate
+    from coalitions.learners.experiments.runner import with_records
+    from coalitions.learners.methods.registry import create
+
+    fed = learner_fixtures.blobs()
+    for method, opts in (("fedamp", {"rounds": 3}), ("spo", {"steps": 30, "search_steps": 10})):
+        learner = create(method, opts, device="cpu", seed=0).fit(fed)
+        est = with_records(learner, fed)
+        for c in fed.clients:
+            got = evaluate(fed.metric, c.test.y, np.asarray(est.extra["test_outputs"][c.name]))
+            assert got == pytest.approx(est.utilities["test"][c.name], abs=1e-6), (method, c.name)
+        sens = est.extra["sensitivity"]
+        assert sens["rule"] == ("ratio" if method == "spo" else learner.rule) and len(sens["rows"]) > 3
+
+
+def test_digits_ordering_claims_cite_their_tests():
+    """The published-numbers check of digits says above/below Local only with a significant test."""
+    from coalitions.learners.experiments.report import published_markdown
+
+    reg = _reg(_records({"local": 0.7, "fedavg": 0.4, "spo": 0.7}, seed=5, same_as={"spo": "local"}),
+               ["local", "fedavg", "spo"])
+    st = reg["summary"]["statistics"]
+    mean = {col: {"mean": {"mean": float(np.mean([v["estimate"] for v in st["intervals"][col].values()]))}}
+            for col in ("Local", "FedAvg", "SPO")}
+    reg["summary"].update(columns=["Local", "FedAvg", "SPO"], test=mean)
+    results = {"experiment": "digits", "published": {"table": "Table 3", "ordering": "...",
+                                                      "accuracy": {"Local": "86", "FedAvg": "51", "SPO": "92"}},
+               "regimes": [reg]}
+    text = "\n".join(published_markdown(results))
+    p = st["tests"]["FedAvg"]["Local"]["p"]
+    assert p < 0.05 and f"below Local, p = {p:.2g}" in text
+    local = 100 * mean["Local"]["mean"]["mean"]
+    assert f"SPO {local:.1f} vs Local {local:.1f}: not testable (0 of 24 client × seed pairs differ)" in text
+    assert "above Local" not in text
