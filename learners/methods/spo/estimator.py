@@ -391,6 +391,15 @@ class SPO(Learner):
                          for i, s in enumerate(scores)}
         return res
 
+    def client_outputs(self, part: str = "test") -> list[np.ndarray]:
+        """Each client's outputs on its ``part`` split at its best direction (row ``i`` of ``weights_``).
+
+        What ``utilities_`` scores: the target model ``h(d_i)`` (with client ``i``'s own head
+        under personal heads); ``(n_i,)`` for one output, else ``(n_i, k)``.
+        """
+        split = {"train": self.train_, "val": self.val_, "test": self.test_}[part]
+        return [s[:, 0] if s.ndim == 2 and s.shape[1] == 1 else s for s in self._scores(self.weights_, split)]
+
     def predict_params(self, d) -> dict:
         """The target model's parameters at direction(s) ``d`` (numpy, (B, N) or (N,)).
 
