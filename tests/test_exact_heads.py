@@ -286,6 +286,10 @@ def test_spo_personal_heads_cnn_target_and_bad_combinations():
     assert set(est.hypernet_.names) == {"c1", "cb1", "c2", "cb2"}
     assert est.hypernet_.client_heads["w"].shape[0] == 2
     assert set(est.utilities_["test"]) == {"0", "1"}
+    # the outputs a report resamples are those of each client's own head at its direction
+    outs = est.client_outputs("test")
+    for c, o in zip(fed.clients, outs, strict=True):
+        assert evaluate_batch(fed.metric, c.test.y, np.asarray(o)[None])[0] == est.utilities_["test"][c.name]
     assert est.estimate_.partition
     for bad in (dict(heads="personal"), dict(heads="personal", model="logistic"),
                 dict(heads="personal", model="mlp", epo=True), dict(heads="mine", model="mlp")):
