@@ -577,11 +577,14 @@ def load_federation(dataset: str, opts: dict):
               help="Record finished chunks here; a rerun resumes from it.")
 @click.option("--replicates", type=click.IntRange(0), default=0, show_default=True,
               help="Also record B bootstrap replicates of the validation sets (seeded by --seed; no retraining).")
+@click.option("--heads", type=click.Choice(["shared", "personal"]), default="shared", show_default=True,
+              help="personal: each subset trains one body and an output layer per member (FedPer's split); "
+                   "v_i(S) uses i's own head.")
 @_backend_options
 @click.option("-o", "--output", required=True, type=OUTPUT,
               help="Game file: coalitions/game@1 JSON, or .npz by the ending.")
 def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memory_mb, device, threads,
-           checkpoint, replicates, backend, address, output, **data_opts):
+           checkpoint, replicates, heads, backend, address, output, **data_opts):
     """Train a model on every subset of DATASET's clients: the exact game (docs/concepts.md §5).
 
     v_i(S) is the metric on client i's validation data of the model trained on
@@ -597,7 +600,7 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
                            chunk_size=chunk_size, memory_mb=memory_mb, device=device,
                            seed=data_opts.get("seed") or 0, checkpoint=checkpoint, threads=threads,
                            progress=_progress(f"training {(1 << fed.n) - 1} subset models"), replicates=replicates,
-                           backend=backend, address=_address(backend, address))
+                           backend=backend, address=_address(backend, address), heads=heads)
     with _flags():
         est.fit(fed)
     if fed.n >= 16 and not str(output).endswith(".npz"):
@@ -607,7 +610,8 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
     resumed = f", {est.chunks_resumed_} chunk(s) from checkpoint" if est.chunks_resumed_ else ""
     boot = f", {replicates} bootstrap replicates" if replicates else ""
     click.echo(f"wrote {output}: {fed.n} clients, {(1 << fed.n) - 1} subset models{boot}, "
-               f"{est.config_['model']} ({est.method_}, {est.device_}{resumed}), {est.elapsed_:.2f} s", err=True)
+               f"{est.config_['model']}{', personal heads' if heads == 'personal' else ''} "
+               f"({est.method_}, {est.device_}{resumed}), {est.elapsed_:.2f} s", err=True)
 
 
 # ---------------------------------------------------------------------------- federate

@@ -37,6 +37,23 @@ Two ways, never one Python loop per subset:
   Chunks are sized to a memory budget; a checkpoint file
   (:mod:`coalitions.learners.training.checkpoint`) records finished chunks.
 
+**Personal heads** (``heads="personal"``; FedPer's split, Arivazhagan et al. 2019, as in the
+paper's CIFAR-10 code).  Subset ``S`` trains *one body and one output layer per member*: client
+``i``'s samples go through the body of ``S`` and ``i``'s own head, and model ``S`` minimises
+
+``L_S = Σ_{i∈S} (n_i/n_S)·[L_i(body, head_i) + (l2/2)·‖W_head_i‖²] + (l2/2)·‖W_body‖²``
+
+(``L_i`` client ``i``'s mean training loss, ``n_S = Σ_{i∈S} n_i``): the mean loss over the union of
+the members' data, each head regularised in proportion to its client's share, so that a
+singleton ``{i}`` is exactly client ``i``'s own full model and a non-member's head has no term at
+all (it keeps its initial value: no gradient, no decay).  ``v_i(S)`` is client ``i``'s validation
+metric with the body of ``S`` and head ``i``.  Heads are stacked per client (each parameter of
+the output layer gets a client axis), all subsets of a chunk still train together
+(:func:`train_subsets_personal`).  Label skew then costs a coalition nothing in the output layer
+and shared features can only help.  With an affine model (``linear``, ``logistic``) the whole
+model is the head, so ``v_i(S) = v_i({i})`` for every ``S ∋ i``; in closed form that is how the
+game is filled.
+
 **Bootstrap replicates** (``replicates=B``, docs/concepts.md §6).  Before
 training, ``B`` resamples of each client's validation rows are drawn with
 replacement from ``numpy.random.default_rng([seed, 0xB007])`` — within each
@@ -64,10 +81,13 @@ from coalitions.learners.training.threads import step_macs, using
 from coalitions.params import ParameterError, check_param
 
 __all__ = ["ExhaustiveOracle", "subset_sums", "membership", "closed_form_weights", "closed_form_mse",
-           "train_subsets", "DEFAULTS", "bootstrap_draws", "rescore", "closed_form_replicates"]
+           "train_subsets", "DEFAULTS", "bootstrap_draws", "rescore", "closed_form_replicates", "train_subsets_personal",
+           "HEADS", "personal_from_singletons"]
 
 #: Default epochs and learning rate per model kind (Adam, cosine decay).
 DEFAULTS = {"linear": (500, 0.05), "logistic": (500, 0.05), "mlp": (300, 0.01), "cnn": (60, 0.005)}
+#: Output layers of a subset's model: one for all members, or one per member (module docstring).
+HEADS = ("shared", "personal")
 
 
 # ---------------------------------------------------------------------------- bitmask helpers
@@ -148,6 +168,24 @@ def closed_form_replicates(fed: Federation, W: np.ndarray, draws) -> np.ndarray:
         w = W[inside]
         quad = ((w @ gram) * w).sum(-1) - 2 * cross @ w.T + energy[:, None]  # (B, M)
         out[:, i, inside] = np.maximum(quad, 0.0) / len(y)
+    return out
+
+
+def personal_from_singletons(values: np.ndarray) -> np.ndarray:
+    """A game of bodyless personal-head models: ``out[..., i, S] = values[..., i, {i}]`` for every ``S ∋ i``.
+
+    With an affine model the whole model is the head, so each member of ``S``
+    trains alone on its own data: its value in ``S`` is its value alone.
+    ``values`` has the clients on the second-to-last axis and the ``2^N``
+    masks on the last; NaN stays outside the members.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    n = values.shape[-2]
+    out = np.full(values.shape, np.nan)
+    masks = np.arange(values.shape[-1])
+    for i in range(n):
+        inside = ((masks >> i) & 1).astype(bool)
+        out[..., i, inside] = values[..., i, 1 << i, None]
     return out
 
 
@@ -282,6 +320,107 @@ def _scores(spec, params: dict, X, batch: int = 4096) -> np.ndarray:
     return np.concatenate(outs, axis=1)
 
 
+# ---------------------------------------------------------------------------- personal heads
+def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
+                           lr: float, l2: float = 0.0, batch_size: int | None = None, seed: int = 0,
+                           progress: Callable[[int], None] | None = None) -> dict:
+    """Train one body and a head per member for each mask, all masks at once (module docstring).
+
+    Parameters as :func:`train_subsets`, except that ``X, y, owner`` must be
+    grouped by client (client 0's samples first, ``owner`` non-decreasing, as
+    the oracle concatenates them) and ``init`` holds one model's parameters
+    with a client axis on each head parameter
+    (:func:`coalitions.learners.training.models.personal_init`).  Each step
+    uses the same samples as :func:`train_subsets` would (the same random order
+    from ``seed``); a minibatch is regrouped by client, which changes no loss.
+
+    The loss of model ``S`` is
+    ``Σ_{i∈S} (n_i/n_S)·[L_i + (l2/2)‖W_head_i‖²] + (l2/2)‖W_body‖²`` with ``L_i``
+    the mean over client ``i``'s samples in the batch of the per-sample loss
+    (so that every member's mean is weighted by its whole data share, as the
+    full-batch mean over the union is).  A non-member's head appears in no
+    term: its gradient is exactly zero and Adam leaves it at ``init``.
+
+    Returns
+    -------
+    dict of str -> torch.Tensor
+        Trained stacked parameters (detached): body ``(M, ...)``, heads ``(M, N, ...)``.
+    """
+    import torch
+
+    from coalitions.learners.data.metrics import loss_function
+    from coalitions.learners.training.models import stacked_personal_forward
+
+    loss = loss_function(task)
+    device = X.device
+    M = len(masks)
+    dtype = next(iter(init.values())).dtype
+    W = torch.as_tensor(membership(masks, n_clients), device=device).to(dtype)   # (M, N) membership
+    sizes = torch.bincount(owner, minlength=n_clients).to(dtype)                  # n_i
+    share = W * sizes / (W @ sizes).clamp(min=1)[:, None]                         # (M, N): n_i / n_S
+    params = {k: v.detach().unsqueeze(0).repeat((M,) + (1,) * v.dim()).requires_grad_(True)
+              for k, v in init.items()}
+    body_decay = [k for k in spec.body if init[k].dim() >= 2]
+    head_decay = [k for k in spec.head if init[k].dim() >= 3]    # a head weight: (N, f, k)
+    opt = torch.optim.Adam(list(params.values()), lr=lr)
+    n = X.shape[0]
+    bs = n if batch_size is None else max(1, min(int(batch_size), n))
+    steps_per_epoch = math.ceil(n / bs)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
+    gen = torch.Generator().manual_seed(int(seed))
+    for _epoch in range(epochs):
+        order = None if batch_size is None else torch.randperm(n, generator=gen).to(device)
+        for b in range(steps_per_epoch):
+            if order is None:
+                xb, yb, ob = X, y, owner
+            else:
+                idx = torch.sort(order[b * bs:(b + 1) * bs]).values   # grouped by client: owner is sorted
+                xb, yb, ob = X[idx], y[idx], owner[idx]
+            counts = torch.bincount(ob, minlength=n_clients)
+            per_sample = loss(stacked_personal_forward(spec, params, xb, counts.tolist()), yb)   # (M, b)
+            oh = torch.nn.functional.one_hot(ob, n_clients).to(dtype)
+            client_mean = (per_sample @ oh) / counts.clamp(min=1).to(dtype)                      # (M, N)
+            present = (counts > 0).to(dtype)
+            # members with samples in the batch, weighted by their whole-data share (renormalised)
+            w = share * present
+            w = w / w.sum(1, keepdim=True).clamp(min=torch.finfo(dtype).tiny)
+            total = (w * client_mean).sum(1)
+            if l2:
+                for k in body_decay:
+                    total = total + 0.5 * l2 * params[k].pow(2).flatten(1).sum(1)
+                for k in head_decay:
+                    total = total + 0.5 * l2 * (share * params[k].pow(2).flatten(2).sum(2)).sum(1)
+            opt.zero_grad(set_to_none=True)
+            total.sum().backward()
+            opt.step()
+            sched.step()
+        if progress is not None:
+            progress(_epoch + 1)
+    return {k: v.detach() for k, v in params.items()}
+
+
+def _scores_personal(spec, params: dict, X, counts, batch: int = 4096) -> np.ndarray:
+    """Outputs ``(M, n, k)`` of every stacked personal-head model on ``X`` grouped by client (``counts``)."""
+    import torch
+
+    from coalitions.learners.training.models import stacked_personal_forward
+
+    outs = []
+    with torch.no_grad():
+        start = 0
+        for i, c in enumerate(int(c) for c in counts):
+            for s in range(0, c, batch):
+                rows = min(batch, c - s)
+                one = [0] * len(counts)
+                one[i] = rows
+                outs.append(stacked_personal_forward(spec, params, X[start + s:start + s + rows], one)
+                            .double().cpu().numpy())
+            start += c
+    if not outs:
+        return np.zeros((len(next(iter(params.values()))), 0, spec.n_outputs))
+    return np.concatenate(outs, axis=1)
+
+
 # ---------------------------------------------------------------------------- one chunk
 class ChunkTrainer:
     """Train and score the subset models of one chunk: the unit of work of the oracle.
@@ -318,6 +457,11 @@ class ChunkTrainer:
         self.bounds = {part: np.concatenate([[0], np.cumsum(fed.sizes(part))]) for part in ("val", "test")}
         gen = torch.Generator().manual_seed(self.seed)
         self.init = {k: v[0].to(device) for k, v in self.spec.init(gen, 1, dtype=self.dtype).items()}
+        self.personal = cfg.get("heads", "shared") == "personal"
+        if self.personal:  # one head per client, each starting at the model's own initial head
+            from coalitions.learners.training.models import personal_init
+
+            self.init = personal_init(self.spec, self.init, fed.n)
         n = self.X.shape[0]
         self.step_samples = n if cfg["batch_size"] is None else min(n, cfg["batch_size"])
 
@@ -328,16 +472,25 @@ class ChunkTrainer:
         metric re-scored on every replicate of each member's validation set (no retraining).
         """
         fed, cfg = self.fed, self.cfg
-        params = train_subsets(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
-                               epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"], batch_size=cfg["batch_size"],
-                               seed=self.seed, progress=progress, protocol=self.protocol)
+        if self.personal:
+            params = train_subsets_personal(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
+                                            epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
+                                            batch_size=cfg["batch_size"], seed=self.seed, progress=progress)
+        else:
+            params = train_subsets(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
+                                   epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"], batch_size=cfg["batch_size"],
+                                   seed=self.seed, progress=progress, protocol=self.protocol)
         member = membership(ms, fed.n)
         out = {}
         if self.draws is not None:
             out["replicates"] = np.full((len(self.draws[0]), fed.n, len(ms)), np.nan)
         for part in ("val", "test"):
             block = np.full((fed.n, len(ms)), np.nan)
-            scores = _scores(self.spec, params, self.evals[part], self._eval_batch(self.spec, len(ms)))
+            if self.personal:
+                scores = _scores_personal(self.spec, params, self.evals[part], fed.sizes(part),
+                                          self._eval_batch(self.spec, len(ms)))
+            else:
+                scores = _scores(self.spec, params, self.evals[part], self._eval_batch(self.spec, len(ms)))
             lo = self.bounds[part]
             for i, c in enumerate(fed.clients):
                 rows = member[:, i]
@@ -421,6 +574,12 @@ class ExhaustiveOracle:
         ``weight_decay``.  Under the same protocol and seed the model of
         ``{i}`` is the model :class:`~coalitions.learners.methods.baselines.Local`
         trains for client ``i`` (full batch; tests/test_protocol.py).
+        Not taken with ``heads="personal"`` (that game trains with its own
+        Adam and cosine schedule).
+    heads : {"shared", "personal"}
+        ``"shared"``: one model per subset.  ``"personal"``: one body per
+        subset and one output layer per member (module docstring, "Personal
+        heads"); ``v_i(S)`` uses ``i``'s own head.
 
     Attributes
     ----------
@@ -448,7 +607,7 @@ class ExhaustiveOracle:
                  chunk_size: int | None = None, memory_mb: float = 512.0, device: str = "auto",
                  dtype: str = "float32", seed: int = 0, checkpoint=None, threads: int | None = None,
                  progress=None, backend: str = "local", address: str | None = None, replicates: int = 0,
-                 protocol=None):
+                 protocol=None, heads: str = "shared"):
         self.protocol = protocol
         self.model = model
         self.epochs = epochs
@@ -468,6 +627,7 @@ class ExhaustiveOracle:
         self.backend = backend
         self.address = address
         self.replicates = replicates
+        self.heads = heads
 
     # -------------------------------------------------------------- configuration
     def _kind(self, fed: Federation) -> str:
@@ -512,13 +672,18 @@ class ExhaustiveOracle:
             return self._protocol_config(fed)
         kind = self._kind(fed)
         if kind == "linear":
-            return {"model": kind, "solver": "closed-form", "ridge": float(self.ridge)}
+            cfg_lin: dict = {"model": kind, "solver": "closed-form", "ridge": float(self.ridge)}
+            if self.heads == "personal":
+                cfg_lin["heads"] = "personal"
+            return cfg_lin
         epochs, lr = DEFAULTS[kind]
         cfg = {"model": kind, "solver": "batched-adam", "epochs": int(self.epochs or epochs),
                "lr": float(self.lr or lr), "l2": float(self.l2), "batch_size": self.batch_size,
                "dtype": self.dtype, "seed": int(self.seed)}
         if kind == "mlp":
             cfg["hidden"] = int(self.hidden)
+        if self.heads == "personal":  # absent when shared: earlier games and checkpoints keep their config
+            cfg["heads"] = "personal"
         return cfg
 
     def _check(self):
@@ -538,6 +703,9 @@ class ExhaustiveOracle:
             if not isinstance(self.protocol, TrainingProtocol):
                 raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
                                      f"{type(self.protocol).__name__}")
+            if self.heads == "personal":
+                raise ParameterError("protocol", "{name} is not taken with heads='personal' (the personal-head "
+                                     "game trains with its own Adam and cosine schedule)")
 
     # -------------------------------------------------------------- fitting
     def fit(self, federation: Federation) -> ExhaustiveOracle:
@@ -565,6 +733,9 @@ class ExhaustiveOracle:
             W = closed_form_weights(fed, cfg["ridge"])
             val, test = closed_form_mse(fed, W, "val"), closed_form_mse(fed, W, "test")
             reps = closed_form_replicates(fed, W, draws) if draws is not None else None
+            if self.heads == "personal":  # the affine model is all head: everyone trains alone
+                val, test = personal_from_singletons(val), personal_from_singletons(test)
+                reps = None if reps is None else personal_from_singletons(reps)
             self.weights_ = W
             if self.progress is not None:
                 self.progress(1, 1)
@@ -732,16 +903,24 @@ class ExhaustiveOracle:
         cfg = self.config(fed)
         if cfg["solver"] == "closed-form":
             W = closed_form_weights(fed, cfg["ridge"])
-            return [[_aug(getattr(c, part).X) @ W[m] if (m >> i) & 1 else None for i, c in enumerate(fed.clients)]
-                    for m in ms]
+            personal = cfg.get("heads") == "personal"  # all head: each member's own model, {i}
+            return [[_aug(getattr(c, part).X) @ W[1 << i if personal else m] if (m >> i) & 1 else None
+                     for i, c in enumerate(fed.clients)] for m in ms]
         from coalitions.learners.training.engine import resolve_device
 
         trainer = ChunkTrainer(self, fed, cfg, str(resolve_device(self.device)))
         with using(step_macs(trainer.spec, trainer.step_samples, max(1, len(ms))), self.threads):
-            params = train_subsets(trainer.spec, fed.task, trainer.X, trainer.y, trainer.owner, ms, fed.n,
-                                   trainer.init, epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
-                                   batch_size=cfg["batch_size"], seed=trainer.seed, protocol=self.protocol)
-            scores = _scores(trainer.spec, params, trainer.evals[part], self._eval_batch(trainer.spec, len(ms)))
+            if trainer.personal:  # each member through its own head
+                params = train_subsets_personal(trainer.spec, fed.task, trainer.X, trainer.y, trainer.owner, ms,
+                                                fed.n, trainer.init, epochs=cfg["epochs"], lr=cfg["lr"],
+                                                l2=cfg["l2"], batch_size=cfg["batch_size"], seed=trainer.seed)
+                scores = _scores_personal(trainer.spec, params, trainer.evals[part], fed.sizes(part),
+                                          self._eval_batch(trainer.spec, len(ms)))
+            else:
+                params = train_subsets(trainer.spec, fed.task, trainer.X, trainer.y, trainer.owner, ms, fed.n,
+                                       trainer.init, epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
+                                       batch_size=cfg["batch_size"], seed=trainer.seed, protocol=self.protocol)
+                scores = _scores(trainer.spec, params, trainer.evals[part], self._eval_batch(trainer.spec, len(ms)))
         if scores.ndim == 3 and scores.shape[2] == 1:
             scores = scores[:, :, 0]
         lo = trainer.bounds[part]

@@ -173,3 +173,53 @@ def test_small_fashion_federation():
         assert 0.0 <= c.train.X.min() and c.train.X.max() <= 1.0
         held.append(frozenset(y.tolist()))
     assert held != [frozenset(np.concatenate([c.train.y, c.val.y, c.test.y]).tolist()) for c in other.clients]
+
+
+# ---------------------------------------------------------------------------- coalitions reproduce fashion
+def test_fashion_experiment_is_the_table_3_stand_in():
+    from coalitions.learners.experiments.catalogue import EXPERIMENTS, PAPER_BASELINES
+
+    exp = EXPERIMENTS["fashion"]
+    assert exp.oracle["heads"] == "personal" and exp.oracle["model"] == "mlp"
+    assert exp.regimes[0].options["partition"] == "pathological" and exp.regimes[0].options["clients"] == 10
+    assert set(PAPER_BASELINES) <= set(exp.methods) and {"local", "fedavg", "spo"} <= set(exp.methods)
+    for quick in (True, False):
+        spo = exp.settings(quick).options_for("spo")
+        assert spo["heads"] == "personal" and spo["target_model"] == "mlp"
+        assert spo["target_hidden"] == exp.oracle["hidden"] == exp.settings(quick).options_for("fedavg")["mlp_hidden"]
+        assert exp.settings(quick).options_for("pfedhn")["model"] == "mlp"
+    assert exp.oracle_options(True)["epochs"] < exp.oracle_options(False)["epochs"]
+    assert exp.published["table"] == "Table 3"
+
+
+@needs_package
+def test_reproduce_fashion_quick_runs_the_command_end_to_end(tmp_path, monkeypatch, capsys):
+    """`coalitions reproduce fashion --quick` through the CLI, on a test-only size (4 clients, 30 samples each)."""
+    import dataclasses
+
+    from coalitions import cli
+    from coalitions.io import read_json
+    from coalitions.learners.experiments import catalogue
+
+    exp = catalogue.EXPERIMENTS["fashion"]
+    small = dataclasses.replace(
+        exp, regimes=(dataclasses.replace(exp.regimes[0], options=dict(exp.regimes[0].options, clients=4,
+                                                                       samples=30)),),
+        quick_oracle={"epochs": 5},
+        quick=catalogue.Settings((0,), {"*": dict(exp.quick.method_options["*"], rounds=2),
+                                        "spo": dict(exp.quick.method_options["spo"], steps=20, search_steps=5)}))
+    monkeypatch.setitem(catalogue.EXPERIMENTS, "fashion", small)
+    out = tmp_path / "fashion"
+    rc = cli.main(["reproduce", "fashion", "--quick", "--threads", "1", "--methods", "local,fedavg,spo,fedper",
+                   "-o", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    results = read_json(out / "results.json")
+    assert results["oracle"]["heads"] == "personal" and results["oracle"]["epochs"] == 5
+    run = results["regimes"][0]["runs"][0]
+    assert run["exact"]["support"]["replicates"] == 50
+    game = read_json(out / "runs" / "quick" / "pathological-seed0-game.json")
+    assert game["provenance"]["model"]["heads"] == "personal"
+    spo = read_json(out / "runs" / "quick" / "pathological-seed0-spo.json")
+    assert spo["config"]["heads"] == "personal" and spo["config"]["model"] == "mlp"
+    report = (out / "report.md").read_text()
+    assert "Table 3" in report and "ours (fashion)" in report and "bootstrap replicates" in report

@@ -173,7 +173,7 @@ def test_experiments_are_well_formed():
     from coalitions.learners.data.datasets import loader_options
     from coalitions.learners.methods.registry import METHODS
 
-    assert set(EXPERIMENTS) == {"synthetic", "heart", "adult", "digits"}
+    assert set(EXPERIMENTS) == {"synthetic", "heart", "adult", "digits", "fashion"}
     for exp in EXPERIMENTS.values():
         for reg in exp.regimes:
             assert set(reg.options) <= set(loader_options(exp.dataset))

@@ -288,7 +288,7 @@ def test_epo_training_and_logistic_target():
     (dict(threshold=math.nan), "^threshold must be a number"),
     (dict(batch_size=0), "^batch_size must be an integer"),
     (dict(device="tpu"), "^device must be one of"),
-    (dict(model="cnn"), "^model must be one of linear, logistic, mlp"),
+    (dict(model="rnn"), "^model must be one of linear, logistic, mlp, cnn"),
 ])
 def test_bad_options_are_input_errors(kw, words):
     fed = load("synthetic", clients=2, flipped="1", samples=5, val=5, test=5)

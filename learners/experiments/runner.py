@@ -252,10 +252,10 @@ def _files(where: Path, what: str) -> tuple[Path, ...]:
 def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, progress=None):
     """Train one piece: the exact games ``(validation, test, method, replicates)``, or learner ``what``'s estimate.
 
-    ``options``: the exhaustive oracle's keywords (``exp.oracle`` plus the experiment's
-    ``protocol``, :meth:`Experiment.oracle_options`), or the learner's options
-    (:func:`~coalitions.learners.experiments.catalogue.budgeted_options`; a ``protocol``
-    among them goes to the estimator as its ``protocol`` parameter).
+    ``options``: the exhaustive oracle's keywords (:meth:`Experiment.oracle_options`:
+    ``exp.oracle``, the ``--quick`` overrides and the experiment's ``protocol``), or the
+    learner's options (:func:`~coalitions.learners.experiments.catalogue.budgeted_options`;
+    a ``protocol`` among them goes to the estimator as its ``protocol`` parameter).
 
     Pure computation (no files): the local loop and the Ray tasks of
     :mod:`coalitions.learners.distributed` both call it, so they agree.
@@ -341,7 +341,7 @@ def _options(exp: Experiment, quick: bool, what: str, fed, regime=None) -> dict:
     from coalitions.learners.experiments.catalogue import budgeted_options
 
     if what == "exact":
-        return {k: v for k, v in exp.oracle_options(quick, regime).items() if k not in (exp.oracle or {})}
+        return exp.oracle_options(quick, regime)
     return budgeted_options(exp, quick, what, fed.sizes("train"), regime)
 
 
@@ -664,7 +664,8 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
     results = Reproduction(
         experiment=exp.name, title=exp.title, dataset=exp.dataset, quick=quick, device=str(resolve_device(device)),
         seeds=list(seeds), methods=list(methods), method_options={m: settings.options_for(m) for m in methods},
-        oracle=exp.oracle, published=exp.published, notes=exp.notes, regimes=[])
+        oracle=exp.oracle_options(quick) if exp.oracle is not None else None, published=exp.published,
+        notes=exp.notes, regimes=[])
     budgets: dict = {}
     for regime in exp.regimes:
         runs: list[Run] = []

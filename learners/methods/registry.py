@@ -158,7 +158,11 @@ register(Method(
         Option("search-steps", "search_steps", "int", 100, "Projected-gradient iterations per direction search."),
         Option("starts", "starts", "int", 4, "Starts per direction search (barycentre, e_i, random)."),
         Option("target-model", "model", "choice", None,
-               "Target model [linear for regression, logistic otherwise].", ("linear", "logistic", "mlp")),
+               "Target model [linear for regression, logistic otherwise].", ("linear", "logistic", "mlp", "cnn")),
+        Option("target-hidden", "target_hidden", "int", 64, "Hidden units of --target-model mlp."),
+        Option("heads", "heads", "choice", "shared",
+               "personal: the hypernetwork generates the target's body, each client owns its output layer.",
+               ("shared", "personal")),
     ),
 ))
 

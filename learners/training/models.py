@@ -26,7 +26,12 @@ A federated method that averages the body and keeps each client's head (FedPer),
 reverse (LG-FedAvg), selects the parameters by these names (:func:`split_params`,
 :func:`merge_params`) on the stacked dicts the engine trains.  :func:`with_heads` turns a model
 into one body with ``K`` heads — ``forward_head(params, X, k)`` — the model one subset trains
-when its members share features but each keeps its own output layer.
+when its members share features but each keeps its own output layer.  For many such models at
+once (the exhaustive oracle's personal-head game, ``learners/exact.py``),
+:func:`personal_init` stacks one head per client behind each body and
+:func:`stacked_personal_forward` runs every model on data grouped by client, each sample through
+its own client's head: the body's :func:`features` once per model, then one batched product per
+client.
 
 Initialisation is PyTorch's default for ``nn.Linear`` / ``nn.Conv2d``: every
 weight and bias ``~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, drawn from the given
@@ -46,7 +51,7 @@ from coalitions.errors import InputError
 from coalitions.params import check_param
 
 __all__ = ["ModelSpec", "make_model", "KINDS", "stacked_forward", "split_params", "merge_params", "HeadsSpec",
-           "with_heads"]
+           "with_heads", "features", "stacked_personal_forward", "personal_init"]
 
 KINDS = ("linear", "logistic", "mlp", "cnn")
 
@@ -249,3 +254,69 @@ def with_heads(spec: ModelSpec, heads: int) -> HeadsSpec:
     """``spec`` with ``heads`` output layers on one shared body (see :class:`HeadsSpec`)."""
     check_param("heads", heads, "int", low=1)
     return HeadsSpec(spec, int(heads))
+
+
+# --------------------------------------------------------------------------- one head per client, many models
+def features(spec: ModelSpec, params: dict, X: torch.Tensor) -> torch.Tensor:
+    """The body's output of one model (the input to its output layer): ``(n, f)``.
+
+    Affine models have no body: their features are the flattened input.
+    """
+    if spec.kind == "mlp":
+        return torch.relu(X.flatten(1) @ params["w1"] + params["b1"])
+    if spec.kind == "cnn":
+        h = F.max_pool2d(torch.relu(F.conv2d(X, params["c1"], params["cb1"], padding=1)), 2)
+        h = F.max_pool2d(torch.relu(F.conv2d(h, params["c2"], params["cb2"], padding=1)), 2)
+        return h.flatten(1)
+    return X.flatten(1)
+
+
+def _stacked_features(spec: ModelSpec, params: dict, X: torch.Tensor) -> torch.Tensor:
+    """:func:`features` of every stacked model, ``(M, n, f)`` (MLP by one matrix product, CNN by vmap)."""
+    if spec.kind == "mlp":
+        W1 = params["w1"]
+        M, d, h = W1.shape
+        hid = (X.flatten(1) @ W1.permute(1, 0, 2).reshape(d, M * h)).reshape(-1, M, h).transpose(0, 1)
+        return torch.relu(hid + params["b1"][:, None, :])
+    body = {k: params[k] for k in spec.body}
+    return torch.func.vmap(lambda p: features(spec, p, X))(body)
+
+
+def personal_init(spec: ModelSpec, init: dict, clients: int) -> dict:
+    """One model's parameters with each head parameter repeated ``clients`` times (leading axis).
+
+    Every client's head starts at the model's own initial output layer, so a
+    one-member model starts exactly where the ordinary model would.
+    """
+    check_param("clients", clients, "int", low=1)
+    return {k: (v.unsqueeze(0).repeat((int(clients),) + (1,) * v.dim()) if k in spec.head else v)
+            for k, v in init.items()}
+
+
+def stacked_personal_forward(spec: ModelSpec, params: dict, X: torch.Tensor, counts) -> torch.Tensor:
+    r"""Outputs ``(M, n, n_outputs)`` of ``M`` personal-head models on data grouped by client.
+
+    ``params`` holds the body stacked ``(M, ...)`` and each head parameter
+    stacked ``(M, N, ...)`` (:func:`personal_init`); ``X``'s rows are client
+    0's ``counts[0]`` samples, then client 1's, and so on.  Sample ``s`` of client
+    ``i`` goes through the body of model ``m`` and client ``i``'s head:
+    ``out[m, s] = φ_m(x_s) W_{m,i} + b_{m,i}`` with ``φ`` the body's
+    :func:`features` (the flattened input for the bodyless affine models, whose
+    head is the whole model).  One batched product per client, never a loop
+    over models.
+    """
+    wname, bname = spec.head
+    W, b = params[wname], params[bname]
+    feats = None if not spec.body else _stacked_features(spec, params, X)
+    outs, start = [], 0
+    for i, c in enumerate(int(c) for c in counts):
+        if c:
+            if feats is None:
+                out = _affine_stacked({"weight": W[:, i], "bias": b[:, i]}, X[start:start + c])
+            else:
+                out = torch.bmm(feats[:, start:start + c], W[:, i]) + b[:, i, None, :]
+            outs.append(out)
+        start += c
+    if not outs:
+        return X.new_zeros((W.shape[0], 0, spec.n_outputs))
+    return torch.cat(outs, dim=1)

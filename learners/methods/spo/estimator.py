@@ -16,14 +16,15 @@ from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
 from coalitions.learners.methods.base import Learner
 from coalitions.learners.methods.spo.epo import epo_lp
-from coalitions.learners.methods.spo.hypernetwork import ParetoHypernetwork
+from coalitions.learners.methods.spo.heads import HeadsDirectionSearch, head_penalty, personal_loss_matrix
+from coalitions.learners.methods.spo.hypernetwork import HEADS, ParetoHypernetwork
 from coalitions.learners.methods.spo.oracle import RULES, SPOOracle
 from coalitions.learners.methods.spo.search import DirectionSearch
 from coalitions.learners.methods.spo.simplex import sample_directions
 from coalitions.learners.training.engine import Padded, resolve_device
 from coalitions.learners.training.models import make_model
 from coalitions.learners.training.threads import applied, step_macs
-from coalitions.params import check_param
+from coalitions.params import ParameterError, check_param
 from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds
 
@@ -77,7 +78,14 @@ class SPO(Learner):
     line_search : int
         Step lengths tried per iteration (``1, 1/2, …, 2^{1-line_search}``).
     model : str or None
-        Target model kind (``None``: ``"linear"`` for regression, ``"logistic"`` otherwise).
+        Target model kind (``None``: ``"linear"`` for regression, ``"logistic"`` otherwise);
+        ``"mlp"`` or ``"cnn"`` (images) for a target with a body.
+    target_hidden : int
+        Hidden units of an ``"mlp"`` target.
+    heads : {"shared", "personal"}
+        ``"personal"``: the hypernetwork generates the target's body and each client owns
+        its output layer, trained on its own loss only (:mod:`.heads`; the paper's CIFAR-10
+        code).  Needs a target with a body (``model`` mlp or cnn); not with ``epo``.
     device : {"auto", "cpu", "cuda"}
     seed : int
     progress : callable, optional
@@ -122,13 +130,14 @@ class SPO(Learner):
                  batch_size: int | None = 256, rule: str = "elimination",
                  threshold: float = 0.7, tol: float = 0.02, min_weight: float = 0.01, epo: bool = False,
                  search_steps: int = 100, starts: int = 4, line_search: int = 16, model: str | None = None,
-                 device: str = "auto", seed: int = 0, progress: Callable | None = None):
+                 device: str = "auto", seed: int = 0, progress: Callable | None = None, heads: str = "shared",
+                 target_hidden: int = 64):
         self._store(locals())
 
     # -- configuration
     def check_params(self) -> None:
         for k, lo in dict(hidden=1, embed=1, layers=0, steps=0, directions=1, search_steps=0, starts=2,
-                          line_search=1, seed=0).items():
+                          line_search=1, seed=0, target_hidden=1).items():
             check_param(k, getattr(self, k), "int", low=lo)
         check_param("batch_size", self.batch_size, "int", low=1, allow_none=True)
         for k in ("lr", "alpha"):
@@ -142,7 +151,14 @@ class SPO(Learner):
         check_param("rule", self.rule, "choice", choices=RULES)
         check_param("log_loss", self.log_loss, "bool")
         check_param("epo", self.epo, "bool")
-        check_param("model", self.model, "choice", choices=("linear", "logistic", "mlp"), allow_none=True)
+        check_param("model", self.model, "choice", choices=("linear", "logistic", "mlp", "cnn"), allow_none=True)
+        check_param("heads", self.heads, "choice", choices=HEADS)
+        if self.heads == "personal" and self.model not in ("mlp", "cnn"):
+            raise ParameterError("heads", "{name} personal needs a target with a body (model mlp or cnn), "
+                                          f"got model {self.model!r}")
+        if self.heads == "personal" and self.epo:
+            raise ParameterError("heads", "{name} personal does not combine with epo (EPO's weights mix "
+                                          "every client's gradients into each head)")
         check_param("device", self.device, "choice", choices=("auto", "cpu", "cuda"))
         check_param("progress", self.progress, "callable", allow_none=True)
 
@@ -150,7 +166,7 @@ class SPO(Learner):
     def _step_macs(self, fed: Federation) -> float:
         """Work of one training step: the hypernetwork and the target model, for every direction."""
         spec = make_model(self.model or ("linear" if fed.task == "regression" else "logistic"),
-                          fed.input_shape, fed.n_outputs)
+                          fed.input_shape, fed.n_outputs, hidden=self.target_hidden)
         batch = int(fed.sizes("train").max()) if self.batch_size is None else int(self.batch_size)
         hyper = self.hidden * (self.embed + self.hidden * (self.layers - 1) + spec.n_params)
         return self.directions * (hyper + step_macs(spec, batch, fed.n))
@@ -167,7 +183,7 @@ class SPO(Learner):
         self.federation_ = fed
         self.device_ = resolve_device(self.device)
         self.model_ = self.model or ("linear" if fed.task == "regression" else "logistic")
-        self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs)
+        self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs, hidden=self.target_hidden)
         self.l2_ = float(self.l2) if self.l2 is not None else (1e-2 if fed.task == "regression" else 1e-3)
         self._decay = tuple(k for k, s in self.spec_.shapes.items() if len(s) > 1)
         self.loss_ = loss_function(fed.task)
@@ -176,7 +192,8 @@ class SPO(Learner):
         self.test_ = Padded(fed, "test", self.device_)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            net = ParetoHypernetwork(fed.n, self.spec_, self.hidden, self.embed, self.layers, self.log_eps)
+            net = ParetoHypernetwork(fed.n, self.spec_, self.hidden, self.embed, self.layers, self.log_eps,
+                                     heads=self.heads)
         self.hypernet_ = net.to(self.device_)
         self.epo_fallbacks_ = 0
         t_train = time.perf_counter()
@@ -186,7 +203,8 @@ class SPO(Learner):
         for p in self.hypernet_.parameters():
             p.requires_grad_(False)
 
-        self.search_ = DirectionSearch(self.hypernet_, self.spec_, self.loss_, self.val_, self.device_, self.seed,
+        search = HeadsDirectionSearch if self.heads == "personal" else DirectionSearch
+        self.search_ = search(self.hypernet_, self.spec_, self.loss_, self.val_, self.device_, self.seed,
                                        self.search_steps, self.starts, self.line_search)
         self.oracle_ = SPOOracle(fed.names, self.search_, self.rule, self.threshold, self.tol, self.min_weight)
         grand = (1 << fed.n) - 1
@@ -310,10 +328,13 @@ class SPO(Learner):
                                 dtype=torch.float32, device=dev)
             X, y, m = self.train_.sample(self.batch_size, rng)
             params = net(D)
-            L = self._loss_matrix(params, X, y, m)
-            weights = self._epo_weights(D, X, y, m, L) if self.epo else D
-            f = (weights * L).sum(dim=1)
-            if self.l2_ > 0:
+            if net.personal:  # the bodies' ridge included
+                f, L = self._personal_objective(D, params, X, y, m)
+            else:
+                L = self._loss_matrix(params, X, y, m)
+                weights = self._epo_weights(D, X, y, m, L) if self.epo else D
+                f = (weights * L).sum(dim=1)
+            if self.l2_ > 0 and not net.personal:
                 f = f + 0.5 * self.l2_ * sum((v ** 2).flatten(1).sum(1) for k, v in params.items()
                                             if k in self._decay)
             loss = torch.log(f).mean() if self.log_loss else f.mean()
@@ -333,6 +354,21 @@ class SPO(Learner):
                 if self.progress is not None:
                     self.progress(step + 1, self.steps)
         return history
+
+    def _personal_objective(self, D, body: dict, X, y, m):
+        """``(f, L)`` with personal heads: each direction's scalarised loss (ridge on the body and on
+        each head included) and the loss matrix.  The heads' gradient through direction ``b`` is
+        rescaled by ``f_b`` under ``log_loss``, so a head learns from its own client's loss alone (:mod:`.heads`)."""
+        heads = dict(self.hypernet_.client_heads)
+        scale: list | None = [None] if self.log_loss else None   # f_b, set once f is known (before backward)
+        L = personal_loss_matrix(self.spec_, self.loss_, body, heads, X, y, m, scale)
+        f = (D * L).sum(dim=1)
+        if self.l2_ > 0:
+            f = f + self.l2_ * head_penalty(self.spec_, heads, D, scale)
+            f = f + 0.5 * self.l2_ * sum((v ** 2).flatten(1).sum(1) for k, v in body.items() if k in self._decay)
+        if scale is not None:
+            scale[0] = f.detach()
+        return f, L
 
     def _epo_weights(self, D, X, y, m, L) -> torch.Tensor:
         """Per-direction EPO weights ``N·α`` (PHN-EPO), from gradients w.r.t. the hypernetwork."""
@@ -362,6 +398,7 @@ class SPO(Learner):
         with torch.no_grad():
             params = self.hypernet_(torch.as_tensor(D, dtype=torch.float32, device=self.device_))
             out = []
+            params = self.hypernet_.member_params(params, torch.arange(len(D), device=self.device_))
             for i, X in enumerate(split.raw_X):
                 p = {k: v[i] for k, v in params.items()}
                 s = self.spec_.forward(p, torch.tensor(X, device=self.device_))
@@ -378,8 +415,20 @@ class SPO(Learner):
                          for i, s in enumerate(scores)}
         return res
 
+    def client_outputs(self, part: str = "test") -> list[np.ndarray]:
+        """Each client's outputs on its ``part`` split at its best direction (row ``i`` of ``weights_``).
+
+        What ``utilities_`` scores: the target model ``h(d_i)`` (with client ``i``'s own head
+        under personal heads); ``(n_i,)`` for one output, else ``(n_i, k)``.
+        """
+        split = {"train": self.train_, "val": self.val_, "test": self.test_}[part]
+        return [s[:, 0] if s.ndim == 2 and s.shape[1] == 1 else s for s in self._scores(self.weights_, split)]
+
     def predict_params(self, d) -> dict:
-        """The target model's parameters at direction(s) ``d`` (numpy, (B, N) or (N,))."""
+        """The target model's parameters at direction(s) ``d`` (numpy, (B, N) or (N,)).
+
+        With personal heads: the generated body only (the heads are ``hypernet_.client_heads``).
+        """
         d = np.atleast_2d(np.asarray(d, dtype=np.float64))
         with torch.no_grad():
             p = self.hypernet_(torch.as_tensor(d, dtype=torch.float32, device=self.device_))

@@ -1,0 +1,93 @@
+"""The exact personal-head game of ``coalitions reproduce fashion``: time, peak memory, work, GPU estimate.
+
+Trains the exhaustive oracle of the ``fashion`` experiment alone (ten clients, all 1023 subsets,
+one body per subset and one output layer per member, the experiment's MLP, epochs and 50
+bootstrap replicates; ``learners/experiments/catalogue.py``) on the CPU with one thread, and
+prints:
+
+* wall time, CPU time and peak resident memory of this process (``resource.getrusage``);
+* the training work in multiply-adds, ``3 × step_macs × epochs`` (forward plus a backward pass of
+  about twice the forward one; :func:`coalitions.learners.training.threads.step_macs`), and the
+  rate this CPU reached;
+* an *estimate* of the same game on a GPU: the measured work divided by an assumed sustained
+  rate (``--gpu-tflops``, default 20 TFLOP/s = 10 TMAC/s of FP32 on small batched matrix
+  products, a conservative share of an H100's peak), plus the per-epoch kernel launches as a
+  floor.  It is an estimate, not a measurement: no GPU was available.
+
+Run:  python benchmarks/fashion_heads.py   (``--quick``: 4 clients, 3 epochs, seconds; CI runs it)
+
+Without the Debian package ``dataset-fashion-mnist`` it says so and exits 0 (nothing to measure).
+Timings depend on the load of the machine; the load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from coalitions.errors import InputError  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="4 clients, 3 epochs (seconds)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gpu-tflops", type=float, default=20.0, help="assumed sustained FP32 TFLOP/s of a GPU")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from coalitions.learners.data.datasets import load
+    from coalitions.learners.exact import ExhaustiveOracle
+    from coalitions.learners.experiments.catalogue import get_experiment
+    from coalitions.learners.experiments.runner import REPLICATES
+    from coalitions.learners.training.models import make_model
+    from coalitions.learners.training.threads import step_macs
+
+    exp = get_experiment("fashion")
+    data = dict(exp.regimes[0].options)
+    opts = {"replicates": REPLICATES, **exp.oracle_options(False)}
+    if args.quick:
+        data.update(clients=4, samples=30)
+        opts.update(epochs=3)
+    print(f"# torch {torch.__version__}, python {platform.python_version()}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.2f} at the start")
+    try:
+        fed = load("fashion", seed=args.seed, **data)
+    except InputError as e:
+        print(f"fashion: not measured: {e}")
+        print("install the Debian package dataset-fashion-mnist to run this benchmark")
+        print("# nothing else to do")
+        return 0
+    n_train = int(fed.sizes("train").sum())
+    subsets = (1 << fed.n) - 1
+    print(f"fashion, seed {args.seed}: {fed.n} clients, {subsets} subsets, {n_train} training samples, "
+          f"options {opts}")
+    t0, c0 = time.perf_counter(), time.process_time()
+    o = ExhaustiveOracle(device="cpu", seed=args.seed, threads=1, **opts).fit(fed)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    spec = make_model(o.config_["model"], fed.input_shape, fed.n_outputs, hidden=o.config_.get("hidden", 64))
+    epochs = o.config_["epochs"]
+    macs = 3 * step_macs(spec, n_train, subsets) * epochs
+    print(f"personal-head game: {wall:.1f} s wall, {cpu:.1f} s CPU, peak resident memory {peak_mb:.0f} MB, "
+          f"{o.chunks_trained_} chunk(s)")
+    print(f"training work: {macs:.3g} multiply-adds ({epochs} epochs); this CPU: {macs / cpu / 1e9:.2f} GMAC/s "
+          f"per CPU-second, {macs / wall / 1e9:.2f} GMAC/s of wall time")
+    gpu = macs / (args.gpu_tflops / 2 * 1e12)
+    launches = epochs * (fed.n * 12 + 40) * 20e-6 * max(1, o.chunks_trained_)
+    print(f"GPU ESTIMATE (not measured): {gpu:.3g} s of arithmetic at {args.gpu_tflops:g} TFLOP/s sustained, "
+          f"plus about {launches:.3g} s of kernel launches (20 µs each): about {gpu + launches:.3g} s")
+    print(f"# load average {os.getloadavg()[0]:.2f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+r"""SPO with personal heads: the hypernetwork generates the body, each client owns its head.
+
+The paper's CIFAR-10 code gives every client its own output layer on the body that the
+hypernetwork generates (FedPer's split, Arivazhagan et al. 2019): with label skew a shared
+output layer would have to serve clients whose classes differ, a personal one never does.  For a
+direction ``d`` client ``j``'s model is ``(h(d), head_j)``, and the training objective of
+:mod:`coalitions.learners.methods.spo` becomes
+
+.. math::  f_b = \sum_j d_{bj}\,\big[L_j(h(d_b), \mathrm{head}_j)
+           + \tfrac{\lambda}{2}\lVert W_{\mathrm{head}_j}\rVert^2\big]
+           + \tfrac{\lambda}{2}\lVert W(h(d_b))\rVert^2 ,
+
+minimised (through ``log f_b`` with ``log_loss``) over the hypernetwork and the heads.
+
+**A head learns from its own client only** ("trained locally").  Client ``j``'s head enters
+``f_b`` only through ``d_{bj}·L_j``, so its gradient is a sum of gradients of ``L_j`` alone; but
+the logarithm would scale each direction's term by ``1/f_b``, which depends on every client's
+loss.  :func:`personal_loss_matrix` therefore hands the heads to each direction through a view
+whose gradient is multiplied by ``f_b`` (``scale``): the head's update is then exactly
+``mean_b d_{bj}·(∇L_j + λ W_j)`` — the mean over the batch's directions of its own client's
+scalarised loss — whatever the other clients' losses are, while the hypernetwork still sees the
+gradient of ``log f_b``.  EPO weights depend on all clients' gradients, so they are not offered
+with personal heads.
+
+:class:`HeadsDirectionSearch` is the direction search of :mod:`.search` with each row's
+validation loss computed through its target client's head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.func import vmap
+
+from coalitions.learners.methods.spo.hypernetwork import ParetoHypernetwork
+from coalitions.learners.methods.spo.search import DirectionSearch
+from coalitions.learners.training.models import ModelSpec
+
+__all__ = ["personal_loss_matrix", "head_penalty", "HeadsDirectionSearch"]
+
+
+def _expand(heads: dict, B: int, scale) -> dict:
+    """Each head parameter viewed once per direction ``(B, N, ...)``, its gradient multiplied by ``scale[b]``.
+
+    ``scale``: ``None``, a tensor ``(B,)``, or a list whose first item is set to
+    that tensor before the backward pass (the hook reads it then).
+    """
+    def hook(g):
+        s = scale[0] if isinstance(scale, list) else scale
+        return g * s.detach().reshape((B,) + (1,) * (g.dim() - 1))
+
+    out = {}
+    for k, h in heads.items():
+        e = h.unsqueeze(0).expand(B, *h.shape)
+        if scale is not None and e.requires_grad:
+            e.register_hook(hook)
+        out[k] = e
+    return out
+
+
+def personal_loss_matrix(spec: ModelSpec, loss: Callable, body: dict, heads: dict, X, y, m,
+                         scale=None) -> torch.Tensor:
+    """``L[b, j]``: client ``j``'s mean loss with the ``b``-th generated body and its own head, ``(B, N)``.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The target model.
+    loss : callable
+        Per-sample loss ``loss(outputs, y)``.
+    body : dict
+        Generated body parameters ``(B, *shape)``.
+    heads : dict
+        Each client's head ``(N, *shape)``.
+    X, y, m : tensor
+        Padded data of every client ``(N, n, ...)`` (``m``: 1 for real samples).
+    scale : tensor (B,) or list, optional
+        Multiplies the gradient reaching the heads through direction ``b``
+        (module docstring; ``f_b`` undoes the logarithm's ``1/f_b``).  A list
+        ``[None]`` whose item is set to the tensor after the forward pass and
+        before the backward one lets ``f`` itself, computed from the result, be
+        the scale.
+    """
+    B = next(iter(body.values())).shape[0]
+    expanded = _expand(heads, B, scale)
+
+    def one_client(bd, hd, Xj, yj, mj):
+        out = spec.forward({**bd, **hd}, Xj)
+        return (loss(out, yj) * mj).sum() / mj.sum()
+
+    per_direction = vmap(one_client, in_dims=(None, 0, 0, 0, 0))             # over clients
+    return vmap(per_direction, in_dims=(0, 0, None, None, None))(body, expanded, X, y, m)
+
+
+def head_penalty(spec: ModelSpec, heads: dict, D: torch.Tensor, scale=None) -> torch.Tensor:
+    """``Σ_j d_{bj}·½‖W_head_j‖²`` for each direction, ``(B,)`` (weights only, biases not decayed).
+
+    The heads enter through the same gradient-scaled view as in :func:`personal_loss_matrix`.
+    """
+    B = D.shape[0]
+    expanded = _expand({k: v for k, v in heads.items() if len(spec.shapes[k]) >= 2}, B, scale)
+    total = D.new_zeros(B)
+    for v in expanded.values():
+        total = total + 0.5 * (D * v.pow(2).flatten(2).sum(2)).sum(1)
+    return total
+
+
+class HeadsDirectionSearch(DirectionSearch):
+    """:class:`~coalitions.learners.methods.spo.search.DirectionSearch` where row ``r``'s model is
+    ``(h(d_r), head_{targets[r]})``: each client searches the body that suits its own head."""
+
+    hypernet: ParetoHypernetwork
+
+    def own_loss(self, d: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Validation loss of client ``targets[r]`` with ``h(d[r])`` and its own head, for every row; chunked."""
+        split = self.val
+        out = []
+        chunk = 2048
+        for s in range(0, d.shape[0], chunk):
+            dd, tt = d[s:s + chunk], targets[s:s + chunk]
+            params = self.hypernet.member_params(self.hypernet(dd), tt)
+            out.append(vmap(self._single_loss)(params, split.X[tt], split.y[tt], split.m[tt]))
+        return torch.cat(out)
