@@ -18,12 +18,12 @@ torch = pytest.importorskip("torch")
 
 from coalitions.errors import InputError  # noqa: E402
 from coalitions.learners.data.datasets import load  # noqa: E402
+from coalitions.learners.data.metrics import loss_function  # noqa: E402
 from coalitions.learners.exact import closed_form_weights  # noqa: E402
 from coalitions.learners.methods.spo import DirectionSearch  # noqa: E402
 from coalitions.learners.methods.spo.exact_front import ExactParetoFront  # noqa: E402
 from coalitions.learners.training.engine import Padded  # noqa: E402
 from coalitions.learners.training.models import make_model  # noqa: E402
-from coalitions.learners.data.metrics import loss_function  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
