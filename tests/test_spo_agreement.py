@@ -106,3 +106,21 @@ def test_wilson_and_mcnemar():
     assert "5 seeds only A, 0 only B" in b.mcnemar([1] * 5 + [0], [0] * 6)
     assert "p = 0.0625" in b.mcnemar([1] * 5 + [0], [0] * 6)
     assert b.parse_seeds("0-3,7") == [0, 1, 2, 3, 7]
+
+
+def test_own_loss_per_target_batches_match_a_per_row_evaluation(fed):
+    # DirectionSearch.own_loss groups rows by target client (no copy of the validation set per
+    # row); rows in any order, targets interleaved, must give each row its own client's loss.
+    front = ExactParetoFront(fed, 0.01)
+    spec = make_model("linear", fed.input_shape, fed.n_outputs)
+    val = Padded(fed, "val", torch.device("cpu"))
+    search = DirectionSearch(front, spec, loss_function("regression"), val, torch.device("cpu"), 0, 1, 2, 2)
+    rng = np.random.default_rng(1)
+    d = torch.tensor(rng.dirichlet(np.ones(fed.n), size=13), dtype=torch.float32)
+    targets = torch.tensor(rng.integers(0, fed.n, size=13))
+    got = search.own_loss(d, targets)
+    p = front(d)
+    for r in range(13):
+        c = fed.clients[int(targets[r])].val
+        pred = c.X @ p["weight"][r, :, 0].double().numpy() + float(p["bias"][r, 0])
+        assert float(got[r]) == pytest.approx(float(np.mean((pred - c.y) ** 2)), rel=1e-4)
