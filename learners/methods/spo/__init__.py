@@ -75,7 +75,8 @@ The package, one piece a module: :mod:`.simplex` (projection onto a face, traini
 directions), :mod:`.epo` (the EPO linear program), :mod:`.hypernetwork`
 (:class:`ParetoHypernetwork`), :mod:`.search` (the projected-gradient direction
 search), :mod:`.oracle` (:class:`SPOOracle`: the rules on top of the searches),
-:mod:`.estimator` (:class:`SPO`).
+:mod:`.estimator` (:class:`SPO`); :mod:`.exact_front` (:class:`ExactParetoFront`, the closed-form
+front of linear least squares: a perfect-front yardstick for diagnostics).
 """
 
 from coalitions.learners.methods.spo.epo import epo_lp

@@ -67,7 +67,17 @@ class DirectionSearch:
         for s in range(0, d.shape[0], chunk):
             dd, tt = d[s:s + chunk], targets[s:s + chunk]
             params = self.hypernet(dd)
-            out.append(vmap(self._single_loss)(params, split.X[tt], split.y[tt], split.m[tt]))
+            # one batched call per target client, its validation data shared by all its rows
+            # (gathering ``split.X[tt]`` would copy the whole validation set once per row)
+            parts, order = [], []
+            for c in torch.unique(tt).tolist():
+                rows = torch.nonzero(tt == c)[:, 0]
+                p = {k: v[rows] for k, v in params.items()}
+                parts.append(vmap(self._single_loss, in_dims=(0, None, None, None))(
+                    p, split.X[c], split.y[c], split.m[c]))
+                order.append(rows)
+            flat = torch.cat(parts)
+            out.append(flat[torch.argsort(torch.cat(order))])
         return torch.cat(out)
 
     def _single_loss(self, params, X, y, m):
