@@ -697,6 +697,7 @@ class ExhaustiveOracle:
         check_param("dtype", self.dtype, "choice", choices=("float32", "float64"))
         check_param("backend", self.backend, "choice", choices=("local", "ray"))
         check_param("replicates", self.replicates, "int", low=0)
+        check_param("heads", self.heads, "choice", choices=HEADS)
         if self.protocol is not None:
             from coalitions.learners.training.protocol import TrainingProtocol
 

@@ -664,7 +664,8 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
     results = Reproduction(
         experiment=exp.name, title=exp.title, dataset=exp.dataset, quick=quick, device=str(resolve_device(device)),
         seeds=list(seeds), methods=list(methods), method_options={m: settings.options_for(m) for m in methods},
-        oracle=exp.oracle_options(quick) if exp.oracle is not None else None, published=exp.published,
+        oracle=({**exp.oracle, **(exp.quick_oracle if quick else {})} if exp.oracle is not None else None),
+        published=exp.published,
         notes=exp.notes, regimes=[])
     budgets: dict = {}
     for regime in exp.regimes:

@@ -306,7 +306,13 @@ class SPO(Learner):
         return vmap(self._client_losses, in_dims=(0, None, None, None))(params, X, y, m)
 
     def _val_loss_matrix(self, params: dict) -> torch.Tensor:
-        """``L[b, j]``: client ``j``'s mean validation loss under the ``b``-th stacked model, (B, N)."""
+        """``L[b, j]``: client ``j``'s mean validation loss under the ``b``-th stacked model, (B, N).
+
+        With personal heads ``params`` is the generated body and client ``j`` predicts through its own head.
+        """
+        if self.heads == "personal":
+            return personal_loss_matrix(self.spec_, self.loss_, params, dict(self.hypernet_.client_heads),
+                                        self.val_.X, self.val_.y, self.val_.m)
         return self._loss_matrix(params, self.val_.X, self.val_.y, self.val_.m)
 
     def _train(self, fed: Federation) -> list[float]:
