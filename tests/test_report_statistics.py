@@ -209,3 +209,26 @@ def test_digits_ordering_claims_cite_their_tests():
     local = 100 * mean["Local"]["mean"]["mean"]
     assert f"SPO {local:.1f} vs Local {local:.1f}: not testable (0 of 24 client × seed pairs differ)" in text
     assert "above Local" not in text
+
+
+def test_convergence_note_says_still_falling_or_settled():
+    """The convergence sentence can give both answers: a curve still falling at the end, and a flat one."""
+    from types import SimpleNamespace
+
+    from coalitions.learners.experiments.report import convergence_note
+
+    def est(values):
+        return SimpleNamespace(extra={"val_loss_history": {"mean": values}})
+
+    falling = [10.0 / (r + 1) for r in range(10)]          # still 10 % lower at the end
+    flat = [5.0, 2.0, 1.0] + [1.0] * 7                        # settled after three rounds
+    reg = {"runs": [{"seed": 0, "methods": {"fedamp": {"_estimate": est(falling)},
+                                            "federico": {"_estimate": est(flat)},
+                                            "superfed-mm": {"_estimate": est([3.0, 2.0])}}}]}
+    note = convergence_note(reg, {"steps_per_client": 50})
+    assert "Still falling" in note and "FedAMP" in note.split("Settled")[0]
+    assert "Settled: FedeRiCo." in note
+    assert "Too few points to judge: SuPerFed-MM." in note
+    reg["runs"][0]["methods"]["fedamp"]["_estimate"] = est(flat)
+    assert "Still falling" not in convergence_note(reg, {})
+    assert convergence_note({"runs": [{"seed": 0, "methods": {}}]}, {}) == ""

@@ -17,6 +17,42 @@ from coalitions.files import write_text
 __all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown", "verdicts"]
 
 
+def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.01) -> str:
+    """A sentence on whether each learner's validation loss had settled when its budget ran out.
+
+    From the first run's curves (:func:`~coalitions.learners.experiments.figures.convergence_series`):
+    a curve whose mean validation loss fell by more than ``tol`` (relative) over the last
+    ``last`` share of its points is *still falling*, so its utilities are limited by the
+    budget.  Curves with fewer than five points are not judged.  ``""`` without curves.
+    """
+    from coalitions.learners.experiments.figures import convergence_series
+
+    series = convergence_series(reg, budget.get("steps_per_client"))
+    falling, settled, short = [], [], []
+    for label, (_, y) in series.items():
+        if len(y) < 5:
+            short.append(label)
+            continue
+        k = max(1, int(round(last * len(y))))
+        before, end = y[-k - 1], y[-1]
+        drop = (before - end) / abs(before) if before else 0.0
+        (falling if drop > tol else settled).append((label, drop))
+    if not (falling or settled):
+        return ""
+    seed = reg["runs"][0].get("seed", 0)
+    head = (f"Convergence (seed {seed}): a learner whose mean validation loss fell by more than "
+            f"{tol:.0%} over the last {last:.0%} of its budget is still falling.")
+    parts = [head]
+    if falling:
+        parts.append("Still falling, so its utilities here are limited by the matched budget: "
+                     + ", ".join(f"{lab} ({-d:.0%})" for lab, d in falling) + ".")
+    if settled:
+        parts.append("Settled: " + ", ".join(lab for lab, _ in settled) + ".")
+    if short:
+        parts.append("Too few points to judge: " + ", ".join(short) + ".")
+    return " ".join(parts)
+
+
 def _g(x, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "–"
@@ -417,6 +453,8 @@ def report_markdown(results: dict) -> str:
             lines += ["### Figures", ""] + [f"![{f}]({f})" for f in figs] + [""]
         if f"convergence_{reg['name']}.png" in results.get("figures", []):
             lines += [f"![validation loss per round](convergence_{reg['name']}.png)", ""]
+            note = convergence_note(reg, (results.get("budget") or {}).get(reg["name"]) or {})
+            lines += [note, ""] if note else []
     lines += ["## Published numbers", ""] + published_markdown(results)
     if results.get("plot_hint"):
         lines += ["## Figures", "", results["plot_hint"], ""]
