@@ -323,7 +323,7 @@ def _scores(spec, params: dict, X, batch: int = 4096) -> np.ndarray:
 # ---------------------------------------------------------------------------- personal heads
 def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
                            lr: float, l2: float = 0.0, batch_size: int | None = None, seed: int = 0,
-                           progress: Callable[[int], None] | None = None) -> dict:
+                           progress: Callable[[int], None] | None = None, protocol=None) -> dict:
     """Train one body and a head per member for each mask, all masks at once (module docstring).
 
     Parameters as :func:`train_subsets`, except that ``X, y, owner`` must be
@@ -340,6 +340,9 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
     (so that every member's mean is weighted by its whole data share, as the
     full-batch mean over the union is).  A non-member's head appears in no
     term: its gradient is exactly zero and Adam leaves it at ``init``.
+    ``protocol`` as in :func:`train_subsets`: its stacked optimiser and schedule
+    replace PyTorch's Adam and cosine schedule, so that the model of ``{i}``
+    (body and ``i``'s head) is the model Local trains for client ``i``.
 
     Returns
     -------
@@ -362,11 +365,18 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
               for k, v in init.items()}
     body_decay = [k for k in spec.body if init[k].dim() >= 2]
     head_decay = [k for k in spec.head if init[k].dim() >= 3]    # a head weight: (N, f, k)
-    opt = torch.optim.Adam(list(params.values()), lr=lr)
     n = X.shape[0]
     bs = n if batch_size is None else max(1, min(int(batch_size), n))
     steps_per_epoch = math.ceil(n / bs)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
+    if protocol is None:
+        opt = torch.optim.Adam(list(params.values()), lr=lr)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
+    else:
+        from coalitions.learners.training.protocol import Scheduled
+
+        stacked = Scheduled(protocol, epochs * steps_per_epoch)
+        state = stacked.init(params)
+        every = torch.ones(M, dtype=torch.bool, device=device)
     gen = torch.Generator().manual_seed(int(seed))
     for _epoch in range(epochs):
         order = None if batch_size is None else torch.randperm(n, generator=gen).to(device)
@@ -390,6 +400,12 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
                     total = total + 0.5 * l2 * params[k].pow(2).flatten(1).sum(1)
                 for k in head_decay:
                     total = total + 0.5 * l2 * (share * params[k].pow(2).flatten(2).sum(2)).sum(1)
+            if protocol is not None:
+                grads = dict(zip(params, torch.autograd.grad(total.sum(), list(params.values())), strict=True))
+                with torch.no_grad():
+                    new, state = stacked.step({k: v.detach() for k, v in params.items()}, grads, state, every)
+                params = {k: v.requires_grad_(True) for k, v in new.items()}
+                continue
             opt.zero_grad(set_to_none=True)
             total.sum().backward()
             opt.step()
@@ -475,7 +491,8 @@ class ChunkTrainer:
         if self.personal:
             params = train_subsets_personal(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
                                             epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
-                                            batch_size=cfg["batch_size"], seed=self.seed, progress=progress)
+                                            batch_size=cfg["batch_size"], seed=self.seed, progress=progress,
+                                            protocol=self.protocol)
         else:
             params = train_subsets(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
                                    epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"], batch_size=cfg["batch_size"],
@@ -574,8 +591,8 @@ class ExhaustiveOracle:
         ``weight_decay``.  Under the same protocol and seed the model of
         ``{i}`` is the model :class:`~coalitions.learners.methods.baselines.Local`
         trains for client ``i`` (full batch; tests/test_protocol.py).
-        Not taken with ``heads="personal"`` (that game trains with its own
-        Adam and cosine schedule).
+        With ``heads="personal"`` the singleton ``{i}`` (body and ``i``'s
+        head) is Local's model of client ``i`` in the same way.
     heads : {"shared", "personal"}
         ``"shared"``: one model per subset.  ``"personal"``: one body per
         subset and one output layer per member (module docstring, "Personal
@@ -656,12 +673,14 @@ class ExhaustiveOracle:
     def _protocol_config(self, fed: Federation) -> dict:
         p = self.protocol
         kind = self._kind(fed)
+        heads = {"heads": "personal"} if self.heads == "personal" else {}
         if p.closed_form and kind == "linear":
-            return {"model": kind, "solver": "closed-form", "ridge": float(p.weight_decay), "protocol": p.to_json()}
+            return {"model": kind, "solver": "closed-form", "ridge": float(p.weight_decay), "protocol": p.to_json(),
+                    **heads}
         n = int(fed.sizes("train").sum())
         cfg = {"model": kind, "solver": f"batched-{p.optimizer}", "epochs": p.epochs_for(n), "lr": float(p.lr),
                "l2": float(p.weight_decay), "batch_size": p.batch_size, "dtype": self.dtype, "seed": int(self.seed),
-               "protocol": p.to_json()}
+               "protocol": p.to_json(), **heads}
         if kind == "mlp":
             cfg["hidden"] = int(p.hidden)
         return cfg
@@ -704,9 +723,6 @@ class ExhaustiveOracle:
             if not isinstance(self.protocol, TrainingProtocol):
                 raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
                                      f"{type(self.protocol).__name__}")
-            if self.heads == "personal":
-                raise ParameterError("protocol", "{name} is not taken with heads='personal' (the personal-head "
-                                     "game trains with its own Adam and cosine schedule)")
 
     # -------------------------------------------------------------- fitting
     def fit(self, federation: Federation) -> ExhaustiveOracle:
@@ -914,7 +930,8 @@ class ExhaustiveOracle:
             if trainer.personal:  # each member through its own head
                 params = train_subsets_personal(trainer.spec, fed.task, trainer.X, trainer.y, trainer.owner, ms,
                                                 fed.n, trainer.init, epochs=cfg["epochs"], lr=cfg["lr"],
-                                                l2=cfg["l2"], batch_size=cfg["batch_size"], seed=trainer.seed)
+                                                l2=cfg["l2"], batch_size=cfg["batch_size"], seed=trainer.seed,
+                                                protocol=self.protocol)
                 scores = _scores_personal(trainer.spec, params, trainer.evals[part], fed.sizes(part),
                                           self._eval_batch(trainer.spec, len(ms)))
             else:

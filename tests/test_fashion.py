@@ -179,16 +179,23 @@ def test_small_fashion_federation():
 def test_fashion_experiment_is_the_table_3_stand_in():
     from coalitions.learners.experiments.catalogue import EXPERIMENTS, PAPER_BASELINES
 
+    from coalitions.learners.experiments.catalogue import budgeted_options
+
     exp = EXPERIMENTS["fashion"]
-    assert exp.oracle["heads"] == "personal" and exp.oracle["model"] == "mlp"
+    assert exp.oracle["heads"] == "personal" and exp.protocol.model == "mlp"
     assert exp.regimes[0].options["partition"] == "pathological" and exp.regimes[0].options["clients"] == 10
     assert set(PAPER_BASELINES) <= set(exp.methods) and {"local", "fedavg", "spo"} <= set(exp.methods)
+    sizes = [60] * 10
     for quick in (True, False):
-        spo = exp.settings(quick).options_for("spo")
-        assert spo["heads"] == "personal" and spo["target_model"] == "mlp"
-        assert spo["target_hidden"] == exp.oracle["hidden"] == exp.settings(quick).options_for("fedavg")["mlp_hidden"]
-        assert exp.settings(quick).options_for("pfedhn")["model"] == "mlp"
-    assert exp.oracle_options(True)["epochs"] < exp.oracle_options(False)["epochs"]
+        p = exp.protocol_for(quick)
+        spo = budgeted_options(exp, quick, "spo", sizes)
+        assert spo["heads"] == "personal" and spo["target_model"] == "mlp" and spo["steps"] == p.steps
+        assert spo["target_hidden"] == p.hidden == budgeted_options(exp, quick, "pfedhn", sizes)["mlp_hidden"]
+        assert budgeted_options(exp, quick, "pfedhn", sizes)["model"] == "mlp"
+        assert budgeted_options(exp, quick, "local", sizes) == {"protocol": p}
+        oracle = exp.oracle_options(quick)
+        assert oracle["heads"] == "personal" and oracle["protocol"] == p
+    assert exp.protocol_for(True).steps < exp.protocol_for(False).steps
     assert exp.published["table"] == "Table 3"
 
 
@@ -205,16 +212,15 @@ def test_reproduce_fashion_quick_runs_the_command_end_to_end(tmp_path, monkeypat
     small = dataclasses.replace(
         exp, regimes=(dataclasses.replace(exp.regimes[0], options=dict(exp.regimes[0].options, clients=4,
                                                                        samples=30)),),
-        quick_oracle={"epochs": 5},
-        quick=catalogue.Settings((0,), {"*": dict(exp.quick.method_options["*"], rounds=2),
-                                        "spo": dict(exp.quick.method_options["spo"], steps=20, search_steps=5)}))
+        quick=catalogue.Settings((0,), {"spo": dict(exp.quick.method_options["spo"], search_steps=5)}, steps=5))
     monkeypatch.setitem(catalogue.EXPERIMENTS, "fashion", small)
     out = tmp_path / "fashion"
     rc = cli.main(["reproduce", "fashion", "--quick", "--threads", "1", "--methods", "local,fedavg,spo,fedper",
                    "-o", str(out)])
     assert rc == 0, capsys.readouterr().err
     results = read_json(out / "results.json")
-    assert results["oracle"]["heads"] == "personal" and results["oracle"]["epochs"] == 5
+    assert results["oracle"]["heads"] == "personal"
+    assert results["budget"]["pathological"]["steps_per_client"] == 5
     run = results["regimes"][0]["runs"][0]
     assert run["exact"]["support"]["replicates"] == 50
     game = read_json(out / "runs" / "quick" / "pathological-seed0-game.json")

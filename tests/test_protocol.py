@@ -198,3 +198,16 @@ def test_quick_synthetic_budget_is_matched():
     assert rec["methods"]["federico"]["rounds"] == steps            # one full-batch step per round
     assert rec["methods"]["fedamp"]["rounds"] * 5 == steps          # five local steps per round
     assert rec["methods"]["local"] == {"protocol": "the protocol"}
+
+
+def test_personal_head_singletons_are_local_under_the_protocol():
+    """With personal heads (reproduce fashion) the singleton {i} — a body and i's head — is Local's model of i."""
+    fed = load("digits", seed=0, clients=3, samples=40)
+    p = TrainingProtocol(model="mlp", hidden=8, lr=0.01, steps=30)
+    oracle = ExhaustiveOracle(protocol=p, heads="personal", seed=1, device="cpu").fit(fed)
+    local = Local(protocol=p, seed=1, device="cpu").fit(fed)
+    assert oracle.config(fed)["heads"] == "personal"
+    for part, values in (("val", oracle.values_val_), ("test", oracle.values_test_)):
+        np.testing.assert_allclose(_utilities(local, part, fed.names), _singletons(values, fed.n), rtol=0, atol=1e-9)
+    # the rest of the game is not the singletons': personal heads on a shared body do change v_i(S)
+    assert not np.array_equal(values[0, 0b011], values[0, 0b001])
