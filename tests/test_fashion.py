@@ -177,9 +177,7 @@ def test_small_fashion_federation():
 
 # ---------------------------------------------------------------------------- coalitions reproduce fashion
 def test_fashion_experiment_is_the_table_3_stand_in():
-    from coalitions.learners.experiments.catalogue import EXPERIMENTS, PAPER_BASELINES
-
-    from coalitions.learners.experiments.catalogue import budgeted_options
+    from coalitions.learners.experiments.catalogue import EXPERIMENTS, PAPER_BASELINES, budgeted_options
 
     exp = EXPERIMENTS["fashion"]
     assert exp.oracle["heads"] == "personal" and exp.protocol.model == "mlp"

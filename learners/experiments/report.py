@@ -453,7 +453,7 @@ def report_markdown(results: dict) -> str:
             lines += ["### Figures", ""] + [f"![{f}]({f})" for f in figs] + [""]
         if f"convergence_{reg['name']}.png" in results.get("figures", []):
             lines += [f"![validation loss per round](convergence_{reg['name']}.png)", ""]
-            note = convergence_note(reg, (results.get("budget") or {}).get(reg["name"]) or {})
+            note = reg.get("convergence") or convergence_note(reg, (results.get("budget") or {}).get(reg["name"]) or {})
             lines += [note, ""] if note else []
     lines += ["## Published numbers", ""] + published_markdown(results)
     if results.get("plot_hint"):

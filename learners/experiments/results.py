@@ -203,17 +203,22 @@ class RegimeResult:
     clients: list[str]
     metric: str | None
     summary: dict
+    #: The report's sentence on the learners' convergence (``report.convergence_note``), or None.
+    convergence: str | None = None
 
     def to_json(self) -> dict:
-        return {"name": self.name, "title": self.title, "options": self.options,
-                "runs": [r.to_json() for r in self.runs], "clients": self.clients, "metric": self.metric,
-                "summary": self.summary}
+        out = {"name": self.name, "title": self.title, "options": self.options,
+               "runs": [r.to_json() for r in self.runs], "clients": self.clients, "metric": self.metric,
+               "summary": self.summary}
+        if self.convergence is not None:
+            out["convergence"] = self.convergence
+        return out
 
     @classmethod
     def from_json(cls, data) -> RegimeResult:
         _need(data, ("name", "title", "options", "runs", "clients", "metric", "summary"), "a regime")
         return cls(data["name"], data["title"], data["options"], [Run.from_json(r) for r in data["runs"]],
-                   data["clients"], data["metric"], data["summary"])
+                   data["clients"], data["metric"], data["summary"], data.get("convergence"))
 
 
 @dataclass

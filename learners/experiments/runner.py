@@ -753,7 +753,12 @@ def reproduce(name: str, out: str | Path, *, quick: bool = False, device: str = 
     results = run_experiment(exp, out, quick=quick, device=device, seeds=seeds, methods=methods, log=log,
                              progress=progress, backend=backend, address=address)
     out = Path(out)
-    files, hint = write_figures(_with_objects(results), out) if figures else ([], None)
+    live = _with_objects(results)
+    files, hint = write_figures(live, out) if figures else ([], None)
+    from coalitions.learners.experiments.report import convergence_note
+
+    for reg, reg_json in zip(results.regimes, live["regimes"], strict=True):
+        reg.convergence = convergence_note(reg_json, (live.get("budget") or {}).get(reg.name) or {}) or None
     results.figures = files
     results.plot_hint = hint
     write_results(results, out / "results.json")
