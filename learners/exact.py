@@ -217,6 +217,46 @@ def rescore(metric: str, y, scores, draws) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- batched training
+class _SubsetStepper:
+    """The optimiser of a stacked subset training (:func:`train_subsets`, :func:`train_subsets_personal`).
+
+    Without a protocol: PyTorch's Adam on all stacked parameters with a cosine-decayed learning
+    rate over ``total`` steps.  With one: the protocol's stacked optimiser and schedule
+    (:class:`~coalitions.learners.training.protocol.Scheduled`), the update Local applies.
+    """
+
+    def __init__(self, params: dict, lr: float, total: int, protocol=None):
+        import torch
+
+        self.protocol = protocol
+        if protocol is None:
+            self.opt = torch.optim.Adam(list(params.values()), lr=lr)
+            self.sched = torch.optim.lr_scheduler.CosineAnnealingLR(self.opt, T_max=max(1, total))
+        else:
+            from coalitions.learners.training.protocol import Scheduled
+
+            self.stacked = Scheduled(protocol, total)
+            self.state = self.stacked.init(params)
+            first = next(iter(params.values()))
+            self.every = torch.ones(first.shape[0], dtype=torch.bool, device=first.device)
+
+    def step(self, params: dict, loss) -> dict:
+        """One step on the scalar ``loss`` (the sum of every subset's objective); the parameters after it."""
+        import torch
+
+        if self.protocol is None:
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            self.sched.step()
+            return params
+        grads = dict(zip(params, torch.autograd.grad(loss, list(params.values())), strict=True))
+        with torch.no_grad():
+            new, self.state = self.stacked.step({k: v.detach() for k, v in params.items()}, grads, self.state,
+                                                self.every)
+        return {k: v.requires_grad_(True) for k, v in new.items()}
+
+
 def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
                   lr: float, l2: float = 0.0, batch_size: int | None = None, seed: int = 0,
                   progress: Callable[[int], None] | None = None, protocol=None) -> dict:
@@ -270,15 +310,7 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
     n = X.shape[0]
     bs = n if batch_size is None else max(1, min(int(batch_size), n))
     steps_per_epoch = math.ceil(n / bs)
-    if protocol is None:
-        opt = torch.optim.Adam(list(params.values()), lr=lr)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
-    else:
-        from coalitions.learners.training.protocol import Scheduled
-
-        stacked = Scheduled(protocol, epochs * steps_per_epoch)
-        state = stacked.init(params)
-        every = torch.ones(M, dtype=torch.bool, device=device)
+    stepper = _SubsetStepper(params, lr, epochs * steps_per_epoch, protocol)
     gen = torch.Generator().manual_seed(int(seed))
     from coalitions.learners.training.models import stacked_forward
 
@@ -293,16 +325,7 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
             mean = (W * per_client).sum(1) / count.clamp(min=1)
             if l2 and decay:
                 mean = mean + 0.5 * l2 * sum(params[k].pow(2).flatten(1).sum(1) for k in decay)
-            if protocol is not None:
-                grads = dict(zip(params, torch.autograd.grad(mean.sum(), list(params.values())), strict=True))
-                with torch.no_grad():
-                    new, state = stacked.step({k: v.detach() for k, v in params.items()}, grads, state, every)
-                params = {k: v.requires_grad_(True) for k, v in new.items()}
-                continue
-            opt.zero_grad(set_to_none=True)
-            mean.sum().backward()
-            opt.step()
-            sched.step()
+            params = stepper.step(params, mean.sum())
         if progress is not None:
             progress(epoch + 1)
     return {k: v.detach() for k, v in params.items()}
@@ -368,15 +391,7 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
     n = X.shape[0]
     bs = n if batch_size is None else max(1, min(int(batch_size), n))
     steps_per_epoch = math.ceil(n / bs)
-    if protocol is None:
-        opt = torch.optim.Adam(list(params.values()), lr=lr)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
-    else:
-        from coalitions.learners.training.protocol import Scheduled
-
-        stacked = Scheduled(protocol, epochs * steps_per_epoch)
-        state = stacked.init(params)
-        every = torch.ones(M, dtype=torch.bool, device=device)
+    stepper = _SubsetStepper(params, lr, epochs * steps_per_epoch, protocol)
     gen = torch.Generator().manual_seed(int(seed))
     for _epoch in range(epochs):
         order = None if batch_size is None else torch.randperm(n, generator=gen).to(device)
@@ -400,16 +415,7 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
                     total = total + 0.5 * l2 * params[k].pow(2).flatten(1).sum(1)
                 for k in head_decay:
                     total = total + 0.5 * l2 * (share * params[k].pow(2).flatten(2).sum(2)).sum(1)
-            if protocol is not None:
-                grads = dict(zip(params, torch.autograd.grad(total.sum(), list(params.values())), strict=True))
-                with torch.no_grad():
-                    new, state = stacked.step({k: v.detach() for k, v in params.items()}, grads, state, every)
-                params = {k: v.requires_grad_(True) for k, v in new.items()}
-                continue
-            opt.zero_grad(set_to_none=True)
-            total.sum().backward()
-            opt.step()
-            sched.step()
+            params = stepper.step(params, total.sum())
         if progress is not None:
             progress(_epoch + 1)
     return {k: v.detach() for k, v in params.items()}
