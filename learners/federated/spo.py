@@ -192,7 +192,6 @@ class FederatedSPO(SPO):
         from coalitions.learners.data.federation import METRIC_SENSE
         from coalitions.learners.data.metrics import loss_function
         from coalitions.learners.methods.spo.hypernetwork import ParetoHypernetwork
-        from coalitions.learners.methods.spo.oracle import SPOOracle
         from coalitions.learners.training.models import make_model
 
         self.check_params()
@@ -226,23 +225,9 @@ class FederatedSPO(SPO):
         t_train = time.perf_counter()
         self.history_ = self._train(fed)
         t_train = time.perf_counter() - t_train
-        self.hypernet_.eval()
-        for p in self.hypernet_.parameters():
-            p.requires_grad_(False)
-        self.search_ = RemoteSearch(self, self.hypernet_, self.spec_, self.loss_, None, self.device_, self.seed,
-                                    self.search_steps, self.starts, self.line_search)
-        self.oracle_ = SPOOracle(fed.names, self.search_, self.rule, self.threshold, self.tol, self.min_weight)
-        grand = (1 << fed.n) - 1
-        t_graph = time.perf_counter()
-        D, self.val_loss_ = self.oracle_.best_directions(grand)
-        self.oracle_.benefit_graph(grand)
-        t_graph = time.perf_counter() - t_graph
-        W = np.clip(D, 0, None)
-        self.weights_ = W / W.sum(axis=1, keepdims=True)
-        self.utilities_ = self.utilities_at(self.weights_)
-        self.fit_seconds_ = time.perf_counter() - t0
-        self.timings_ = {"train": t_train, "graph_all": t_graph, "total": self.fit_seconds_}
-        return self
+        return self._conclude(fed, lambda: RemoteSearch(self, self.hypernet_, self.spec_, self.loss_, None,
+                                                        self.device_, self.seed, self.search_steps, self.starts,
+                                                        self.line_search), t0, t_train)
 
 
 # --------------------------------------------------------------------------- the site's half

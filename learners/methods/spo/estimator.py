@@ -199,13 +199,18 @@ class SPO(Learner):
         t_train = time.perf_counter()
         self.history_ = self._train(fed)
         t_train = time.perf_counter() - t_train
+        search = HeadsDirectionSearch if self.heads == "personal" else DirectionSearch
+        return self._conclude(fed, lambda: search(self.hypernet_, self.spec_, self.loss_, self.val_, self.device_,
+                                                  self.seed, self.search_steps, self.starts, self.line_search),
+                              t0, t_train)
+
+    def _conclude(self, fed, make_search: Callable, t0: float, t_train: float) -> SPO:
+        """After training: freeze the hypernetwork, search every client's best direction on the
+        grand coalition's face, read ``BG(all)`` and the utilities there, record the timings."""
         self.hypernet_.eval()
         for p in self.hypernet_.parameters():
             p.requires_grad_(False)
-
-        search = HeadsDirectionSearch if self.heads == "personal" else DirectionSearch
-        self.search_ = search(self.hypernet_, self.spec_, self.loss_, self.val_, self.device_, self.seed,
-                                       self.search_steps, self.starts, self.line_search)
+        self.search_ = make_search()
         self.oracle_ = SPOOracle(fed.names, self.search_, self.rule, self.threshold, self.tol, self.min_weight)
         grand = (1 << fed.n) - 1
         t_graph = time.perf_counter()
