@@ -232,20 +232,13 @@ def server_learner(method: str, params: dict, sites: list[dict], dataset: str | 
     the learner's server step, its ``finish`` where that needs no data
     (FedAMP), its oracle and its estimate.
     """
-    from coalitions.learners.data.federation import METRIC_SENSE
+    from coalitions.learners.federated.protocol import described_federation
     from coalitions.learners.methods.base import default_model
     from coalitions.learners.training.engine import Engine
     from coalitions.learners.training.models import make_model
 
     learner = _create(method, params)
-    first = sites[0]
-    task = first["task"]
-    n_classes = first["n-classes"] or None
-    fed = SimpleNamespace(name=dataset or "site CSV files", options=dict(data_options), task=task,
-                          metric=first["metric"], sense=METRIC_SENSE[first["metric"]],
-                          names=tuple(d["name"] for d in sites), n=len(sites), n_classes=n_classes,
-                          input_shape=tuple(first["input-shape"]), planted_groups=None,
-                          n_outputs=n_classes if task == "multiclass" else 1)
+    fed = described_federation(sites, dataset, data_options)
     learner.federation_ = fed
     learner.model_ = learner.model or default_model(fed)
     learner.spec_ = make_model(learner.model_, fed.input_shape, fed.n_outputs, hidden=learner.hidden)

@@ -123,6 +123,27 @@ class Protocol:
 
 
 # --------------------------------------------------------------------------- coalitions
+def described_federation(sites: list, dataset: str | None, data_options: dict):
+    """The server's view of the federation, from the sites' ``describe`` replies: no data, only its shape.
+
+    A namespace with the attributes a learner reads off a
+    :class:`~coalitions.learners.data.federation.Federation` before training (name, options,
+    task, metric and its sense, client names, class count, input shape, outputs).
+    """
+    from types import SimpleNamespace
+
+    from coalitions.learners.data.federation import METRIC_SENSE
+
+    first = sites[0]
+    task = first["task"]
+    n_classes = first["n-classes"] or None
+    return SimpleNamespace(name=dataset or "site CSV files", options=dict(data_options), task=task,
+                           metric=first["metric"], sense=METRIC_SENSE[first["metric"]],
+                           names=tuple(d["name"] for d in sites), n=len(sites), n_classes=n_classes,
+                           input_shape=tuple(first["input-shape"]), planted_groups=None,
+                           n_outputs=n_classes if task == "multiclass" else 1)
+
+
 def coalition_masks(n: int) -> np.ndarray:
     """All non-empty coalitions ``1 .. 2^n − 1`` as bitmasks (bit ``i`` = site ``i``)."""
     return np.arange(1, 1 << n, dtype=np.int64)

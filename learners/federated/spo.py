@@ -41,7 +41,6 @@ not differentially private.
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -189,8 +188,8 @@ class FederatedSPO(SPO):
         """Train the hypernetwork through ``ask`` and expose the oracle, directions and utilities (as ``fit``)."""
         import time
 
-        from coalitions.learners.data.federation import METRIC_SENSE
         from coalitions.learners.data.metrics import loss_function
+        from coalitions.learners.federated.protocol import described_federation
         from coalitions.learners.methods.spo.hypernetwork import ParetoHypernetwork
         from coalitions.learners.training.models import make_model
 
@@ -200,14 +199,8 @@ class FederatedSPO(SPO):
                              "client's Jacobian with respect to the hypernetwork)")
         self._forget_estimate()
         t0 = time.perf_counter()
-        first = sites[0]
-        task = first["task"]
-        n_classes = first["n-classes"] or None
-        fed = SimpleNamespace(name=dataset or "site CSV files", options=dict(data_options), task=task,
-                              metric=first["metric"], sense=METRIC_SENSE[first["metric"]],
-                              names=tuple(d["name"] for d in sites), n=len(sites), n_classes=n_classes,
-                              input_shape=tuple(first["input-shape"]), planted_groups=None,
-                              n_outputs=n_classes if task == "multiclass" else 1)
+        fed = described_federation(sites, dataset, data_options)
+        task = fed.task
         self.federation_ = fed
         self.ask_ = ask
         self.device_ = torch.device("cpu")
