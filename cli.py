@@ -29,6 +29,7 @@ from coalitions.learners.data.datasets import LOADERS
 from coalitions.learners.data.datasets import OPTIONS as LOADER_OPTIONS
 from coalitions.learners.experiments.catalogue import EXPERIMENTS
 from coalitions.learners.methods.registry import METHODS, all_options
+from coalitions.numbers import NumberOverflow
 from coalitions.params import ParameterError
 
 FORMATS = click.Choice(["text", "json", "dot"])
@@ -896,7 +897,8 @@ def _run(argv) -> int:
             click.echo(f"coalitions: {e.args[0]}", err=True)
         return 1
     except co.InputError as e:
-        click.echo(f"coalitions: error: {' '.join(str(e).splitlines())}", err=True)  # one line, always
+        where = f"{', '.join(INPUT.given)}: " if isinstance(e, NumberOverflow) and INPUT.given else ""
+        click.echo(f"coalitions: error: {where}{' '.join(str(e).splitlines())}", err=True)  # one line, always
         return 2
     except getattr(click.exceptions, "NoArgsIsHelpError", ()) as e:  # click >= 8.2: no arguments given
         click.echo(e.ctx.get_help() if e.ctx else str(e))

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from .game import Game
+from .numbers import finite
 from .partition import block_of, check_partition
 from .payoffs import payoff_table
 
@@ -45,7 +46,8 @@ def benefits(game: Game, partition, semantics: str = "personalized") -> np.ndarr
     partition = check_partition(game, partition)
     pay = payoff_table(game, semantics)
     clients = np.arange(game.n)
-    return pay[clients, block_of(game, partition)] - pay[clients, 1 << clients]
+    return finite(lambda: pay[clients, block_of(game, partition)] - pay[clients, 1 << clients],
+                  lambda at: f"the gain of client {game.clients[at[0]]!r} (payoff minus payoff alone)")
 
 
 def contributions(game: Game, partition, semantics: str = "personalized") -> np.ndarray:
@@ -53,16 +55,22 @@ def contributions(game: Game, partition, semantics: str = "personalized") -> np.
     partition = check_partition(game, partition)
     pay = payoff_table(game, semantics)
     where = block_of(game, partition)
-    out = np.full((game.n, game.n), np.nan)
-    for i in range(game.n):
-        k = int(where[i])
-        rest = k & ~(1 << i)
-        for j in range(game.n):
-            if j != i and rest >> j & 1:
-                out[i, j] = pay[j, k] - pay[j, rest]
-    return out
+
+    def table() -> np.ndarray:
+        out = np.full((game.n, game.n), np.nan)
+        for i in range(game.n):
+            k = int(where[i])
+            rest = k & ~(1 << i)
+            for j in range(game.n):
+                if j != i and rest >> j & 1:
+                    out[i, j] = pay[j, k] - pay[j, rest]
+        return out
+
+    return finite(table, lambda at: f"what client {game.clients[at[1]]!r} loses without "
+                                    f"{game.clients[at[0]]!r} (its contribution)")
 
 
 def total_contributions(game: Game, partition, semantics: str = "personalized") -> np.ndarray:
     """``c_i = Σ_j c[i, j]``: everything the others in ``i``'s block would lose without it (0 alone)."""
-    return np.nansum(contributions(game, partition, semantics), axis=1)
+    c = contributions(game, partition, semantics)
+    return finite(lambda: np.nansum(c, axis=1), lambda at: f"the contribution of client {game.clients[at[0]]!r}")

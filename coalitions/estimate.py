@@ -42,13 +42,17 @@ from coalitions.errors import InputError
 from coalitions.game import check_client_names
 from coalitions.graph import BenefitGraph, BenefitOracle
 from coalitions.io import benefit_graph_to_json, read_json, write_json
+from coalitions.numbers import to_float
 from coalitions.oracles import check_weights
 from coalitions.peeling import Peeling, peel_oracle
 
-__all__ = ["ESTIMATE_FORMAT", "Estimate", "estimate_to_json", "estimate_from_json", "read_estimate",
+__all__ = ["ESTIMATE_FORMAT", "MAX_ESTIMATE_CLIENTS", "Estimate", "estimate_to_json", "estimate_from_json", "read_estimate",
            "write_estimate", "build_estimate"]
 
 ESTIMATE_FORMAT = "coalitions/estimate@1"
+#: Most clients an estimate may have (docs/formats.md): its benefit graph and weight matrix hold N^2
+#: entries, 16.8 million at this limit, which the reader checks in about 10 s on one core.
+MAX_ESTIMATE_CLIENTS = 4096
 
 
 # --------------------------------------------------------------------------- names
@@ -116,7 +120,8 @@ class Estimate:
             table = (self.utilities or {}).get(part)
             if not isinstance(table, Mapping) or any(c not in table for c in clients):
                 raise InputError(f"utilities[{part!r}] must give a number for every client")
-            util[part] = {c: float(table[c]) for c in clients}
+            util[part] = {c: to_float(table[c], f"utilities[{part!r}] of client {c!r}", allow_none=True)
+                          for c in clients}
         object.__setattr__(self, "utilities", util)
         if self.benefit_graph.clients != clients:
             raise InputError("the benefit graph's clients differ from the estimate's")
@@ -197,12 +202,15 @@ def _names_list(value, field_name: str, index: Mapping[str, int], *, allow_empty
     if not isinstance(value, list) or (not value and not allow_empty):
         raise InputError(f"field {field_name!r} must be a {'' if allow_empty else 'non-empty '}list of client names")
     out = []
+    seen: set[int] = set()  # linear in the list's length (a list's `in` made the reader cubic)
     for name in value:
         if not isinstance(name, str) or name not in index:
             raise InputError(f"field {field_name!r} names unknown client {name!r}")
-        if index[name] in out:
+        i = index[name]
+        if i in seen:
             raise InputError(f"field {field_name!r} names client {name!r} twice")
-        out.append(index[name])
+        seen.add(i)
+        out.append(i)
     return out
 
 
@@ -224,6 +232,9 @@ def estimate_from_json(data: Mapping[str, Any]) -> Estimate:
     for key in required:
         if key not in data:
             raise InputError(f"missing field {key!r}")
+    if isinstance(data["clients"], list) and len(data["clients"]) > MAX_ESTIMATE_CLIENTS:
+        raise InputError(f"field 'clients' lists {len(data['clients']):,} clients; an estimate holds at most "
+                         f"{MAX_ESTIMATE_CLIENTS:,} (its benefit graph and weights grow as N^2)")
     clients = _check_client_names(data["clients"], "field 'clients'")
     index = {c: i for i, c in enumerate(clients)}
     method = data["method"]
@@ -244,10 +255,8 @@ def estimate_from_json(data: Mapping[str, Any]) -> Estimate:
         if not isinstance(weights, list) or not all(isinstance(r, list) for r in weights):
             raise InputError("field 'weights' must be null or a list of rows")
         for i, row in enumerate(weights):
-            for x in row:
-                if isinstance(x, bool) or not isinstance(x, (int, float)):
-                    who = clients[i] if i < len(clients) else f"#{i}"
-                    raise InputError(f"field 'weights': row of client {who!r} holds a non-number {x!r}")
+            who = clients[i] if i < len(clients) else f"#{i}"
+            weights[i] = [to_float(x, f"field 'weights': an entry in the row of client {who!r}") for x in row]
         weights = check_weights(weights, clients, "field 'weights'")
 
     util = data["utilities"]
@@ -265,12 +274,7 @@ def estimate_from_json(data: Mapping[str, Any]) -> Estimate:
         for name in clients:
             if name not in table:
                 raise InputError(f"field 'utilities.{part}' lacks client {name!r}")
-            x = table[name]
-            if x is None:
-                x = float("nan")
-            elif isinstance(x, bool) or not isinstance(x, (int, float)):
-                raise InputError(f"field 'utilities.{part}' of client {name!r} is not a number: {x!r}")
-            row[name] = float(x)
+            row[name] = to_float(table[name], f"field 'utilities.{part}' of client {name!r}", allow_none=True)
         utilities[part] = row
 
     bg = data["benefit_graph"]

@@ -30,6 +30,7 @@ import numpy as np
 
 from .bitmask import all_masks, contains, members
 from .errors import InputError
+from .numbers import float_array, to_float
 
 __all__ = ["Game", "MAX_CLIENTS", "SENSES", "coalition_key", "parse_coalition", "check_client_names",
            "check_size"]
@@ -204,7 +205,7 @@ class Game:
         given = np.asarray(values)
         if given.dtype.kind not in "fiu":
             given = np.asarray(values, dtype=np.float64)
-        arr = given.astype(dtype, copy=False)
+        arr = float_array(given, "values", dtype)
         if arr.dtype != given.dtype and dtype == "float32" and not _same_numbers(arr, given):
             raise InputError("values are not all float32 numbers; round them with "
                              "coalitions.precision.to_float32(game, tol), which checks that no answer changes")
@@ -247,15 +248,7 @@ class Game:
                     raise InputError(f"coalition {key!r} listed under client {name!r} does not contain {name!r}")
                 if not np.isnan(arr[i, m]):
                     raise InputError(f"coalition {key!r} of client {name!r} is given twice")
-                if isinstance(x, bool) or not isinstance(x, (int, float)):
-                    raise InputError(f"value of client {name!r} for coalition {key!r} is not a number: {x!r}")
-                try:
-                    x = float(x)
-                except OverflowError:
-                    raise InputError(f"value of client {name!r} for coalition {key!r} is too large for a float") from None
-                if not np.isfinite(x):
-                    raise InputError(f"value of client {name!r} for coalition {key!r} is not finite ({x})")
-                arr[i, m] = float(x)
+                arr[i, m] = to_float(x, f"value of client {name!r} for coalition {key!r}")
         missing = [c for c in clients if c not in values]
         if missing:
             raise InputError(f"no values given for client {missing[0]!r}")

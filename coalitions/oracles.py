@@ -57,7 +57,7 @@ def check_weights(weights, clients: Sequence[str], where: str = "'weights'") -> 
     n = len(clients)
     try:
         w = np.array(weights, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"{where} must be an {n}x{n} matrix of numbers") from None
     if w.shape != (n, n):
         raise InputError(f"{where} must be an {n}x{n} matrix (one row per client), got shape {w.shape}")

@@ -33,6 +33,7 @@ import numpy as np
 
 from .errors import InputError
 from .game import SENSES, Game, check_client_names
+from .numbers import float_array
 
 __all__ = ["Replicates", "MAX_REPLICATE_VALUES", "MAX_REPLICATES", "check_count"]
 
@@ -97,7 +98,7 @@ class Replicates:
     @classmethod
     def from_array(cls, values, clients: Sequence[str], sense: str = "max") -> Replicates:
         """Build from a dense ``(B, N, 2**N)`` array given in ``sense``."""
-        arr = np.asarray(values, dtype=np.float64)
+        arr = float_array(values, "replicates")
         if sense not in SENSES:
             raise InputError(f"'sense' must be 'max' or 'min', got {sense!r}")
         return cls(tuple(clients), arr if sense == "max" else -arr, sense)

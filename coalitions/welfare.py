@@ -52,6 +52,7 @@ from .bitmask import all_masks, popcount, submasks
 from .brute_force import MAX_ENUMERATE, bell
 from .errors import InputError
 from .game import Game
+from .numbers import finite, to_float
 from .partition import check_partition
 from .payoffs import check_semantics, payoff_table
 from .stable import NOTIONS, stable_partitions
@@ -104,11 +105,10 @@ def resolve_weights(game: Game, spec: str | Sequence[float] | Mapping[str, float
             raise InputError(f"{len(values)} weights for {n} clients")
     out = np.empty(n)
     for i, x in enumerate(values):
-        if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
-            raise InputError(f"weight of client {game.clients[i]!r} is not a number: {x!r}")
-        if not (math.isfinite(float(x)) and float(x) > 0):
-            raise InputError(f"weight of client {game.clients[i]!r} must be a positive number, got {x!r}")
-        out[i] = float(x)
+        what = f"weight of client {game.clients[i]!r}"
+        out[i] = to_float(x, what)
+        if not out[i] > 0:
+            raise InputError(f"{what} must be a positive number, got {x!r}")
     return out
 
 
@@ -137,14 +137,16 @@ def _parse_pairs(game: Game, text: str) -> list[float]:
 def coalition_welfare(game: Game, weights: np.ndarray, semantics: str = "personalized") -> np.ndarray:
     """``w[K] = Σ_{i∈K} ω_i·payoff_i(K)`` for every coalition bitmask (``w[0] = 0``)."""
     pay = payoff_table(game, semantics)
-    return np.nansum(np.asarray(weights, float)[:, None] * pay, axis=0)
+    return finite(lambda: np.nansum(np.asarray(weights, float)[:, None] * pay, axis=0),
+                  lambda at: f"the weighted welfare of coalition {game.key(at[0])!r}")
 
 
 def partition_welfare(game: Game, partition, weights: np.ndarray, semantics: str = "personalized") -> float:
     """``W(P) = Σ_{K∈P} w(K)`` in internal (higher-is-better) units."""
     pay = payoff_table(game, semantics)
-    return float(sum(weights[i] * pay[i, k] for k in check_partition(game, partition)
-                     for i in range(game.n) if k >> i & 1))
+    blocks = check_partition(game, partition)
+    return float(finite(lambda: sum(weights[i] * pay[i, k] for k in blocks for i in range(game.n) if k >> i & 1),
+                        "the weighted welfare of the partition"))
 
 
 def _bits(masks: np.ndarray, count: int) -> np.ndarray:
@@ -239,7 +241,8 @@ def optimal_partitions(w: np.ndarray, f: np.ndarray, tol: float = 1e-9,
             continue
         low = s & -s
         ks = submasks(s ^ low) | low
-        vals = w[ks] + f[s ^ ks]
+        with np.errstate(over="ignore"):  # a sum beyond -1.8e308 is -inf: far from optimal, correctly
+            vals = w[ks] + f[s ^ ks]
         for k in ks[vals >= f[s] - tol][::-1]:
             stack.append((s ^ int(k), blocks + (int(k),), got + float(w[k])))
     return sorted(found), False
@@ -255,9 +258,9 @@ def price(optimum: float, stable: float, tol: float = 0.0) -> float | None:
     if abs(optimum - stable) <= tol:
         return 1.0
     if optimum < 0 and stable < 0:
-        return stable / optimum
+        return float(finite(lambda: np.float64(stable) / optimum, "the price (stable over optimal welfare)"))
     if optimum > 0 and stable > 0:
-        return optimum / stable
+        return float(finite(lambda: np.float64(optimum) / stable, "the price (optimal over stable welfare)"))
     return None
 
 
@@ -336,7 +339,7 @@ def welfare(game: Game, weights: str | Sequence[float] | Mapping[str, float] = "
         raise InputError(f"tolerance must be a finite number >= 0, got {tol!r}")
     omega = resolve_weights(game, weights)
     w = coalition_welfare(game, omega, semantics)
-    f = structure_values(w, progress=progress)
+    f = finite(lambda: structure_values(w, progress=progress), "the welfare of a partition (a sum of coalitions)")
     optima, truncated = optimal_partitions(w, f, tol, max_optima)
     loss = game.sense == "min"
     sign = -1.0 if loss else 1.0  # internal welfare → reported cost / welfare
@@ -348,7 +351,8 @@ def welfare(game: Game, weights: str | Sequence[float] | Mapping[str, float] = "
     else:
         found = stable_partitions(game, stability, semantics, tol, max_clients=max_enumerate,
                                   progress=enumeration_progress)
-        scored = sorted(((p, float(sum(w[k] for k in p))) for p in found), key=lambda t: -t[1])
+        scored = sorted(((p, float(finite(lambda p=p: sum(w[k] for k in p), "the welfare of a stable partition")))
+                         for p in found), key=lambda t: -t[1])
         stable = tuple((p, sign * x) for p, x in scored)
         if not scored:
             notes.append(f"no partition is {stability.replace('_', ' ') if stability != 'ce' else 'a CE'} "
