@@ -479,7 +479,7 @@ def planted(groups, noise, ties, seed, dtype, output):
     sizes = _numbers(groups, "--groups", int)
     if any(g <= 0 for g in sizes):
         raise co.InputError(f"--groups: group sizes must be positive integers, got {groups!r}")
-    _check_game_size(sum(sizes), output, "--groups")
+    _check_game_size(sum(sizes), output, "--groups", 4 if dtype == "float32" else 8)
     try:
         g = co.planted(sizes, noise, ties, seed, dtype=dtype)
     except MemoryError:
@@ -488,10 +488,10 @@ def planted(groups, noise, ties, seed, dtype, output):
     _write(g, output)
 
 
-def _check_game_size(n: int, output: str, option: str) -> None:
-    """Refuse, before generating anything, a game the readers would refuse (coalitions.io limits)."""
+def _check_game_size(n: int, output: str, option: str, itemsize: int = 8) -> None:
+    """Refuse, before generating anything, a game the readers would refuse (coalitions.io limits) or memory cannot hold."""
     try:
-        co.game.check_size(n)
+        co.game.check_size(n, itemsize=itemsize)
     except co.InputError as e:
         raise co.InputError(f"{option}: {e}") from None
     cio.check_game_output(n, output)

@@ -162,9 +162,9 @@ def planted(groups: Sequence[int], noise: float = 0.05, ties: float = 0.0, seed:
         raise InputError(f"group sizes must be positive integers, got {list(groups)}")
     if not (math.isfinite(noise) and noise >= 0 and math.isfinite(ties) and ties >= 0):
         raise InputError(f"noise and ties must be finite and non-negative, got {noise} and {ties}")
-    N = check_size(sum(sizes))  # before anything of size N or 2^N is allocated
     if dtype not in ("float64", "float32"):
         raise InputError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    N = check_size(sum(sizes), itemsize=np.dtype(dtype).itemsize)  # before anything of size 2^N is allocated
     if clients is not None and len(clients) != N:
         raise InputError(f"{len(clients)} names for {N} clients")
     names = [f"c{i}" for i in range(N)] if clients is None else list(clients)

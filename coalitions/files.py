@@ -127,11 +127,27 @@ def open_input(path: str | os.PathLike, max_bytes: int | None = None, what: str 
         yield f
 
 
+def _read_all(f: BinaryIO, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes, in a buffer sized by the file, not by the limit.
+
+    ``f.read(max_bytes + 1)`` would reserve the whole limit (1 GiB for a JSON
+    file) before reading a 700-byte game; the file's size is read first and
+    anything beyond it (a file growing, a size-less procfs file) in 1 MiB steps.
+    """
+    size = os.fstat(f.fileno()).st_size
+    parts = [f.read(min(size, max_bytes) + 1)]
+    total = len(parts[0])
+    while parts[-1] and total > size and total <= max_bytes:
+        parts.append(f.read(min(1 << 20, max_bytes + 1 - total)))
+        total += len(parts[-1])
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def read_bytes(path: str | os.PathLike, max_bytes: int, what: str = "this file") -> bytes:
     """The whole content of a regular file of at most ``max_bytes`` (see :func:`open_input`)."""
     with open_input(path, max_bytes, what) as f:
         try:
-            data = f.read(max_bytes + 1)
+            data = _read_all(f, max_bytes)
         except MemoryError:
             _fail(path, f"out of memory reading it (limit {_human(max_bytes)})")
         except OSError as e:

@@ -31,6 +31,7 @@ import numpy as np
 from .bitmask import all_masks, contains, members
 from .errors import InputError
 from .numbers import float_array, to_float
+from .resources import check_memory, game_bytes
 
 __all__ = ["Game", "MAX_CLIENTS", "SENSES", "coalition_key", "parse_coalition", "check_client_names",
            "check_size"]
@@ -86,16 +87,21 @@ def check_client_names(clients: Sequence[object], where: str = "'clients'", pref
     return tuple(name for name in clients if isinstance(name, str))  # all of them (checked above)
 
 
-def check_size(n: int, what: str = "") -> int:
+def check_size(n: int, what: str = "", itemsize: int = 8) -> int:
     """``n`` if an exhaustive game of ``n`` clients can be held, else :class:`InputError`.
 
     The one size limit (:data:`MAX_CLIENTS`), used by the readers before they
-    read values and by the generators before they allocate ``N·2^N`` floats.
+    read values and by the generators before they allocate ``N·2^N`` floats;
+    it also checks the job's peak memory (:func:`coalitions.resources.game_bytes`
+    of ``itemsize``-byte values) against what the machine will give
+    (:func:`coalitions.resources.check_memory`); ``itemsize=0`` skips that
+    check, for a game already in memory.
     """
     if n > MAX_CLIENTS:
         need = f"{n * 8 * 2 ** n / 2 ** 30:,.0f} GiB" if n < 64 else "more memory than exists"
         raise InputError(f"{what}{n} clients: exhaustive games hold at most {MAX_CLIENTS} "
                          f"({n}·2^{n} values would need {need})")
+    check_memory(game_bytes(n, itemsize), f"{what}a {n}-client game")
     return n
 
 

@@ -74,7 +74,7 @@ def to_float(x: Any, what: str, *, allow_none: bool = False) -> float:
     what : str
         The field, in the message (``"value of client 'a' for coalition 'a,b'"``).
     allow_none : bool
-        Return NaN for ``None`` (a JSON ``null`` where the format allows a gap).
+        Return NaN for ``None`` or NaN (a JSON ``null`` where the format allows a gap).
     """
     if x is None and allow_none:
         return math.nan
@@ -84,12 +84,12 @@ def to_float(x: Any, what: str, *, allow_none: bool = False) -> float:
         if not np.isfinite(x):
             raise InputError(f"{what} is not finite ({x})")
         if abs(x) > LARGEST:
-            raise InputError(f"{what} is {x}, too large for a float (largest {LARGEST:.2g})")
+            raise InputError(f"{what} is {str(x)}, too large for a float (largest {LARGEST:.2g})")
     try:
         y = float(x)
     except OverflowError:
         raise InputError(f"{what} is {_show(x)}, too large for a float (largest {LARGEST:.2g})") from None
-    if not math.isfinite(y):
+    if not math.isfinite(y) and not (allow_none and math.isnan(y)):
         raise InputError(f"{what} is not finite ({y})")
     return y
 
@@ -125,7 +125,7 @@ def float_array(a: np.ndarray, what: str, dtype: Any = np.float64) -> np.ndarray
         grew = np.isinf(out) & ~np.isinf(a) if a.dtype.kind == "f" else np.isinf(out)
     if grew.any():
         where = tuple(int(i) for i in np.argwhere(grew)[0])
-        raise InputError(f"{what}: entry {where} is {a[where]!r}, too large for {np.dtype(dtype).name} "
+        raise InputError(f"{what}: entry {where} is {str(a[where])}, too large for {np.dtype(dtype).name} "
                          f"(largest {np.finfo(dtype).max:.2g})")
     return out
 

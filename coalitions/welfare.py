@@ -351,8 +351,8 @@ def welfare(game: Game, weights: str | Sequence[float] | Mapping[str, float] = "
     else:
         found = stable_partitions(game, stability, semantics, tol, max_clients=max_enumerate,
                                   progress=enumeration_progress)
-        scored = sorted(((p, float(finite(lambda p=p: sum(w[k] for k in p), "the welfare of a stable partition")))
-                         for p in found), key=lambda t: -t[1])
+        sums = finite(lambda: np.array([w[list(p)].sum() for p in found]), "the welfare of a stable partition")
+        scored = sorted(zip(found, sums.tolist(), strict=True), key=lambda t: -t[1])
         stable = tuple((p, sign * x) for p, x in scored)
         if not scored:
             notes.append(f"no partition is {stability.replace('_', ' ') if stability != 'ce' else 'a CE'} "

@@ -47,7 +47,7 @@ MALFORMED_FAULTS = {
     "nan.json": "client 'a' for coalition 'a,b' is not finite",
     "infinity.json": "client 'a' for coalition 'a,b' is not finite",
     "overflow.json": "client 'a' for coalition 'a,b' is not finite",
-    "huge-integer.json": "client 'a' for coalition 'a,b' is too large",
+    "huge-integer.json": "client 'a' for coalition 'a,b' is 1000...000 (401 digits), too large for a float",
     "string-value.json": "client 'a' for coalition 'a,b' is not a number",
     "boolean-value.json": "client 'a' for coalition 'a,b' is not a number",
     "client-twice-in-key.json": "coalition 'a,a' names client 'a' twice",

@@ -221,7 +221,7 @@ def test_weights():
 @pytest.mark.parametrize("spec, fault", [
     ("a=1,b=2", "client 'c' has no weight"), ("a=1,b=2,c=3,a=4", "client 'a' is given twice"),
     ("a=1,b=2,z=3", "unknown client 'z'"), ("a=1,b=x,c=1", "weight of client 'b' is not a number"),
-    ("a=1,b=0,c=1", "must be a positive number"), ("a=1,b=inf,c=1", "must be a positive number"),
+    ("a=1,b=0,c=1", "must be a positive number"), ("a=1,b=inf,c=1", "weight of client .b. is not finite"),
     ("median", "name=number pairs"), ([1, 2], "2 weights for 3 clients"),
 ])
 def test_bad_weights(spec, fault):
