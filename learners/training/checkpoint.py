@@ -13,7 +13,14 @@ archive (no pickle) holding
 * the state, a tree of dicts and lists whose leaves are arrays, tensors and JSON
   numbers or strings: the tree's skeleton as JSON, every array or tensor as its
   own member (tensors come back as tensors, on the caller's device);
-* ``meta``: JSON-ready notes (a loss history, the engine chosen).
+* ``meta``: JSON-ready notes (a loss history, the engine chosen);
+* ``checksum``: SHA-256 of all of the above (:func:`_checksum`), so that a
+  checkpoint re-saved with edited values is refused instead of resumed from.
+
+Reading it back, every fault of the content -- a string or object array where
+numbers belong, a skeleton nested deeper than :data:`MAX_DEPTH`, a node of
+unknown kind, a checksum that does not match -- is one
+:class:`~coalitions.errors.InputError` naming the checkpoint.
 
 Files are read through :func:`coalitions.files.open_input` (regular files only, size
 limit first) and replaced by :func:`coalitions.files.write_file` (a temporary file, then
@@ -31,11 +38,14 @@ import numpy as np
 
 from coalitions.errors import InputError
 from coalitions.files import open_input, write_file
-from coalitions.io import MAX_NPZ_BYTES
+from coalitions.io import MAX_NPZ_BYTES, parse_json
+from coalitions.numbers import to_int
 
 __all__ = ["CHECKPOINT_FORMAT", "fingerprint", "federation_arrays", "save_state", "load_state", "Checkpoint"]
 
 CHECKPOINT_FORMAT = "coalitions/checkpoint@1"
+#: Deepest skeleton read back (the learners' states are at most about 5 levels deep).
+MAX_DEPTH = 64
 
 
 def fingerprint(config: dict, arrays=()) -> str:
@@ -73,18 +83,46 @@ def _pack(x, arrays: list):
     raise TypeError(f"a checkpoint cannot hold a {type(x).__name__}")
 
 
-def _unpack(node, arrays, device):
-    if "dict" in node:
-        return {k: _unpack(v, arrays, device) for k, v in node["dict"].items()}
-    if "list" in node:
-        return [_unpack(v, arrays, device) for v in node["list"]]
-    if "array" in node:
-        return arrays[f"a{node['array']}"]
-    if "tensor" in node:
+class _Bad(Exception):
+    """A fault of a checkpoint's content (the reader adds the file name)."""
+
+
+def _unpack(node, arrays, device, depth: int = 0):
+    if depth > MAX_DEPTH:
+        raise _Bad(f"its state is nested deeper than {MAX_DEPTH} levels")
+    if not isinstance(node, dict) or len(node) != 1:
+        raise _Bad(f"its skeleton holds a node that is not one of dict, list, array, tensor, value: {node!r:.60}")
+    (kind, x), = node.items()
+    if kind == "dict" and isinstance(x, dict):
+        return {k: _unpack(v, arrays, device, depth + 1) for k, v in x.items()}
+    if kind == "list" and isinstance(x, list):
+        return [_unpack(v, arrays, device, depth + 1) for v in x]
+    if kind in ("array", "tensor"):
+        a = arrays.get(f"a{x}") if isinstance(x, int) and not isinstance(x, bool) else None
+        if a is None:
+            raise _Bad(f"its skeleton names a missing array {x!r:.40}")
+        if a.dtype.kind not in "biuf":
+            raise _Bad(f"array a{x} holds {a.dtype} data, not numbers")
+        if kind == "array":
+            return a
         import torch
 
-        return torch.from_numpy(arrays[f"a{node['tensor']}"]).to(device)
-    return node["value"]
+        return torch.from_numpy(a).to(device)
+    if kind == "value" and (x is None or isinstance(x, (bool, int, float, str))):
+        return x
+    raise _Bad(f"its skeleton holds an unknown node {kind!r:.40}")
+
+
+def _checksum(fields: dict) -> str:
+    """SHA-256 of every member but ``checksum``, each as its name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(fields):
+        if name == "checksum":
+            continue
+        a = np.ascontiguousarray(fields[name])
+        h.update(str((name, a.dtype.str, a.shape)).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def save_state(path, key: str, progress: int, state: dict, meta: dict | None = None) -> None:
@@ -92,10 +130,11 @@ def save_state(path, key: str, progress: int, state: dict, meta: dict | None = N
     path = Path(path)
     arrays: list[np.ndarray] = []
     skeleton = json.dumps(_pack(state, arrays))
-    write_file(path, lambda fh: np.savez(
-        fh, format=np.array(CHECKPOINT_FORMAT), key=np.array(key), progress=np.array(int(progress)),
-        skeleton=np.array(skeleton), meta=np.array(json.dumps(meta or {})),
-        **{f"a{i}": a for i, a in enumerate(arrays)}))
+    fields = {"format": np.array(CHECKPOINT_FORMAT), "key": np.array(key), "progress": np.array(int(progress)),
+              "skeleton": np.array(skeleton), "meta": np.array(json.dumps(meta or {})),
+              **{f"a{i}": a for i, a in enumerate(arrays)}}
+    fields["checksum"] = np.array(_checksum(fields))
+    write_file(path, lambda fh: np.savez(fh, **fields))
 
 
 def load_state(path, key: str, device="cpu"):
@@ -112,13 +151,22 @@ def load_state(path, key: str, device="cpu"):
             fields = {name: z[name] for name in z.files}
         fmt, found = str(fields.get("format", "")), str(fields.get("key", ""))
         if fmt == CHECKPOINT_FORMAT and found == key:
+            if str(fields.get("checksum", "")) != _checksum(fields):
+                raise _Bad("its checksum does not match its content (edited or damaged)")
             arrays = {name: a for name, a in fields.items() if name[:1] == "a" and name[1:].isdigit()}
-            progress = int(fields["progress"])
-            state = _unpack(json.loads(str(fields["skeleton"])), arrays, device)
-            meta = json.loads(str(fields["meta"]))
-    except InputError:
-        raise
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as e:
+            progress = to_int(fields["progress"][()], "its progress", low=0)
+            state = _unpack(parse_json(str(fields["skeleton"])), arrays, device)
+            meta = parse_json(str(fields["meta"]))
+    except InputError as e:
+        if str(e).startswith(f"{path}: "):  # from the file gate: missing, not a regular file, too large
+            raise
+        raise InputError(f"{path}: not a usable checkpoint: {e}; delete it to start afresh") from None
+    except _Bad as e:
+        raise InputError(f"{path}: not a usable checkpoint: {e}; delete it to start afresh") from None
+    except RecursionError:
+        raise InputError(f"{path}: not a usable checkpoint: its state is nested too deeply; "
+                         "delete it to start afresh") from None
+    except (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile, EOFError) as e:
         raise InputError(f"{path}: not a readable checkpoint ({e.__class__.__name__}); "
                          "delete it to start afresh") from None
     if fmt != CHECKPOINT_FORMAT:
@@ -158,7 +206,7 @@ class Checkpoint:
         _, state, _ = loaded
         done = state.get("done") if isinstance(state, dict) else None
         arrays = state.get("arrays", {}) if isinstance(state, dict) else {}
-        if (not isinstance(done, np.ndarray) or done.shape != self.done.shape
+        if (not isinstance(done, np.ndarray) or not isinstance(arrays, dict) or done.shape != self.done.shape
                 or set(arrays) != set(self.arrays)
                 or any(arrays[k].shape != v.shape for k, v in self.arrays.items())):
             raise InputError(f"{self.path}: checkpoint of a different run (data, model, options or seed "
