@@ -48,7 +48,9 @@ def _name_fault(name: str) -> str | None:
     must be valid Unicode (no lone surrogate: a ``"\\ud800"`` escape in JSON, or
     an undecodable byte on the command line), hold no control character (a
     newline or NUL would split a table line or a C string) and no line or
-    paragraph separator, and not contain the separators ``,`` and ``|``.
+    paragraph separator, no invisible format character (category ``Cf``: a
+    zero-width space, a bidi override that makes ``"ab"`` print as ``"ba"``),
+    and not contain the separators ``,`` and ``|``.
     """
     for ch in name:
         cat = unicodedata.category(ch)
@@ -58,6 +60,9 @@ def _name_fault(name: str) -> str | None:
             return "may not contain control characters (newline, tab, NUL, ...)"
         if cat in ("Zl", "Zp"):
             return "may not contain line or paragraph separators"
+        if cat == "Cf":
+            return (f"may not contain invisible format characters (it holds U+{ord(ch):04X} "
+                    f"{unicodedata.name(ch, 'a format character')}: zero-width, bidi controls, ...)")
     if "," in name or "|" in name or name != name.strip():
         return "may not contain ',' or '|' or surrounding spaces"
     return None
@@ -70,11 +75,14 @@ def check_client_names(clients: Sequence[object], where: str = "'clients'", pref
     every generator and the command line's ``--names`` call it.  ``where``
     names the list in the empty-list message, ``prefix`` starts the others.
     Names are shown with ``repr`` in messages, so a hostile name never breaks
-    the one-line error.
+    the one-line error.  Two names equal after Unicode NFKC normalisation
+    (``"é"`` precomposed and ``"e"`` + combining acute; ``"ﬁ"`` and ``"fi"``)
+    print alike and are refused as the same name.
     """
     if isinstance(clients, (str, bytes)) or not isinstance(clients, Sequence) or len(clients) == 0:
         raise InputError(f"{where} must be a non-empty list of names")
-    seen = set()
+    seen: set[str] = set()
+    normal: dict[str, str] = {}
     for name in clients:
         if not isinstance(name, str) or not name.strip():
             raise InputError(f"{prefix}client name {name!r} must be a non-empty string")
@@ -83,7 +91,12 @@ def check_client_names(clients: Sequence[object], where: str = "'clients'", pref
             raise InputError(f"{prefix}client name {name!r} {fault}")
         if name in seen:
             raise InputError(f"{prefix}client {name!r} is listed twice")
+        key = unicodedata.normalize("NFKC", name)
+        if key in normal:
+            raise InputError(f"{prefix}client names {ascii(normal[key])} and {ascii(name)} are the same after "
+                             "Unicode normalisation (NFKC); they would print alike")
         seen.add(name)
+        normal[key] = name
     return tuple(name for name in clients if isinstance(name, str))  # all of them (checked above)
 
 
