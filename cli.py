@@ -21,6 +21,7 @@ import click
 
 import coalitions as co
 from coalitions import io as cio
+from coalitions import options as option_checks
 from coalitions import render
 from coalitions.brute_force import MAX_ENUMERATE
 from coalitions.files import check_output_path, write_text
@@ -199,7 +200,7 @@ def _flags(flags: Mapping[str, str] | None = None) -> Iterator[None]:
 # Options that several commands declare, each declared once here.
 device_option = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
                              show_default=True, help="Where to train: auto picks CUDA when available.")
-threads_option = click.option("--threads", type=click.IntRange(1), default=None,
+threads_option = click.option("--threads", type=int, default=None, callback=option_checks.threads,
                               help="CPU threads for training [the thread policy: 1 for small models, else the "
                                    "free cores].")
 
@@ -571,7 +572,7 @@ def load_federation(dataset: str, opts: dict):
 @click.option("--batch-size", type=click.IntRange(1), default=None, help="Minibatch size [full batch].")
 @click.option("--chunk-size", type=click.IntRange(1), default=None,
               help="Subset models trained together [as many as fit --memory-mb].")
-@click.option("--memory-mb", type=click.FloatRange(1), default=512.0, show_default=True)
+@click.option("--memory-mb", type=_Finite(1.0), default=512.0, show_default=True)
 @device_option
 @threads_option
 @click.option("--checkpoint", type=OUTPUT, default=None,
@@ -594,6 +595,7 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
     """
     from coalitions.learners.exact import ExhaustiveOracle
 
+    option_checks.distinct_outputs(output=output, checkpoint=checkpoint)
     _threads(threads)
     fed = load_federation(dataset, data_opts)
     cio.check_game_output(fed.n, output, replicates)  # before hours of training, not after
@@ -647,7 +649,7 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
 @click.option("--momentum", type=float, default=0.9, show_default=True)
 @click.option("--weight-decay", type=float, default=0.0, show_default=True)
 @threads_option
-@click.option("--wait", type=click.FloatRange(0), default=120.0, show_default=True,
+@click.option("--wait", type=NON_NEGATIVE, default=120.0, show_default=True,
               help="Seconds to wait for the sites to connect.")
 @click.option("--checkpoint", type=OUTPUT, default=None,
               help="Server state after every round [OUT/checkpoint.npz]; the same command again resumes.")
@@ -672,6 +674,7 @@ def federate(dataset, simulation, superlink, method, method_option, sites, schem
 
     if simulation and superlink:
         raise co.InputError("--simulation and --superlink exclude each other")
+    option_checks.distinct_outputs(output=output, checkpoint=checkpoint)
     protocol = Protocol(model=None if model == "auto" else model, hidden=hidden, rounds=rounds,
                         local_epochs=local_epochs, batch_size=None if full_batch else batch_size,
                         optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay,
@@ -749,6 +752,8 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
     from coalitions.learners.methods.registry import create
     from coalitions.sensitivity import sensitivity_table, sensitivity_to_json
 
+    option_checks.distinct_outputs(output=output, checkpoint=opts.get("checkpoint"))
+    option_checks.trains(opts.get("rounds"))
     keys = {o.key for m in METHODS.values() for o in m.options}  # every method's flags; create() checks
     given = {k: v for k, v in opts.items() if k in keys and k not in DATASET_OPTIONS and v is not None}
     data_opts = {k: v for k, v in opts.items() if k in DATASET_OPTIONS}
@@ -831,6 +836,8 @@ def reproduce_cmd(experiment, quick, device, seeds, methods, threads, backend, a
     seed_list = None if seeds is None else _numbers(seeds, "--seeds", int)
     if seed_list is not None and any(x not in range(SEED.min, SEED.max + 1) for x in seed_list):
         raise co.InputError(f"--seeds: every seed must be an integer in [{SEED.min}, {SEED.max}], got {seeds!r}")
+    if seed_list is not None:
+        option_checks.distinct_seeds(seed_list)
     method_list = None
     if methods is not None:
         from coalitions.learners.experiments.catalogue import get_experiment, select_methods
@@ -886,6 +893,7 @@ def main(argv=None) -> int:
 def _run(argv) -> int:
     INPUT.given.clear()
     try:
+        option_checks.check_stdout()
         cli.main(args=argv, prog_name="coalitions", standalone_mode=False)
         try:
             sys.stdout.flush()

@@ -21,7 +21,8 @@ Writing (:func:`write_file`, :func:`write_text`)
     handler of the command line) removes the temporary file and leaves any old
     target untouched -- never a 0-byte or partial file.  Only a regular file is
     ever replaced; a directory, device, FIFO or socket at the target is
-    refused.  A symbolic link is written *through*: the file it points to is
+    refused, and so is a file this user may not write (``os.access``): a
+    rename would replace a read-only file of someone else's in a shared folder.  A symbolic link is written *through*: the file it points to is
     replaced and the link stays.
 
 Examples
@@ -179,6 +180,9 @@ def _target(path) -> tuple[str, os.stat_result | None]:
     if kind is not None:
         where = "" if target == p else f" (the link points to {target})"
         _fail(path, f"is {kind}{where}; only a regular file is ever replaced")
+    if not os.access(target, os.W_OK):  # renaming over it would succeed in a writable folder: ask first
+        owner = "" if st.st_uid == os.geteuid() else ", owned by another user"
+        _fail(path, f"cannot write (the file is read-only for this user{owner}); it is left as it is")
     return target, st
 
 
