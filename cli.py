@@ -944,6 +944,7 @@ def _run(argv) -> int:
 OPTIONAL_PACKAGES = {
     "torch": "pip install torch==2.13.0 && pip install 'collaboration-equilibrium[learn]' (the CPU build; see README)",
     "cvxpy": "pip install 'collaboration-equilibrium[learn]'",
+    "scipy": "pip install 'collaboration-equilibrium[learn]'",
     "matplotlib": "pip install 'collaboration-equilibrium[plot]'",
     "flwr": "pip install 'collaboration-equilibrium[flower]'",
     "ray": "pip install 'collaboration-equilibrium[ray]'",

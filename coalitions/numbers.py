@@ -40,7 +40,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["to_float", "to_int", "float_array", "finite", "LARGEST", "NumberOverflow"]
+__all__ = ["to_float", "to_int", "float_array", "to_array", "finite", "LARGEST", "NumberOverflow"]
 
 #: The largest finite float64.
 LARGEST = sys.float_info.max
@@ -128,6 +128,19 @@ def float_array(a: np.ndarray, what: str, dtype: Any = np.float64) -> np.ndarray
         raise InputError(f"{what}: entry {where} is {str(a[where])}, too large for {np.dtype(dtype).name} "
                          f"(largest {np.finfo(dtype).max:.2g})")
     return out
+
+
+def to_array(x: Any, what: str) -> np.ndarray:
+    """Nested JSON lists of finite numbers as a float64 array, or :class:`InputError` naming ``what``."""
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except OverflowError:
+        raise InputError(f"{what} holds an integer too large for a float (largest {LARGEST:.2g})") from None
+    except (TypeError, ValueError):
+        raise InputError(f"{what} must be a (nested) list of numbers of one shape") from None
+    if not np.isfinite(a).all():
+        raise InputError(f"{what} holds a value that is not finite ({a[~np.isfinite(a)].flat[0]})")
+    return a
 
 
 def finite(step: Callable[[], T], what: str | Callable[[Any], str]) -> T:

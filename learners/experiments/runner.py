@@ -59,6 +59,7 @@ from coalitions.learners.experiments.results import (
     write_results,
 )
 from coalitions.learners.experiments.statistics import separate_seeds
+from coalitions.numbers import to_float
 from coalitions.payoffs import models_in
 
 __all__ = ["RESULTS_FORMAT", "reproduce", "run_experiment", "summarize", "exact_summary", "read_results", "ce_ours"]
@@ -230,9 +231,17 @@ def _read_timings(folder: Path) -> dict:
     """``{piece file name: seconds}`` of the pieces finished in ``folder`` (empty if none)."""
     path = folder / "timings.json"
     try:
-        return read_json(path) if path.exists() else {}
+        table = read_json(path) if path.exists() else {}
     except InputError:  # an unreadable table only loses the timings of earlier invocations
         return {}
+    out = {}
+    for piece, seconds in table.items():  # likewise an entry that is not a duration (10**400, "x", -1)
+        try:
+            if to_float(seconds, "a timing") >= 0:
+                out[piece] = seconds
+        except InputError:
+            pass
+    return out
 
 
 def _record_time(folder: Path, piece: str, seconds: float) -> None:
@@ -372,8 +381,16 @@ def _read_piece(files, what: str):
         game, reps = read_game_replicates(files[0])
         return game, co.read_game(files[1]), reps
     from coalitions.estimate import read_estimate
+    from coalitions.numbers import to_array
 
-    return read_estimate(files[0])
+    est = read_estimate(files[0])
+    outputs = est.extra.get("test_outputs")
+    for c, o in (outputs.items() if isinstance(outputs, dict) else ()):
+        try:
+            to_array(o, f"extra.test_outputs of client {c!r}")
+        except InputError as e:
+            raise InputError(f"{files[0]}: {e}") from None
+    return est
 
 
 def _is_current(piece, what: str, fed, init_seed: int) -> bool:
