@@ -92,6 +92,11 @@ MALFORMED_FAULTS = {
     "npy-not-npz.npz": "not a .npz game: a single .npy array",
     "too-many-clients.npz": "30 clients: exhaustive games hold at most 26",
     "values-header-lies.npz": "'values' must have shape (2, 4) for 2 clients, got (2, 1099511627776)",
+    # numbers a float64 cannot hold, and names that print alike (issue 20)
+    "long-double.npz": "'values': entry (0, 3) is 1e+400, too large for float64",
+    "zero-width-name.json": "client name 'a\\u200b' may not contain invisible format characters (it holds U+200B",
+    "bidi-override-name.json": "client name '\\u202eb' may not contain invisible format characters (it holds U+202E",
+    "nfd-twin-names.json": "client names '\\xe9' and 'e\\u0301' are the same after Unicode normalisation (NFKC)",
 }
 
 

@@ -24,6 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path("tests") / "data"
 TIE = "docs/examples/tie.json"
 BEGIN, END = "<!-- corpus-table:begin -->", "<!-- corpus-table:end -->"
+#: tests/data/hostile games that read well but that a command cannot answer: the command's arguments.
+HOSTILE_GAMES = {
+    "game-near-max.json": ["solve"],
+    "game-huge-sizes.json": ["welfare", "--weights", "sizes"],
+    "game-sizes-overflow.json": ["welfare", "--weights", "sizes"],
+    "game-unpacks-to-7gb.npz": ["solve"],
+}
 
 
 def coalitions() -> list[str]:
@@ -50,6 +57,9 @@ def rows() -> list[tuple[str, str, int, str]]:
         rel = str(DATA / "hostile" / p.name)
         if p.name.startswith("estimate") and p.name != "estimate.json":
             out.append((f"`{p.name}`", "compare", *run(["compare", rel, TIE])))
+        elif p.name in HOSTILE_GAMES:
+            args = HOSTILE_GAMES[p.name]
+            out.append((f"`{p.name}`", " ".join(args), *run([args[0], rel, *args[1:]])))
         elif p.name.startswith("results"):
             code = (f"from coalitions.learners.experiments.runner import read_results\n"
                     f"from coalitions.errors import InputError\n"
@@ -96,13 +106,34 @@ def rows() -> list[tuple[str, str, int, str]]:
             ("`--noise nan`", ["game", "planted", "--groups", "2", "--noise", "nan", "-o", f"{tmp}/p.json"]),
             ("`--names` with a newline", ["game", "mean-estimation", "--sizes", "1,2", "--names", "a\nb,c",
                                           "-o", f"{tmp}/m.json"]),
+            ("`--threads 100000`", ["oracle", "synthetic", "--threads", "100000", "-o", f"{tmp}/g.json"]),
+            ("`--memory-mb nan`", ["oracle", "synthetic", "--memory-mb", "nan", "-o", f"{tmp}/g.json"]),
+            ("`--memory-mb inf`", ["oracle", "synthetic", "--memory-mb", "inf", "-o", f"{tmp}/g.json"]),
+            ("`--wait nan`", ["federate", "synthetic", "--wait", "nan", "-o", f"{tmp}/f"]),
+            ("`--rounds 0`", ["learn", "synthetic", "--method", "fedavg", "--rounds", "0", "-o", f"{tmp}/e.json"]),
+            ("`--seeds 0,0`", ["reproduce", "synthetic", "--seeds", "0,0", "-o", f"{tmp}/r"]),
+            ("`-o X --checkpoint X`", ["oracle", "synthetic", "-o", f"{tmp}/x.npz", "--checkpoint", f"{tmp}/x.npz"]),
+            ("`--groups 13,13` (memory checked first)", ["game", "planted", "--groups", "13,13", "-o",
+                                                        f"{tmp}/p.npz"]),
+            ("`.npz` of 100,000 members, one twice", ["solve", f"{tmp}/many.npz"]),
         ]
+        many_members(t / "many.npz", 100_000)
         for label, args in cases:
             out.append((label, " ".join(args[:2]) if args[0] == "game" else args[0], *run(args, tmp=tmp)))
         proc = subprocess.run(coalitions() + ["game", "mean-estimation", "--sizes", "1,2", "--names", b"a\xff,b",
                                               "-o", f"{tmp}/m.json"], capture_output=True, cwd=ROOT)
         out.append(("`--names` with byte 0xff", "game mean-estimation", proc.returncode,
                     proc.stderr.decode("utf-8", "backslashreplace").strip().replace(tmp, "TMP")))
+        proc = subprocess.run(coalitions() + ["solve", TIE], capture_output=False, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=lambda: os.close(1))
+        out.append(("stdout closed (`>&-`)", "solve", proc.returncode, proc.stderr.strip()))
+        for label, code in CORE_ONLY + checkpoint_cases(tmp):
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+            lines = [x for x in proc.stderr.splitlines() if x.strip()]
+            cmd = next((c for c in ("oracle", "learn") if f"`{c} " in label), "`load_state` (oracle, learn)")
+            out.append((label, cmd, proc.returncode,
+                        (lines[-1] + (f" [{len(lines)} lines!]" if len(lines) > 1 else "") if lines else
+                         "(no message)").replace(tmp, "TMP")))
         if os.path.exists("/dev/full"):
             with open("/dev/full", "w") as full:
                 out.append(("stdout is `/dev/full`", "solve", *run(["solve", TIE, "--format", "json"], stdout=full)))
@@ -124,6 +155,55 @@ def rows() -> list[tuple[str, str, int, str]]:
         left = sorted(p.name for p in t.iterdir() if p.name.startswith("."))
         out.append(("temporary files left in TMP after all of the above", "", len(left), ", ".join(left) or "none"))
     return out
+
+
+def many_members(path: Path, extra: int) -> None:
+    """A valid 2-client ``.npz`` game plus ``extra`` empty members, the last of which repeats ``values.npy``."""
+    import io
+    import warnings
+    import zipfile
+
+    import numpy as np
+
+    def npy(a):
+        b = io.BytesIO()
+        np.save(b, a)
+        return b.getvalue()
+
+    with zipfile.ZipFile(path, "w") as z, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name
+        for name, a in (("values", np.array([[np.nan, 1, np.nan, 2], [np.nan, np.nan, 1, 2]])),
+                        ("clients", np.array(["a", "b"])), ("sense", np.array("max"))):
+            z.writestr(f"{name}.npy", npy(a))
+        for i in range(extra - 1):
+            z.writestr(f"x{i}", b"")
+        z.writestr("values.npy", b"")
+
+
+#: A core-only install (no scipy, torch, flwr, ray, cvxpy), simulated by blocking the imports.
+_BLOCK = ("import sys\nfor m in ('scipy', 'torch', 'flwr', 'ray', 'cvxpy'):\n    sys.modules[m] = None\n"
+          "from coalitions.cli import main\n")
+CORE_ONLY = [(f"core-only install: `{' '.join(args[:3])}`", _BLOCK + f"sys.exit(main({args!r}))")
+             for args in (["oracle", "synthetic", "-o", "/tmp/never.json"],
+                          ["learn", "synthetic", "--method", "fedavg", "-o", "/tmp/never.json"])]
+
+
+def checkpoint_cases(tmp: str) -> list[tuple[str, str]]:
+    """Python one-liners that save a checkpoint, spoil it, and load it back through the CLI's error path."""
+    head = ("import sys, numpy as np\nfrom coalitions.learners.training.checkpoint import save_state, load_state\n"
+            "from coalitions.errors import InputError\n")
+    tail = ("try:\n    load_state(p, 'k')\nexcept InputError as e:\n"
+            "    print('coalitions: error:', e, file=sys.stderr); sys.exit(2)\n")
+    edit = ("import zipfile\nz = dict(np.load(p))\nz['a0'] = z['a0'] + 1\nnp.savez(p, **z)\n")
+    deep = "s = {}\nfor _ in range(200):\n    s = {'x': s}\n"
+    return [
+        ("checkpoint re-saved with an edited value",
+         head + f"p = {tmp!r} + '/c1.npz'\nsave_state(p, 'k', 1, {{'w': np.ones(3)}})\n" + edit + tail),
+        ("checkpoint holding a string array",
+         head + f"p = {tmp!r} + '/c2.npz'\nsave_state(p, 'k', 1, {{'w': np.array(['a', 'b'])}})\n" + tail),
+        ("checkpoint nested 200 levels deep",
+         head + deep + f"p = {tmp!r} + '/c3.npz'\nsave_state(p, 'k', 1, s)\n" + tail),
+    ]
 
 
 def table() -> str:

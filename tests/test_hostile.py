@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import DATA, EXAMPLES, MALFORMED, ROOT
+from corpus_table import CORE_ONLY, HOSTILE_GAMES, checkpoint_cases, many_members
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,6 +45,15 @@ HOSTILE_FAULTS = {
     "estimate-duplicate-method.json": "duplicate key 'method' in the top-level object",
     "estimate-nul-in-name.json": "field 'clients': client name 'a\\x00' may not contain control characters",
     "results-duplicate-key.json": "duplicate key 'seeds' in the top-level object",
+    # issue 20: numbers a float cannot hold, sizes beyond the limits, arithmetic that overflows
+    "estimate-huge-utility.json": "field 'utilities.val' of client 'b' is 1000...000 (401 digits), too large for a float",
+    "estimate-huge-weight.json": "field 'weights': an entry in the row of client 'a' is 1000...000 (401 digits), too large",
+    "estimate-too-many-clients.json": "field 'clients' lists 4,097 clients; an estimate holds at most 4,096",
+    "game-near-max.json": "the gain of client 'a' (payoff minus payoff alone) overflows a float",
+    "game-huge-sizes.json": "--weights sizes: weight of client 'a' is 1000...000 (401 digits), too large for a float",
+    "game-sizes-overflow.json": "the weighted welfare of coalition 'a' overflows a float",
+    "game-unpacks-to-7gb.npz": "unpacking its 25-client game needs about 31.2 GiB of memory; only 1 GiB are available "
+                               "(cgroup memory.max)",
 }
 
 #: Commands that read a game, with the arguments they need besides it.
@@ -630,3 +640,212 @@ def test_a_damaged_json_game_reads_or_fails_in_one_line(tmp_path_factory, blob):
 @given(damaged(_valid_npz()))
 def test_a_damaged_npz_game_reads_or_fails_in_one_line(tmp_path_factory, blob):
     _read_damaged(tmp_path_factory, ".npz", blob)
+
+
+# ---------------------------------------------------------------------------- issue 20: numbers, resources, options
+def cap_memory(monkeypatch, gib: float = 1.0) -> None:
+    """Simulate a container cap (no real allocation): the memory reader answers ``gib`` GiB."""
+    from coalitions import resources
+
+    monkeypatch.setattr(resources, "available_memory", lambda: (int(gib * (1 << 30)), "cgroup memory.max"))
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_GAMES))
+def test_hostile_game(capsys, monkeypatch, name):
+    cap_memory(monkeypatch)
+    path = HOSTILE / name
+    args = HOSTILE_GAMES[name]
+    rc, out, err = run(capsys, args[0], path, *args[1:])
+    assert rc == 2 and out == "" and one_line(err).startswith(f"coalitions: error: {path}: ")
+    assert HOSTILE_FAULTS[name] in err and "Warning" not in err
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers())
+def test_to_float_is_exact_or_names_the_field(x):
+    from coalitions.numbers import to_float
+
+    try:
+        y = float(x)
+    except OverflowError:
+        with pytest.raises(InputError, match=r"^size of 'a' is .*too large for a float"):
+            to_float(x, "size of 'a'")
+    else:
+        assert to_float(x, "size of 'a'") == y
+
+
+def test_checked_numbers_refuse_what_a_float_cannot_hold():
+    from coalitions.numbers import NumberOverflow, finite, float_array, to_array, to_float, to_int
+
+    for bad, fault in ((True, "not a number"), ("1", "not a number"), (float("nan"), "not finite"),
+                       (np.longdouble("1e400"), r"1e\+400, too large")):
+        with pytest.raises(InputError, match=fault):
+            to_float(bad, "x")
+    assert np.isnan(to_float(None, "x", allow_none=True))
+    assert to_int(3.0, "n", low=1) == 3
+    with pytest.raises(InputError, match="outside"):
+        to_int(10 ** 30, "n", high=10)
+    with pytest.raises(InputError, match=r"entry \(1,\) is 1e\+400"):
+        float_array(np.array([1, "1e400"], dtype=np.longdouble), "v")
+    assert float_array(np.array([1.0, np.nan]), "v").dtype == np.float64
+    with pytest.raises(InputError, match="too large"):
+        to_array([1, 10 ** 400], "outputs")
+    with pytest.raises(NumberOverflow, match="w of 0 overflows"):
+        finite(lambda: np.array([1.7e308]) * 2, lambda at: f"w of {at[0]}")
+
+
+def test_welfare_and_contributions_are_exact_or_refused_without_warnings(capsys, tmp_path):
+    import warnings
+
+    from coalitions.contribution import benefits, total_contributions
+    from coalitions.welfare import welfare
+
+    g = co.Game.from_mapping(["a", "b"], {"a": {"a": 1e308, "a,b": 1.5e308}, "b": {"b": 1e308, "a,b": 1.5e308}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert benefits(g, [3]).tolist() == [0.5e308, 0.5e308]  # exact: the gain fits
+        assert total_contributions(g, [3]).tolist() == [0.5e308, 0.5e308]
+        with pytest.raises(InputError, match="the weighted welfare of coalition 'a,b' overflows"):
+            welfare(g)
+    path = tmp_path / "g.json"
+    co.write_game(g, path)
+    rc, out, err = run(capsys, "welfare", path)
+    assert rc == 2 and f"{path}: the weighted welfare of coalition 'a,b' overflows" in one_line(err)
+
+
+def test_memory_is_checked_before_a_game_is_allocated(capsys, monkeypatch, tmp_path):
+    cap_memory(monkeypatch, 0.5)
+    rc, _, err = run(capsys, "game", "planted", "--groups", "10,10", "-o", tmp_path / "p.npz")
+    assert rc == 2 and "--groups: a 20-client game needs about 0.625 GiB of memory; only 0.5 GiB" in one_line(err)
+    assert leftovers(tmp_path) == []
+    rc, _, err = run(capsys, "game", "planted", "--groups", "10,10", "--dtype", "float32", "--seed", "1",
+                     "-o", tmp_path / "p.npz")  # float32 halves it: fits
+    assert rc == 0
+
+
+def test_json_parsing_is_sized_and_checked(monkeypatch):
+    cap_memory(monkeypatch, 1e-6)
+    from coalitions import resources
+
+    monkeypatch.setattr(resources, "QUICK_BYTES", 0)
+    with pytest.raises(InputError, match=r"tie.json: parsing [\d,]+ bytes of JSON needs about"):
+        cio.read_json(TIE)
+
+
+def test_the_memory_reader_takes_the_smaller_of_cgroup_and_meminfo(monkeypatch, tmp_path):
+    from coalitions import resources
+
+    (tmp_path / "memory.max").write_text("1073741824\n")
+    (tmp_path / "memory.current").write_text("536870912\n")
+    monkeypatch.setattr(resources, "_CGROUP_V2", str(tmp_path))
+    monkeypatch.setattr(resources, "_mem_available", lambda: 4 << 30)
+    assert resources.available_memory() == (512 << 20, "cgroup memory.max")
+    (tmp_path / "memory.max").write_text("max\n")
+    monkeypatch.setattr(resources, "_CGROUP_V1", str(tmp_path / "none"))
+    assert resources.available_memory() == (4 << 30, "MemAvailable in /proc/meminfo")
+
+
+def test_a_small_read_reserves_a_small_buffer(tmp_path):
+    from coalitions.files import _read_all
+
+    p = tmp_path / "a.json"
+    p.write_bytes(b"x" * 700)
+    asked = []
+    with open(p, "rb") as f:
+        class Spy:
+            def fileno(self):
+                return f.fileno()
+
+            def read(self, n):
+                asked.append(n)
+                return f.read(n)
+
+        assert _read_all(Spy(), 1 << 30) == b"x" * 700
+    assert max(asked) <= 701
+
+
+def test_a_hundred_thousand_members_are_checked_in_linear_time(tmp_path):
+    path = tmp_path / "many.npz"
+    many_members(path, 100_000)
+    with pytest.raises(InputError, match="holds member 'values.npy' twice"):
+        cio.read_game(path)
+
+
+def test_estimate_names_are_read_in_linear_time():
+    from coalitions.estimate import _names_list
+
+    names = [f"c{i}" for i in range(3000)]
+    index = {c: i for i, c in enumerate(names)}
+    assert _names_list(names, "ocs", index) == list(range(3000))
+    with pytest.raises(InputError, match="names client 'c0' twice"):
+        _names_list(names + ["c0"], "ocs", index)
+
+
+@pytest.mark.parametrize("args, fault", [
+    (["oracle", "synthetic", "--threads", "100000"], "'--threads': 100000 is not in [1, "),
+    (["oracle", "synthetic", "--threads", "0"], "'--threads': 0 is not in [1, "),
+    (["oracle", "synthetic", "--memory-mb", "nan"], "'--memory-mb': 'nan' is not a finite number"),
+    (["oracle", "synthetic", "--memory-mb", "inf"], "'--memory-mb': 'inf' is not a finite number"),
+    (["federate", "synthetic", "--wait", "nan"], "'--wait': 'nan' is not a finite number"),
+    (["learn", "synthetic", "--method", "fedavg", "--rounds", "0"], "--rounds must be at least 1, got 0"),
+    (["reproduce", "synthetic", "--seeds", "0,0"], "--seeds: seed 0 is given twice"),
+])
+def test_bad_options_are_refused_up_front(capsys, tmp_path, args, fault):
+    out = tmp_path / ("o" if args[0] in ("federate", "reproduce") else "o.json")
+    rc, _, err = run(capsys, *args, "-o", out)
+    assert rc == 2 and fault in one_line(err) and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("args", [["oracle", "synthetic"], ["learn", "synthetic", "--method", "fedavg"]])
+def test_output_equal_to_checkpoint_is_refused_up_front(capsys, tmp_path, args):
+    same = tmp_path / "x.npz"
+    rc, _, err = run(capsys, *args, "-o", same, "--checkpoint", same)
+    assert rc == 2 and "-o and --checkpoint name the same path" in one_line(err) and leftovers(tmp_path) == []
+
+
+def test_a_closed_stdout_exits_2_with_one_line():
+    proc = subprocess.run(command() + ["solve", TIE], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 2 and one_line(proc.stderr).endswith("standard output is closed; redirect it to a "
+                                                                   "file or to /dev/null instead of closing it")
+
+
+def test_a_target_the_user_may_not_write_is_left_alone(capsys, monkeypatch, tmp_path):
+    from coalitions import files
+
+    target = tmp_path / "theirs.json"
+    target.write_text("theirs")
+    monkeypatch.setattr(files.os, "access", lambda p, mode: os.fspath(p) != str(target))
+    rc, _, err = run(capsys, "solve", TIE, "-o", target)
+    assert rc == 2 and "theirs.json: cannot write (the file is read-only for this user)" in one_line(err)
+    assert target.read_text() == "theirs" and leftovers(tmp_path) == ["theirs.json"]
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_checkpoint_content_errors_name_the_checkpoint(tmp_path, case):
+    label, code = checkpoint_cases(str(tmp_path))[case]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    fault = ("its checksum does not match", "array a0 holds <U1 data, not numbers", "its state is nested deeper")[case]
+    assert proc.returncode == 2 and f"c{case + 1}.npz: not a usable checkpoint: {fault}" in one_line(proc.stderr)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(min_size=1, max_size=4))
+def test_names_equal_after_normalisation_are_one_name(name):
+    import unicodedata
+
+    other = unicodedata.normalize("NFKD", name)
+    try:
+        check_client_names([name])
+    except InputError:
+        return
+    if other != name:
+        with pytest.raises(InputError):
+            check_client_names([name, other])
+
+
+@pytest.mark.parametrize("case", range(len(CORE_ONLY)))
+def test_a_core_only_install_prints_the_hint_for_every_learner_command(case):
+    label, code = CORE_ONLY[case]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 2 and "which is not installed: pip install" in one_line(proc.stderr), label
