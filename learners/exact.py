@@ -742,8 +742,14 @@ class ExhaustiveOracle:
         if self.replicates:
             from coalitions.replicates import check_count
 
+            from coalitions.resources import check_memory
+
+            rows = sum(len(c.val.y) for c in fed.clients)
             try:
                 check_count(self.replicates, fed.n)
+                # the resampled row indices and the (B, N, 2^N) replicates, scored, stacked and validated
+                check_memory(8 * self.replicates * (2 * rows + 3 * fed.n * (1 << fed.n)),
+                             f"a bootstrap of {self.replicates:,} replicates over {rows:,} validation rows")
             except InputError as e:
                 why = str(e).replace("{", "{{").replace("}", "}}")
                 raise ParameterError("replicates", f"{{name}} {self.replicates}: {why}") from None

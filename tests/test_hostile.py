@@ -849,3 +849,10 @@ def test_a_core_only_install_prints_the_hint_for_every_learner_command(case):
     label, code = CORE_ONLY[case]
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 2 and "which is not installed: pip install" in one_line(proc.stderr), label
+
+
+def test_bootstrap_replicates_are_checked_against_memory_before_training(capsys, monkeypatch, tmp_path):
+    cap_memory(monkeypatch)
+    rc, _, err = run(capsys, "oracle", "synthetic", "--replicates", "100000", "-o", tmp_path / "g.npz")
+    assert rc == 2 and "--replicates 100000: a bootstrap of 100,000 replicates over" in one_line(err)
+    assert "GiB of memory; only 1 GiB are available (cgroup memory.max)" in err and leftovers(tmp_path) == []
