@@ -741,7 +741,6 @@ class ExhaustiveOracle:
         cfg = self.config(fed)
         if self.replicates:
             from coalitions.replicates import check_count
-
             from coalitions.resources import check_memory
 
             rows = sum(len(c.val.y) for c in fed.clients)
