@@ -47,6 +47,7 @@ from .equilibrium import Equilibrium, solve
 from .errors import InputError
 from .game import Game
 from .graph import ExactOracle
+from .numbers import finite
 from .payoffs import check_semantics, payoff_table
 
 __all__ = ["compare", "adjusted_rand_index", "edge_scores", "compare_text", "KEYS"]
@@ -203,7 +204,8 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     for k in learned_partition:
         block_learned[list(members(k))] = k
     idx = np.arange(n)
-    regret = pay[idx, block_exact] - pay[idx, block_learned]
+    regret = finite(lambda: pay[idx, block_exact] - pay[idx, block_learned],
+                    lambda at: f"the regret of client {game.clients[at[0]]!r} (exact CE payoff minus learned)")
 
     return {
         "edge_precision": precision,

@@ -856,3 +856,15 @@ def test_bootstrap_replicates_are_checked_against_memory_before_training(capsys,
     rc, _, err = run(capsys, "oracle", "synthetic", "--replicates", "100000", "-o", tmp_path / "g.npz")
     assert rc == 2 and "--replicates 100000: a bootstrap of 100,000 replicates over" in one_line(err)
     assert "GiB of memory; only 1 GiB are available (cgroup memory.max)" in err and leftovers(tmp_path) == []
+
+
+def test_compare_regret_near_the_largest_float_is_refused(capsys, tmp_path):
+    import itertools
+
+    names = ["a", "b", "c", "d"]
+    values = {x: {",".join(s): (1.7e308 if len(s) > 1 else -1.7e308) for r in range(1, 5)
+                  for s in itertools.combinations(names, r) if x in s} for x in names}
+    path = tmp_path / "g.json"
+    co.write_game(co.Game.from_mapping(names, values), path)
+    rc, out, err = run(capsys, "compare", ESTIMATE, path)
+    assert rc == 2 and out == "" and "the regret of client 'c' (exact CE payoff minus learned) overflows" in one_line(err)
