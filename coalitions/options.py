@@ -1,8 +1,7 @@
 """Checks of command-line options that click's types cannot express (docs/cli.md, "Bad input").
 
-Each check raises :class:`~coalitions.errors.InputError` (or click's
-``BadParameter`` from a callback) with one line naming the option, so that the
-command line exits 2 before any work:
+Each check raises :class:`~coalitions.errors.InputError` with one line naming
+the option, so that the command line exits 2 before any work:
 
 * :func:`threads`: ``--threads`` between 1 and :func:`max_threads` (PyTorch
   crashes with a segmentation fault when asked for 100,000 threads);
@@ -32,8 +31,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-import click
-
 from .errors import InputError
 
 __all__ = ["max_threads", "threads", "trains", "distinct_seeds", "distinct_outputs", "check_stdout", "THREADS_PER_CPU"]
@@ -51,14 +48,14 @@ def max_threads() -> int:
     return THREADS_PER_CPU * max(1, cpus)
 
 
-def threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    """click callback of ``--threads``: ``None`` (the thread policy) or an integer in ``[1, max_threads()]``."""
+def threads(ctx: object, param: object, value: int | None) -> int | None:
+    """The click callback of ``--threads`` (the core does not import click): ``None`` (the thread
+    policy) or an integer in ``[1, max_threads()]``, else :class:`InputError`."""
     if value is None:
         return None
     top = max_threads()
     if not 1 <= value <= top:
-        raise click.BadParameter(f"{value} is not in [1, {top}] ({THREADS_PER_CPU} per CPU this process "
-                                 "may use)", ctx, param)
+        raise InputError(f"--threads: {value} is not in [1, {top}] ({THREADS_PER_CPU} per CPU this process may use)")
     return value
 
 

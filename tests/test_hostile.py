@@ -782,8 +782,8 @@ def test_estimate_names_are_read_in_linear_time():
 
 
 @pytest.mark.parametrize("args, fault", [
-    (["oracle", "synthetic", "--threads", "100000"], "'--threads': 100000 is not in [1, "),
-    (["oracle", "synthetic", "--threads", "0"], "'--threads': 0 is not in [1, "),
+    (["oracle", "synthetic", "--threads", "100000"], "--threads: 100000 is not in [1, "),
+    (["oracle", "synthetic", "--threads", "0"], "--threads: 0 is not in [1, "),
     (["oracle", "synthetic", "--memory-mb", "nan"], "'--memory-mb': 'nan' is not a finite number"),
     (["oracle", "synthetic", "--memory-mb", "inf"], "'--memory-mb': 'inf' is not a finite number"),
     (["federate", "synthetic", "--wait", "nan"], "'--wait': 'nan' is not a finite number"),
