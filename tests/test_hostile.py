@@ -868,3 +868,16 @@ def test_compare_regret_near_the_largest_float_is_refused(capsys, tmp_path):
     co.write_game(co.Game.from_mapping(names, values), path)
     rc, out, err = run(capsys, "compare", ESTIMATE, path)
     assert rc == 2 and out == "" and "the regret of client 'c' (exact CE payoff minus learned) overflows" in one_line(err)
+
+
+def test_a_runs_piece_with_a_huge_test_output_names_the_piece(tmp_path):
+    from coalitions.learners.experiments.runner import _read_piece, _read_timings
+
+    data = json.loads((HOSTILE / "estimate.json").read_text())
+    data.setdefault("extra", {})["test_outputs"] = {"a": [0.5, 12345], "b": [0.5], "c": [0.5], "d": [0.5]}
+    piece = tmp_path / "few-seed0-fedavg.json"
+    piece.write_text(json.dumps(data).replace("12345", "1" + "0" * 400))
+    with pytest.raises(InputError, match=r"fedavg.json: extra.test_outputs of client 'a' holds an integer too large"):
+        _read_piece([piece], "fedavg")
+    (tmp_path / "timings.json").write_text('{"x.json": 1' + "0" * 400 + ', "y.json": 2.5, "z.json": "many"}')
+    assert _read_timings(tmp_path) == {"y.json": 2.5}  # spoiled entries only lose their timing
