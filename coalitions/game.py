@@ -114,7 +114,7 @@ def check_size(n: int, what: str = "", itemsize: int = 8) -> int:
         need = f"{n * 8 * 2 ** n / 2 ** 30:,.0f} GiB" if n < 64 else "more memory than exists"
         raise InputError(f"{what}{n} clients: exhaustive games hold at most {MAX_CLIENTS} "
                          f"({n}·2^{n} values would need {need})")
-    check_memory(game_bytes(n, itemsize), f"{what}a {n}-client game")
+    check_memory(game_bytes(n, itemsize), f"{what}a game of {n} clients")
     return n
 
 

@@ -714,11 +714,11 @@ def test_welfare_and_contributions_are_exact_or_refused_without_warnings(capsys,
 
 
 def test_memory_is_checked_before_a_game_is_allocated(capsys, monkeypatch, tmp_path):
-    cap_memory(monkeypatch, 0.5)
-    rc, _, err = run(capsys, "game", "planted", "--groups", "10,10", "-o", tmp_path / "p.npz")
-    assert rc == 2 and "--groups: a 20-client game needs about 0.625 GiB of memory; only 0.5 GiB" in one_line(err)
+    cap_memory(monkeypatch, 0.1)
+    rc, _, err = run(capsys, "game", "planted", "--groups", "9,9", "-o", tmp_path / "p.npz")
+    assert rc == 2 and "--groups: a game of 18 clients needs about 0.141 GiB of memory; only 0.1 GiB" in one_line(err)
     assert leftovers(tmp_path) == []
-    rc, _, err = run(capsys, "game", "planted", "--groups", "10,10", "--dtype", "float32", "--seed", "1",
+    rc, _, err = run(capsys, "game", "planted", "--groups", "9,9", "--dtype", "float32", "--seed", "1",
                      "-o", tmp_path / "p.npz")  # float32 halves it: fits
     assert rc == 0
 
