@@ -67,6 +67,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from coalitions.errors import InputError
+from coalitions.learners.federated.replies import BadReply, check_losses, check_metrics, check_number, reply_json
 
 __all__ = ["PERSONAL", "method_params", "check_method", "SiteGenerator", "site_learner", "server_learner", "learner_params", "site_round",
            "site_train", "site_finish", "PersonalStrategy", "FedAvgStrategy", "LocalStrategy", "FedAMPStrategy",
@@ -537,10 +538,25 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
             raise InputError(f"site(s) {', '.join(missing)} did not answer {kind}")
         return [by_node[self.nodes[n]] for n in self.names]
 
-    def _arrays(self, rep, key: str) -> dict:
+    def _name(self, rep) -> str:
+        src = rep.metadata.src_node_id
+        return next((n for n, node in self.nodes.items() if node == src), str(src))
+
+    def _arrays(self, rep, key: str, rows: int = 1) -> dict:
+        """Record ``key`` of a reply as ``{parameter: (rows, ...)}``, checked (:func:`~.replies.check_arrays`)."""
+        from coalitions.learners.federated.replies import check_arrays
+        from coalitions.learners.federated.server import _arrays
+
         spec = self.learner.spec_
-        arrays = rep.content.array_records[key].to_numpy_ndarrays()
+        name = self._name(rep)
+        arrays = check_arrays(_arrays(rep, key, name, rep.metadata.src_node_id),
+                              [(rows, *s) for s in spec.shapes.values()], name, key)
         return dict(zip(spec.shapes, arrays, strict=True))
+
+    def _metrics(self, rep):
+        from coalitions.learners.federated.server import _record
+
+        return _record(rep, "metrics", self._name(rep), rep.metadata.src_node_id, "metric_records")
 
     # -- Flower's strategy API
     def configure_train(self, server_round, arrays, config, grid):
@@ -552,7 +568,9 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
 
         r = int(server_round) - 1
         reps = self._replies(replies, f"train round {server_round}")
-        losses = np.array([list(rep.content["metrics"]["losses"]) for rep in reps], dtype=np.float64)
+        n_losses = self.rounds if self.exchanges() == 1 else 1
+        losses = np.array([check_losses(self._metrics(rep).get("losses", []), self._name(rep), n=n_losses)
+                           for rep in reps], dtype=np.float64)
         self.loss_history += [float(x) for x in losses.mean(axis=0)]   # in process: the mean over clients
         self.absorb(r, [{k: self._arrays(rep, k) for k in rep.content.array_records} for rep in reps])
         self.log(f"{self.method}: exchange {server_round}/{self.exchanges()}, mean loss {self.loss_history[-1]:.4f}")
@@ -571,12 +589,22 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         if int(server_round) < self.exchanges() and not replies:
             return None
         reps = self._replies(replies, "evaluate")
+        metric = self.learner.federation_.metric
         for name, rep in zip(self.names, reps, strict=True):
-            res = json.loads(str(rep.content["result"]["json"]))
-            self.utilities["val"][name] = res.pop("val")
-            self.utilities["test"][name] = res.pop("test")
-            self.site_extra[name] = res
+            if "result" not in rep.content.config_records or "json" not in rep.content["result"]:
+                raise BadReply(name, "its evaluation holds no result record", rep.metadata.src_node_id)
+            res = reply_json(rep.content["result"]["json"], name)
+            for part in ("val", "test"):
+                self.utilities[part][name] = float(check_metrics(res.pop(part, None), metric, name, 1,
+                                                                 f"{part} utility")[0])
+            self.site_extra[name] = self.check_extra(name, res)
         return MetricRecord({"val-mean": float(np.mean(list(self.utilities["val"].values())))})
+
+    def check_extra(self, name: str, res: dict) -> dict:
+        """What a site's evaluation returns besides its utilities, checked (none for most methods)."""
+        if res:
+            raise BadReply(name, f"its evaluation holds unexpected fields {sorted(res)}")
+        return res
 
     def summary(self) -> None:
         self.log(f"{self.method} over Flower: {len(self.names)} sites, {self.rounds} rounds")
@@ -647,6 +675,14 @@ class SuPerFedStrategy(FedAvgStrategy):
         if r == 0:
             out["local"] = _numpy(_rows(self.state["local"], i))
         return out
+
+    def check_extra(self, name, res):
+        if set(res) != {"lambda", "val_curve"}:
+            raise BadReply(name, f"its evaluation holds fields {sorted(res)}, expected lambda and val_curve")
+        return {"lambda": check_number(res["lambda"], name, "its lambda", 0.0, 1.0),
+                "val_curve": [float(x) for x in check_metrics(res["val_curve"], self.learner.federation_.metric,
+                                                                 name, len(self.learner.lambda_grid),
+                                                                 "validation curve")]}
 
     def finish(self, seconds):
         lr = super().finish(seconds)
@@ -742,7 +778,7 @@ class FedeRiCoStrategy(PersonalStrategy):
 
         phase, r, e, s = self.schedule[int(server_round) - 1]
         reps = self._replies(replies, f"train exchange {server_round}")
-        metrics = [rep.content["metrics"] for rep in reps]
+        metrics = [self._check_federico(i, rep, phase, e == 0 and s == 0) for i, rep in enumerate(reps)]
         if phase == "sample":
             self.nb = np.array([list(m["neighbours"]) for m in metrics], dtype=np.int64).reshape(len(reps), self.k)
             return None, None
@@ -752,7 +788,7 @@ class FedeRiCoStrategy(PersonalStrategy):
             self.nb_history.append(torch.as_tensor(self.nb.copy()))
             self._total, self._count = 0.0, 0
         names = list(self.learner.spec_.shapes)
-        grads = {k: torch.cat([_tensors(self._arrays(rep, "grads"))[k] for rep in reps]) for k in names}
+        grads = {k: torch.cat([_tensors(self._arrays(rep, "grads", self.k + 1))[k] for rep in reps]) for k in names}
         mod_t = torch.as_tensor(np.concatenate([[i, *self.nb[i]] for i in range(len(reps))]), dtype=torch.int64)
         act = torch.as_tensor(np.repeat([bool(m["active"]) for m in metrics], self.k + 1))
         phi, opt_state = self.learner.apply_gradients(self.state["phi"], self.opt, self.state["opt"], mod_t, act,
@@ -764,6 +800,26 @@ class FedeRiCoStrategy(PersonalStrategy):
             self.loss_history.append(self._total / max(self._count, 1))
             self.log(f"federico: round {r + 1}/{self.rounds}, mean loss {self.loss_history[-1]:.4f}")
         return None, MetricRecord({"active": self._count})
+
+    def _check_federico(self, i: int, rep, phase: str, first: bool) -> dict:
+        """Site ``i``'s numbers of a FedeRiCo exchange, checked: neighbours, posterior row, losses."""
+        name, n = self.names[i], len(self.names)
+        m = self._metrics(rep)
+        if phase == "sample":
+            nb = m.get("neighbours", [])
+            nb = nb if isinstance(nb, list) else [nb]
+            if len(nb) != self.k or len(set(nb)) != len(nb) or not all(
+                    isinstance(j, int) and not isinstance(j, bool) and 0 <= j < n and j != i for j in nb):
+                raise BadReply(name, f"neighbours {nb!r} are not {self.k} distinct other sites of 0..{n - 1}")
+            return {"neighbours": nb}
+        out = {"active": check_number(m.get("active"), name, "active", 0, 1),
+               "own-loss": check_number(m.get("own-loss"), name, "its own loss", 0.0)}
+        if first:
+            w = check_losses(m.get("w", []), name, "posterior row", n)
+            if any(x > 1.0 for x in w) or abs(sum(w) - 1.0) > 1e-4:
+                raise BadReply(name, "its posterior row is not a probability vector")
+            out.update({"w": w, "ema": check_losses(m.get("ema", []), name, "tracked losses", n)})
+        return out
 
     def final_payload(self, i):
         return {"models": _numpy(self.state["phi"])}
