@@ -286,16 +286,15 @@ class _Link:
         """
         if deadline is None:
             deadline = time.monotonic() + self.settings.wait_s
+        gone = set(self.gone)
         while True:
             connected = set(self.grid.get_node_ids())
-            away = [n for n in names if self.nodes[n] not in connected]
+            away = [n for n in names if self.nodes[n] not in connected or self.nodes[n] in gone]
             if not away or time.monotonic() > deadline:
                 return
             if self.settings.stop is not None and self.settings.stop.is_set():
                 raise Stopped("the server was stopped while waiting for a site to come back")
-            self.discover()
-            if all(self.nodes[n] in self.grid.get_node_ids() for n in away):
-                return
+            self.discover()       # a node announcing the site's name replaces the one that left
             time.sleep(0.5)
 
     def ask(self, contents: dict, message_type: str, group: str) -> dict:
