@@ -319,3 +319,14 @@ def test_a_newline_name_is_refused_at_discovery_in_the_simulation_engine(tmp_pat
     last = r.stderr.strip().splitlines()[-1]
     assert "its name 'Evil\\nSite' may not contain control characters" in last and last.startswith("coalitions: ")
     assert "Traceback" not in r.stderr and not out.exists()      # no empty -o folder left behind
+
+
+def test_the_simulation_engine_keeps_ray_on_loopback():
+    """Ray binds to all interfaces unless its node address is 127.0.0.1 (measured: GCS, raylet, workers)."""
+    ray = pytest.importorskip("ray")
+    from coalitions.learners.federated.run import _loopback_ray
+
+    _loopback_ray()
+    assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    if not ray.is_initialized():
+        assert ray._private.services.get_node_ip_address() == "127.0.0.1"

@@ -69,7 +69,23 @@ def federate_simulation(dataset: str, data_options: dict, protocol: Protocol, ou
     return _simulate(settings, output, semantics, tol, cpus, log, progress)
 
 
+def _loopback_ray() -> None:
+    """Make the local Ray instance of the simulation engine listen on 127.0.0.1 only.
+
+    Ray (2.55) binds its GCS, raylet and workers to all interfaces unless its
+    node address is the loopback address, and it replaces an explicit
+    ``127.0.0.1`` by the machine's address; only its single-machine mode
+    (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, read when Ray is imported) keeps
+    it on loopback.  The simulation never needs another machine.
+    """
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:          # Ray already imported in this process: the same switch
+        constants.ENABLE_RAY_CLUSTER = False
+
+
 def _simulate(settings: Settings, output, semantics, tol, cpus, log, progress) -> dict:
+    _loopback_ray()
     from flwr.simulation import run_simulation
 
     from coalitions.learners.federated.apps import client_app, make_server_app
@@ -83,9 +99,7 @@ def _simulate(settings: Settings, output, semantics, tol, cpus, log, progress) -
     try:
         run_simulation(app, client_app, num_supernodes=settings.sites,
                        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                       "init_args": {"num_cpus": n_cpus, "num_gpus": 0, "include_dashboard": False,
-                                                     # Ray's private processes listen on loopback only
-                                                     "_node_ip_address": "127.0.0.1"}})
+                                       "init_args": {"num_cpus": n_cpus, "num_gpus": 0, "include_dashboard": False}})
     except KeyboardInterrupt:
         settings.stop.set()       # the ServerApp thread stops polling, so the process can exit
         raise
