@@ -493,12 +493,20 @@ def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulate
     (["heart", "--hospitals", "Mars"], "unknown hospital 'Mars'"),
     (["heart", "--sites", "3"], "--sites is for --superlink"),
     (["heart", "--momentum", "1.5"], "--momentum must be below 1"),
+    (["heart", "--insecure"], "--insecure and --root-certificates are for --superlink"),
+    (["heart", "--superlink", "127.0.0.1:9", "--insecure", "--root-certificates", __file__],
+     "--insecure and --root-certificates exclude each other"),
+    (["heart", "--superlink", "127.0.0.1:9", "--root-certificates", __file__], "not a PEM certificate file"),
+    (["heart", "--superlink", "127.0.0.1:9", "--root-certificates", "/nonexistent.pem"], "cannot read"),
+    (["heart", "--superlink", "127.0.0.1:1"], "--superlink 127.0.0.1:1: cannot connect (Connection refused)"),
+    (["heart", "--superlink", "nowhere"], "write HOST:PORT"),
 ])
 def test_federate_bad_input_exits_2_with_one_line(tmp_path, args, match):
     r = _run_cli(["federate", *args, "-o", str(tmp_path / "o")], timeout=120)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("coalitions: error: ") and match in lines[0], r.stderr
+    assert not (tmp_path / "o").exists()          # no empty -o folder left behind
 
 
 # --------------------------------------------------------------------------- a real SuperLink and SuperNodes
