@@ -170,19 +170,10 @@ needs_flwr = pytest.mark.skipif(flwr is None, reason="the Flower app needs flwr:
 
 
 @pytest.fixture(autouse=True)
-def _task_identity():
-    """Messages are built inside a running task; the in-memory grid plays one (run 1, task 1, node 0)."""
-    if flwr is None:
-        yield
-        return
-    from flwr.supercore.task_identity import TaskIdentity
-
-    saved = (TaskIdentity._run_id, TaskIdentity._task_id, getattr(TaskIdentity, "_node_id", None))
-    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._run_id, TaskIdentity._task_id = saved[:2]
-    if hasattr(TaskIdentity, "_node_id"):
-        TaskIdentity._node_id = saved[2]
+def _task_identity(request):
+    """Every test here may build Flower messages: the in-memory grid's task (conftest ``flower_task``)."""
+    if flwr is not None:
+        request.getfixturevalue("flower_task")
 
 
 class MemoryGrid:

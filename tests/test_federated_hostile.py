@@ -38,17 +38,7 @@ HEART = [{"partition-id": k} for k in range(4)]      # node 100 + k serves hospi
 VICTIM = 101                                          # Hungary
 
 
-@pytest.fixture(autouse=True)
-def _task_identity():
-    """Messages are built inside a running task; the in-memory grid plays one (run 1, task 1, node 0)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    saved = (TaskIdentity._run_id, TaskIdentity._task_id, getattr(TaskIdentity, "_node_id", None))
-    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._run_id, TaskIdentity._task_id = saved[:2]
-    if hasattr(TaskIdentity, "_node_id"):
-        TaskIdentity._node_id = saved[2]
+pytestmark = pytest.mark.usefixtures("flower_task")
 
 
 class HostileGrid:

@@ -165,19 +165,6 @@ def test_method_options_are_checked_before_anything_starts():
 
 
 # --------------------------------------------------------------------------- over an in-memory grid
-@pytest.fixture
-def _task_identity():
-    """Messages are built inside a running task; the in-memory grid plays one (run 1, task 1, node 0)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    saved = (TaskIdentity._run_id, TaskIdentity._task_id, getattr(TaskIdentity, "_node_id", None))
-    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._run_id, TaskIdentity._task_id = saved[:2]
-    if hasattr(TaskIdentity, "_node_id"):
-        TaskIdentity._node_id = saved[2]
-
-
 class StatefulGrid:
     """A Flower grid in memory calling the ClientApp; each node keeps its ``Context`` (as a SuperNode does)."""
 
@@ -211,7 +198,7 @@ class StatefulGrid:
 
 
 @needs_flwr
-@pytest.mark.usefixtures("_task_identity")
+@pytest.mark.usefixtures("flower_task")
 @pytest.mark.parametrize("method", ["local", "fedavg", "fedamp", "superfed", "federico"])
 def test_strategy_over_a_memory_grid_equals_the_inprocess_learner(heart, method):
     from coalitions.learners.federated.server import Settings
@@ -305,7 +292,7 @@ def _assert_same_spo(fed_est, ref_est):
 
 
 @needs_flwr
-@pytest.mark.usefixtures("_task_identity")
+@pytest.mark.usefixtures("flower_task")
 def test_spo_over_a_memory_grid_equals_the_inprocess_spo(heart):
     """Same seed and settings: the server's hypernetwork takes the in-process updates (within float rounding)."""
     from coalitions.learners.federated.server import Settings
@@ -387,7 +374,7 @@ class SilentGrid(StatefulGrid):
 
 
 @needs_flwr
-@pytest.mark.usefixtures("_task_identity")
+@pytest.mark.usefixtures("flower_task")
 def test_a_site_that_does_not_answer_stops_the_strategy_naming_it():
     from coalitions.learners.federated.server import Settings
 
