@@ -276,6 +276,15 @@ def test_the_learners_servers_refuse_bad_replies_by_name(tmp_path, method, tampe
         _run(grid, tmp_path, method=method, method_options=options)
 
 
+def test_a_learner_without_the_bad_site_records_it_in_its_estimate(tmp_path):
+    """FedAvg over Flower with --exclude-bad-sites: Hungary's NaN model leaves it out of the estimate."""
+    grid = HostileGrid(HEART, bad=VICTIM, tamper=_fedavg_nan)
+    _run(grid, tmp_path, method="fedavg", exclude_bad_sites=True)
+    est = json.loads((tmp_path / "out" / "estimate.json").read_text())
+    assert est["clients"] == ["Cleveland", "Switzerland", "VA"]
+    assert "NaN" in est["config"]["federated"]["excluded_sites"]["Hungary"]
+
+
 # --------------------------------------------------------------------------- a restarted site
 def test_a_restarted_supernode_is_waited_for_before_a_retry_is_spent(tmp_path):
     """Hungary's SuperNode leaves at round 1 and is back 1 s later under a new id; one retry suffices."""
