@@ -621,8 +621,9 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
               help="Rehearse in Flower's simulation engine, one virtual site per client [default].")
 @click.option("--superlink", default=None, metavar="ADDR",
               help="Run on the SuperLink whose Control API listens at ADDR (e.g. 127.0.0.1:9093).")
-@click.option("--method", type=click.Choice(["exact", "spo", "local", "fedavg", "fedamp", "fedamp-heuristic",
-                                            "federico", "superfed", "superfed-lm"]), default="exact",
+@click.option("--method", type=click.Choice(["exact", "spo", "local", "fedavg", "fedprox", "ditto", "fedper",
+                                            "lg-fedavg", "fedamp", "fedamp-heuristic", "federico", "superfed",
+                                            "superfed-lm"]), default="exact",
               show_default=True,
               help="exact: the game (a model per coalition, FedAvg among its members); spo: the Pareto "
                    "hypernetwork at the server, sites return losses and gradients; the others: that "

@@ -132,6 +132,10 @@ def _halves(method, heart, **params):
     ("superfed", {}),
     ("superfed", {"local_epochs": 2}),          # SuPerFed's per-step draws over two epochs (SiteGenerator.steps)
     ("superfed-lm", {"batch_size": 40, "start": 0.0}),
+    ("fedprox", {"mu": 0.5}),
+    ("ditto", {"lam": 0.5}),
+    ("fedper", {"model": "mlp", "hidden": 8}),
+    ("lg-fedavg", {"model": "mlp", "hidden": 8, "batch_size": None}),
 ])
 def test_site_and_server_halves_equal_the_inprocess_learner(heart, method, params):
     got = _halves(method, heart, **params)
@@ -199,7 +203,8 @@ class StatefulGrid:
 
 @needs_flwr
 @pytest.mark.usefixtures("flower_task")
-@pytest.mark.parametrize("method", ["local", "fedavg", "fedamp", "superfed", "federico"])
+@pytest.mark.parametrize("method", ["local", "fedavg", "fedamp", "superfed", "federico", "fedprox", "ditto", "fedper",
+                                    "lg-fedavg"])
 def test_strategy_over_a_memory_grid_equals_the_inprocess_learner(heart, method):
     from coalitions.learners.federated.server import Settings
 
@@ -213,7 +218,8 @@ def test_strategy_over_a_memory_grid_equals_the_inprocess_learner(heart, method)
     assert grid.types == ["query"] * 4 + ["train"] * 4 * trains + ["evaluate"] * 4
     assert record["messages"] == 2 * len(grid.types) and record["bytes_sent"] > 0
     kept = {k for c in grid.contexts.values() for k in c.state.array_records}
-    assert kept == {"local": {"kept-model"}, "superfed": {"kept-local"}, "federico": {"kept-row"}}.get(method, set())
+    assert kept == {"local": {"kept-model"}, "superfed": {"kept-local"}, "federico": {"kept-row"},
+                    "ditto": {"kept-personal"}, "fedper": {"kept-params"}, "lg-fedavg": {"kept-params"}}.get(method, set())
 
 
 # --------------------------------------------------------------------------- Flower's simulation engine

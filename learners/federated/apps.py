@@ -116,8 +116,11 @@ def _personal(msg: Message, context: Context, kind: str) -> Message:
     method = str(cfg["method"])
     learner = site_learner(method, json.loads(str(cfg["params"])), site)
     _threads(cfg)
-    names = list(learner.spec_.shapes)
-    received = {k: dict(zip(names, rec.to_numpy_ndarrays(), strict=True)) for k, rec in msg.content.array_records.items()}
+    names = {k: list(learner.spec_.shapes) for k in msg.content.array_records}
+    if "record-names" in cfg:    # records that hold some of the parameters (FedPer's shared body) name them
+        names.update(json.loads(str(cfg["record-names"])))
+    received = {k: dict(zip(names[k], rec.to_numpy_ndarrays(), strict=True))
+                for k, rec in msg.content.array_records.items()}
     kept_names = context.state.config_records.get("kept-names")
     kept = None
     if kept_names is not None:   # what the site kept from its previous messages of this run (Context.state)

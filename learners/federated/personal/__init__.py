@@ -75,8 +75,8 @@ from coalitions.learners.federated.personal.randomness import SiteGenerator
 from coalitions.learners.federated.personal.site import federico_site, site_finish, site_round, site_train
 from coalitions.learners.federated.personal.strategies import (
     STRATEGIES,
+    AveragedStrategy,
     FedAMPStrategy,
-    FedAvgStrategy,
     FedeRiCoStrategy,
     LocalStrategy,
     PersonalStrategy,
@@ -86,5 +86,5 @@ from coalitions.learners.federated.personal.strategies import (
 
 __all__ = ["PERSONAL", "method_params", "check_method", "SiteGenerator", "site_learner", "server_learner",
            "learner_params", "initial_state", "site_round", "site_train", "site_finish", "PersonalStrategy",
-           "FedAvgStrategy", "LocalStrategy", "FedAMPStrategy", "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES",
+           "AveragedStrategy", "LocalStrategy", "FedAMPStrategy", "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES",
            "federico_site", "run_personal"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from coalitions.errors import InputError
-from coalitions.learners.federated.personal.learners import PERSONAL, _numpy, _tensors
+from coalitions.learners.federated.personal.learners import AVERAGED, PERSONAL, _numpy, _tensors, averaged_names
 from coalitions.learners.federated.personal.randomness import SiteGenerator, _epoch_steps
 
 __all__ = ["site_round", "site_train", "federico_site", "site_finish"]
@@ -44,22 +44,35 @@ def site_round(method: str, learner, r: int, site: int, sizes, received: dict, k
         params = _tensors(kept["model"] if kept else received["model"])
         state, info = learner.train_round({"params": params}, r, rng)
         return {}, float(info["loss"]), {"model": _numpy(state["params"])}
-    if method == "fedavg":
-        state, info = learner.train_round({"global": _tensors(received["model"])}, r, rng)
-        return {"model": _numpy(state["global"])}, float(info["loss"]), None
+    if method in AVERAGED:
+        steps = _epoch_steps(sizes, learner.batch_size, site)
+
+        def srng(stream):   # stream 1 draws once per minibatch step (SuPerFed's mixing coefficients)
+            return SiteGenerator(seed, r, stream, site, sizes, steps if stream == 1 else None)
+
+        key = AVERAGED[method][0]
+        state, info = learner.train_round(_averaged_state(method, received, kept), r, srng)
+        names = averaged_names(method, learner)
+        return ({"model": _numpy({n: state[key][n] for n in names})}, float(info["loss"]),
+                {k: _numpy(state[k]) for k in AVERAGED[method][1]} or None)
     if method in ("fedamp", "fedamp-heuristic"):
         new, losses = learner.local_step(_tensors(received["model"]), rng(0), sizes)
         return {"model": _numpy(new)}, float(np.mean(losses)), None
-    if method in ("superfed", "superfed-lm"):
-        local = _tensors(kept["local"] if kept else received["local"])
-        steps = _epoch_steps(sizes, learner.batch_size, site)
-
-        def srng(stream):
-            return SiteGenerator(seed, r, stream, site, sizes, steps if stream == 1 else None)
-
-        state, info = learner.train_round({"global": _tensors(received["model"]), "local": local}, r, srng)
-        return {"model": _numpy(state["global"])}, float(info["loss"]), {"local": _numpy(state["local"])}
     raise InputError(f"--method {method}: not a federated personalised method ({', '.join(PERSONAL)})")
+
+
+def _averaged_state(method: str, received: dict, kept: dict | None) -> dict:
+    """The learner's state at a site of an :data:`AVERAGED` method, from the server's average and what it kept.
+
+    The kept keys come from the site's previous round, or in round 0 from the
+    server's initial state (its row); the averaged parameters from the
+    server's last average (``received["model"]``; FedPer's round 0 has none).
+    """
+    key, keys = AVERAGED[method]
+    state = {k: _tensors(kept[k] if kept else received[k]) for k in keys}
+    if "model" in received:
+        state[key] = {**state.get(key, {}), **_tensors(received["model"])}
+    return state
 
 
 def site_train(method: str, learner, cfg: dict, received: dict, kept: dict | None):
@@ -161,15 +174,15 @@ def site_finish(method: str, learner, received: dict, kept: dict | None) -> dict
     state: dict
     if method == "local":
         state = {"params": _tensors(kept["model"])}
-    elif method == "fedavg":
-        state = {"global": _tensors(received["model"])}
+    elif method in AVERAGED:
+        state = _averaged_state(method, received, kept)
     elif method in ("fedamp", "fedamp-heuristic"):
         state = {"params": _tensors(received["model"]), "history": [], "guarded": 0}
     elif method == "federico":   # every model, mixed by the site's own posterior row
         state = {"phi": _tensors(received["models"]), "history": [], "ema_history": [], "neighbours": [],
                  **{key: torch.as_tensor(np.asarray(v, dtype=np.float64)) for key, v in kept["row"].items()}}
     else:
-        state = {"global": _tensors(received["model"]), "local": _tensors(kept["local"])}
+        raise InputError(f"--method {method}: not a federated personalised method ({', '.join(PERSONAL)})")
     learner.finish(state)
     u = learner._utilities(learner.federation_, torch.device("cpu"))
     name = learner.federation_.names[0]

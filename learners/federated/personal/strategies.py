@@ -10,9 +10,11 @@ import numpy as np
 
 from coalitions.errors import InputError
 from coalitions.learners.federated.personal.learners import (
+    AVERAGED,
     _numpy,
     _rows,
     _tensors,
+    averaged_names,
     initial_state,
     learner_params,
     server_learner,
@@ -20,7 +22,7 @@ from coalitions.learners.federated.personal.learners import (
 from coalitions.learners.federated.personal.randomness import _epoch_steps
 from coalitions.learners.federated.replies import BadReply, check_losses, check_metrics, check_number, reply_json
 
-__all__ = ["PersonalStrategy", "LocalStrategy", "FedAvgStrategy", "SuPerFedStrategy", "FedAMPStrategy", "FedeRiCoStrategy",
+__all__ = ["PersonalStrategy", "LocalStrategy", "AveragedStrategy", "SuPerFedStrategy", "FedAMPStrategy", "FedeRiCoStrategy",
            "STRATEGIES", "run_personal"]
 
 # --------------------------------------------------------------------------- the server's half: Flower strategies
@@ -101,6 +103,10 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         cfg = {**self.data_config, "method": self.method, "params": json.dumps(learner_params(self.learner)),
                "round": int(r), "site-index": int(i), "sizes": [int(s) for s in self.sizes],
                "rounds": self.rounds, **(extra or {})}
+        full = list(self.learner.spec_.shapes)
+        partial = {key: list(arr) for key, arr in arrays.items() if list(arr) != full}
+        if partial:     # records holding some of the parameters (FedPer's shared body) name them
+            cfg["record-names"] = json.dumps(partial)
         content = RecordDict({"config": ConfigRecord(cfg)})
         for key, arr in arrays.items():
             content[key] = ArrayRecord([np.asarray(v) for v in arr.values()])
@@ -130,16 +136,20 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         src = rep.metadata.src_node_id
         return next((n for n, node in self.nodes.items() if node == src), str(src))
 
-    def _arrays(self, rep, key: str, rows: int = 1) -> dict:
-        """Record ``key`` of a reply as ``{parameter: (rows, ...)}``, checked (:func:`~.replies.check_arrays`)."""
+    def _arrays(self, rep, key: str, rows: int = 1, names=None) -> dict:
+        """Record ``key`` of a reply as ``{parameter: (rows, ...)}``, checked (:func:`~.replies.check_arrays`).
+
+        ``names``: the parameters the record holds (default: all of the model's).
+        """
         from coalitions.learners.federated.replies import check_arrays
         from coalitions.learners.federated.server import _arrays
 
-        spec = self.learner.spec_
+        shapes = self.learner.spec_.shapes
+        names = list(shapes) if names is None else list(names)
         name = self._name(rep)
         arrays = check_arrays(_arrays(rep, key, name, rep.metadata.src_node_id),
-                              [(rows, *s) for s in spec.shapes.values()], name, key)
-        return dict(zip(spec.shapes, arrays, strict=True))
+                              [(rows, *shapes[n]) for n in names], name, key)
+        return dict(zip(names, arrays, strict=True))
 
     def _metrics(self, rep):
         from coalitions.learners.federated.server import _record
@@ -160,7 +170,8 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         losses = np.array([check_losses(self._metrics(rep).get("losses", []), self._name(rep), n=n_losses)
                            for rep in reps], dtype=np.float64)
         self.loss_history += [float(x) for x in losses.mean(axis=0)]   # in process: the mean over clients
-        self.absorb(r, [{k: self._arrays(rep, k) for k in rep.content.array_records} for rep in reps])
+        self.absorb(r, [{k: self._arrays(rep, k, names=self.reply_names(k)) for k in rep.content.array_records}
+                        for rep in reps])
         self.log(f"{self.method}: exchange {server_round}/{self.exchanges()}, mean loss {self.loss_history[-1]:.4f}")
         return None, MetricRecord({"loss": self.loss_history[-1]})
 
@@ -187,6 +198,10 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
                                                                  f"{part} utility")[0])
             self.site_extra[name] = self.check_extra(name, res)
         return MetricRecord({"val-mean": float(np.mean(list(self.utilities["val"].values())))})
+
+    def reply_names(self, key: str):
+        """The parameters record ``key`` of a site's reply holds (``None``: all of the model's)."""
+        return None
 
     def check_extra(self, name: str, res: dict) -> dict:
         """What a site's evaluation returns besides its utilities, checked (none for most methods)."""
@@ -237,32 +252,48 @@ class LocalStrategy(PersonalStrategy):
         return 1
 
 
-class FedAvgStrategy(PersonalStrategy):
-    """FedAvg: the global model out, each site's locally trained model back, the weighted average."""
+class AveragedStrategy(PersonalStrategy):
+    """FedAvg's server step for every :data:`~.learners.AVERAGED` method: the size-weighted average.
+
+    Each round every site receives the last average (``"model"``) and, in
+    round 0, its row of the state it keeps (Ditto's personal model,
+    SuPerFed's local model, FedPer's and LG-FedAvg's whole model); it returns
+    the averaged part after its local training — the whole global model, or
+    only the shared part of a partly personal model (FedPer's body,
+    LG-FedAvg's head) — and keeps the rest.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.key, self.kept = AVERAGED[self.method]
+        self.shared = averaged_names(self.method, self.learner)
+        self.average = None if self.key in self.kept else self.state[self.key]
 
     def payload(self, r, i):
-        return {"model": _numpy(self.state["global"])}
+        out = {} if self.average is None else {"model": _numpy(self.average)}
+        if r == 0:
+            out.update({k: _numpy(_rows(self.state[k], i)) for k in self.kept})
+        return out
+
+    def reply_names(self, key):
+        return self.shared
 
     def absorb(self, r, replies):
         import torch
 
         from coalitions.learners.methods.baselines import weighted_average
 
-        stacked = {k: torch.cat([_tensors(rep["model"])[k] for rep in replies]) for k in self.learner.spec_.shapes}
-        self.state = {**self.state, "global": weighted_average(stacked, np.asarray(self.sizes))}
+        stacked = {k: torch.cat([_tensors(rep["model"])[k] for rep in replies]) for k in self.shared}
+        # nothing shared (FedPer on a model without a body) leaves every site on its own, as in process
+        self.average = weighted_average(stacked, np.asarray(self.sizes)) if stacked else {}
 
     def final_payload(self, i):
-        return {"model": _numpy(self.state["global"])}
+        return {"model": _numpy(self.average)}
 
 
-class SuPerFedStrategy(FedAvgStrategy):
+
+class SuPerFedStrategy(AveragedStrategy):
     """SuPerFed: the global (federated) model averaged as in FedAvg; each site's local model stays there."""
-
-    def payload(self, r, i):
-        out = {"model": _numpy(self.state["global"])}
-        if r == 0:
-            out["local"] = _numpy(_rows(self.state["local"], i))
-        return out
 
     def check_extra(self, name, res):
         if set(res) != {"lambda", "val_curve"}:
@@ -418,8 +449,9 @@ class FedeRiCoStrategy(PersonalStrategy):
                              "neighbours": self.nb_history})
 
 
-STRATEGIES = {"local": LocalStrategy, "fedavg": FedAvgStrategy, "fedamp": FedAMPStrategy,
-              "fedamp-heuristic": FedAMPStrategy, "federico": FedeRiCoStrategy, "superfed": SuPerFedStrategy, "superfed-lm": SuPerFedStrategy}
+STRATEGIES = {"local": LocalStrategy, **{m: AveragedStrategy for m in AVERAGED}, "superfed": SuPerFedStrategy,
+              "superfed-lm": SuPerFedStrategy, "fedamp": FedAMPStrategy, "fedamp-heuristic": FedAMPStrategy,
+              "federico": FedeRiCoStrategy}
 
 
 def run_personal(grid, settings, method: str, params: dict, log=print):
