@@ -111,12 +111,15 @@ def _run(grid, tmp_path, **kw):
 
 
 # --------------------------------------------------------------------------- tampering
-def _models(edit):
-    """Tamper with the ``models`` a site returns after training (the exact game)."""
+def _models(edit, after_round=0):
+    """Tamper with the ``models`` a site returns after training (the exact game), from round ``after_round + 1``."""
     from flwr.app import ArrayRecord
 
+    seen = {"train": 0}
+
     def tamper(kind, reply):
-        if kind == "train":
+        seen[kind] = seen.get(kind, 0) + 1
+        if kind == "train" and seen["train"] > after_round:
             arrays = reply.content["models"].to_numpy_ndarrays()
             reply.content["models"] = ArrayRecord([edit(a.copy()) for a in arrays])
     return tamper
@@ -194,9 +197,12 @@ def test_every_bad_reply_stops_the_exact_game_naming_the_site(tmp_path, case):
 
 def test_a_bad_site_is_left_out_with_the_option_and_the_game_says_so(tmp_path):
     """NaN parameters from Hungary: the game is measured again over the three others and records why."""
-    grid = HostileGrid(HEART, bad=VICTIM, tamper=_models(_nan))
-    settings = _run(grid, tmp_path, exclude_bad_sites=True)
+    grid = HostileGrid(HEART, bad=VICTIM, tamper=_models(_nan, after_round=1))
+    (tmp_path / "out").mkdir()
+    settings = _run(grid, tmp_path, exclude_bad_sites=True, protocol=Protocol(rounds=2, batch_size=64),
+                    checkpoint=str(tmp_path / "out" / "checkpoint.npz"))
     assert list(settings.excluded) == ["Hungary"] and settings.sites == 3
+    assert (tmp_path / "out" / "checkpoint.npz.before-exclusion").exists()   # round 1 with Hungary, set aside
     game = co.read_game(tmp_path / "out" / "game.json")
     assert list(game.clients) == ["Cleveland", "Switzerland", "VA"]
     assert "NaN" in game.provenance["excluded_sites"]["Hungary"]
@@ -205,7 +211,7 @@ def test_a_bad_site_is_left_out_with_the_option_and_the_game_says_so(tmp_path):
     fed = load("heart")
     three = type(fed)(fed.name, fed.task, fed.metric, tuple(c for c in fed.clients if c.name != "Hungary"),
                       fed.n_classes, None, {})
-    val, _, _ = inprocess_game(three, ONE)
+    val, _, _ = inprocess_game(three, Protocol(rounds=2, batch_size=64))
     np.testing.assert_allclose(game.raw_values(), val, atol=1e-6)
 
 

@@ -217,6 +217,19 @@ def _measure(grid: Grid, settings: Settings, output: str, semantics: str, tol: f
                 raise
             settings.exclude(fault)
             log(f"excluded ({fault}); starting again with {settings.sites} site(s)")
+            _set_aside_checkpoint(settings, log)
+
+
+def _set_aside_checkpoint(settings: Settings, log) -> None:
+    """Rename the checkpoint of the run with the excluded site (``….npz.before-exclusion``): it cannot be
+    resumed by the run without it, and it keeps the rounds done should the site be readmitted."""
+    from pathlib import Path
+
+    ckpt = Path(settings.checkpoint) if settings.checkpoint else None
+    if ckpt is not None and ckpt.exists():
+        aside = ckpt.with_name(ckpt.name + ".before-exclusion")
+        ckpt.replace(aside)
+        log(f"the checkpoint of the run with it is kept as {aside}")
 
 
 def _measure_once(grid: Grid, settings: Settings, output: str, semantics: str, tol: float, log,
