@@ -624,14 +624,23 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
               help="Rehearse in Flower's simulation engine, one virtual site per client [default].")
 @click.option("--superlink", default=None, metavar="ADDR",
               help="Run on the SuperLink whose Control API listens at ADDR (e.g. 127.0.0.1:9093).")
-@click.option("--method", type=click.Choice(["exact", "spo", "local", "fedavg", "fedamp", "fedamp-heuristic",
-                                            "federico", "superfed", "superfed-lm"]), default="exact",
+@click.option("--method", type=click.Choice(["exact", "spo", "local", "fedavg", "fedprox", "ditto", "fedper",
+                                            "lg-fedavg", "fedamp", "fedamp-heuristic", "federico", "superfed",
+                                            "superfed-lm"]), default="exact",
               show_default=True,
               help="exact: the game (a model per coalition, FedAvg among its members); spo: the Pareto "
                    "hypernetwork at the server, sites return losses and gradients; the others: that "
                    "personalised learner as a Flower strategy.  All but exact write estimate.json like `learn`.")
 @click.option("--method-option", "method_option", multiple=True, metavar="KEY=VALUE",
               help="A personalised method's own parameter (constructor name, e.g. alpha_k=0.5; JSON values).")
+@click.option("--root-certificates", "root_certificates", type=click.Path(dir_okay=False), default=None,
+              help="--superlink over TLS: the PEM file of the CA that signed the SuperLink's certificate "
+                   "[the system's trust store].")
+@click.option("--insecure", is_flag=True,
+              help="--superlink without TLS (prints a warning): only for a rehearsal on loopback.")
+@click.option("--exclude-bad-sites", "exclude_bad_sites", is_flag=True,
+              help="A site whose reply fails the server's checks is left out (the run starts again without it "
+                   "and the outputs record it) instead of stopping the run.")
 @click.option("--sites", type=click.IntRange(1, 12), default=None,
               help="SuperNodes to wait for (--superlink) [the dataset's client count].")
 @click.option("--site-schema", "schemas", multiple=True, type=click.Path(dir_okay=False),
@@ -657,7 +666,8 @@ def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memor
 @click.option("--tol", type=float, default=1e-9, show_default=True)
 @click.option("-o", "--output", required=True, type=OUTPUT_FOLDER,
               help="Folder: game.json, game-test.json, equilibrium.json, run.json.")
-def federate(dataset, simulation, superlink, method, method_option, sites, schemas, model, hidden, rounds,
+def federate(dataset, simulation, superlink, method, method_option, root_certificates, insecure, exclude_bad_sites,
+             sites, schemas, model, hidden, rounds,
              local_epochs, batch_size, full_batch, optimizer, lr, momentum, weight_decay, threads, wait, checkpoint,
              semantics, tol, output, **data_opts):
     """Measure DATASET's exact game with Flower, the data staying at the sites (docs/federated.md).
@@ -692,7 +702,8 @@ def federate(dataset, simulation, superlink, method, method_option, sites, schem
     rec = run_federate(dataset, given, protocol, output, superlink=superlink, sites=sites, schemas=schemas,
                        checkpoint=checkpoint, semantics=semantics, tol=_tol(tol), threads=threads or 1, wait_s=wait,
                        progress=_progress("FedAvg rounds, all coalitions at once"), method=method,
-                       method_options=options)
+                       method_options=options, insecure=insecure, root_certificates=root_certificates,
+                       exclude_bad_sites=exclude_bad_sites)
     if method != "exact":
         eq = " | ".join(",".join(b) for b in rec["equilibrium"])
         unit = "hypernetwork steps" if method == "spo" else "rounds"

@@ -336,3 +336,19 @@ def check_graph_json(doc: dict, clients) -> None:
     for e in doc["edges"]:
         assert isinstance(e, list) and len(e) == 2 and e[0] != e[1]
         assert e[0] in doc["clients"] and e[1] in doc["clients"]
+
+
+@pytest.fixture
+def flower_task():
+    """Flower messages are built inside a running task; an in-memory grid plays one (run 1, task 1, node 0).
+
+    For the tests that drive the ServerApp's code over a grid in memory (tests/test_federated*.py).
+    """
+    flwr_task = pytest.importorskip("flwr.supercore.task_identity")
+    ti = flwr_task.TaskIdentity
+    saved = (ti._run_id, ti._task_id, getattr(ti, "_node_id", None))
+    ti.run_id, ti.task_id, ti.node_id = 1, 1, 0
+    yield
+    ti._run_id, ti._task_id = saved[:2]
+    if hasattr(ti, "_node_id"):
+        ti._node_id = saved[2]

@@ -170,19 +170,10 @@ needs_flwr = pytest.mark.skipif(flwr is None, reason="the Flower app needs flwr:
 
 
 @pytest.fixture(autouse=True)
-def _task_identity():
-    """Messages are built inside a running task; the in-memory grid plays one (run 1, task 1, node 0)."""
-    if flwr is None:
-        yield
-        return
-    from flwr.supercore.task_identity import TaskIdentity
-
-    saved = (TaskIdentity._run_id, TaskIdentity._task_id, getattr(TaskIdentity, "_node_id", None))
-    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._run_id, TaskIdentity._task_id = saved[:2]
-    if hasattr(TaskIdentity, "_node_id"):
-        TaskIdentity._node_id = saved[2]
+def _task_identity(request):
+    """Every test here may build Flower messages: the in-memory grid's task (conftest ``flower_task``)."""
+    if flwr is not None:
+        request.getfixturevalue("flower_task")
 
 
 class MemoryGrid:
@@ -493,12 +484,20 @@ def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulate
     (["heart", "--hospitals", "Mars"], "unknown hospital 'Mars'"),
     (["heart", "--sites", "3"], "--sites is for --superlink"),
     (["heart", "--momentum", "1.5"], "--momentum must be below 1"),
+    (["heart", "--insecure"], "--insecure and --root-certificates are for --superlink"),
+    (["heart", "--superlink", "127.0.0.1:9", "--insecure", "--root-certificates", __file__],
+     "--insecure and --root-certificates exclude each other"),
+    (["heart", "--superlink", "127.0.0.1:9", "--root-certificates", __file__], "not a PEM certificate file"),
+    (["heart", "--superlink", "127.0.0.1:9", "--root-certificates", "/nonexistent.pem"], "cannot read"),
+    (["heart", "--superlink", "127.0.0.1:1"], "--superlink 127.0.0.1:1: cannot connect (Connection refused)"),
+    (["heart", "--superlink", "nowhere"], "write HOST:PORT"),
 ])
 def test_federate_bad_input_exits_2_with_one_line(tmp_path, args, match):
     r = _run_cli(["federate", *args, "-o", str(tmp_path / "o")], timeout=120)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("coalitions: error: ") and match in lines[0], r.stderr
+    assert not (tmp_path / "o").exists()          # no empty -o folder left behind
 
 
 # --------------------------------------------------------------------------- a real SuperLink and SuperNodes
@@ -523,20 +522,93 @@ def _wait_listening(port, proc, deadline):
     return False
 
 
+def _flower_commands(folder: Path) -> Path:
+    """Flower's commands (``flower-superlink``, ``flwr-clientapp``, …) as scripts that run *this* Python.
+
+    The SuperNodes start ``flower-superexec`` and ``flwr-clientapp`` by name
+    from ``PATH``; with these first on it, every Flower process of the test
+    imports the ``coalitions`` under test, whichever environment installed
+    Flower's own scripts.
+    """
+    from importlib.metadata import distribution
+
+    folder.mkdir()
+    for ep in distribution("flwr").entry_points:
+        if ep.group == "console_scripts":
+            script = folder / ep.name
+            script.write_text(f"#!{sys.executable}\nimport sys\nfrom {ep.module} import {ep.attr}\n"
+                              f"sys.exit({ep.attr}())\n")
+            script.chmod(0o755)
+    return folder
+
+
+def _tls_and_node_keys(folder: Path, nodes) -> None:
+    """A test CA, the SuperLink's certificate for 127.0.0.1 signed by it, and an EC key pair per SuperNode.
+
+    Files: ``ca.pem``; ``server.pem`` / ``server.key`` (PEM); ``NODE`` (OpenSSH private key) and
+    ``NODE.pub`` (OpenSSH public key) for each name in ``nodes`` — what docs/federated.md's
+    step-by-step makes with ``openssl`` and ``ssh-keygen``.
+    """
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    valid = dict(not_valid_before=now - datetime.timedelta(minutes=5), not_valid_after=now + datetime.timedelta(days=1))
+    ca_key = ec.generate_private_key(ec.SECP384R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "coalitions test CA")])
+    ca = (x509.CertificateBuilder(subject_name=ca_name, issuer_name=ca_name, public_key=ca_key.public_key(),
+                                  serial_number=x509.random_serial_number(), **valid)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP384R1())
+    cert = (x509.CertificateBuilder(subject_name=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]),
+                                    issuer_name=ca_name, public_key=key.public_key(),
+                                    serial_number=x509.random_serial_number(), **valid)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False).sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    (folder / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (folder / "server.pem").write_bytes(cert.public_bytes(pem))
+    (folder / "server.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    for name in nodes:
+        k = ec.generate_private_key(ec.SECP384R1())
+        (folder / name).write_bytes(k.private_bytes(pem, serialization.PrivateFormat.OpenSSH,
+                                                    serialization.NoEncryption()))
+        (folder / f"{name}.pub").write_bytes(k.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                                         serialization.PublicFormat.OpenSSH))
+
+
 @needs_flwr
 @pytest.mark.slow
-def test_superlink_and_one_supernode_per_hospital_on_loopback(tmp_path, heart):
-    """A SuperLink and four SuperNodes as separate processes; `federate --superlink` runs the game.
+def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
+    """TLS and SuperNode authentication, as docs/federated.md sets them up, on 127.0.0.1 only.
 
-    Every process starts in its own session and is stopped (its whole process
-    group: the SuperNodes' app runners too) however the test ends.
+    The test makes a CA, the SuperLink's certificate and one key pair per
+    SuperNode; the SuperLink runs with TLS and ``--enable-supernode-auth``;
+    the two hospitals' public keys are registered with ``flwr supernode
+    register``; a third SuperNode with an unregistered key claims Cleveland's
+    partition and is refused, so the game has the two registered sites and
+    equals the in-process one.  ``federate --insecure`` against this SuperLink
+    ends with one line.  Every process starts in its own session and is
+    stopped (its whole process group) however the test ends.
     """
-    bindir = Path(sys.executable).parent
-    if not (bindir / "flower-superlink").exists():
-        pytest.skip("flower-superlink is not installed next to this Python")
+    bindir = _flower_commands(tmp_path / "bin")
+    _tls_and_node_keys(tmp_path, ["node0", "node1", "rogue"])
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1",
            "FLWR_HOME": str(tmp_path / "flwr-home")}
-    link_port, *node_ports = _free_ports(5)
+    (tmp_path / "flwr-home").mkdir()
+    (tmp_path / "flwr-home" / "config.toml").write_text(
+        f'[superlink]\ndefault = "ce"\n\n[superlink.ce]\naddress = "127.0.0.1:{{port}}"\n'
+        f'root-certificates = "{tmp_path / "ca.pem"}"\n')
+    link_port, *node_ports = _free_ports(4)
+    (tmp_path / "flwr-home" / "config.toml").write_text(
+        (tmp_path / "flwr-home" / "config.toml").read_text().replace("{port}", str(link_port)))
     procs = []
 
     def start(cmd, name):
@@ -544,19 +616,36 @@ def test_superlink_and_one_supernode_per_hospital_on_loopback(tmp_path, heart):
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         return procs[-1]
 
-    rounds = 1
+    hospitals = "Cleveland,Hungary"
+    address = f"127.0.0.1:{link_port}"
     try:
-        link = start([str(bindir / "flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(link_port),
+        link = start([str(bindir / "flower-superlink"), "--host", "127.0.0.1", "--port", str(link_port),
+                      "--ssl-certfile", str(tmp_path / "server.pem"), "--ssl-keyfile", str(tmp_path / "server.key"),
+                      "--ssl-ca-certfile", str(tmp_path / "ca.pem"), "--enable-supernode-auth",
                       "--disable-runtime-dependency-installation"], "superlink")
         assert _wait_listening(link_port, link, time.monotonic() + 60), (tmp_path / "superlink.log").read_text()
-        for k, port in enumerate(node_ports):
-            start([str(bindir / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link_port}",
-                   "--port", str(port), "--node-config", f"partition-id={k}"], f"node{k}")
+        for k in (0, 1):
+            r = subprocess.run([str(bindir / "flwr"), "supernode", "register", str(tmp_path / f"node{k}.pub"), "ce"],
+                               capture_output=True, text=True, env=env, timeout=60)
+            assert r.returncode == 0 and "registered successfully" in r.stdout, r.stdout + r.stderr
+        for name, port, partition in (("node0", node_ports[0], 0), ("node1", node_ports[1], 1),
+                                      ("rogue", node_ports[2], 0)):
+            start([str(bindir / "flower-supernode"), "--superlink", address, "--root-certificates",
+                   str(tmp_path / "ca.pem"), "--auth-supernode-private-key", str(tmp_path / name),
+                   "--host", "127.0.0.1", "--port", str(port), "--node-config", f"partition-id={partition}"], name)
         out = tmp_path / "out"
-        r = subprocess.run([sys.executable, "-m", "coalitions.cli", "federate", "heart", "--superlink",
-                            f"127.0.0.1:{link_port}", "--rounds", str(rounds), "--wait", "60", "-o", str(out)],
-                           capture_output=True, text=True, timeout=420, env=env)
+        base = [sys.executable, "-m", "coalitions.cli", "federate", "heart", "--hospitals", hospitals,
+                "--superlink", address, "--rounds", "1", "--wait", "60"]
+        r = subprocess.run([*base, "--insecure", "-o", str(tmp_path / "plain")], capture_output=True, text=True,
+                           timeout=120, env=env)
+        assert r.returncode == 2 and r.stderr.splitlines()[0].startswith("coalitions: warning: --insecure")
+        assert "Connection to the SuperLink is unavailable" in r.stderr.strip().splitlines()[-1], r.stderr
+        assert not (tmp_path / "plain").exists()
+        r = subprocess.run([*base, "--root-certificates", str(tmp_path / "ca.pem"), "-o", str(out)],
+                           capture_output=True, text=True, timeout=300, env=env)
         assert r.returncode == 0, r.stderr[-3000:]
+        assert procs[-1].wait(timeout=60) != 0          # the rogue SuperNode was refused by the SuperLink
+        assert "Failed to activate SuperNode" in (tmp_path / "rogue.log").read_text()
     finally:
         for p in procs:
             try:
@@ -569,10 +658,11 @@ def test_superlink_and_one_supernode_per_hospital_on_loopback(tmp_path, heart):
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=10)
-    val, _, _ = inprocess_game(heart, Protocol(rounds=rounds, batch_size=FAST.batch_size, seed=FAST.seed))
+    val, _, _ = inprocess_game(load("heart", hospitals=hospitals), Protocol(rounds=1, batch_size=FAST.batch_size,
+                                                                             seed=FAST.seed))
     np.testing.assert_allclose(co.read_game(out / "game.json").raw_values(), val, atol=TOL)
     run = json.loads((out / "run.json").read_text())
-    assert run["rounds"] == rounds and len(run["sites"]) == 4 and run["certificate_holds"] is True
+    assert [s["name"] for s in run["sites"]] == hospitals.split(",") and run["certificate_holds"] is True
 
 
 # --------------------------------------------------------------------------- the flwr run entry

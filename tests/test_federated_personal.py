@@ -132,6 +132,10 @@ def _halves(method, heart, **params):
     ("superfed", {}),
     ("superfed", {"local_epochs": 2}),          # SuPerFed's per-step draws over two epochs (SiteGenerator.steps)
     ("superfed-lm", {"batch_size": 40, "start": 0.0}),
+    ("fedprox", {"mu": 0.5}),
+    ("ditto", {"lam": 0.5}),
+    ("fedper", {"model": "mlp", "hidden": 8}),
+    ("lg-fedavg", {"model": "mlp", "hidden": 8, "batch_size": None}),
 ])
 def test_site_and_server_halves_equal_the_inprocess_learner(heart, method, params):
     got = _halves(method, heart, **params)
@@ -165,19 +169,6 @@ def test_method_options_are_checked_before_anything_starts():
 
 
 # --------------------------------------------------------------------------- over an in-memory grid
-@pytest.fixture
-def _task_identity():
-    """Messages are built inside a running task; the in-memory grid plays one (run 1, task 1, node 0)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    saved = (TaskIdentity._run_id, TaskIdentity._task_id, getattr(TaskIdentity, "_node_id", None))
-    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._run_id, TaskIdentity._task_id = saved[:2]
-    if hasattr(TaskIdentity, "_node_id"):
-        TaskIdentity._node_id = saved[2]
-
-
 class StatefulGrid:
     """A Flower grid in memory calling the ClientApp; each node keeps its ``Context`` (as a SuperNode does)."""
 
@@ -211,8 +202,9 @@ class StatefulGrid:
 
 
 @needs_flwr
-@pytest.mark.usefixtures("_task_identity")
-@pytest.mark.parametrize("method", ["local", "fedavg", "fedamp", "superfed", "federico"])
+@pytest.mark.usefixtures("flower_task")
+@pytest.mark.parametrize("method", ["local", "fedavg", "fedamp", "superfed", "federico", "fedprox", "ditto", "fedper",
+                                    "lg-fedavg"])
 def test_strategy_over_a_memory_grid_equals_the_inprocess_learner(heart, method):
     from coalitions.learners.federated.server import Settings
 
@@ -226,7 +218,8 @@ def test_strategy_over_a_memory_grid_equals_the_inprocess_learner(heart, method)
     assert grid.types == ["query"] * 4 + ["train"] * 4 * trains + ["evaluate"] * 4
     assert record["messages"] == 2 * len(grid.types) and record["bytes_sent"] > 0
     kept = {k for c in grid.contexts.values() for k in c.state.array_records}
-    assert kept == {"local": {"kept-model"}, "superfed": {"kept-local"}, "federico": {"kept-row"}}.get(method, set())
+    assert kept == {"local": {"kept-model"}, "superfed": {"kept-local"}, "federico": {"kept-row"},
+                    "ditto": {"kept-personal"}, "fedper": {"kept-params"}, "lg-fedavg": {"kept-params"}}.get(method, set())
 
 
 # --------------------------------------------------------------------------- Flower's simulation engine
@@ -305,7 +298,7 @@ def _assert_same_spo(fed_est, ref_est):
 
 
 @needs_flwr
-@pytest.mark.usefixtures("_task_identity")
+@pytest.mark.usefixtures("flower_task")
 def test_spo_over_a_memory_grid_equals_the_inprocess_spo(heart):
     """Same seed and settings: the server's hypernetwork takes the in-process updates (within float rounding)."""
     from coalitions.learners.federated.server import Settings
@@ -387,7 +380,7 @@ class SilentGrid(StatefulGrid):
 
 
 @needs_flwr
-@pytest.mark.usefixtures("_task_identity")
+@pytest.mark.usefixtures("flower_task")
 def test_a_site_that_does_not_answer_stops_the_strategy_naming_it():
     from coalitions.learners.federated.server import Settings
 

@@ -40,6 +40,7 @@ __all__ = ["client_app", "server_app", "make_server_app", "RUN_CONFIG", "setting
 RUN_CONFIG = {"sites": 4, "dataset": "heart", "data-options": "{}", "output": "federated-game",
               "checkpoint": "", "semantics": "personalized", "tol": 1e-9, "wait-s": 120.0,
               "round-timeout-s": 600.0, "retries": 2, "threads": 1, "method": "exact", "method-options": "{}",
+              "exclude-bad-sites": False,
               **protocol_config(Protocol())}
 
 
@@ -115,8 +116,11 @@ def _personal(msg: Message, context: Context, kind: str) -> Message:
     method = str(cfg["method"])
     learner = site_learner(method, json.loads(str(cfg["params"])), site)
     _threads(cfg)
-    names = list(learner.spec_.shapes)
-    received = {k: dict(zip(names, rec.to_numpy_ndarrays(), strict=True)) for k, rec in msg.content.array_records.items()}
+    names = {k: list(learner.spec_.shapes) for k in msg.content.array_records}
+    if "record-names" in cfg:    # records that hold some of the parameters (FedPer's shared body) name them
+        names.update(json.loads(str(cfg["record-names"])))
+    received = {k: dict(zip(names[k], rec.to_numpy_ndarrays(), strict=True))
+                for k, rec in msg.content.array_records.items()}
     kept_names = context.state.config_records.get("kept-names")
     kept = None
     if kept_names is not None:   # what the site kept from its previous messages of this run (Context.state)
@@ -191,11 +195,45 @@ def settings_from_run_config(rc) -> tuple[Settings, dict]:
     settings = Settings(protocol=protocol_from_config(c), sites=int(c["sites"]), dataset=str(c["dataset"]) or None,
                         data_options=options, checkpoint=str(c["checkpoint"]) or None, wait_s=float(c["wait-s"]),
                         round_timeout_s=timeout if timeout > 0 else None, retries=int(c["retries"]),
-                        threads=int(c["threads"]), method=str(c["method"]), method_options=method_options)
+                        threads=int(c["threads"]), method=str(c["method"]), method_options=method_options,
+                        exclude_bad_sites=bool(c["exclude-bad-sites"]))
     return settings, {"output": str(c["output"]), "semantics": str(c["semantics"]), "tol": float(c["tol"])}
 
 
 def _measure(grid: Grid, settings: Settings, output: str, semantics: str, tol: float, log, progress) -> list[str]:
+    """The ServerApp's work for ``settings.method``; a site whose reply fails its check stops it.
+
+    With :attr:`Settings.exclude_bad_sites` the site is left out instead
+    (:meth:`Settings.exclude`) and the method starts again from the beginning
+    without it (what the site sent so far is not used); the outputs record it.
+    """
+    from coalitions.learners.federated.replies import BadReply
+
+    while True:
+        try:
+            return _measure_once(grid, settings, output, semantics, tol, log, progress)
+        except BadReply as fault:
+            if not settings.exclude_bad_sites:
+                raise
+            settings.exclude(fault)
+            log(f"excluded ({fault}); starting again with {settings.sites} site(s)")
+            _set_aside_checkpoint(settings, log)
+
+
+def _set_aside_checkpoint(settings: Settings, log) -> None:
+    """Rename the checkpoint of the run with the excluded site (``….npz.before-exclusion``): it cannot be
+    resumed by the run without it, and it keeps the rounds done should the site be readmitted."""
+    from pathlib import Path
+
+    ckpt = Path(settings.checkpoint) if settings.checkpoint else None
+    if ckpt is not None and ckpt.exists():
+        aside = ckpt.with_name(ckpt.name + ".before-exclusion")
+        ckpt.replace(aside)
+        log(f"the checkpoint of the run with it is kept as {aside}")
+
+
+def _measure_once(grid: Grid, settings: Settings, output: str, semantics: str, tol: float, log,
+                  progress) -> list[str]:
     """The ServerApp's work for ``settings.method``: the exact game, or a personalised learner's estimate."""
     from coalitions.learners.federated.outputs import write_outputs, write_personal_outputs
 

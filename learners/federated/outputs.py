@@ -20,6 +20,11 @@ FILES = ("game.json", "game-test.json", "equilibrium.json", "run.json")
 PERSONAL_FILES = ("estimate.json", "run.json")
 
 
+def _excluded(settings: Settings) -> dict:
+    """``{"excluded_sites": {site: reason}}`` when sites were left out for bad replies (``--exclude-bad-sites``)."""
+    return {"excluded_sites": dict(settings.excluded)} if settings.excluded else {}
+
+
 def write_outputs(result: dict, settings: Settings, output, semantics: str = "personalized",
                   tol: float = 1e-9) -> list[str]:
     """Write the measured game, its equilibrium and the run record into the folder ``output``."""
@@ -39,7 +44,8 @@ def write_outputs(result: dict, settings: Settings, output, semantics: str = "pe
             "dataset": settings.dataset or "site CSV files", "options": dict(settings.data_options),
             "task": result["task"], "metric": result["metric"], "sites": sites,
             "protocol": {**p.to_dict(), "model": result["model"], "aggregation": "fedavg-within-coalition"},
-            **traffic, "flower_version": result["flower_version"], "version": co.__version__}
+            **traffic, "flower_version": result["flower_version"], "version": co.__version__,
+            **_excluded(settings)}
     sense = METRIC_SENSE[result["metric"]]
     game = co.Game.from_array(result["val"], result["names"], sense, {**base, "split": "val"})
     test = co.Game.from_array(result["test"], result["names"], sense, {**base, "split": "test"})
@@ -47,7 +53,7 @@ def write_outputs(result: dict, settings: Settings, output, semantics: str = "pe
     co.write_game(test, out / "game-test.json")
     record = {**traffic, "sites": sites, "seconds": round(result["seconds"], 3),
               "resumed_from_round": result["resumed_from"], "flower_version": result["flower_version"],
-              "protocol": base["protocol"], "semantics": semantics, "files": list(FILES)}
+              "protocol": base["protocol"], "semantics": semantics, "files": list(FILES), **_excluded(settings)}
     try:
         eq = co.solve(game, semantics, tol)
         cio.write_json(cio.equilibrium_to_json(eq), out / "equilibrium.json")
@@ -82,11 +88,11 @@ def write_personal_outputs(learner, record: dict, settings: Settings, output) ->
     traffic = {k: record[k] for k in ("rounds", "communication_rounds", "bytes_sent", "bytes_received", "messages")}
     est = learner.estimate_
     config = {**est.config, "federated": {"framework": "flower", "flower_version": record["flower_version"],
-                                          "sites": record["sites"], **traffic}}
+                                          "sites": record["sites"], **traffic, **_excluded(settings)}}
     est = dataclasses.replace(est, config=config)
     write_estimate(est, out / "estimate.json")
     run = {**record, "seconds": round(record["seconds"], 3), "version": co.__version__,
            "equilibrium": [list(b) for b in est.blocks()], "utilities": est.utilities,
-           "files": list(PERSONAL_FILES), "threads": settings.threads}
+           "files": list(PERSONAL_FILES), "threads": settings.threads, **_excluded(settings)}
     cio.write_json(run, out / "run.json")
     return [str(out / f) for f in PERSONAL_FILES]

@@ -44,6 +44,7 @@ import numpy as np
 
 from coalitions.errors import InputError
 from coalitions.learners.federated.protocol import Protocol, aggregate, coalition_masks, initial_params, site_masks
+from coalitions.learners.federated.replies import check_arrays, check_metrics
 
 __all__ = ["Settings", "Stopped", "measure_game", "protocol_config", "protocol_from_config"]
 
@@ -81,6 +82,13 @@ class Settings:
     method_options : dict
         A personalised learner's own parameters (e.g. ``{"alpha_k": 0.5}``);
         its common ones come from ``protocol``.
+    exclude_bad_sites : bool
+        A site whose reply fails its check (:mod:`~coalitions.learners.federated.replies`)
+        is left out and the run starts again without it (``False``: the run
+        stops with an error naming the site).
+    excluded : dict
+        The sites left out so far: site name (or ``"node ID"`` when the site's
+        description itself was refused) -> the reason; recorded in the outputs.
     """
 
     protocol: Protocol = field(default_factory=Protocol)
@@ -95,6 +103,19 @@ class Settings:
     stop: threading.Event | None = None
     method: str = "exact"
     method_options: dict = field(default_factory=dict)
+    exclude_bad_sites: bool = False
+    excluded: dict = field(default_factory=dict)
+    excluded_nodes: set = field(default_factory=set)
+
+    def exclude(self, fault) -> None:
+        """Leave out the site of ``fault`` (a :class:`~coalitions.learners.federated.replies.BadReply`)."""
+        key = fault.site if isinstance(fault.site, str) else f"node {fault.site}"
+        self.excluded[key] = str(fault)
+        if fault.node is not None:
+            self.excluded_nodes.add(fault.node)
+        self.sites -= 1
+        if self.sites < 1:
+            raise InputError(f"no site is left after excluding {', '.join(self.excluded)} ({fault})")
 
 
 class Stopped(Exception):
@@ -157,6 +178,8 @@ class _Link:
         self.nodes: dict[str, int] = {}   # site name -> node id
         self.descriptions: dict[str, dict] = {}
         self.errors: dict = {}            # site name or node id -> the last error reason it replied
+        self.ignored: set = set()         # nodes serving an excluded site
+        self.gone: set = set()            # nodes the last push found not connected
 
     def _data_config(self) -> dict:
         s = self.settings
@@ -164,7 +187,11 @@ class _Link:
                 "threads": int(s.threads)}
 
     def _exchange(self, messages: dict, message_type: str, group: str, timeout):
-        """Send ``{key: (node_id, RecordDict)}``; returns ``{key: reply}`` for the successful replies."""
+        """Send ``{key: (node_id, RecordDict)}``; returns ``{key: reply}`` for the successful replies.
+
+        A key whose node the SuperLink refused (not connected: a SuperNode that
+        stopped or restarts under a new id) lands in :attr:`gone`.
+        """
         from flwr.app import Message
 
         out = {}
@@ -188,7 +215,9 @@ class _Link:
 
     def _send_and_receive(self, messages: list, timeout) -> list:
         """Push, then poll for the replies until all came, ``timeout`` passed, or :attr:`Settings.stop` is set."""
-        pending = set(self.grid.push_messages(messages))
+        ids = list(self.grid.push_messages(messages))
+        self.gone = {m.metadata.dst_node_id for m, i in zip(messages, ids, strict=False) if i is None}
+        pending = {i for i in ids if i is not None}
         end = None if timeout is None else time.monotonic() + timeout
         got: list = []
         while pending:
@@ -203,36 +232,78 @@ class _Link:
         return got
 
     def discover(self, expected: int | None = None, deadline: float | None = None) -> None:
-        """Ask every node not yet known who it is (``query``) and map site names to node ids."""
+        """Ask every node not yet known who it is (``query``) and map site names to node ids.
+
+        Each description is checked (:func:`~coalitions.learners.federated.replies.check_description`)
+        as it arrives: a bad name or field stops the run here, before any
+        round, naming the node (:class:`~coalitions.learners.federated.replies.BadReply`).
+        Nodes and names excluded earlier (:attr:`Settings.excluded`) are ignored.
+        """
         from flwr.app import ConfigRecord, RecordDict
 
+        from coalitions.learners.federated.replies import BadReply, check_description
+
+        s = self.settings
         while True:
-            known = set(self.nodes.values())
+            known = set(self.nodes.values()) | self.ignored | s.excluded_nodes
             new = [n for n in self.grid.get_node_ids() if n not in known]
             if new:
                 msgs = {n: (n, RecordDict({"config": ConfigRecord(self._data_config())})) for n in new}
-                replies = self._exchange(msgs, "query", "describe", self.settings.round_timeout_s)
+                replies = self._exchange(msgs, "query", "describe", s.round_timeout_s)
                 failed = {n: self.errors.pop(n) for n in new if n in self.errors}
                 if failed:
                     why = "; ".join(f"node {k}: {v}" for k, v in failed.items())
                     raise InputError(f"a site could not describe itself ({why})")
                 for node, rep in replies.items():
-                    d = json.loads(str(rep.content["site"]["json"]))
-                    if d["name"] in self.nodes and self.nodes[d["name"]] in self.grid.get_node_ids() \
-                            and self.nodes[d["name"]] != node:
-                        raise InputError(f"two SuperNodes (ids {self.nodes[d['name']]} and {node}) "
-                                         f"both serve site {d['name']!r}")
-                    self.nodes[d["name"]] = node
-                    self.descriptions[d["name"]] = d
+                    if "site" not in rep.content.config_records or "json" not in rep.content["site"]:
+                        raise BadReply(node, "its description holds no site record")
+                    d = check_description(rep.content["site"]["json"], node)
+                    name = d["name"]
+                    if name in s.excluded:
+                        self.ignored.add(node)
+                        self.log(f"node {node}: serves the excluded site {name!r}; ignored")
+                        continue
+                    if name in self.nodes and self.nodes[name] in self.grid.get_node_ids() \
+                            and self.nodes[name] != node:
+                        raise InputError(f"two SuperNodes (ids {self.nodes[name]} and {node}) "
+                                         f"both serve site {name!r}")
+                    self.nodes[name] = node
+                    self.descriptions[name] = d
             if expected is None or len(self.descriptions) >= expected:
                 return
             if deadline is not None and time.monotonic() > deadline:
                 raise InputError(f"only {len(self.descriptions)} of {expected} sites connected within "
-                                 f"{self.settings.wait_s:g} s ({', '.join(sorted(self.descriptions)) or 'none'})")
+                                 f"{s.wait_s:g} s ({', '.join(sorted(self.descriptions)) or 'none'})")
+            time.sleep(0.5)
+
+    def _await_return(self, names, deadline: float | None) -> None:
+        """Wait, until ``deadline``, for the sites ``names`` whose SuperNode left to come back under a new id.
+
+        A restarted SuperNode reconnects under a new node id after some
+        seconds; asking again at once would spend a retry on a node that is
+        gone.  Returns as soon as every one of them is served by a connected
+        node again (or at once when none of them left, e.g. a slow reply).
+        """
+        if deadline is None:
+            deadline = time.monotonic() + self.settings.wait_s
+        gone = set(self.gone)
+        while True:
+            connected = set(self.grid.get_node_ids())
+            away = [n for n in names if self.nodes[n] not in connected or self.nodes[n] in gone]
+            if not away or time.monotonic() > deadline:
+                return
+            if self.settings.stop is not None and self.settings.stop.is_set():
+                raise Stopped("the server was stopped while waiting for a site to come back")
+            self.discover()       # a node announcing the site's name replaces the one that left
             time.sleep(0.5)
 
     def ask(self, contents: dict, message_type: str, group: str) -> dict:
-        """Send ``{site: RecordDict}`` to the named sites; retry the silent ones; ``{site: reply}``."""
+        """Send ``{site: RecordDict}`` to the named sites; retry the silent ones; ``{site: reply}``.
+
+        Each attempt lasts up to the round timeout: a site whose SuperNode is
+        gone (stopped, restarting) is waited for until then before the next
+        attempt is spent on it.
+        """
         s = self.settings
         replies: dict = {}
         for attempt in range(s.retries + 1):
@@ -243,8 +314,12 @@ class _Link:
                 self.log(f"{message_type} {group}: no reply from {', '.join(sorted(pending))}; "
                          f"asking again ({attempt}/{s.retries})")
                 self.discover()
+            end = None if s.round_timeout_s is None else time.monotonic() + s.round_timeout_s
             msgs = {name: (self.nodes[name], c) for name, c in pending.items()}
             replies.update(self._exchange(msgs, message_type, group, s.round_timeout_s))
+            missing = [name for name in pending if name not in replies]
+            if missing and attempt < s.retries:
+                self._await_return(missing, end)
         missing = sorted(set(contents) - set(replies))
         if missing:
             why = "; ".join(f"{m}: {self.errors[m]}" for m in missing if self.errors.get(m))
@@ -252,6 +327,28 @@ class _Link:
                              f"{s.retries + 1} attempt(s)" + (f" ({why})" if why else "")
                              + "; rerun with the same --checkpoint to resume")
         return replies
+
+
+def _record(rep, key: str, name: str, node, kind: str = "array_records"):
+    """Record ``key`` of a site's reply, or :class:`BadReply` naming the site."""
+    from coalitions.learners.federated.replies import BadReply
+
+    records = getattr(rep.content, kind)
+    if key not in records:
+        raise BadReply(name, f"its reply holds no {key!r} record", node)
+    return records[key]
+
+
+def _arrays(rep, key: str, name: str, node) -> list:
+    """The arrays of record ``key`` of a site's reply (decoded), or :class:`BadReply` naming the site."""
+    from coalitions.learners.federated.replies import BadReply
+
+    try:
+        return _record(rep, key, name, node).to_numpy_ndarrays()
+    except BadReply:
+        raise
+    except Exception as e:   # undecodable bytes: the site's fault, not a traceback
+        raise BadReply(name, f"its {key} could not be decoded ({type(e).__name__})", node) from None
 
 
 def _check_sites(descriptions: dict) -> list[dict]:
@@ -327,11 +424,10 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
         replies = link.ask(contents, "train", f"round-{r + 1}")
         updates = {}
         for i, name in enumerate(names):
-            out = replies[name].content["models"].to_numpy_ndarrays()
             mine = site_masks(n, i)
-            if len(out) != len(params) or any(o.shape != (len(mine), *v.shape[1:])
-                                                for o, v in zip(out, params.values(), strict=True)):
-                raise InputError(f"site {name!r}: round {r + 1} returned models of the wrong shape")
+            out = check_arrays(_arrays(replies[name], "models", name, link.nodes[name]),
+                               [(len(mine), *v.shape[1:]) for v in params.values()], name,
+                               f"round-{r + 1} models")
             for j, m in enumerate(mine):
                 updates[(int(m), i)] = {k: o[j] for k, o in zip(params, out, strict=True)}
         new = {k: np.empty_like(v) for k, v in params.items()}
@@ -357,12 +453,9 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
     test = np.full((n, 1 << n), np.nan)
     for i, name in enumerate(names):
         mine = site_masks(n, i)
-        rec = replies[name].content["metrics"]
-        v, t = np.asarray(rec["val"], dtype=np.float64), np.asarray(rec["test"], dtype=np.float64)
-        if v.shape != (len(mine),) or t.shape != (len(mine),) or not (np.all(np.isfinite(v))
-                                                                   and np.all(np.isfinite(t))):
-            raise InputError(f"site {name!r}: its {metric} of some coalition model is missing or undefined")
-        val[i, mine], test[i, mine] = v, t
+        rec = _record(replies[name], "metrics", name, link.nodes[name], "metric_records")
+        val[i, mine] = check_metrics(rec.get("val", []), metric, name, len(mine), "validation values")
+        test[i, mine] = check_metrics(rec.get("test", []), metric, name, len(mine), "test values")
     return {"names": names, "task": task, "metric": metric, "val": val, "test": test, "sites": sites,
             "rounds": p.rounds, "communication_rounds": p.rounds + 2, "bytes_sent": int(link.sent),
             "bytes_received": int(link.received), "messages": int(link.messages), "resumed_from": start,

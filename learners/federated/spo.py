@@ -40,8 +40,6 @@ not differentially private.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import torch
 
@@ -301,6 +299,32 @@ def check_spo(protocol, options: dict | None) -> None:
         raise InputError("--method-option epo: EPO weighting is not offered over Flower")
 
 
+def _checked_reply(rep, name: str, phase: str, shape: tuple, need_grad: bool, metric: str) -> dict:
+    """A site's SPO reply, checked (:mod:`~coalitions.learners.federated.replies`) before the server uses it.
+
+    ``shape`` is ``(B, P)``, the target models sent; a loss reply holds ``values``
+    ``(B,)`` (losses: finite, ``>= 0``) and, when asked, ``grads`` ``(B, P)``; a
+    ``utility`` reply the site's validation and test metric.
+    """
+    from coalitions.learners.federated.replies import BadReply, check_arrays, check_losses, check_metrics, reply_json
+    from coalitions.learners.federated.server import _arrays
+
+    if "result" not in rep.content.config_records or "json" not in rep.content["result"]:
+        raise BadReply(name, "its reply holds no result record")
+    rec = reply_json(rep.content["result"]["json"], name)
+    if phase == "utility":
+        return {part: float(check_metrics(rec.get(part), metric, name, 1, f"{part} utility")[0])
+                for part in ("val", "test")}
+    keys = ["values", "grads"] if need_grad else ["values"]
+    if rec.get("array-keys") != keys:
+        raise BadReply(name, f"its {phase} reply holds {rec.get('array-keys')!r}, expected {keys}")
+    B, P = shape
+    arrays = check_arrays(_arrays(rep, "arrays", name, None), [(B,), (B, P)][:len(keys)], name, phase,
+                          dtype=np.float64)
+    check_losses(arrays[0], name, f"{phase} values")
+    return dict(zip(keys, arrays, strict=True))
+
+
 def run_spo(grid, settings, log=print):
     """The ServerApp's work for ``--method spo``: discover the sites, fit the hypernetwork through them."""
     import time
@@ -328,14 +352,8 @@ def run_spo(grid, settings, log=print):
                                              "arrays": ArrayRecord([np.asarray(a) for a in arrays.values()]),
                                              "keys": ConfigRecord({"keys": list(arrays)})})
         replies = link.ask(contents, "train", f"spo-{counter['exchanges']}")
-        out = {}
-        for j in rows:
-            rec = json.loads(str(replies[names[j]].content["result"]["json"]))
-            arr = replies[names[j]].content.array_records.get("arrays")
-            if arr is not None:
-                rec.update(dict(zip(rec.pop("array-keys"), arr.to_numpy_ndarrays(), strict=True)))
-            out[j] = rec
-        return out
+        return {j: _checked_reply(replies[names[j]], names[j], phase, rows[j]["models"].shape,
+                                  bool(extra.get("grad")), sites[0]["metric"]) for j in rows}
 
     learner.fit_remote(sites, ask, settings.dataset, settings.data_options)
     learner.estimate_    # noqa: B018  (peeling's searches, each a remote exchange, run while the sites are here)

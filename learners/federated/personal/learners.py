@@ -1,0 +1,172 @@
+"""A personalised method's learner as a site and as the server build it (docs/federated.md).
+
+The same class with the same parameters: a site's over a one-client federation holding its own data,
+the server's over a stand-in federation built from the sites' descriptions (no data).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from coalitions.errors import InputError
+
+__all__ = ["PERSONAL", "AVERAGED", "averaged_names", "learner_params", "method_params", "check_method", "site_learner", "server_learner", "initial_state"]
+
+#: ``coalitions federate --method`` name -> the learner's registry name (coalitions.learners.methods.registry).
+PERSONAL = {"local": "local", "fedavg": "fedavg", "fedprox": "fedprox", "ditto": "ditto", "fedper": "fedper",
+            "lg-fedavg": "lg-fedavg", "fedamp": "fedamp", "fedamp-heuristic": "fedamp-heuristic",
+            "federico": "federico", "superfed": "superfed-mm", "superfed-lm": "superfed-lm"}
+
+#: Methods whose server step is FedAvg's weighted average of part of the state, the rest staying at the
+#: site: method -> (the state key the average lands in, the state keys a site keeps).  With the averaged
+#: key among the kept ones (FedPer, LG-FedAvg) only its shared parameters (``learner._shared_names()``)
+#: are averaged; otherwise all of it is (the global model of FedAvg, FedProx, Ditto, SuPerFed).
+AVERAGED = {"fedavg": ("global", ()), "fedprox": ("global", ()), "ditto": ("global", ("personal",)),
+            "superfed": ("global", ("local",)), "superfed-lm": ("global", ("local",)),
+            "fedper": ("params", ("params",)), "lg-fedavg": ("params", ("params",))}
+
+#: Learner parameters that are not the method's (the server's business, or meaningless at a site).
+_NOT_SENT = ("progress", "checkpoint", "device")
+
+
+
+# --------------------------------------------------------------------------- learners
+def learner_params(learner) -> dict:
+    """The JSON-ready parameters a site needs to build the same learner."""
+    out = {k: v for k, v in learner.get_params().items() if k not in _NOT_SENT}
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
+
+
+def method_params(protocol, options: dict | None = None) -> dict:
+    """A personalised learner's parameters: the common ones from the federate ``protocol``, then ``options``.
+
+    A setting of ``protocol`` left at its default (:class:`~coalitions.learners.federated.protocol.Protocol`,
+    the exact game's: SGD, lr 0.1, momentum 0.9, batch 32, 50 rounds) leaves the
+    method's own default in place, as ``coalitions learn`` does (they agree
+    except for FedeRiCo's Adam with lr 1e-3); a changed one is passed on.
+    ``options`` holds the method's own parameters (``alpha_k``, ``mu``, …) by
+    their constructor names; one that names a common parameter (``lr``,
+    ``optimizer``) overrides it.
+    """
+    from dataclasses import fields
+
+    from coalitions.learners.federated.protocol import Protocol
+
+    default = Protocol()
+    common = {f.name: getattr(protocol, f.name) for f in fields(Protocol)
+              if getattr(protocol, f.name) != getattr(default, f.name) or f.name in ("rounds", "seed")}
+    return {**common, **dict(options or {})}
+
+
+def check_method(method: str, protocol, options: dict | None) -> None:
+    """Refuse a bad method or option before anything starts (:class:`InputError` naming the option)."""
+    from coalitions.params import ParameterError
+
+    params = method_params(protocol, options)
+    if params.get("refit"):
+        raise InputError(f"--method-option refit: --method {method} over Flower reads BG(R) off the learned "
+                         "weights (refit would train again on every set peeling asks about)")
+    try:
+        _create(method, params)
+    except ParameterError as e:
+        raise InputError(f"--method {method}: {e}") from None
+    except TypeError as e:
+        raise InputError(f"--method-option: {e}") from None
+
+
+def _create(method: str, params: dict):
+    from coalitions.learners.methods.base import COMMON_PARAMS
+    from coalitions.learners.methods.registry import METHODS
+
+    if method not in PERSONAL:
+        raise InputError(f"--method {method}: the federated personalised methods are {', '.join(PERSONAL)}")
+    cls = METHODS[PERSONAL[method]].estimator_class()
+    names = cls.param_names()
+    unknown = sorted(set(params) - set(names))
+    if unknown:
+        raise InputError(f"--method-option {unknown[0]}: --method {method} takes no such option "
+                         f"(its own: {', '.join(n for n in names if n not in COMMON_PARAMS) or 'none'})")
+    learner = cls(**{**{k: params[k] for k in params}, "device": "cpu"})
+    learner.check_params()
+    return learner
+
+
+def site_learner(method: str, params: dict, site):
+    """The learner of ``method`` over a one-client federation holding ``site``'s data only.
+
+    Set up as :meth:`PersonalizedLearner.fit <coalitions.learners.methods.base.PersonalizedLearner.fit>`
+    sets it up (model, loss, padded training data, engine), without training:
+    the site then calls the learner's own round.
+    """
+    import torch
+
+    from coalitions.learners.data.federation import Federation
+    from coalitions.learners.data.metrics import loss_function
+    from coalitions.learners.methods.base import default_model
+    from coalitions.learners.training.engine import Engine, Padded
+    from coalitions.learners.training.models import make_model
+
+    learner = _create(method, params)
+    fed = Federation(site.client.name, site.task, site.metric, (site.client,), site.n_classes, None, {})
+    learner.federation_ = fed
+    learner.model_ = learner.model or default_model(fed)
+    learner.spec_ = make_model(learner.model_, fed.input_shape, fed.n_outputs, hidden=learner.hidden)
+    learner.per_sample_loss_ = loss_function(fed.task)
+    learner.train_data_ = Padded(fed, "train", torch.device("cpu"))
+    learner.engine_ = Engine("cpu", learner.engine, learner.chunk)
+    return learner
+
+
+def server_learner(method: str, params: dict, sites: list[dict], dataset: str | None, data_options: dict):
+    """The learner of ``method`` as the server holds it: the federation's shape and names, no data.
+
+    ``federation_`` is a stand-in with what the server knows from the sites'
+    descriptions (names, task, metric, classes, feature shape), enough for
+    the learner's server step, its ``finish`` where that needs no data
+    (FedAMP), its oracle and its estimate.
+    """
+    from coalitions.learners.federated.protocol import described_federation
+    from coalitions.learners.methods.base import default_model
+    from coalitions.learners.training.engine import Engine
+    from coalitions.learners.training.models import make_model
+
+    learner = _create(method, params)
+    fed = described_federation(sites, dataset, data_options)
+    learner.federation_ = fed
+    learner.model_ = learner.model or default_model(fed)
+    learner.spec_ = make_model(learner.model_, fed.input_shape, fed.n_outputs, hidden=learner.hidden)
+    learner.engine_ = Engine("cpu", learner.engine, learner.chunk)
+    return learner
+
+
+def averaged_names(method: str, learner) -> list[str]:
+    """The parameters the server of an :data:`AVERAGED` method averages (all, or the shared part)."""
+    key, kept = AVERAGED[method]
+    names = list(learner.spec_.shapes)
+    return [n for n in names if n in set(learner._shared_names())] if key in kept else names
+
+
+def initial_state(learner, n: int) -> dict:
+    """The in-process initial state of ``n`` clients (from ``torch.Generator().manual_seed(seed)``): no data."""
+    import torch
+
+    gen = torch.Generator().manual_seed(int(learner.seed))
+    return learner.init_state(SimpleNamespace(n=n), gen, torch.device("cpu"))
+
+
+def _rows(params: dict, i: int) -> dict:
+    return {k: v[i:i + 1] for k, v in params.items()}
+
+
+def _tensors(arrays: dict) -> dict:
+    import torch
+
+    return {k: torch.as_tensor(np.array(v, dtype=np.float32)) for k, v in arrays.items()}
+
+
+def _numpy(params: dict) -> dict:
+    return {k: v.detach().cpu().numpy().astype(np.float32) for k, v in params.items()}
+
+

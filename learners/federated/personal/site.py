@@ -1,0 +1,195 @@
+"""The site's half of a personalised method: its round, its FedeRiCo phases, its final scores.
+
+Runs in the ClientApp (:mod:`coalitions.learners.federated.apps`) on the site's own data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coalitions.errors import InputError
+from coalitions.learners.federated.personal.learners import AVERAGED, PERSONAL, _numpy, _tensors, averaged_names
+from coalitions.learners.federated.personal.randomness import SiteGenerator, _epoch_steps
+
+__all__ = ["site_round", "site_train", "federico_site", "site_finish"]
+
+
+# --------------------------------------------------------------------------- the site's half
+def site_round(method: str, learner, r: int, site: int, sizes, received: dict, kept: dict | None):
+    """Site ``site``'s part of round ``r`` of ``method``, on its own data.
+
+    Parameters
+    ----------
+    learner
+        :func:`site_learner` of the site.
+    received : dict of str -> dict of ndarray (1, ...)
+        What the server sent: ``"model"`` (FedAvg, SuPerFed: the global model;
+        FedAMP: the site's cloud model ``u_i``; Local: the initial model, round
+        0 only) and, SuPerFed's round 0, ``"local"`` (the initial local model).
+    kept : dict or None
+        What the site kept from its previous round (Local, SuPerFed).
+
+    Returns
+    -------
+    reply : dict of str -> dict of ndarray
+        What goes back to the server (``{}`` for Local).
+    loss : float
+        The site's mean training loss of the round.
+    kept : dict or None
+        What the site keeps for its next round.
+    """
+    seed = int(learner.seed)
+    rng = lambda stream: SiteGenerator(seed, r, stream, site, sizes)  # noqa: E731
+    if method == "local":
+        params = _tensors(kept["model"] if kept else received["model"])
+        state, info = learner.train_round({"params": params}, r, rng)
+        return {}, float(info["loss"]), {"model": _numpy(state["params"])}
+    if method in AVERAGED:
+        steps = _epoch_steps(sizes, learner.batch_size, site)
+
+        def srng(stream):   # stream 1 draws once per minibatch step (SuPerFed's mixing coefficients)
+            return SiteGenerator(seed, r, stream, site, sizes, steps if stream == 1 else None)
+
+        key = AVERAGED[method][0]
+        state, info = learner.train_round(_averaged_state(method, received, kept), r, srng)
+        names = averaged_names(method, learner)
+        return ({"model": _numpy({n: state[key][n] for n in names})}, float(info["loss"]),
+                {k: _numpy(state[k]) for k in AVERAGED[method][1]} or None)
+    if method in ("fedamp", "fedamp-heuristic"):
+        new, losses = learner.local_step(_tensors(received["model"]), rng(0), sizes)
+        return {"model": _numpy(new)}, float(np.mean(losses)), None
+    raise InputError(f"--method {method}: not a federated personalised method ({', '.join(PERSONAL)})")
+
+
+def _averaged_state(method: str, received: dict, kept: dict | None) -> dict:
+    """The learner's state at a site of an :data:`AVERAGED` method, from the server's average and what it kept.
+
+    The kept keys come from the site's previous round, or in round 0 from the
+    server's initial state (its row); the averaged parameters from the
+    server's last average (``received["model"]``; FedPer's round 0 has none).
+    """
+    key, keys = AVERAGED[method]
+    state = {k: _tensors(kept[k] if kept else received[k]) for k in keys}
+    if "model" in received:
+        state[key] = {**state.get(key, {}), **_tensors(received["model"])}
+    return state
+
+
+def site_train(method: str, learner, cfg: dict, received: dict, kept: dict | None):
+    """A ``train`` message at a site: one round (Local: every round, no exchange; FedeRiCo: one phase).
+
+    Returns ``(reply, metrics, kept)``: the arrays for the server, the numbers
+    for the server (``{"losses": [...]}``, one per round run), what the site keeps.
+    """
+    sizes = [int(x) for x in cfg["sizes"]]
+    site, r = int(cfg["site-index"]), int(cfg["round"])
+    if method == "federico":
+        return federico_site(learner, cfg, received, kept)
+    if method != "local":
+        reply, loss, kept = site_round(method, learner, r, site, sizes, received, kept)
+        return reply, {"losses": [loss]}, kept
+    losses = []
+    for r in range(int(cfg["rounds"])):
+        _, loss, kept = site_round(method, learner, r, site, sizes, received, kept)
+        losses.append(loss)
+    return {}, {"losses": losses}, kept
+
+
+def federico_site(learner, cfg: dict, received: dict, kept: dict | None):
+    """FedeRiCo at site ``i``: its neighbours, its E-step, its share of each M-step (one message each).
+
+    The site keeps its own row of the tracked losses ``L̂_i·``, of the prior and
+    of the posterior ``w_i·`` (``kept["row"]``).  Phases (``cfg["phase"]``):
+
+    ``sample``
+        The ε-greedy neighbours of the site from its posterior row
+        (:func:`~coalitions.learners.methods.federico.sample_neighbours` on the
+        round's generator ``default_rng([seed, r, 1])``, the site's row).
+    ``step`` (epoch ``e``, step ``s``)
+        ``received["models"]`` holds ``φ_i`` and its neighbours' models, as
+        they stand.  On the round's first step the site first runs the E-step
+        on them (:meth:`FedeRiCo.e_step <coalitions.learners.methods.federico.FedeRiCo.e_step>`,
+        loss on its whole training split); then it returns ``∇ w_ij·ℓ(φ_j; batch_i)``
+        for each of the models (:meth:`~coalitions.learners.methods.federico.FedeRiCo.pair_gradients`),
+        which the server sums per model and applies.
+    """
+    import torch
+
+    from coalitions.learners.methods.federico import sample_neighbours
+    from coalitions.learners.training.engine import epoch_plan
+
+    sizes = [int(x) for x in cfg["sizes"]]
+    n, site, r = len(sizes), int(cfg["site-index"]), int(cfg["round"])
+    k = min(int(learner.neighbours), n - 1)
+    if kept is None:   # the in-process initial state: uniform prior and posterior; L̂ set on the first E-step
+        kept = {"row": {"ema": np.full((1, n), np.nan), "log_prior": np.full((1, n), -np.log(n)),
+                        "w": np.full((1, n), 1.0 / n)}}
+    row = {key: torch.as_tensor(np.asarray(v, dtype=np.float64)) for key, v in kept["row"].items()}
+    if cfg["phase"] == "sample":
+        W = np.zeros((n, n))
+        W[site] = row["w"][0].numpy()
+        nb = sample_neighbours(W, k, float(learner.eps), np.random.default_rng([int(learner.seed), r, 1]))[site]
+        return {}, {"neighbours": [int(j) for j in nb]}, kept
+    pairs = [site, *[int(j) for j in cfg["neighbours"]]]
+    models = _tensors(received["models"])
+    cli_t = torch.zeros(len(pairs), dtype=torch.int64)
+    mod_t = torch.as_tensor(pairs, dtype=torch.int64)
+    metrics: dict = {}
+    epoch, step = int(cfg["epoch"]), int(cfg["step"])
+    if epoch == 0 and step == 0:
+        losses = learner._full_losses(models, cli_t, torch.arange(len(pairs))).to(torch.float64)
+        if torch.isnan(row["ema"]).any():     # before the first round every model is the initial one
+            row["ema"] = torch.full((1, n), float(losses[0]), dtype=torch.float64)
+        ema, w, log_prior = learner.e_step(row["ema"], row["log_prior"], cli_t, mod_t, losses)
+        row = {"ema": ema, "log_prior": log_prior, "w": w}
+        kept = {"row": {key: v.numpy() for key, v in row.items()}}
+        metrics.update({"w": [float(x) for x in w[0]], "ema": [float(x) for x in ema[0]]})
+    gen = SiteGenerator(int(learner.seed), r, 0, site, sizes)
+    data = learner.train_data_
+    for _ in range(epoch + 1):
+        idx, mask, active = epoch_plan(data.sizes, learner.batch_size, gen)
+    weight = row["w"][0, mod_t].to(next(iter(models.values())).dtype)
+    if step < idx.shape[0]:
+        idx_t = torch.as_tensor(idx[step])
+        X, y = data.gather(idx_t[cli_t], cli_t)
+        mb = torch.as_tensor(mask[step])[cli_t]
+        act = torch.as_tensor(active[step])[cli_t]
+        grads, values = learner.pair_gradients(models, X, y, mb, weight, act)
+        metrics.update({"active": 1, "own-loss": float((values / weight.clamp(min=1e-30))[0])})
+    else:   # this site's epoch is over; larger sites still step
+        grads = {key: torch.zeros_like(v) for key, v in models.items()}
+        metrics.update({"active": 0, "own-loss": 0.0})
+    return {"grads": _numpy(grads)}, metrics, kept
+
+
+def site_finish(method: str, learner, received: dict, kept: dict | None) -> dict:
+    """The site's final model, scored on its own validation and test splits (the learner's ``finish``).
+
+    Returns ``{"val": x, "test": y}`` and, for SuPerFed, ``"lambda"`` and
+    ``"val_curve"`` (its ``λ*`` and the validation metric along the grid).
+    """
+    import torch
+
+    kept = kept or {}
+    state: dict
+    if method == "local":
+        state = {"params": _tensors(kept["model"])}
+    elif method in AVERAGED:
+        state = _averaged_state(method, received, kept)
+    elif method in ("fedamp", "fedamp-heuristic"):
+        state = {"params": _tensors(received["model"]), "history": [], "guarded": 0}
+    elif method == "federico":   # every model, mixed by the site's own posterior row
+        state = {"phi": _tensors(received["models"]), "history": [], "ema_history": [], "neighbours": [],
+                 **{key: torch.as_tensor(np.asarray(v, dtype=np.float64)) for key, v in kept["row"].items()}}
+    else:
+        raise InputError(f"--method {method}: not a federated personalised method ({', '.join(PERSONAL)})")
+    learner.finish(state)
+    u = learner._utilities(learner.federation_, torch.device("cpu"))
+    name = learner.federation_.names[0]
+    out = {"val": u["val"][name], "test": u["test"][name]}
+    if method in ("superfed", "superfed-lm"):
+        out["lambda"] = float(learner.lambda_[0])
+        out["val_curve"] = [float(x) for x in learner.val_curve_[0]]
+    return out
+
+
