@@ -19,6 +19,7 @@ from coalitions.learners.methods.spo.epo import epo_lp
 from coalitions.learners.methods.spo.heads import HeadsDirectionSearch, head_penalty, personal_loss_matrix
 from coalitions.learners.methods.spo.hypernetwork import HEADS, ParetoHypernetwork
 from coalitions.learners.methods.spo.oracle import RULES, SPOOracle
+from coalitions.learners.methods.spo.paper import PaperSearch
 from coalitions.learners.methods.spo.search import DirectionSearch
 from coalitions.learners.methods.spo.simplex import sample_directions
 from coalitions.learners.training.engine import Padded, resolve_device
@@ -28,7 +29,10 @@ from coalitions.params import ParameterError, check_param
 from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds
 
-__all__ = ["SPO"]
+__all__ = ["SPO", "VARIANTS"]
+
+#: How the front is learned and searched: this project's one hypernetwork, or the paper's code's procedure.
+VARIANTS = ("ours", "paper")
 
 
 class SPO(Learner):
@@ -82,6 +86,23 @@ class SPO(Learner):
         ``"mlp"`` or ``"cnn"`` (images) for a target with a body.
     target_hidden : int
         Hidden units of an ``"mlp"`` target.
+    variant : {"ours", "paper"}
+        ``"ours"``: one hypernetwork for the whole simplex, trained on sampled directions, then
+        the projected-gradient search (package docstring).  ``"paper"``: the paper's public code
+        (:mod:`.paper`): for every searched (client, face) a fresh hypernetwork trained with EPO
+        at the direction being searched, ``front_steps`` front steps alternating with
+        ``direction_steps`` direction steps, directions clamped to ``[1/(3k), 1 − 1/(3k)]``.
+        There ``steps`` is each hypernetwork's number of front steps (the code: 2000 rounds of
+        5, i.e. 10,000), ``lr`` SGD's learning rate with ``momentum``, and ``hidden``/``layers``
+        its width and number of hidden layers (the code: 100 and 2); ``embed``, ``directions``,
+        ``alpha``, ``faces``, ``log_loss``, ``l2``, ``log_eps``, ``epo``, ``search_steps``,
+        ``starts``, ``line_search`` and ``heads`` belong to ``"ours"`` only.
+    front_steps, direction_steps : int
+        ``variant="paper"``: the alternation (the code's 5 and 1).
+    direction_lr : float
+        ``variant="paper"``: the direction's gradient step (the code's ``lr_prefer``, 0.01).
+    momentum : float
+        ``variant="paper"``: SGD momentum of the hypernetworks (the code's 0.5).
     heads : {"shared", "personal"}
         ``"personal"``: the hypernetwork generates the target's body and each client owns
         its output layer, trained on its own loss only (:mod:`.heads`; the paper's CIFAR-10
@@ -131,16 +152,22 @@ class SPO(Learner):
                  threshold: float = 0.7, tol: float = 0.02, min_weight: float = 0.01, epo: bool = False,
                  search_steps: int = 100, starts: int = 4, line_search: int = 16, model: str | None = None,
                  device: str = "auto", seed: int = 0, progress: Callable | None = None, heads: str = "shared",
-                 target_hidden: int = 64):
+                 target_hidden: int = 64, variant: str = "ours", front_steps: int = 5, direction_steps: int = 1,
+                 direction_lr: float = 0.01, momentum: float = 0.5):
         self._store(locals())
 
     # -- configuration
     def check_params(self) -> None:
         for k, lo in dict(hidden=1, embed=1, layers=0, steps=0, directions=1, search_steps=0, starts=2,
-                          line_search=1, seed=0, target_hidden=1).items():
+                          line_search=1, seed=0, target_hidden=1, front_steps=1, direction_steps=0).items():
             check_param(k, getattr(self, k), "int", low=lo)
         check_param("batch_size", self.batch_size, "int", low=1, allow_none=True)
-        for k in ("lr", "alpha"):
+        check_param("momentum", self.momentum, "number", low=0, high=1)
+        check_param("variant", self.variant, "choice", choices=VARIANTS)
+        if self.variant == "paper" and (self.heads != "shared" or self.epo):
+            raise ParameterError("variant", "{name} paper takes neither heads personal nor epo (it always "
+                                            "weighs by EPO, one shared target model per hypernetwork)")
+        for k in ("lr", "alpha", "direction_lr"):
             check_param(k, getattr(self, k), "number", low=0, low_open=True)
         check_param("faces", self.faces, "number", low=0, high=1)
         check_param("min_weight", self.min_weight, "number", low=0, high=0.999)
@@ -196,6 +223,8 @@ class SPO(Learner):
                                      heads=self.heads)
         self.hypernet_ = net.to(self.device_)
         self.epo_fallbacks_ = 0
+        if self.variant == "paper":
+            return self._fit_paper(fed, t0)
         t_train = time.perf_counter()
         self.history_ = self._train(fed)
         t_train = time.perf_counter() - t_train
@@ -204,12 +233,27 @@ class SPO(Learner):
                                                   self.seed, self.search_steps, self.starts, self.line_search),
                               t0, t_train)
 
+    def _fit_paper(self, fed: Federation, t0: float) -> SPO:
+        """The paper's variant: no shared hypernetwork; every search trains its own (:mod:`.paper`)."""
+        self.hypernet_ = None
+        self.history_ = []
+        self.val_loss_steps_, self.val_loss_clients_ = [], []
+        search = PaperSearch(self.spec_, self.loss_, self.train_, self.val_, self.device_, self.seed,
+                             rounds=max(1, self.steps // self.front_steps), front_steps=self.front_steps,
+                             direction_steps=self.direction_steps, lr=self.lr, momentum=self.momentum,
+                             direction_lr=self.direction_lr, hidden=self.hidden, layers=self.layers,
+                             batch_size=self.batch_size)
+        self._conclude(fed, lambda: search, t0, 0.0)
+        self.epo_fallbacks_ = search.epo_fallbacks_
+        return self
+
     def _conclude(self, fed, make_search: Callable, t0: float, t_train: float) -> SPO:
         """After training: freeze the hypernetwork, search every client's best direction on the
         grand coalition's face, read ``BG(all)`` and the utilities there, record the timings."""
-        self.hypernet_.eval()
-        for p in self.hypernet_.parameters():
-            p.requires_grad_(False)
+        if self.hypernet_ is not None:
+            self.hypernet_.eval()
+            for p in self.hypernet_.parameters():
+                p.requires_grad_(False)
         self.search_ = make_search()
         self.oracle_ = SPOOracle(fed.names, self.search_, self.rule, self.threshold, self.tol, self.min_weight)
         grand = (1 << fed.n) - 1
@@ -406,6 +450,8 @@ class SPO(Learner):
 
     # -- evaluation
     def _scores(self, D: np.ndarray, split: Padded) -> list[np.ndarray]:
+        if self.variant == "paper":
+            return self.search_.scores(D, split)
         with torch.no_grad():
             params = self.hypernet_(torch.as_tensor(D, dtype=torch.float32, device=self.device_))
             out = []
@@ -439,7 +485,10 @@ class SPO(Learner):
         """The target model's parameters at direction(s) ``d`` (numpy, (B, N) or (N,)).
 
         With personal heads: the generated body only (the heads are ``hypernet_.client_heads``).
+        Not for ``variant="paper"``, which has one hypernetwork per searched client and face.
         """
+        if self.hypernet_ is None:
+            raise InputError("spo: variant paper has no single hypernetwork (one per searched client and face)")
         d = np.atleast_2d(np.asarray(d, dtype=np.float64))
         with torch.no_grad():
             p = self.hypernet_(torch.as_tensor(d, dtype=torch.float32, device=self.device_))
