@@ -135,8 +135,13 @@ def front_error(spo, perfect_search, n: int) -> np.ndarray:
     return np.abs(lh / le - 1.0)
 
 
-def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool = False) -> dict:
-    """Fit SPO (``variant``) once on one seed; score both rules (and the controls) against the exact game."""
+def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool = False,
+             rules: tuple[str, ...] = RULE_NAMES) -> dict:
+    """Fit SPO (``variant``) once on one seed; score ``rules`` (and the controls) against the exact game.
+
+    The fit concludes with the ratio rule (``BG(all)``'s searches, which every rule needs); each
+    rule then reads the same cached searches (:meth:`SPOOracle.with_rule`), elimination adding its own.
+    """
     from coalitions.learners.data.datasets import load
     from coalitions.learners.exact import ExhaustiveOracle
     from coalitions.learners.methods.spo import SPO, DirectionSearch, SPOOracle
@@ -147,13 +152,14 @@ def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool 
     game = oracle.game_
     exact = co.solve(game)
     t = time.perf_counter()
-    spo = SPO(device="cpu", seed=seed, **{**(PAPER if variant == "paper" else {}), **params}).fit(fed)
+    spo = SPO(device="cpu", seed=seed, **{**(PAPER if variant == "paper" else {}), "rule": "ratio", **params}).fit(fed)
     fit_s = time.perf_counter() - t
     out: dict = {"seed": seed, "fit_s": fit_s, "exact": " | ".join(",".join(b) for b in sorted(exact.blocks()))}
-    elim = SPOOracle(fed.names, spo.search_, "elimination", spo.threshold, spo.tol, spo.min_weight)
-    out[f"{variant} elimination"] = _score(elim, fed.names, game, exact)
-    out[f"{variant} ratio"] = _score(elim.with_rule("ratio"), fed.names, game, exact)
-    out[f"{variant} score_s"] = time.perf_counter() - t - fit_s
+    for rule in rules:
+        t = time.perf_counter()
+        oracle = spo.oracle_ if rule == spo.rule else spo.oracle_.with_rule(rule)
+        out[f"{variant} {rule}"] = _score(oracle, fed.names, game, exact)
+        out[f"{variant} {rule} score_s"] = time.perf_counter() - t
     if controls:
         ref = spo if variant == "ours" else SPO(device="cpu", seed=seed)
         l2 = 1e-2  # SPO's ridge on regression (ours' default)
@@ -277,6 +283,7 @@ def main(argv=None) -> int:
     ap.add_argument("--params", default="{}", help="SPO parameters for every variant (JSON), over its defaults")
     ap.add_argument("--paper-steps", type=int, default=PAPER["steps"],
                     help="front steps of each of the paper variant's hypernetworks (the code: 10000)")
+    ap.add_argument("--rules", default="elimination,ratio", help="comma-separated: elimination, ratio")
     ap.add_argument("--controls", action="store_true", help="also the perfect-front controls (no training)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--front-error", action="store_true",
@@ -300,6 +307,10 @@ def main(argv=None) -> int:
     if not variants or set(variants) - {"ours", "paper"}:
         print(f"spo_agreement: --variants takes ours and/or paper, got {args.variants!r}", file=sys.stderr)
         return 2
+    rules = tuple(r.strip() for r in args.rules.split(",") if r.strip())
+    if not rules or set(rules) - set(RULE_NAMES):
+        print(f"spo_agreement: --rules takes elimination and/or ratio, got {args.rules!r}", file=sys.stderr)
+        return 2
     warnings.filterwarnings("ignore")
     import torch
 
@@ -314,7 +325,8 @@ def main(argv=None) -> int:
         for k, v in enumerate(variants):
             params = {**json.loads(args.params), **({"steps": args.paper_steps} if v == "paper" else {}),
                       **(QUICK[v] if args.quick else {})}
-            r = run_seed(s, v, params, controls=args.controls and k == 0, front=args.front_error or args.quick)
+            r = run_seed(s, v, params, controls=args.controls and k == 0, front=args.front_error or args.quick,
+                         rules=rules)
             row.update({**r, f"{v} fit_s": r.pop("fit_s")})
         rows.append(row)
         if args.per_seed:

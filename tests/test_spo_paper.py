@@ -219,3 +219,18 @@ def test_rate_grid_keeps_the_lowest_validation_loss_and_equals_a_plain_fit(fed):
 def test_bad_protocol_options(kw, fed):
     with pytest.raises(ParameterError):
         SPO(**kw).fit(fed)
+
+
+def test_learn_command_runs_the_paper_variant(tmp_path, capsys):
+    from coalitions.cli import main
+    from coalitions.estimate import read_estimate
+
+    out = tmp_path / "e.json"
+    args = ["learn", "synthetic", "--method", "spo", "--clients", "3", "--flipped", "2", "--samples", "10",
+            "--variant", "paper", "--steps", "10", "--hidden", "8", "--layers", "2", "--rule", "ratio",
+            "--device", "cpu", "--seed", "2", "-o", str(out)]
+    assert main(args) == 0
+    e = read_estimate(out)
+    assert e.config["variant"] == "paper" and e.config["front_steps"] == 5 and e.extra["training"]["variant"] == "paper"
+    assert main(args[:-2] + ["--variant", "theirs", "-o", str(out)]) == 2
+    assert "--variant" in capsys.readouterr().err
