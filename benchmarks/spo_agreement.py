@@ -19,6 +19,8 @@ the same searches, and scored against the exact ``BG(all)`` and CE
 
 * the ``ours`` search and both rules on the **perfect front**
   (:class:`~coalitions.learners.methods.spo.exact_front.ExactParetoFront` at SPO's ridge);
+* the same search with elimination on the perfect front in the limit ``λ → 0`` (bias decayed,
+  the exhaustive oracle's ridge);
 * the perfect front **read at each coalition's pooled direction** ``d_S ∝ n`` on ``S``
   (:func:`~coalitions.learners.methods.spo.exact_front.pooled_front_game`), at SPO's ridge
   0.01 and in the limit ``λ → 0`` (the exhaustive oracle's ridge, bias decayed): there the
@@ -30,7 +32,7 @@ each with a 95 % Wilson interval.  Paired comparisons over the same seeds: an ex
 test (two-sided binomial on the discordant seeds) for the shares and a Wilcoxon signed-rank
 test for edge F1, for every pair of variant × rule arms.
 
-``--json FILE`` writes every seed's scores; ``--combine A.json B.json …`` prints the tables
+``--variants none --controls`` runs the controls alone.  ``--json FILE`` writes every seed's scores; ``--combine A.json B.json …`` prints the tables
 and tests of runs made separately (e.g. one process per variant) without fitting anything.
 
 Run:  python benchmarks/spo_agreement.py [--seeds 0-19] [--variants ours,paper] [--quick]
@@ -152,16 +154,22 @@ def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool 
     game = oracle.game_
     exact = co.solve(game)
     t = time.perf_counter()
-    spo = SPO(device="cpu", seed=seed, **{**(PAPER if variant == "paper" else {}), "rule": "ratio", **params}).fit(fed)
-    fit_s = time.perf_counter() - t
-    out: dict = {"seed": seed, "fit_s": fit_s, "exact": " | ".join(",".join(b) for b in sorted(exact.blocks()))}
+    out: dict = {"seed": seed, "exact": " | ".join(",".join(b) for b in sorted(exact.blocks()))}
+    if variant == "none":   # the controls alone
+        out["fit_s"] = 0.0
+        spo = SPO(device="cpu", seed=seed)
+        rules = ()
+    else:
+        spo = SPO(device="cpu", seed=seed, **{**(PAPER if variant == "paper" else {}), "rule": "ratio",
+                                              **params}).fit(fed)
+        out["fit_s"] = time.perf_counter() - t
     for rule in rules:
         t = time.perf_counter()
         oracle = spo.oracle_ if rule == spo.rule else spo.oracle_.with_rule(rule)
         out[f"{variant} {rule}"] = _score(oracle, fed.names, game, exact)
         out[f"{variant} {rule} score_s"] = time.perf_counter() - t
     if controls:
-        ref = spo if variant == "ours" else SPO(device="cpu", seed=seed)
+        ref = spo if variant != "paper" else SPO(device="cpu", seed=seed)
         l2 = 1e-2  # SPO's ridge on regression (ours' default)
         ps = DirectionSearch(ExactParetoFront(fed, l2), make_spec(fed), _loss(fed), _padded(fed, "val"), "cpu", seed,
                              ref.search_steps, ref.starts, ref.line_search)
@@ -169,6 +177,10 @@ def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool 
         out["perfect front, search, elimination"] = _score(pe, fed.names, game, exact)
         out["perfect front, search, ratio"] = _score(pe.with_rule("ratio"), fed.names, game, exact)
         ridge = float(oracle.ridge)
+        ps0 = DirectionSearch(ExactParetoFront(fed, 2 * ridge, bias_decay=True), make_spec(fed), _loss(fed),
+                              _padded(fed, "val"), "cpu", seed, ref.search_steps, ref.starts, ref.line_search)
+        out["perfect front, search, elimination, l2 -> 0"] = _score(
+            SPOOracle(fed.names, ps0, "elimination", ref.threshold, ref.tol, ref.min_weight), fed.names, game, exact)
         for label, g in ((f"perfect front, pooled d_S, l2 {l2:g}", pooled_front_game(fed, l2)),
                          ("perfect front, pooled d_S, l2 -> 0", pooled_front_game(fed, 2 * ridge, bias_decay=True))):
             out[label] = _score_game(g, game, exact)
@@ -271,9 +283,17 @@ def report(rows: list[dict]) -> None:
     for a_i, a in enumerate(learned):
         for b in learned[a_i + 1:]:
             print(paired("", rows, a, b))
-    for ctl in ("perfect front, search, elimination",):
-        if ctl in rows[0] and "ours elimination" in rows[0]:
-            print(paired(" (how much the front's error costs)", rows, ctl, "ours elimination"))
+    controls = [("perfect front, search, elimination", "ours elimination", " (what the front's error costs)"),
+                ("perfect front, search, elimination, l2 -> 0", "perfect front, search, elimination",
+                 " (what the ridge costs the searched front)"),
+                ("perfect front, pooled d_S, l2 -> 0", "perfect front, search, elimination, l2 -> 0",
+                 " (what searching costs without a ridge)"),
+                ("perfect front, pooled d_S, l2 0.01", "perfect front, search, elimination",
+                 " (what searching a face's best direction instead of reading the pooled one costs)"),
+                ("perfect front, pooled d_S, l2 -> 0", "perfect front, pooled d_S, l2 0.01", " (what the ridge costs)")]
+    for a, b, why in controls:
+        if a in rows[0] and b in rows[0]:
+            print(paired(why, rows, a, b))
 
 
 def main(argv=None) -> int:
@@ -304,8 +324,9 @@ def main(argv=None) -> int:
         report(merge(runs))
         return 0
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if not variants or set(variants) - {"ours", "paper"}:
-        print(f"spo_agreement: --variants takes ours and/or paper, got {args.variants!r}", file=sys.stderr)
+    if not variants or set(variants) - {"ours", "paper", "none"} or ("none" in variants and len(variants) > 1):
+        print(f"spo_agreement: --variants takes ours and/or paper, or none (the controls alone), "
+              f"got {args.variants!r}", file=sys.stderr)
         return 2
     rules = tuple(r.strip() for r in args.rules.split(",") if r.strip())
     if not rules or set(rules) - set(RULE_NAMES):
@@ -324,7 +345,7 @@ def main(argv=None) -> int:
         row: dict = {}
         for k, v in enumerate(variants):
             params = {**json.loads(args.params), **({"steps": args.paper_steps} if v == "paper" else {}),
-                      **(QUICK[v] if args.quick else {})}
+                      **(QUICK[v] if args.quick and v in QUICK else {})}
             r = run_seed(s, v, params, controls=args.controls and k == 0, front=args.front_error or args.quick,
                          rules=rules)
             row.update({**r, f"{v} fit_s": r.pop("fit_s")})
