@@ -165,8 +165,8 @@ def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool 
         out["fit_s"] = time.perf_counter() - t
     for rule in rules:
         t = time.perf_counter()
-        oracle = spo.oracle_ if rule == spo.rule else spo.oracle_.with_rule(rule)
-        out[f"{variant} {rule}"] = _score(oracle, fed.names, game, exact)
+        learned = spo.oracle_ if rule == spo.rule else spo.oracle_.with_rule(rule)
+        out[f"{variant} {rule}"] = _score(learned, fed.names, game, exact)
         out[f"{variant} {rule} score_s"] = time.perf_counter() - t
     if controls:
         ref = spo if variant != "paper" else SPO(device="cpu", seed=seed)
