@@ -1,34 +1,41 @@
 """How often SPO's benefit graph and CE agree with the exact game's (synthetic regime I, rho 0.1).
 
-For each seed (default 0–19; SPO's defaults were never tuned on them), build
-``synthetic`` with the paper's code's settings (10 samples per client,
-``rho = 0.1``, noise SD 0.01, 1000 fresh validation points), solve the exact
-game (closed-form least squares on every subset, :func:`coalitions.solve`) and
-fit SPO once.  From that one fit it scores, against the exact ``BG(all)`` and
-CE (:func:`coalitions.compare.compare`):
+For each seed (default 0–19; SPO's defaults were chosen on seeds it does not report,
+100–119), build ``synthetic`` with the paper's code's settings (10 samples per client,
+``rho = 0.1``, noise SD 0.01, 1000 fresh validation points), solve the exact game
+(closed-form least squares on every subset, :func:`coalitions.solve`) and fit SPO once per
+**variant** (``--variants``):
 
-* **SPO, elimination rule** (the default) and **SPO, ratio rule** (the paper's
-  ``d_j / d_i ≥ 0.7``), both on the same hypernetwork and searches;
-* the same search and rules on a **perfect front**
-  (:class:`~coalitions.learners.methods.spo.exact_front.ExactParetoFront`, the
-  closed-form model the hypernetwork is trained to output): what the method
-  reaches when the hypernetwork makes no error;
-* with ``--front-error``, the **front error**: over every client ``i`` and face ``S ∋ i``, the relative
-  difference between the best validation loss the search finds on the
-  hypernetwork and on the perfect front (median and 90th percentile per seed).
+* ``ours``: one hypernetwork over the simplex, the projected-gradient search (SPO's defaults);
+* ``paper``: the paper's public code (:mod:`coalitions.learners.methods.spo.paper`): one
+  hypernetwork per searched client and face, EPO at the searched direction, 5 front steps
+  alternating with 1 direction step, directions clamped to ``[1/(3k), 1 − 1/(3k)]``
+  (``PAPER``: the code's network, 100 wide and 2 layers; ``--paper-steps`` front steps per
+  hypernetwork, the code's 10,000 by default).
 
-Per arm: mean edge F1 with a 95 % percentile-bootstrap interval over seeds,
-the share of seeds with ``BG(all)`` exactly right (edge F1 = 1 and every OCS
-exact) and with the same CE, each with a 95 % Wilson interval.  Paired
-comparisons over the same seeds: an exact McNemar test (two-sided binomial on
-the discordant seeds) for the shares and a Wilcoxon signed-rank test for edge
-F1 (``learners.experiments.statistics.paired_wilcoxon``), for
+Each fit is read by both **rules** (elimination, and the paper's ratio ``d_j / d_i ≥ 0.7``) on
+the same searches, and scored against the exact ``BG(all)`` and CE
+(:func:`coalitions.compare.compare`).  Controls, without any training (``--controls``):
 
-* perfect front vs hypernetwork (how much the front's error costs),
-* elimination vs ratio,
-* with ``--new JSON`` (SPO parameters), new vs the old defaults.
+* the ``ours`` search and both rules on the **perfect front**
+  (:class:`~coalitions.learners.methods.spo.exact_front.ExactParetoFront` at SPO's ridge);
+* the same search with elimination on the perfect front in the limit ``λ → 0`` (bias decayed,
+  the exhaustive oracle's ridge);
+* the perfect front **read at each coalition's pooled direction** ``d_S ∝ n`` on ``S``
+  (:func:`~coalitions.learners.methods.spo.exact_front.pooled_front_game`), at SPO's ridge
+  0.01 and in the limit ``λ → 0`` (the exhaustive oracle's ridge, bias decayed): there the
+  front's value of a coalition is the exact subset model's, so its CE must be the exact one.
 
-Run:  python benchmarks/spo_agreement.py [--seeds 0-19] [--new '{"steps": 2000}'] [--quick]
+Per arm: mean edge F1 with a 95 % percentile-bootstrap interval over seeds, the share of
+seeds with ``BG(all)`` exactly right (edge F1 = 1 and every OCS exact) and with the same CE,
+each with a 95 % Wilson interval.  Paired comparisons over the same seeds: an exact McNemar
+test (two-sided binomial on the discordant seeds) for the shares and a Wilcoxon signed-rank
+test for edge F1, for every pair of variant × rule arms.
+
+``--variants none --controls`` runs the controls alone.  ``--json FILE`` writes every seed's scores; ``--combine A.json B.json …`` prints the tables
+and tests of runs made separately (e.g. one process per variant) without fitting anything.
+
+Run:  python benchmarks/spo_agreement.py [--seeds 0-19] [--variants ours,paper] [--quick]
 """
 
 from __future__ import annotations
@@ -53,7 +60,12 @@ from coalitions.compare import compare  # noqa: E402
 #: The paper's code's regime I (docs/learners-data.md).
 DATA = dict(samples=10, rho=0.1, noise=0.01)
 #: --quick: a tiny network and budget, one seed (checks that the script runs to its end).
-QUICK = dict(steps=40, directions=8, hidden=16, embed=8, layers=1, search_steps=5, starts=2, line_search=4)
+QUICK = {"ours": dict(steps=40, directions=8, hidden=16, embed=8, layers=1, search_steps=5, starts=2, line_search=4),
+         "paper": dict(steps=10, hidden=8)}
+#: The paper's code on synthetic: hypernetwork 100 wide, 2 layers, SGD 0.01 (momentum 0.5), full batch.
+PAPER = dict(variant="paper", hidden=100, layers=2, lr=0.01, momentum=0.5, batch_size=None, steps=10000)
+#: The arms of one variant's fit: the two rules on the same searches.
+RULE_NAMES = ("elimination", "ratio")
 
 
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -125,33 +137,91 @@ def front_error(spo, perfect_search, n: int) -> np.ndarray:
     return np.abs(lh / le - 1.0)
 
 
-def run_seed(seed: int, params: dict, perfect: bool, front: bool = False) -> dict:
-    """Fit SPO with ``params`` on one seed; score both rules (and the perfect front) against the exact game."""
+def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool = False,
+             rules: tuple[str, ...] = RULE_NAMES) -> dict:
+    """Fit SPO (``variant``) once on one seed; score ``rules`` (and the controls) against the exact game.
+
+    The fit concludes with the ratio rule (``BG(all)``'s searches, which every rule needs); each
+    rule then reads the same cached searches (:meth:`SPOOracle.with_rule`), elimination adding its own.
+    """
     from coalitions.learners.data.datasets import load
     from coalitions.learners.exact import ExhaustiveOracle
     from coalitions.learners.methods.spo import SPO, DirectionSearch, SPOOracle
-    from coalitions.learners.methods.spo.exact_front import ExactParetoFront
+    from coalitions.learners.methods.spo.exact_front import ExactParetoFront, pooled_front_game
 
     fed = load("synthetic", seed=seed, **DATA)
-    game = ExhaustiveOracle().fit(fed).game_
+    oracle = ExhaustiveOracle().fit(fed)
+    game = oracle.game_
     exact = co.solve(game)
     t = time.perf_counter()
-    spo = SPO(device="cpu", seed=seed, **params).fit(fed)
-    fit_s = time.perf_counter() - t
-    out = {"seed": seed, "fit_s": fit_s, "exact": " | ".join(",".join(b) for b in sorted(exact.blocks()))}
-    elim = SPOOracle(fed.names, spo.search_, "elimination", spo.threshold, spo.tol, spo.min_weight)
-    out["elimination"] = _score(elim, fed.names, game, exact)
-    out["ratio"] = _score(elim.with_rule("ratio"), fed.names, game, exact)
-    if perfect:
-        ps = DirectionSearch(ExactParetoFront(fed, spo.l2_), spo.spec_, spo.loss_, spo.val_, spo.device_, seed,
-                             spo.search_steps, spo.starts, spo.line_search)
-        pe = SPOOracle(fed.names, ps, "elimination", spo.threshold, spo.tol, spo.min_weight)
-        out["perfect elimination"] = _score(pe, fed.names, game, exact)
-        out["perfect ratio"] = _score(pe.with_rule("ratio"), fed.names, game, exact)
-        if front:
+    out: dict = {"seed": seed, "exact": " | ".join(",".join(b) for b in sorted(exact.blocks()))}
+    if variant == "none":   # the controls alone
+        out["fit_s"] = 0.0
+        spo = SPO(device="cpu", seed=seed)
+        rules = ()
+    else:
+        spo = SPO(device="cpu", seed=seed, **{**(PAPER if variant == "paper" else {}), "rule": "ratio",
+                                              **params}).fit(fed)
+        out["fit_s"] = time.perf_counter() - t
+    for rule in rules:
+        t = time.perf_counter()
+        learned = spo.oracle_ if rule == spo.rule else spo.oracle_.with_rule(rule)
+        out[f"{variant} {rule}"] = _score(learned, fed.names, game, exact)
+        out[f"{variant} {rule} score_s"] = time.perf_counter() - t
+    if controls:
+        ref = spo if variant != "paper" else SPO(device="cpu", seed=seed)
+        l2 = 1e-2  # SPO's ridge on regression (ours' default)
+        ps = DirectionSearch(ExactParetoFront(fed, l2), make_spec(fed), _loss(fed), _padded(fed, "val"), "cpu", seed,
+                             ref.search_steps, ref.starts, ref.line_search)
+        pe = SPOOracle(fed.names, ps, "elimination", ref.threshold, ref.tol, ref.min_weight)
+        out["perfect front, search, elimination"] = _score(pe, fed.names, game, exact)
+        out["perfect front, search, ratio"] = _score(pe.with_rule("ratio"), fed.names, game, exact)
+        ridge = float(oracle.ridge)
+        ps0 = DirectionSearch(ExactParetoFront(fed, 2 * ridge, bias_decay=True), make_spec(fed), _loss(fed),
+                              _padded(fed, "val"), "cpu", seed, ref.search_steps, ref.starts, ref.line_search)
+        out["perfect front, search, elimination, l2 -> 0"] = _score(
+            SPOOracle(fed.names, ps0, "elimination", ref.threshold, ref.tol, ref.min_weight), fed.names, game, exact)
+        for label, g in ((f"perfect front, pooled d_S, l2 {l2:g}", pooled_front_game(fed, l2)),
+                         ("perfect front, pooled d_S, l2 -> 0", pooled_front_game(fed, 2 * ridge, bias_decay=True))):
+            out[label] = _score_game(g, game, exact)
+            if label.endswith("-> 0"):
+                out["pooled_max_rel_diff"] = float(np.nanmax(np.abs(g.raw_values() / game.raw_values() - 1)))
+        if front and variant == "ours":
             err = front_error(spo, ps, fed.n)
             out["front_err"] = (float(np.median(err)), float(np.quantile(err, 0.9)))
     return out
+
+
+def make_spec(fed):
+    from coalitions.learners.training.models import make_model
+
+    return make_model("linear", fed.input_shape, fed.n_outputs)
+
+
+def _loss(fed):
+    from coalitions.learners.data.metrics import loss_function
+
+    return loss_function(fed.task)
+
+
+def _padded(fed, part):
+    import torch
+
+    from coalitions.learners.training.engine import Padded
+
+    return Padded(fed, part, torch.device("cpu"))
+
+
+def _score_game(g, game, exact) -> dict:
+    """A control that is a whole game: its exact ``BG(all)`` and CE against the exact game's."""
+    from coalitions.graph import ExactOracle
+
+    est = SimpleNamespace(clients=tuple(g.clients), benefit_graph=ExactOracle(g).benefit_graph((1 << g.n) - 1),
+                          partition=co.solve(g).partition)
+    r = compare(est, game, exact=exact)
+    return {"f1": float(r["edge_f1"]), "bg": bool(r["edge_f1"] == 1.0 and r["ocs_exact"] == 1.0),
+            "ce": bool(r["same_partition"]), "edges": r["edges_learned"],
+            "partition": " | ".join(",".join(b) for b in r["partition_learned"])}
 
 
 def summary(label: str, rows: list[dict], key: str) -> str:
@@ -162,16 +232,16 @@ def summary(label: str, rows: list[dict], key: str) -> str:
     lo, hi = bootstrap_mean(f1)
     bl, bh = wilson(bg, n)
     cl, ch = wilson(ce, n)
-    return (f"  {label:34s} edge F1 {np.mean(f1):.3f} [{lo:.3f}, {hi:.3f}]   BG(all) exact {bg}/{n} "
-            f"[{bl:.2f}, {bh:.2f}]   same CE {ce}/{n} [{cl:.2f}, {ch:.2f}]")
+    return (f"  {label:40s} edge F1 {np.mean(f1):.3f} [{lo:.3f}, {hi:.3f}]   BG(all) exact {bg:2d}/{n} "
+            f"[{bl:.2f}, {bh:.2f}]   same CE {ce:2d}/{n} [{cl:.2f}, {ch:.2f}]")
 
 
-def paired(label: str, a_rows, a_key, b_rows, b_key) -> str:
-    out = [f"  {label}:"]
+def paired(label: str, rows: list[dict], a_key: str, b_key: str) -> str:
+    out = [f"  A = {a_key}, B = {b_key}{label}:"]
     for what in ("bg", "ce"):
         out.append(f"    {'BG(all) exact' if what == 'bg' else 'same CE':14s} "
-                   + mcnemar([r[a_key][what] for r in a_rows], [r[b_key][what] for r in b_rows]))
-    out.append("    " + wilcoxon([r[a_key]["f1"] for r in a_rows], [r[b_key]["f1"] for r in b_rows]))
+                   + mcnemar([r[a_key][what] for r in rows], [r[b_key][what] for r in rows]))
+    out.append("    " + wilcoxon([r[a_key]["f1"] for r in rows], [r[b_key]["f1"] for r in rows]))
     return "\n".join(out)
 
 
@@ -183,62 +253,117 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
+def merge(runs: list[list[dict]]) -> list[dict]:
+    """Rows of separate runs joined by seed (only the seeds every run has)."""
+    by_seed: dict[int, dict] = {}
+    seeds = set.intersection(*({r["seed"] for r in rows} for rows in runs))
+    for rows in runs:
+        for r in rows:
+            if r["seed"] in seeds:
+                by_seed.setdefault(r["seed"], {}).update(r)
+    return [by_seed[s] for s in sorted(by_seed)]
+
+
+def report(rows: list[dict]) -> None:
+    """The agreement table (every arm present) and the paired tests."""
+    arms = [k for k in rows[0] if isinstance(rows[0][k], dict) and "ce" in rows[0][k]]
+    print(f"\nagreement with the exact game over seeds {rows[0]['seed']}..{rows[-1]['seed']} ({len(rows)}):")
+    for k in arms:
+        print(summary(k, rows, k))
+    if "front_err" in rows[0]:
+        med = [r["front_err"][0] for r in rows]
+        p90 = [r["front_err"][1] for r in rows]
+        print(f"  front error |best loss on face, hypernetwork / perfect front - 1| over all (i, S): median "
+              f"{np.median(med):.3f}, 90th percentile {np.median(p90):.3f}")
+    if "pooled_max_rel_diff" in rows[0]:
+        print(f"  pooled front at l2 -> 0 vs the exact game: largest relative difference of any v_i(S) "
+              f"{max(r['pooled_max_rel_diff'] for r in rows):.1e}")
+    learned = [k for k in arms if k.split()[0] in ("ours", "paper")]
+    print("\npaired comparisons over the same seeds (exact McNemar on the discordant seeds; Wilcoxon on F1):")
+    for a_i, a in enumerate(learned):
+        for b in learned[a_i + 1:]:
+            print(paired("", rows, a, b))
+    controls = [("perfect front, search, elimination", "ours elimination", " (what the front's error costs)"),
+                ("perfect front, search, elimination, l2 -> 0", "perfect front, search, elimination",
+                 " (what the ridge costs the searched front)"),
+                ("perfect front, pooled d_S, l2 -> 0", "perfect front, search, elimination, l2 -> 0",
+                 " (what searching costs without a ridge)"),
+                ("perfect front, pooled d_S, l2 0.01", "perfect front, search, elimination",
+                 " (what searching a face's best direction instead of reading the pooled one costs)"),
+                ("perfect front, pooled d_S, l2 -> 0", "perfect front, pooled d_S, l2 0.01", " (what the ridge costs)")]
+    for a, b, why in controls:
+        if a in rows[0] and b in rows[0]:
+            print(paired(why, rows, a, b))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0-19", help="e.g. 0-19 or 100-119 or 0,3,9")
-    ap.add_argument("--old", default="{}", help="SPO parameters of the reference arm (JSON; {} = the defaults)")
-    ap.add_argument("--new", default=None, help="SPO parameters of a second arm, compared paired with --old")
+    ap.add_argument("--variants", default="ours,paper", help="comma-separated: ours, paper")
+    ap.add_argument("--params", default="{}", help="SPO parameters for every variant (JSON), over its defaults")
+    ap.add_argument("--paper-steps", type=int, default=PAPER["steps"],
+                    help="front steps of each of the paper variant's hypernetworks (the code: 10000)")
+    ap.add_argument("--rules", default="elimination,ratio", help="comma-separated: elimination, ratio")
+    ap.add_argument("--controls", action="store_true", help="also the perfect-front controls (no training)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--front-error", action="store_true",
-                    help="also measure the front error on every face (192 searches per seed: slow)")
+                    help="with --controls: the ours front's error on every face (192 searches per seed: slow)")
     ap.add_argument("--per-seed", action="store_true", help="print one line per seed and arm")
-    ap.add_argument("--quick", action="store_true", help="one seed, a tiny SPO: check that the script runs to its end")
+    ap.add_argument("--json", default=None, help="write every seed's scores to this file")
+    ap.add_argument("--combine", nargs="+", default=None, help="report the runs in these --json files; fit nothing")
+    ap.add_argument("--quick", action="store_true", help="one seed, tiny SPOs: check that the script runs to its end")
     args = ap.parse_args(argv)
+    if args.combine:
+        runs = []
+        for f in args.combine:
+            try:
+                runs.append(json.loads(Path(f).read_text())["rows"])
+            except (OSError, ValueError, KeyError) as e:
+                print(f"spo_agreement: cannot read --combine file {f}: {e}", file=sys.stderr)
+                return 2
+        report(merge(runs))
+        return 0
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if not variants or set(variants) - {"ours", "paper", "none"} or ("none" in variants and len(variants) > 1):
+        print(f"spo_agreement: --variants takes ours and/or paper, or none (the controls alone), "
+              f"got {args.variants!r}", file=sys.stderr)
+        return 2
+    rules = tuple(r.strip() for r in args.rules.split(",") if r.strip())
+    if not rules or set(rules) - set(RULE_NAMES):
+        print(f"spo_agreement: --rules takes elimination and/or ratio, got {args.rules!r}", file=sys.stderr)
+        return 2
     warnings.filterwarnings("ignore")
     import torch
 
     torch.set_num_threads(args.threads)
     seeds = [0] if args.quick else parse_seeds(args.seeds)
-    arms = {"old": {**json.loads(args.old), **(QUICK if args.quick else {})}}
-    if args.new is not None:
-        arms["new"] = {**json.loads(args.new), **(QUICK if args.quick else {})}
-    print(f"synthetic regime I {DATA}, seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), CPU, torch threads "
-          f"{args.threads}, {os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.1f}")
-    results: dict[str, list[dict]] = {}
-    for name, params in arms.items():
-        rows = []
-        t = time.perf_counter()
-        for s in seeds:
-            r = run_seed(s, params, perfect=(name == "old"), front=args.front_error or args.quick)
-            rows.append(r)
-            if args.per_seed:
-                keys = [k for k in ("elimination", "ratio", "perfect elimination", "perfect ratio") if k in r]
-                print(f"  [{name}] seed {s} exact CE {r['exact']}; fit {r['fit_s']:.1f} s; "
-                      + "; ".join(f"{k}: F1 {r[k]['f1']:.2f} CE {r[k]['partition']}" for k in keys)
-                      + (f"; front err median {r['front_err'][0]:.3f} p90 {r['front_err'][1]:.3f}"
-                         if "front_err" in r else ""), flush=True)
-        results[name] = rows
-        fits = [r["fit_s"] for r in rows]
-        print(f"\n{name} arm, SPO parameters {params or 'defaults'}: {time.perf_counter() - t:.0f} s, "
-              f"fit {np.median(fits):.1f} s median per seed (load average now {os.getloadavg()[0]:.1f})")
-        print(summary("SPO, elimination rule", rows, "elimination"))
-        print(summary("SPO, ratio rule (paper, 0.7)", rows, "ratio"))
-        if name == "old":
-            print(summary("perfect front, elimination rule", rows, "perfect elimination"))
-            print(summary("perfect front, ratio rule", rows, "perfect ratio"))
-        if name == "old" and "front_err" in rows[0]:
-            med = [r["front_err"][0] for r in rows]
-            p90 = [r["front_err"][1] for r in rows]
-            print(f"  front error |best loss on face, hypernetwork / perfect front - 1| over all (i, S): median "
-                  f"{np.median(med):.3f} (per seed {min(med):.3f}-{max(med):.3f}), 90th percentile "
-                  f"{np.median(p90):.3f} (per seed {min(p90):.3f}-{max(p90):.3f})")
-    old = results["old"]
-    print("\npaired comparisons over the same seeds (A vs B):")
-    print(paired("A = perfect front, B = hypernetwork (elimination)", old, "perfect elimination", old, "elimination"))
-    print(paired("A = elimination, B = ratio (hypernetwork)", old, "elimination", old, "ratio"))
-    if "new" in results:
-        for rule in ("elimination", "ratio"):
-            print(paired(f"A = new, B = old ({rule})", results["new"], rule, old, rule))
+    print(f"synthetic regime I {DATA}, seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), variants {variants}, CPU, "
+          f"torch threads {args.threads}, {os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.1f}")
+    rows: list[dict] = []
+    t = time.perf_counter()
+    for s in seeds:
+        row: dict = {}
+        for k, v in enumerate(variants):
+            params = {**json.loads(args.params), **({"steps": args.paper_steps} if v == "paper" else {}),
+                      **(QUICK[v] if args.quick and v in QUICK else {})}
+            r = run_seed(s, v, params, controls=args.controls and k == 0, front=args.front_error or args.quick,
+                         rules=rules)
+            row.update({**r, f"{v} fit_s": r.pop("fit_s")})
+        rows.append(row)
+        if args.per_seed:
+            keys = [k for k in row if isinstance(row[k], dict)]
+            print(f"  seed {s} exact CE {row['exact']}; "
+                  + "; ".join(f"{v} fit {row[f'{v} fit_s']:.0f} s" for v in variants) + "; "
+                  + "; ".join(f"{k}: F1 {row[k]['f1']:.2f} CE {row[k]['partition']}" for k in keys), flush=True)
+        if args.json:
+            head = json.dumps({"data": DATA, "variants": variants, "paper_steps": args.paper_steps})[:-1]
+            Path(args.json).write_text(head + ', "rows": [\n' + ",\n".join(json.dumps(r, separators=(",", ":"))
+                                                                           for r in rows) + "\n]}\n")
+    for v in variants:
+        fits = [r[f"{v} fit_s"] for r in rows]
+        print(f"{v}: fit {np.median(fits):.1f} s median per seed")
+    print(f"{time.perf_counter() - t:.0f} s in all (load average now {os.getloadavg()[0]:.1f})")
+    report(rows)
     return 0
 
 

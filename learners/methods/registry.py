@@ -163,6 +163,15 @@ register(Method(
         Option("heads", "heads", "choice", "shared",
                "personal: the hypernetwork generates the target's body, each client owns its output layer.",
                ("shared", "personal")),
+        Option("variant", "variant", "choice", "ours",
+               "ours: one hypernetwork, sampled directions, projected-gradient search; paper: the paper's code, "
+               "one hypernetwork per searched client and face trained by EPO at the searched direction "
+               "(there --steps counts its front steps; the code: --steps 10000 --hidden 100 --layers 2 "
+               "--rule ratio).", ("ours", "paper")),
+        Option("front-steps", "front_steps", "int", 5, "--variant paper: front steps per round."),
+        Option("direction-steps", "direction_steps", "int", 1, "--variant paper: direction steps per round."),
+        Option("direction-lr", "direction_lr", "float", 0.01, "--variant paper: the direction's gradient step."),
+        Option("hypernet-momentum", "momentum", "float", 0.5, "--variant paper: SGD momentum of the hypernetworks."),
     ),
 ))
 

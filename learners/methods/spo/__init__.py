@@ -71,20 +71,28 @@ hypernetwork (no retraining), cached per ``R``, so the core's peeling runs on it
 unchanged; :class:`SPO` is the estimator that trains the hypernetwork and exposes
 the oracle.
 
+**Variants.**  Everything above is ``variant="ours"``.  ``variant="paper"`` runs the
+procedure of the paper's public code instead (:mod:`.paper`): for every searched client and
+face a fresh hypernetwork, trained by EPO at the direction being searched, 5 front steps
+alternating with 1 direction step, directions clamped to ``[1/(3k), 1 − 1/(3k)]``; the same
+oracle and rules read its results.  ``docs/learners-spo.md`` compares the two.
+
 The package, one piece a module: :mod:`.simplex` (projection onto a face, training
 directions), :mod:`.epo` (the EPO linear program), :mod:`.hypernetwork`
 (:class:`ParetoHypernetwork`), :mod:`.search` (the projected-gradient direction
 search), :mod:`.oracle` (:class:`SPOOracle`: the rules on top of the searches),
-:mod:`.estimator` (:class:`SPO`); :mod:`.exact_front` (:class:`ExactParetoFront`, the closed-form
-front of linear least squares: a perfect-front yardstick for diagnostics).
+:mod:`.paper` (:class:`~.paper.PaperSearch`, the paper's variant), :mod:`.estimator` (:class:`SPO`);
+:mod:`.exact_front` (:class:`ExactParetoFront`, the closed-form
+front of linear least squares: a perfect-front yardstick for diagnostics, and the game it gives at
+each coalition's pooled direction, which is the exact game as the ridge vanishes).
 """
 
 from coalitions.learners.methods.spo.epo import epo_lp
-from coalitions.learners.methods.spo.estimator import SPO
+from coalitions.learners.methods.spo.estimator import SPO, VARIANTS
 from coalitions.learners.methods.spo.hypernetwork import ParetoHypernetwork
 from coalitions.learners.methods.spo.oracle import RULES, SPOOracle
 from coalitions.learners.methods.spo.search import DirectionSearch
 from coalitions.learners.methods.spo.simplex import project_simplex, sample_directions
 
 __all__ = ["SPO", "SPOOracle", "DirectionSearch", "ParetoHypernetwork", "project_simplex", "sample_directions",
-           "epo_lp", "RULES"]
+           "epo_lp", "RULES", "VARIANTS"]

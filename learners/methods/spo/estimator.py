@@ -19,6 +19,7 @@ from coalitions.learners.methods.spo.epo import epo_lp
 from coalitions.learners.methods.spo.heads import HeadsDirectionSearch, head_penalty, personal_loss_matrix
 from coalitions.learners.methods.spo.hypernetwork import HEADS, ParetoHypernetwork
 from coalitions.learners.methods.spo.oracle import RULES, SPOOracle
+from coalitions.learners.methods.spo.paper import PaperSearch
 from coalitions.learners.methods.spo.search import DirectionSearch
 from coalitions.learners.methods.spo.simplex import sample_directions
 from coalitions.learners.training.engine import Padded, resolve_device
@@ -28,7 +29,12 @@ from coalitions.params import ParameterError, check_param
 from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds
 
-__all__ = ["SPO"]
+__all__ = ["SPO", "VARIANTS"]
+
+#: Training steps between two evaluations of the validation loss (history and early stopping).
+EVAL_EVERY = 50
+#: How the front is learned and searched: this project's one hypernetwork, or the paper's code's procedure.
+VARIANTS = ("ours", "paper")
 
 
 class SPO(Learner):
@@ -82,6 +88,33 @@ class SPO(Learner):
         ``"mlp"`` or ``"cnn"`` (images) for a target with a body.
     target_hidden : int
         Hidden units of an ``"mlp"`` target.
+    variant : {"ours", "paper"}
+        ``"ours"``: one hypernetwork for the whole simplex, trained on sampled directions, then
+        the projected-gradient search (package docstring).  ``"paper"``: the paper's public code
+        (:mod:`.paper`): for every searched (client, face) a fresh hypernetwork trained with EPO
+        at the direction being searched, ``front_steps`` front steps alternating with
+        ``direction_steps`` direction steps, directions clamped to ``[1/(3k), 1 − 1/(3k)]``.
+        There ``steps`` is each hypernetwork's number of front steps (the code: 2000 rounds of
+        5, i.e. 10,000), ``lr`` SGD's learning rate with ``momentum``, and ``hidden``/``layers``
+        its width and number of hidden layers (the code: 100 and 2); ``embed``, ``directions``,
+        ``alpha``, ``faces``, ``log_loss``, ``l2``, ``log_eps``, ``epo``, ``search_steps``,
+        ``starts``, ``line_search`` and ``heads`` belong to ``"ours"`` only.
+    patience : int or None
+        Early stopping (issue 18, one protocol for every column): the validation loss is
+        evaluated every ``EVAL_EVERY`` steps (the mean over clients of ``val_loss_clients_``);
+        training stops when it has not improved for ``patience`` evaluations and the
+        hypernetwork with the best one is kept.  ``None``: train all ``steps``.  The
+        protocol's ``patience`` (:class:`~coalitions.learners.training.protocol.TrainingProtocol`).
+    lr_grid : tuple of float or None
+        Train once per learning rate and keep the rate whose kept hypernetwork has the lowest
+        validation loss (same measure); ``None``: ``lr`` alone.  The protocol's ``lr_grid``.
+        Both only with ``variant="ours"``.
+    front_steps, direction_steps : int
+        ``variant="paper"``: the alternation (the code's 5 and 1).
+    direction_lr : float
+        ``variant="paper"``: the direction's gradient step (the code's ``lr_prefer``, 0.01).
+    momentum : float
+        ``variant="paper"``: SGD momentum of the hypernetworks (the code's 0.5).
     heads : {"shared", "personal"}
         ``"personal"``: the hypernetwork generates the target's body and each client owns
         its output layer, trained on its own loss only (:mod:`.heads`; the paper's CIFAR-10
@@ -116,6 +149,16 @@ class SPO(Learner):
         validation loss under ``h(d)`` for 16 fixed directions ``d``, weighted
         by ``d_j`` (the training objective's terms on validation data); in the
         estimate's ``extra.val_loss_history`` with their mean over clients.
+    lr_ : float
+        The learning rate trained with (the grid's choice, or ``lr``).
+    lr_losses_ : dict
+        ``{lr: best validation loss}`` over the grid (one entry without one).
+    stopped_at_ : int
+        The step where training stopped (``steps`` when it never stopped early).
+    best_step_ : int
+        The step whose hypernetwork was kept (the best evaluation under ``patience``, else the last).
+    hit_max_ : bool
+        True when training ran all ``steps`` without stopping early.
     fit_seconds_ : float
     timings_ : dict
         Seconds spent training, on ``BG(all)`` (searches and rule), and in total
@@ -131,16 +174,31 @@ class SPO(Learner):
                  threshold: float = 0.7, tol: float = 0.02, min_weight: float = 0.01, epo: bool = False,
                  search_steps: int = 100, starts: int = 4, line_search: int = 16, model: str | None = None,
                  device: str = "auto", seed: int = 0, progress: Callable | None = None, heads: str = "shared",
-                 target_hidden: int = 64):
+                 target_hidden: int = 64, variant: str = "ours", front_steps: int = 5, direction_steps: int = 1,
+                 direction_lr: float = 0.01, momentum: float = 0.5, patience: int | None = None,
+                 lr_grid: tuple[float, ...] | None = None):
         self._store(locals())
 
     # -- configuration
     def check_params(self) -> None:
         for k, lo in dict(hidden=1, embed=1, layers=0, steps=0, directions=1, search_steps=0, starts=2,
-                          line_search=1, seed=0, target_hidden=1).items():
+                          line_search=1, seed=0, target_hidden=1, front_steps=1, direction_steps=0).items():
             check_param(k, getattr(self, k), "int", low=lo)
         check_param("batch_size", self.batch_size, "int", low=1, allow_none=True)
-        for k in ("lr", "alpha"):
+        check_param("momentum", self.momentum, "number", low=0, high=1)
+        check_param("patience", self.patience, "int", low=1, allow_none=True)
+        if self.lr_grid is not None:
+            if isinstance(self.lr_grid, (str, bytes)) or not hasattr(self.lr_grid, "__len__") or not len(self.lr_grid):
+                raise ParameterError("lr_grid", f"{{name}} must be a non-empty sequence of rates, got {self.lr_grid!r}")
+            for r in self.lr_grid:
+                check_param("lr_grid", r, "number", low=0, low_open=True)
+        if self.variant == "paper" and (self.patience is not None or self.lr_grid is not None):
+            raise ParameterError("variant", "{name} paper runs the code's fixed schedule: no patience or lr_grid")
+        check_param("variant", self.variant, "choice", choices=VARIANTS)
+        if self.variant == "paper" and (self.heads != "shared" or self.epo):
+            raise ParameterError("variant", "{name} paper takes neither heads personal nor epo (it always "
+                                            "weighs by EPO, one shared target model per hypernetwork)")
+        for k in ("lr", "alpha", "direction_lr"):
             check_param(k, getattr(self, k), "number", low=0, low_open=True)
         check_param("faces", self.faces, "number", low=0, high=1)
         check_param("min_weight", self.min_weight, "number", low=0, high=0.999)
@@ -190,26 +248,65 @@ class SPO(Learner):
         self.train_ = Padded(fed, "train", self.device_)
         self.val_ = Padded(fed, "val", self.device_)
         self.test_ = Padded(fed, "test", self.device_)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            net = ParetoHypernetwork(fed.n, self.spec_, self.hidden, self.embed, self.layers, self.log_eps,
-                                     heads=self.heads)
-        self.hypernet_ = net.to(self.device_)
+        self.hypernet_ = self._new_hypernet(fed)
         self.epo_fallbacks_ = 0
+        if self.variant == "paper":
+            return self._fit_paper(fed, t0)
         t_train = time.perf_counter()
-        self.history_ = self._train(fed)
+        self._train_tuned(fed)
         t_train = time.perf_counter() - t_train
         search = HeadsDirectionSearch if self.heads == "personal" else DirectionSearch
         return self._conclude(fed, lambda: search(self.hypernet_, self.spec_, self.loss_, self.val_, self.device_,
                                                   self.seed, self.search_steps, self.starts, self.line_search),
                               t0, t_train)
 
+    def _new_hypernet(self, fed: Federation) -> ParetoHypernetwork:
+        """The hypernetwork at its initialisation (drawn from ``seed``: the same for every learning rate)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            net = ParetoHypernetwork(fed.n, self.spec_, self.hidden, self.embed, self.layers, self.log_eps,
+                                     heads=self.heads)
+        return net.to(self.device_)
+
+    def _train_tuned(self, fed: Federation) -> None:
+        """Train at every rate of ``lr_grid`` (or at ``lr``) and keep the run with the lowest validation loss."""
+        grid = [float(self.lr)] if self.lr_grid is None else [float(r) for r in self.lr_grid]
+        best = None
+        self.lr_losses_: dict[float, float] = {}
+        for k, rate in enumerate(grid):
+            if k:
+                self.hypernet_ = self._new_hypernet(fed)
+            history = self._train(fed, rate)
+            self.lr_losses_[rate] = self.best_val_
+            run = (self.best_val_, rate, self.hypernet_, history, self.val_loss_steps_, self.val_loss_clients_,
+                   self.stopped_at_, self.hit_max_)
+            if best is None or run[0] < best[0]:
+                best = run
+        assert best is not None
+        (_, self.lr_, self.hypernet_, self.history_, self.val_loss_steps_, self.val_loss_clients_,
+         self.stopped_at_, self.hit_max_) = best
+
+    def _fit_paper(self, fed: Federation, t0: float) -> SPO:
+        """The paper's variant: no shared hypernetwork; every search trains its own (:mod:`.paper`)."""
+        self.hypernet_ = None
+        self.history_ = []
+        self.val_loss_steps_, self.val_loss_clients_ = [], []
+        search = PaperSearch(self.spec_, self.loss_, self.train_, self.val_, self.device_, self.seed,
+                             rounds=max(1, self.steps // self.front_steps), front_steps=self.front_steps,
+                             direction_steps=self.direction_steps, lr=self.lr, momentum=self.momentum,
+                             direction_lr=self.direction_lr, hidden=self.hidden, layers=self.layers,
+                             batch_size=self.batch_size)
+        self._conclude(fed, lambda: search, t0, 0.0)
+        self.epo_fallbacks_ = search.epo_fallbacks_
+        return self
+
     def _conclude(self, fed, make_search: Callable, t0: float, t_train: float) -> SPO:
         """After training: freeze the hypernetwork, search every client's best direction on the
         grand coalition's face, read ``BG(all)`` and the utilities there, record the timings."""
-        self.hypernet_.eval()
-        for p in self.hypernet_.parameters():
-            p.requires_grad_(False)
+        if self.hypernet_ is not None:
+            self.hypernet_.eval()
+            for p in self.hypernet_.parameters():
+                p.requires_grad_(False)
         self.search_ = make_search()
         self.oracle_ = SPOOracle(fed.names, self.search_, self.rule, self.threshold, self.tol, self.min_weight)
         grand = (1 << fed.n) - 1
@@ -264,6 +361,11 @@ class SPO(Learner):
                 "mean": [float(np.mean(v)) for v in self.val_loss_clients_],
                 "clients": {c: [float(v[i]) for v in self.val_loss_clients_] for i, c in enumerate(names)}},
             "epo_fallbacks": self.epo_fallbacks_,
+            "training": ({"variant": "paper"} if self.variant == "paper" else
+                         {"variant": self.variant, "lr": self.lr_, "stopped_at": self.stopped_at_,
+                          "best_step": self.best_step_, "hit_max": self.hit_max_, "max_steps": self.steps,
+                          "patience": self.patience,
+                          "lr_losses": {repr(k): v for k, v in getattr(self, "lr_losses_", {}).items()}}),
         }
 
     def sensitivity(self, thresholds=None) -> tuple[str, float, tuple[SensitivityRow, ...]]:
@@ -320,11 +422,19 @@ class SPO(Learner):
                                         self.val_.X, self.val_.y, self.val_.m)
         return self._loss_matrix(params, self.val_.X, self.val_.y, self.val_.m)
 
-    def _train(self, fed: Federation) -> list[float]:
+    def _train(self, fed: Federation, lr: float | None = None) -> list[float]:
+        """Train ``hypernet_`` (Adam at ``lr``, default ``self.lr``); early stopping under ``patience``.
+
+        Sets ``val_loss_steps_``, ``val_loss_clients_``, ``best_val_`` (the kept network's mean
+        validation loss), ``stopped_at_`` and ``hit_max_``; returns the training-loss history.
+        """
         net = self.hypernet_
         dev = self.device_
         rng = np.random.default_rng(self.seed)
-        opt = torch.optim.Adam(net.parameters(), lr=self.lr)
+        self.lr_ = float(self.lr if lr is None else lr)
+        opt = torch.optim.Adam(net.parameters(), lr=self.lr_)
+        self.best_val_, self.best_step_, self.stopped_at_, self.hit_max_ = math.inf, self.steps, self.steps, True
+        best_state, bad = None, 0
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * min(s, self.steps) / max(self.steps, 1))))
         history, running = [], []
@@ -354,7 +464,7 @@ class SPO(Learner):
             opt.step()
             sched.step()
             running.append(float((D * L.detach()).sum(dim=1).mean()))
-            if (step + 1) % 50 == 0 or step + 1 == self.steps:
+            if (step + 1) % EVAL_EVERY == 0 or step + 1 == self.steps:
                 history.append(float(np.mean(running)))
                 running = []
                 with torch.no_grad():
@@ -364,6 +474,19 @@ class SPO(Learner):
                 self.val_loss_clients_.append([float(x) for x in per.double().cpu().numpy()])
                 if self.progress is not None:
                     self.progress(step + 1, self.steps)
+                mean_val = float(np.mean(self.val_loss_clients_[-1]))
+                if self.patience is None:
+                    self.best_val_, self.best_step_ = mean_val, step + 1   # no early stopping: the last is kept
+                elif mean_val < self.best_val_:
+                    self.best_val_, self.best_step_, bad = mean_val, step + 1, 0
+                    best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+                else:
+                    bad += 1
+                    if bad >= self.patience:
+                        self.stopped_at_, self.hit_max_ = step + 1, False
+                        break
+        if best_state is not None:
+            net.load_state_dict(best_state)
         return history
 
     def _personal_objective(self, D, body: dict, X, y, m):
@@ -406,6 +529,8 @@ class SPO(Learner):
 
     # -- evaluation
     def _scores(self, D: np.ndarray, split: Padded) -> list[np.ndarray]:
+        if self.variant == "paper":
+            return self.search_.scores(D, split)
         with torch.no_grad():
             params = self.hypernet_(torch.as_tensor(D, dtype=torch.float32, device=self.device_))
             out = []
@@ -439,7 +564,10 @@ class SPO(Learner):
         """The target model's parameters at direction(s) ``d`` (numpy, (B, N) or (N,)).
 
         With personal heads: the generated body only (the heads are ``hypernet_.client_heads``).
+        Not for ``variant="paper"``, which has one hypernetwork per searched client and face.
         """
+        if self.hypernet_ is None:
+            raise InputError("spo: variant paper has no single hypernetwork (one per searched client and face)")
         d = np.atleast_2d(np.asarray(d, dtype=np.float64))
         with torch.no_grad():
             p = self.hypernet_(torch.as_tensor(d, dtype=torch.float32, device=self.device_))
