@@ -54,6 +54,17 @@ def _auc_binary(pos: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return (ranks[:, pos].sum(axis=1) - p * (p + 1) / 2.0) / (p * q)
 
 
+def _batch(y_true, scores) -> tuple[np.ndarray, np.ndarray]:
+    """Targets and float64 scores ``(M, n)`` or ``(M, n, C)`` (a trailing axis of one dropped), checked."""
+    y = np.asarray(y_true)
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim == 3 and s.shape[2] == 1:
+        s = s[:, :, 0]
+    if s.ndim not in (2, 3) or s.shape[1] != y.shape[0]:
+        raise InputError(f"scores of shape {s.shape} do not match {y.shape[0]} targets")
+    return y, s
+
+
 def evaluate_batch(metric: str, y_true, scores) -> np.ndarray:
     """The metric of many models on the same data.
 
@@ -70,12 +81,7 @@ def evaluate_batch(metric: str, y_true, scores) -> np.ndarray:
     ndarray of shape (M,), float64
     """
     sense(metric)
-    y = np.asarray(y_true)
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim == 3 and s.shape[2] == 1:
-        s = s[:, :, 0]
-    if s.ndim not in (2, 3) or s.shape[1] != y.shape[0]:
-        raise InputError(f"scores of shape {s.shape} do not match {y.shape[0]} targets")
+    y, s = _batch(y_true, scores)
     if metric == "mse":
         if s.ndim != 2:
             raise InputError("mse takes one prediction per sample")
@@ -106,12 +112,7 @@ def mean_loss_batch(task: str, y_true, scores) -> np.ndarray:
     -------
     ndarray of shape (M,), float64
     """
-    y = np.asarray(y_true)
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim == 3 and s.shape[2] == 1:
-        s = s[:, :, 0]
-    if s.ndim not in (2, 3) or s.shape[1] != y.shape[0]:
-        raise InputError(f"scores of shape {s.shape} do not match {y.shape[0]} targets")
+    y, s = _batch(y_true, scores)
     if task == "regression":
         return np.mean((s - y.astype(np.float64)) ** 2, axis=1)
     y = y.astype(np.int64)
