@@ -369,8 +369,9 @@ FASHION = Experiment(
                     {"clients": 10, "partition": "pathological", "split": _FASHION_SPLIT})),
     oracle={"heads": "personal", "loss_game": True},
     methods=ALL_METHODS + PAPER_BASELINES,
-    # One protocol for every column (issue 9): Adam, weight decay 1e-3, full batch, 100 steps.
-    protocol=TrainingProtocol(model="mlp", hidden=32, optimizer="adam", lr=0.01, weight_decay=1e-3, steps=100),
+    # One protocol for every column (issue 9): Adam, weight decay 1e-3, full batch, 100 steps; lr 0.003,
+    # the lowest mean validation loss of the exact game on seeds 100-101 (benchmarks/fashion_settings.py).
+    protocol=TrainingProtocol(model="mlp", hidden=32, optimizer="adam", lr=0.003, weight_decay=1e-3, steps=100),
     quick=Settings((0,), {"spo": dict(_FASHION_SPO), "pfedme": {"inner_steps": 20}}, steps=15),
     full=Settings(_SEEDS, {"spo": dict(_FASHION_SPO), "pfedme": {"inner_steps": 20}}),
     published=DIGITS.published,
