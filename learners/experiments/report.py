@@ -250,9 +250,10 @@ def _binomial_section(reg: dict) -> list[str]:
         ns = {binom[col][c]["n"] for col in cols if c in binom[col]}
         rows.append([c] + cells + [next(iter(ns)) if len(ns) == 1 else "–"])
     rows.append(["**mean over clients**"] + [_interval(means.get(col)) for col in cols] + [""])
-    pooled = f"pooled over {n} seeds" if n > 1 else "one seed"
+    pooled = f"pooled over its {n} seeds" if n > 1 else "on one seed"
     return ([f"### Test accuracy per client with {100 * seed['level']:g}% intervals (higher is better)", "",
-             f"Client rows: the client's test hits {pooled} over its test samples, with the Clopper–Pearson "
+             f"Client rows: the share of the client's test samples classified right ({pooled}), with the "
+             "Clopper–Pearson "
              "(exact binomial) interval (`statistics.clopper_pearson`): the uncertainty from the finite test set, "
              "never [1, 1]. The variation between seeds is what the seed-level tests below measure. "
              "Mean over clients: the mean over seeds of each seed's client mean, with a percentile bootstrap "
