@@ -63,6 +63,14 @@ models are scored on every resample: no retraining.  In closed form the
 resample enters the quadratic form as row multiplicities ``w``
 (``A_i = X̃ᵀ diag(w) X̃`` etc.); otherwise the stored scores of a chunk are
 re-evaluated on the resampled rows (:func:`rescore`).
+
+**The validation-loss game** (``loss_game=True``, classification).  The same subset models
+scored a second way: ``ℓ_i(S)`` is the mean cross-entropy of the model of ``S`` on client
+``i``'s validation data (:func:`~coalitions.learners.data.metrics.mean_loss_batch`, sense
+``"min"``), with its own bootstrap replicates on the same resampled rows.  Accuracy on ``n``
+validation samples moves in steps of ``1/n``; the loss does not, so the two games can
+disagree where a coalition makes a client more confident without changing its decisions.
+No extra training: ``loss_game_`` comes from the scores that ``game_`` comes from.
 """
 
 from __future__ import annotations
@@ -76,7 +84,7 @@ import numpy as np
 import coalitions as co
 from coalitions.errors import InputError
 from coalitions.learners.data.federation import Federation
-from coalitions.learners.data.metrics import evaluate_batch
+from coalitions.learners.data.metrics import evaluate_batch, mean_loss_batch
 from coalitions.learners.training.threads import step_macs, using
 from coalitions.params import ParameterError, check_param
 
@@ -505,8 +513,13 @@ class ChunkTrainer:
                                    seed=self.seed, progress=progress, protocol=self.protocol)
         member = membership(ms, fed.n)
         out = {}
+        loss = bool(cfg.get("loss_game"))
+        if loss:
+            out["val_loss"] = np.full((fed.n, len(ms)), np.nan)
         if self.draws is not None:
             out["replicates"] = np.full((len(self.draws[0]), fed.n, len(ms)), np.nan)
+            if loss:
+                out["replicates_loss"] = np.full_like(out["replicates"], np.nan)
         for part in ("val", "test"):
             block = np.full((fed.n, len(ms)), np.nan)
             if self.personal:
@@ -526,6 +539,12 @@ class ChunkTrainer:
                     if part == "val" and self.draws is not None:
                         out["replicates"][:, i, rows] = rescore(fed.metric, c.val.y, scores[rows, lo[i]:lo[i + 1]],
                                                                 self.draws[i])
+                    if part == "val" and loss:
+                        mine = scores[rows, lo[i]:lo[i + 1]]
+                        out["val_loss"][i, rows] = mean_loss_batch(fed.task, c.val.y, mine)
+                        if self.draws is not None:
+                            out["replicates_loss"][:, i, rows] = np.stack(
+                                [mean_loss_batch(fed.task, c.val.y[d], mine[:, d]) for d in self.draws[i]])
             out[part] = block
         return out
 
@@ -603,6 +622,9 @@ class ExhaustiveOracle:
         ``"shared"``: one model per subset.  ``"personal"``: one body per
         subset and one output layer per member (module docstring, "Personal
         heads"); ``v_i(S)`` uses ``i``'s own head.
+    loss_game : bool
+        Also score every subset model by its mean validation loss: ``loss_game_``
+        (module docstring, "The validation-loss game"); batched training only.
 
     Attributes
     ----------
@@ -616,6 +638,9 @@ class ExhaustiveOracle:
     replicates_ : coalitions.replicates.Replicates or None
         The game on each bootstrap resample of the validation sets (None
         when ``replicates`` is 0).
+    loss_game_, loss_replicates_ : coalitions.Game, Replicates or None
+        With ``loss_game``: the validation-loss game of the same models and its
+        replicates on the same resamples; None otherwise.
     method_ : str
         ``"closed-form"`` or ``"batched"``.
     device_ : str
@@ -630,8 +655,9 @@ class ExhaustiveOracle:
                  chunk_size: int | None = None, memory_mb: float = 512.0, device: str = "auto",
                  dtype: str = "float32", seed: int = 0, checkpoint=None, threads: int | None = None,
                  progress=None, backend: str = "local", address: str | None = None, replicates: int = 0,
-                 protocol=None, heads: str = "shared"):
+                 protocol=None, heads: str = "shared", loss_game: bool = False):
         self.protocol = protocol
+        self.loss_game = loss_game
         self.model = model
         self.epochs = epochs
         self.lr = lr
@@ -689,6 +715,8 @@ class ExhaustiveOracle:
                "protocol": p.to_json(), **heads}
         if kind == "mlp":
             cfg["hidden"] = int(p.hidden)
+        if self.loss_game:  # absent otherwise: earlier games and checkpoints keep their config
+            cfg["loss_game"] = True
         return cfg
 
     def config(self, fed: Federation) -> dict:
@@ -709,6 +737,8 @@ class ExhaustiveOracle:
             cfg["hidden"] = int(self.hidden)
         if self.heads == "personal":  # absent when shared: earlier games and checkpoints keep their config
             cfg["heads"] = "personal"
+        if self.loss_game:
+            cfg["loss_game"] = True
         return cfg
 
     def _check(self):
@@ -723,6 +753,7 @@ class ExhaustiveOracle:
         check_param("backend", self.backend, "choice", choices=("local", "ray"))
         check_param("replicates", self.replicates, "int", low=0)
         check_param("heads", self.heads, "choice", choices=HEADS)
+        check_param("loss_game", self.loss_game, "choice", choices=(False, True))
         if self.protocol is not None:
             from coalitions.learners.training.protocol import TrainingProtocol
 
@@ -755,6 +786,7 @@ class ExhaustiveOracle:
         draws = bootstrap_draws(fed, self.replicates, self.seed) if self.replicates else None
         self.chunks_trained_ = 0
         self.chunks_resumed_ = 0
+        loss = reps_loss = None
         if cfg["solver"] == "closed-form":
             self.method_ = "closed-form"
             self.device_ = "cpu"
@@ -774,7 +806,7 @@ class ExhaustiveOracle:
             # a Ray cluster may have the GPUs this driver lacks: "cuda" is then checked by the tasks
             self.device_ = ("cuda" if self.backend == "ray" and self.device == "cuda"
                             else str(resolve_device(self.device)))
-            val, test, reps = self._fit_batched(fed, cfg, draws)
+            val, test, reps, loss, reps_loss = self._fit_batched(fed, cfg, draws)
         self.values_val_, self.values_test_ = val, test
         self.config_ = cfg
         self.game_ = co.Game.from_array(val, fed.names, fed.sense, self._provenance(fed, cfg, "val"))
@@ -784,6 +816,14 @@ class ExhaustiveOracle:
             from coalitions.replicates import Replicates
 
             self.replicates_ = Replicates.from_array(reps, fed.names, fed.sense)
+        self.loss_game_ = self.loss_replicates_ = None
+        if loss is not None:
+            from coalitions.replicates import Replicates
+
+            prov = dict(self._provenance(fed, cfg, "val"), metric="loss")
+            self.loss_game_ = co.Game.from_array(loss, fed.names, "min", prov)
+            if reps_loss is not None:
+                self.loss_replicates_ = Replicates.from_array(reps_loss, fed.names, "min")
         self.elapsed_ = time.perf_counter() - start
         return self
 
@@ -842,6 +882,10 @@ class ExhaustiveOracle:
         arrays = {"val": shape, "test": shape}
         if draws is not None:
             arrays["replicates"] = (len(draws[0]),) + shape
+        if cfg.get("loss_game"):
+            arrays["val_loss"] = shape
+            if draws is not None:
+                arrays["replicates_loss"] = arrays["replicates"]
         if self.checkpoint is not None:
             what = {"config": cfg, "chunk": chunk, "device": self.device_, "dataset": fed.name,
                     "options": fed.options}
@@ -864,10 +908,12 @@ class ExhaustiveOracle:
 
         def store(k: int, blocks: dict) -> None:
             """A finished chunk: its values into the results, then (atomically) into the checkpoint."""
-            for part in ("val", "test"):
-                results[part][:, chunks[k]] = blocks[part]
-            if draws is not None:
-                results["replicates"][:, :, chunks[k]] = blocks["replicates"]
+            for part in ("val", "test", "val_loss"):
+                if part in results:
+                    results[part][:, chunks[k]] = blocks[part]
+            for part in ("replicates", "replicates_loss"):
+                if part in results:
+                    results[part][:, :, chunks[k]] = blocks[part]
             done[k] = True
             self.chunks_trained_ += 1
             units["done"] += len(chunks[k]) * epochs
@@ -893,7 +939,8 @@ class ExhaustiveOracle:
                             self.progress(base + ep * m, total)
 
                     store(k, trainer(chunks[k], progress=tick))
-        return results["val"], results["test"], results.get("replicates")
+        return (results["val"], results["test"], results.get("replicates"), results.get("val_loss"),
+                results.get("replicates_loss"))
 
     # -------------------------------------------------------------- outputs of a few subset models
     def subset_outputs(self, federation: Federation, masks, part: str = "test") -> list[list[np.ndarray | None]]:

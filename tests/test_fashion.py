@@ -175,15 +175,39 @@ def test_small_fashion_federation():
     assert held != [frozenset(np.concatenate([c.train.y, c.val.y, c.test.y]).tolist()) for c in other.clients]
 
 
+def test_split_option_sets_each_clients_train_val_test_counts(tmp_path, monkeypatch):
+    monkeypatch.setattr(fashion_module, "FASHION_DIR", fake_package(tmp_path / "pkg", n_train=600, n_test=100))
+    fed = load("fashion", clients=2, partition="pathological", split="6/10/10", seed=0)
+    assert fed.options["split"] == "6/10/10" and fed.options["samples"] == 26
+    for c in fed.clients:
+        assert (len(c.train), len(c.val), len(c.test)) == (6, 10, 10)
+    for bad in ("20/100", "a/b/c", "0/10/10", "20/-1/5"):
+        with pytest.raises(InputError, match="split"):
+            load("fashion", clients=2, partition="pathological", split=bad)
+
+
+@needs_package
+def test_table_3_federation_is_not_quantised():
+    """About 20 train / 100 validation / 100 test per client: one validation sample is one point, not five."""
+    for partition in ("dirichlet", "pathological"):
+        fed = load("fashion", clients=10, partition=partition, alpha=0.1, split="20/100/100", seed=0)
+        assert fed.n == 10 and fed.single_class_splits == ()
+        assert all(17 <= len(c.train) <= 24 and 95 <= len(c.val) <= 105 and 95 <= len(c.test) <= 105
+                   for c in fed.clients)
+
+
 # ---------------------------------------------------------------------------- coalitions reproduce fashion
 def test_fashion_experiment_is_the_table_3_stand_in():
     from coalitions.learners.experiments.catalogue import EXPERIMENTS, PAPER_BASELINES, budgeted_options
 
     exp = EXPERIMENTS["fashion"]
-    assert exp.oracle["heads"] == "personal" and exp.protocol.model == "mlp"
-    assert exp.regimes[0].options["partition"] == "pathological" and exp.regimes[0].options["clients"] == 10
+    assert exp.oracle["heads"] == "personal" and exp.oracle["loss_game"] and exp.protocol.model == "mlp"
+    assert [r.options["partition"] for r in exp.regimes] == ["dirichlet", "pathological"]
+    assert all(r.options["clients"] == 10 and r.options["split"] == "20/100/100" for r in exp.regimes)
+    assert exp.regimes[0].options["alpha"] == 0.1
     assert set(PAPER_BASELINES) <= set(exp.methods) and {"local", "fedavg", "spo"} <= set(exp.methods)
-    sizes = [60] * 10
+    assert len(exp.full.seeds) >= 5  # a verdict needs five seeds (statistics.MIN_SEEDS)
+    sizes = [20] * 10
     for quick in (True, False):
         p = exp.protocol_for(quick)
         spo = budgeted_options(exp, quick, "spo", sizes)
@@ -208,8 +232,8 @@ def test_reproduce_fashion_quick_runs_the_command_end_to_end(tmp_path, monkeypat
 
     exp = catalogue.EXPERIMENTS["fashion"]
     small = dataclasses.replace(
-        exp, regimes=(dataclasses.replace(exp.regimes[0], options=dict(exp.regimes[0].options, clients=4,
-                                                                       samples=30)),),
+        exp, regimes=(dataclasses.replace(exp.regimes[1], options=dict(exp.regimes[1].options, clients=4,
+                                                                       split="12/10/10")),),
         quick=catalogue.Settings((0,), {"spo": dict(exp.quick.method_options["spo"], search_steps=5)}, steps=5))
     monkeypatch.setitem(catalogue.EXPERIMENTS, "fashion", small)
     out = tmp_path / "fashion"
@@ -223,7 +247,11 @@ def test_reproduce_fashion_quick_runs_the_command_end_to_end(tmp_path, monkeypat
     assert run["exact"]["support"]["replicates"] == 50
     game = read_json(out / "runs" / "quick" / "pathological-seed0-game.json")
     assert game["provenance"]["model"]["heads"] == "personal"
+    loss = read_json(out / "runs" / "quick" / "pathological-seed0-loss-game.json")
+    assert loss["sense"] == "min" and loss["provenance"]["metric"] == "loss"
+    assert run["exact"]["loss"]["support"]["replicates"] == 50 and run["exact"]["loss"]["partition"]
     spo = read_json(out / "runs" / "quick" / "pathological-seed0-spo.json")
     assert spo["config"]["heads"] == "personal" and spo["config"]["model"] == "mlp"
     report = (out / "report.md").read_text()
     assert "Table 3" in report and "ours (fashion)" in report and "bootstrap replicates" in report
+    assert "validation-loss game side by side" in report and "Clopper–Pearson" in report

@@ -11,7 +11,7 @@ import pytest
 from coalitions.errors import InputError
 from coalitions.learners.experiments.report import _interval_section, _tests_section, verdicts
 from coalitions.learners.experiments.runner import MAJORITY, regime_statistics, sensitivity_summary
-from coalitions.learners.experiments.statistics import output_samples, paired_record
+from coalitions.learners.experiments.statistics import output_samples
 
 CLIENTS = [f"c{k}" for k in range(8)]
 
@@ -48,35 +48,43 @@ def _reg(records, methods, metric="accuracy") -> dict:
             "summary": {"statistics": stats}}
 
 
+def _seed_test(reg, col="FedAMP", ref="Local"):
+    return reg["summary"]["statistics"]["seed"]["seed_tests"][col][ref]
+
+
 def test_a_clear_winner_is_called_better_with_p_below_alpha():
-    reg = _reg(_records({"local": 0.6, "fedamp": 0.9}), ["local", "fedamp"])
-    t = reg["summary"]["statistics"]["tests"]["FedAMP"]["Local"]
-    assert t["direction"] == "better" and t["p"] < 0.05 and t["n_pairs"] == len(CLIENTS) * 3
+    reg = _reg(_records({"local": 0.6, "fedamp": 0.9}, seeds=5), ["local", "fedamp"])
+    t = _seed_test(reg)
+    assert t["direction"] == "better" and t["p_holm"] < 0.05 and t["p"] <= t["p_holm"]
+    assert t["n_seeds"] == 5 and t["n_pairs"] == len(CLIENTS) * 5
     sentence = verdicts(reg)
-    assert "better than Local: FedAMP (p = " in sentence
+    assert "better than Local: FedAMP (p = " in sentence and ", Holm " in sentence
     assert "worse" not in sentence and "no significant difference" not in sentence
-    # and the other way round: Local is worse than nothing here, but a loser is called worse
-    reg = _reg(_records({"local": 0.9, "fedamp": 0.6}), ["local", "fedamp"])
+    # and the other way round: a loser is called worse
+    reg = _reg(_records({"local": 0.9, "fedamp": 0.6}, seeds=5), ["local", "fedamp"])
     assert "worse than Local: FedAMP (p = " in verdicts(reg)
 
 
-def test_equal_columns_are_not_called_better():
-    # identical outputs: every difference is zero, nothing to test
-    reg = _reg(_records({"local": 0.7, "fedamp": 0.7}, same_as={"fedamp": "local"}), ["local", "fedamp"])
-    t = reg["summary"]["statistics"]["tests"]["FedAMP"]["Local"]
-    assert t["direction"] == "not testable" and t["p"] is None and t["n_zero"] == t["n_pairs"]
-    assert "better" not in verdicts(reg) and "not testable: FedAMP" in verdicts(reg)
-    # balanced differences: better on half the pairs, worse by as much on the others
-    a = np.array([0.8, 0.6] * 12)
-    b = np.array([0.6, 0.8] * 12)
-    rec = paired_record(a, b)
-    assert rec["direction"] == "no significant difference" and rec["p"] > 0.5
+def test_three_seeds_are_underpowered_whatever_the_p_value():
+    """The issue's case: 3 seeds give no verdict, however clear; the raw and Holm p are still printed."""
+    reg = _reg(_records({"local": 0.6, "fedamp": 0.9}), ["local", "fedamp"])
+    t = _seed_test(reg)
+    assert t["direction"] == "underpowered" and t["n_seeds"] == 3 and t["p"] is not None
+    assert "underpowered (fewer than 5 seeds: no verdict): FedAMP (raw p = " in verdicts(reg)
+    assert "better" not in verdicts(reg)
+
+
+def test_equal_columns_are_identical_not_better():
+    reg = _reg(_records({"local": 0.7, "fedamp": 0.7}, seeds=5, same_as={"fedamp": "local"}), ["local", "fedamp"])
+    t = _seed_test(reg)
+    assert t["direction"] == "identical" and t["p"] is None and t["n_tied"] == t["n_pairs"]
+    assert "identical to Local within the tie tolerance: FedAMP" in verdicts(reg)
 
 
 def test_same_distribution_gives_no_verdict():
-    reg = _reg(_records({"local": 0.75, "fedamp": 0.75}, seed=3), ["local", "fedamp"])
-    t = reg["summary"]["statistics"]["tests"]["FedAMP"]["Local"]
-    assert t["direction"] == "no significant difference" and t["p"] >= 0.05
+    reg = _reg(_records({"local": 0.75, "fedamp": 0.75}, seeds=5, seed=3), ["local", "fedamp"])
+    t = _seed_test(reg)
+    assert t["direction"] == "no significant difference" and t["p_holm"] >= 0.05
     assert "no significant difference: FedAMP (p = " in verdicts(reg)
 
 
@@ -84,7 +92,7 @@ def test_loss_metrics_are_oriented():
     """For MSE a lower value is better: a column with smaller errors is called better."""
     rng = np.random.default_rng(1)
     recs = []
-    for _ in range(2):
+    for _ in range(5):
         rec = {"y": {}, "outputs": {"local": {}, "spo": {}}, "metric": {"local": {}, "spo": {}}}
         for c in CLIENTS:
             y = rng.normal(size=50)
@@ -95,7 +103,7 @@ def test_loss_metrics_are_oriented():
                 rec["metric"][m][c] = float(np.mean((out - y) ** 2))
         recs.append(rec)
     reg = _reg(recs, ["local", "spo"], metric="mse")
-    assert reg["summary"]["statistics"]["tests"]["SPO"]["Local"]["direction"] == "better"
+    assert _seed_test(reg, "SPO")["direction"] == "better"
     assert MAJORITY not in reg["summary"]["statistics"]["intervals"]  # no majority class for regression
 
 
@@ -108,12 +116,23 @@ def test_intervals_contain_their_estimate_and_the_table_prints_them():
             iv = st["intervals"][col][c]
             assert iv["low"] <= iv["estimate"] <= iv["high"] and iv["n_samples"] == [60, 60, 60]
     assert st["outputs_check"] < 1e-12  # the metric recomputed from the outputs is the recorded one
+    seed = st["seed"]
     text = "\n".join(_interval_section(reg))
-    iv = st["intervals"]["FedAMP"]["c0"]
-    assert "bootstrap intervals" in text and f"{iv['estimate']:.3g} [{iv['low']:.3g}, {iv['high']:.3g}]" in text
+    b = seed["binomial"]["FedAMP"]["c0"]
+    assert b["n"] == 180 and b["low"] <= b["estimate"] <= b["high"]
+    assert "Clopper–Pearson" in text and f"{b['estimate']:.3g} [{b['low']:.3g}, {b['high']:.3g}]" in text
+    m = seed["mean_intervals"]["FedAMP"]
+    assert m["low"] <= m["estimate"] <= m["high"] and "**mean over clients**" in text
     tests = "\n".join(_tests_section(reg))
-    assert "| column | against | W+ | p | pairs | mean difference | verdict |" in tests
+    assert "| column | against | seeds | mean difference | t | p | Holm p | tied pairs | verdict |" in tests
     assert f"| FedAMP | {MAJORITY} |" in tests and f"| {MAJORITY} | Local |" not in tests
+
+
+def test_a_perfect_client_gets_a_finite_sample_interval():
+    """60 of 60 right is not [1, 1]: Clopper–Pearson's lower bound is 0.94 (the issue's example)."""
+    reg = _reg(_records({"local": 1.0}, seeds=1), ["local"])
+    b = reg["summary"]["statistics"]["seed"]["binomial"]["Local"]["c0"]
+    assert b["estimate"] == 1.0 and b["high"] == 1.0 and b["low"] == pytest.approx(0.025 ** (1 / 60))  # (α/2)^(1/n)
 
 
 def test_auc_intervals_use_the_metric_itself():
@@ -191,10 +210,10 @@ def test_learner_outputs_score_as_the_learners_utilities():
 
 
 def test_digits_ordering_claims_cite_their_tests():
-    """The published-numbers check of digits says above/below Local only with a significant test."""
+    """The published-numbers check says better/worse than Local only with a significant seed-level test."""
     from coalitions.learners.experiments.report import published_markdown
 
-    reg = _reg(_records({"local": 0.7, "fedavg": 0.4, "spo": 0.7}, seed=5, same_as={"spo": "local"}),
+    reg = _reg(_records({"local": 0.7, "fedavg": 0.4, "spo": 0.7}, seeds=5, seed=5, same_as={"spo": "local"}),
                ["local", "fedavg", "spo"])
     st = reg["summary"]["statistics"]
     mean = {col: {"mean": {"mean": float(np.mean([v["estimate"] for v in st["intervals"][col].values()]))}}
@@ -204,11 +223,10 @@ def test_digits_ordering_claims_cite_their_tests():
                                                       "accuracy": {"Local": "86", "FedAvg": "51", "SPO": "92"}},
                "regimes": [reg]}
     text = "\n".join(published_markdown(results))
-    p = st["tests"]["FedAvg"]["Local"]["p"]
-    assert p < 0.05 and f"below Local, p = {p:.2g}" in text
-    local = 100 * mean["Local"]["mean"]["mean"]
-    assert f"SPO {local:.1f} vs Local {local:.1f}: not testable (0 of 24 client × seed pairs differ)" in text
-    assert "above Local" not in text
+    t = st["seed"]["seed_tests"]["FedAvg"]["Local"]
+    assert t["p_holm"] < 0.05 and "worse than Local: FedAvg (p = " in text
+    assert "identical to Local within the tie tolerance: SPO" in text
+    assert "better than Local" not in text
 
 
 def test_convergence_note_says_still_falling_or_settled():
@@ -229,6 +247,9 @@ def test_convergence_note_says_still_falling_or_settled():
     assert "Still falling" in note and "FedAMP" in note.split("Settled")[0]
     assert "Settled: FedeRiCo." in note
     assert "Too few points to judge: SuPerFed-MM." in note
+    reg["runs"][0]["methods"]["qffl"] = {"_estimate": est([2.30, 2.31, 2.29] + [2.30] * 7)}  # never learned
+    note = convergence_note(reg, {})
+    assert "not settled): q-FFL." in note and "q-FFL" not in note.split("Flat")[0]
     reg["runs"][0]["methods"]["fedamp"]["_estimate"] = est(flat)
     assert "Still falling" not in convergence_note(reg, {})
     assert convergence_note({"runs": [{"seed": 0, "methods": {}}]}, {}) == ""

@@ -90,8 +90,10 @@ def test_quick_report_shows_the_support_of_every_exact_ce(quick):
         s = support(solve(game).partition, reps)
         assert run["exact"]["support"] == {"partition": s.partition_share, "replicates": REPLICATES,
                                            "coalitions": {game.key(k): v for k, v in s.coalition_shares.items()}}
-        assert f"over {REPLICATES} bootstrap replicates of the validation sets" in text
-        assert f"(the share whose CE is the same partition; docs/concepts.md §6): {s.partition_share:.2f};" in text
+        assert f"Support over validation resamples (per seed, the share of {REPLICATES} bootstrap replicates" in text
+        assert f"whose CE is that seed's CE; it measures how close the validation values sit to a tie, not what " \
+               f"retraining would give): {s.partition_share:.2f};" in text
+        assert "Support over retraining (share of the seeds" in text
 
 
 @pytest.mark.slow
@@ -117,7 +119,7 @@ def test_quick_report_has_the_statistics_tables(quick):
                 iv = st["intervals"][col][c]
                 assert iv["low"] <= iv["estimate"] <= iv["high"], (col, c)
                 assert iv["estimate"] == pytest.approx(reg["summary"]["test"][col][c]["mean"], rel=1e-5)
-        assert set(st["tests"]) == set(STAT_COLUMNS) - {"Local"}
+        assert set(st["seed"]["seed_tests"]) == set(STAT_COLUMNS) - {"Local"}
         assert set(reg["summary"]["sensitivity"]) == {"spo", "fedamp", "fedamp-heuristic", "federico"}
         rules = reg["summary"]["spo_rules"]
         assert "ratio" in rules and not rules["ratio"]["used"] and sum(r["used"] for r in rules.values()) == 1

@@ -230,3 +230,102 @@ def test_separate_seeds_are_spawned_children():
     for bad in (-1, 1.5, True):
         with pytest.raises(InputError, match="--seed"):
             separate_seeds(bad)
+
+
+# ---------------------------------------------------------------------------- issue 19: seeds, Holm, binomial, ties
+from coalitions.learners.experiments.statistics import (  # noqa: E402
+    MIN_SEEDS,
+    clopper_pearson,
+    family_tests,
+    holm,
+    retraining_support,
+    seed_level_test,
+    wilson,
+)
+
+
+def test_holm_against_a_hand_example():
+    # sorted: 0.01 (×4 = 0.04), 0.02 (×3 = 0.06), 0.03 (×2 = 0.06), 0.04 (×1 = 0.04 → 0.06 by monotonicity)
+    assert holm([0.03, 0.01, 0.04, 0.02]) == pytest.approx([0.06, 0.04, 0.06, 0.06])
+    assert holm([0.5, None, 0.6]) == [pytest.approx(1.0), None, pytest.approx(1.0)]
+    assert holm([]) == [] and holm([0.2]) == [0.2]
+    with pytest.raises(InputError):
+        holm([1.5])
+
+
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=12))
+@settings(max_examples=60, deadline=None)
+def test_holm_never_lowers_a_p_value_and_keeps_the_order(ps):
+    adj = holm(ps)
+    assert all(a >= p - 1e-12 and a <= 1 for a, p in zip(adj, ps, strict=True))
+    order = np.argsort(ps, kind="stable")
+    assert all(adj[order[k]] <= adj[order[k + 1]] + 1e-12 for k in range(len(ps) - 1))
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (10, 10), (60, 60), (57, 60), (1, 1), (0, 1), (50, 100)])
+def test_clopper_pearson_and_wilson_are_scipys_intervals(k, n):
+    ref = stats.binomtest(k, n).proportion_ci(0.95, method="exact")
+    assert clopper_pearson(k, n) == pytest.approx((ref.low, ref.high), abs=1e-12)
+    ref = stats.binomtest(k, n).proportion_ci(0.95, method="wilson")
+    assert wilson(k, n) == pytest.approx((ref.low, ref.high), abs=1e-12)
+    lo, hi = clopper_pearson(k, n)
+    assert lo < hi  # never [1, 1] nor [0, 0] on a finite sample
+
+
+def test_binomial_intervals_refuse_bad_counts():
+    for k, n in ((3, 2), (-1, 4), (1, 0), (1.5, 4)):
+        with pytest.raises(InputError):
+            clopper_pearson(k, n)
+    with pytest.raises(InputError):
+        wilson(1, 4, level=1.0)
+
+
+def test_seed_level_test_uses_seed_means_not_client_pairs():
+    """Ten clients share each seed's split and initialisation: a seed's effect moves all ten together."""
+    rng = np.random.default_rng(0)
+    b = rng.uniform(0.5, 0.9, (10, 5))
+    effect = np.array([0.05, 0.04, 0.03, -0.04, 0.001])  # one value per seed, shared by its clients
+    a = b + effect + rng.normal(0, 1e-3, (10, 5))
+    t = seed_level_test(a, b)
+    assert t["n_seeds"] == 5 and t["seed_differences"] == pytest.approx(effect, abs=2e-3)
+    d = np.array(t["seed_differences"])
+    assert t["p"] == pytest.approx(stats.ttest_1samp(d, 0.0).pvalue)
+    assert t["direction"] == "no significant difference"
+    assert paired_wilcoxon(a, b, alternative="two-sided").p_value < 0.05  # what 50 "independent" pairs would say
+
+
+def test_fewer_than_five_seeds_are_underpowered():
+    b = np.full((4, MIN_SEEDS - 1), 0.5)
+    a = b + np.linspace(0.2, 0.3, MIN_SEEDS - 1)
+    t = seed_level_test(a, b)
+    assert t["direction"] == "underpowered" and t["p"] < 0.05
+    a5, b5 = np.hstack([a, a[:, :1]]), np.hstack([b, b[:, :1]])
+    assert seed_level_test(a5, b5)["direction"] == "better"
+    assert seed_level_test(b5, a5)["direction"] == "worse"
+
+
+def test_ties_within_the_tolerance_are_identical():
+    """Synthetic regime II: CE and Local differ by 4e-11 on an MSE of 1e-4 — the same model."""
+    local = np.full((6, 5), 1.0e-4) + np.arange(30).reshape(6, 5) * 1e-7
+    ce = local + 4e-11
+    t = seed_level_test(ce, local, sense="min")
+    assert t["direction"] == "identical" and t["p"] is None and t["n_tied"] == 30
+    assert seed_level_test(local * 1.5, local, sense="min")["direction"] == "worse"
+
+
+def test_family_tests_adjust_within_the_family_only():
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0.6, 0.8, (8, 6))
+    values = {"Local": base, "A": base + rng.normal(0.03, 0.02, (8, 6)), "B": base + rng.normal(0, 0.02, (8, 6)),
+              "Same": base.copy()}
+    out = family_tests(values, ["Local"])
+    raw = [out[c]["Local"]["p"] for c in ("A", "B")]
+    assert [out[c]["Local"]["p_holm"] for c in ("A", "B")] == pytest.approx(holm(raw))
+    assert out["Same"]["Local"]["direction"] == "identical" and "p_holm" not in out["Same"]["Local"]
+    assert out["A"]["Local"]["family_size"] == 2 and "Local" not in out
+
+
+def test_retraining_support_is_the_share_of_seeds():
+    assert retraining_support(["a", "b", "a", "a"]) == {"a": 0.75, "b": 0.25}
+    with pytest.raises(InputError):
+        retraining_support([])

@@ -34,7 +34,7 @@ from scipy.stats import rankdata
 from coalitions.errors import InputError
 from coalitions.learners.data.federation import METRIC_SENSE
 
-__all__ = ["evaluate", "evaluate_batch", "sense", "loss_function", "METRIC_SENSE"]
+__all__ = ["evaluate", "evaluate_batch", "sense", "loss_function", "METRIC_SENSE", "mean_loss_batch"]
 
 
 def sense(metric: str) -> str:
@@ -54,6 +54,17 @@ def _auc_binary(pos: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return (ranks[:, pos].sum(axis=1) - p * (p + 1) / 2.0) / (p * q)
 
 
+def _batch(y_true, scores) -> tuple[np.ndarray, np.ndarray]:
+    """Targets and float64 scores ``(M, n)`` or ``(M, n, C)`` (a trailing axis of one dropped), checked."""
+    y = np.asarray(y_true)
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim == 3 and s.shape[2] == 1:
+        s = s[:, :, 0]
+    if s.ndim not in (2, 3) or s.shape[1] != y.shape[0]:
+        raise InputError(f"scores of shape {s.shape} do not match {y.shape[0]} targets")
+    return y, s
+
+
 def evaluate_batch(metric: str, y_true, scores) -> np.ndarray:
     """The metric of many models on the same data.
 
@@ -70,12 +81,7 @@ def evaluate_batch(metric: str, y_true, scores) -> np.ndarray:
     ndarray of shape (M,), float64
     """
     sense(metric)
-    y = np.asarray(y_true)
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim == 3 and s.shape[2] == 1:
-        s = s[:, :, 0]
-    if s.ndim not in (2, 3) or s.shape[1] != y.shape[0]:
-        raise InputError(f"scores of shape {s.shape} do not match {y.shape[0]} targets")
+    y, s = _batch(y_true, scores)
     if metric == "mse":
         if s.ndim != 2:
             raise InputError("mse takes one prediction per sample")
@@ -90,6 +96,33 @@ def evaluate_batch(metric: str, y_true, scores) -> np.ndarray:
     if not aucs:
         return np.full(s.shape[0], np.nan)
     return np.mean(aucs, axis=0)
+
+
+def mean_loss_batch(task: str, y_true, scores) -> np.ndarray:
+    r"""The mean training loss (:func:`loss_function`) of many models on the same data, in NumPy.
+
+    Cross-entropy ``−(1/n) Σ_k log softmax(s_k)[y_k]`` of class logits
+    ``(M, n, C)`` (``"multiclass"``), ``(1/n) Σ_k log(1 + e^{s_k}) − y_k s_k`` of one
+    logit ``(M, n)`` (``"binary"``), squared error (``"regression"``).  The
+    *validation-loss game* of a classification federation scores its subset
+    models with it (sense ``"min"``): unlike accuracy it moves with every sample's
+    confidence, so it is not quantised to steps of ``1/n``.
+
+    Returns
+    -------
+    ndarray of shape (M,), float64
+    """
+    y, s = _batch(y_true, scores)
+    if task == "regression":
+        return np.mean((s - y.astype(np.float64)) ** 2, axis=1)
+    y = y.astype(np.int64)
+    if task == "binary" and s.ndim == 2:
+        return np.mean(np.logaddexp(0.0, s) - y * s, axis=1)
+    if task == "multiclass" and s.ndim == 3:
+        top = s.max(axis=2, keepdims=True)
+        logz = top[..., 0] + np.log(np.exp(s - top).sum(axis=2))
+        return np.mean(logz - np.take_along_axis(s, y[None, :, None], axis=2)[..., 0], axis=1)
+    raise InputError(f"scores of shape {s.shape} do not fit task {task!r}")
 
 
 def evaluate(metric: str, y_true, scores) -> float:

@@ -5,6 +5,10 @@ The results are the JSON of a :class:`~coalitions.learners.experiments.results.R
 report can be rebuilt from a committed ``results.json``::
 
     python -c "from coalitions.learners.experiments.report import rebuild; rebuild('docs/results/synthetic')"
+
+A ``results.json`` written before the seed-level statistics gets them recomputed on the way
+(:func:`~coalitions.learners.experiments.seedstats.refresh_results`: no training; each seed's
+federation is rebuilt from its data seed for the test sizes and the majority class).
 """
 
 from __future__ import annotations
@@ -17,18 +21,20 @@ from coalitions.files import write_text
 __all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown", "verdicts"]
 
 
-def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.01) -> str:
+def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.01, learned: float = 0.05) -> str:
     """A sentence on whether each learner's validation loss had settled when its budget ran out.
 
     From the first run's curves (:func:`~coalitions.learners.experiments.figures.convergence_series`):
     a curve whose mean validation loss fell by more than ``tol`` (relative) over the last
     ``last`` share of its points is *still falling*, so its utilities are limited by the
-    budget.  Curves with fewer than five points are not judged.  ``""`` without curves.
+    budget; one that fell by less than ``learned`` (relative) from its first point to its last
+    is *flat*: it did not learn what the loss measures, which is not "settled".  Curves with
+    fewer than five points are not judged.  ``""`` without curves.
     """
     from coalitions.learners.experiments.figures import convergence_series
 
     series = convergence_series(reg, budget.get("steps_per_client"))
-    falling, settled, short = [], [], []
+    falling, settled, short, flat = [], [], [], []
     for label, (_, y) in series.items():
         if len(y) < 5:
             short.append(label)
@@ -36,8 +42,14 @@ def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.
         k = max(1, int(round(last * len(y))))
         before, end = y[-k - 1], y[-1]
         drop = (before - end) / abs(before) if before else 0.0
-        (falling if drop > tol else settled).append((label, drop))
-    if not (falling or settled):
+        overall = (y[0] - end) / abs(y[0]) if y[0] else 0.0
+        if drop > tol:
+            falling.append((label, drop))
+        elif overall < learned:
+            flat.append(label)
+        else:
+            settled.append((label, drop))
+    if not (falling or settled or flat):
         return ""
     seed = reg["runs"][0].get("seed", 0)
     head = (f"Convergence (seed {seed}): a learner whose mean validation loss fell by more than "
@@ -48,6 +60,9 @@ def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.
                      + ", ".join(f"{lab} ({-d:.0%})" for lab, d in falling) + ".")
     if settled:
         parts.append("Settled: " + ", ".join(lab for lab, _ in settled) + ".")
+    if flat:
+        parts.append(f"Flat (validation loss fell by less than {learned:.0%} over the whole budget: not learning, "
+                     "not settled): " + ", ".join(flat) + ".")
     if short:
         parts.append("Too few points to judge: " + ", ".join(short) + ".")
     return " ".join(parts)
@@ -87,17 +102,33 @@ def _better(metric: str | None) -> str:
     return "lower is better" if metric == "mse" else "higher is better"
 
 
-def _support_sentence(runs: list[dict]) -> str:
-    """The support of each seed's exact CE over its bootstrap replicates (docs/concepts.md §6), if recorded."""
-    sup = [r["exact"].get("support") for r in runs]
-    if any(s is None for s in sup):
+def _support_sentence(runs: list[dict], key: str | None = None) -> str:
+    """The exact CE's two supports, each saying what it measures (docs/concepts.md §6).
+
+    Over validation resamples: per seed, the share of bootstrap replicates of the validation
+    rows (the trained models fixed) whose CE is that seed's CE — a game far from every tie scores
+    1.00 whatever retraining would give.  Over retraining: the share of seeds (new split, new
+    initialisation) whose CE is each partition.  ``key="loss"``: the validation-loss game's.
+    """
+    from coalitions.learners.experiments.statistics import retraining_support
+
+    games = [r["exact"] if key is None else r["exact"].get(key) for r in runs]
+    if any(g is None for g in games):
         return ""
+    retrain = retraining_support([_blocks(g["partition"]) for g in games])
+    text = (" Support over retraining (share of the seeds — each a new split and initialisation, every model "
+            "trained again — whose CE is the partition): " + ", ".join(f"`{p}` {v:.2f}" for p, v in retrain.items())
+            + f" ({len(runs)} seed{'s' if len(runs) != 1 else ''}).")
+    sup = [g.get("support") for g in games]
+    if any(s is None for s in sup):
+        return text
     first = sup[0]
     per_seed = ", ".join(f"{s['partition']:.2f}" for s in sup)
     blocks = ", ".join(f"{{{k}}} {v:.2f}" for k, v in first["coalitions"].items())
-    return (f" Support of each seed's CE over {first['replicates']} bootstrap replicates of the validation sets "
-            f"(the share whose CE is the same partition; docs/concepts.md §6): {per_seed}; seed "
-            f"{runs[0]['seed']}'s coalitions: {blocks}.")
+    return (text + f" Support over validation resamples (per seed, the share of {first['replicates']} bootstrap "
+            f"replicates of the validation rows, the trained models held fixed, whose CE is that seed's CE; it "
+            f"measures how close the validation values sit to a tie, not what retraining would give): "
+            f"{per_seed}; seed {runs[0]['seed']}'s coalitions: {blocks}.")
 
 
 def _exact_section(reg: dict) -> list[str]:
@@ -120,7 +151,33 @@ def _exact_section(reg: dict) -> list[str]:
                      " / ".join(_g(ex["test"][k][c]) for k in ("local", "ce", "all"))])
     lines += _table(["client", "OCS", "model in CE", f"val {reg['metric']}: alone / CE / all",
                      f"test {reg['metric']}: alone / CE / all"], rows)
-    return lines + [""]
+    return lines + [""] + _loss_game_section(reg)
+
+
+def _loss_game_section(reg: dict) -> list[str]:
+    """The validation-loss game of the same subset models beside the accuracy game (where recorded)."""
+    runs = reg["runs"]
+    if not all(r["exact"].get("loss") for r in runs):
+        return []
+    rows = []
+    for r in runs:
+        acc, loss = r["exact"], r["exact"]["loss"]
+        ce_acc = [acc["test"]["ce"][c] for c in reg["clients"]]
+        ce_loss = [loss["test"]["ce"][c] for c in reg["clients"]]
+        rows.append([str(r["seed"]), f"`{_blocks(acc['partition'], cell=True)}`",
+                     _g(sum(ce_acc) / len(ce_acc)), f"`{_blocks(loss['partition'], cell=True)}`",
+                     _g(sum(ce_loss) / len(ce_loss)),
+                     _g(sum(loss["val"]["local"].values()) / len(reg["clients"])) + " / "
+                     + _g(sum(loss["val"]["ce"].values()) / len(reg["clients"]))])
+    return (["### The accuracy game and the validation-loss game side by side", "",
+             "Both are exact games of the same 1023 trained subset models: v_i(S) is client i's validation "
+             f"{reg['metric']}, ℓ_i(S) its mean validation cross-entropy (lower is better; "
+             "`ExhaustiveOracle(loss_game=True)`). The CE column of every table is the accuracy game's, as in the "
+             "paper; the loss game's CE is shown here with the test accuracy of the models it assigns."
+             + _support_sentence(runs, "loss"), ""]
+            + _table(["seed", f"CE of the {reg['metric']} game", f"its mean test {reg['metric']}",
+                      "CE of the loss game", f"its mean test {reg['metric']}",
+                      "mean val loss: alone / in the loss CE"], rows) + [""])
 
 
 def _agreement_section(reg: dict, labels: dict) -> list[str]:
@@ -176,10 +233,42 @@ def _interval(c: dict | None) -> str:
     return f"{_g(c['estimate'])} [{_g(c['low'])}, {_g(c['high'])}]"
 
 
+def _binomial_section(reg: dict) -> list[str]:
+    """Per-client Clopper–Pearson intervals of test accuracy and bootstrap intervals of the mean over clients."""
+    seed = (reg["summary"].get("statistics") or {}).get("seed") or {}
+    binom, means = seed.get("binomial"), seed.get("mean_intervals") or {}
+    if not binom:
+        return []
+    cols = list(binom)
+    n = len(reg["runs"])
+    rows = []
+    for c in reg["clients"]:
+        cells = []
+        for col in cols:
+            b = binom[col].get(c)
+            cells.append("–" if b is None else f"{_g(b['estimate'])} [{_g(b['low'])}, {_g(b['high'])}]")
+        ns = {binom[col][c]["n"] for col in cols if c in binom[col]}
+        rows.append([c] + cells + [next(iter(ns)) if len(ns) == 1 else "–"])
+    rows.append(["**mean over clients**"] + [_interval(means.get(col)) for col in cols] + [""])
+    pooled = f"pooled over its {n} seeds" if n > 1 else "on one seed"
+    return ([f"### Test accuracy per client with {100 * seed['level']:g}% intervals (higher is better)", "",
+             f"Client rows: the share of the client's test samples classified right ({pooled}), with the "
+             "Clopper–Pearson "
+             "(exact binomial) interval (`statistics.clopper_pearson`): the uncertainty from the finite test set, "
+             "never [1, 1]. The variation between seeds is what the seed-level tests below measure. "
+             "Mean over clients: the mean over seeds of each seed's client mean, with a percentile bootstrap "
+             "interval resampling seeds, then clients (2000 replicates). CE: each client's model in the exact "
+             "equilibrium." + (f" {MAJORITY}: each client's most frequent training label predicted for every test "
+                               "sample." if MAJORITY in cols else ""), ""]
+            + _table(["client"] + cols + ["test samples (all seeds)"], rows) + [""])
+
+
 def _interval_section(reg: dict) -> list[str]:
     st = reg["summary"].get("statistics")
     if not st:
         return []
+    if (st.get("seed") or {}).get("binomial"):
+        return _binomial_section(reg)
     cols = st["columns"]
     n = len(reg["runs"])
     rows = []
@@ -213,46 +302,57 @@ MAJORITY = "Majority class"
 def verdicts(reg: dict, against: str = "Local") -> str:
     """One sentence per reference: which columns are significantly better or worse than ``against``, with p-values.
 
-    Built only from the regime's paired tests (``summary.statistics.tests``): a column is
-    called better or worse only when its two-sided Wilcoxon p-value is below α.
+    Built only from the regime's seed-level tests (``summary.statistics.seed.seed_tests``): a
+    column is called better or worse only when its Holm-adjusted p-value is below α and the
+    regime has at least ``min_seeds`` seeds ("underpowered" otherwise); results equal within
+    the tie tolerance are "identical".
     """
-    st = reg["summary"].get("statistics") or {}
-    groups: dict[str, list[str]] = {"better": [], "worse": [], "no significant difference": [], "not testable": []}
-    for col, tests in st.get("tests", {}).items():
+    seed = (reg["summary"].get("statistics") or {}).get("seed") or {}
+    groups: dict[str, list[str]] = {"better": [], "worse": [], "no significant difference": [], "identical": [],
+                                    "underpowered": []}
+    for col, tests in seed.get("seed_tests", {}).items():
         t = tests.get(against)
         if t is None:
             continue
-        if t["direction"] == "not testable":
-            groups["not testable"].append(f"{col} ({t['n_used']} non-zero of {t['n_pairs']} pairs)")
+        if t["direction"] == "identical":
+            groups["identical"].append(col)
+        elif t["direction"] == "underpowered":
+            groups["underpowered"].append(f"{col} (raw p = {_p(t['p'])})")
         else:
-            groups[t["direction"]].append(f"{col} (p = {_p(t['p'])})")
+            groups[t["direction"]].append(f"{col} (p = {_p(t['p'])}, Holm {_p(t.get('p_holm'))})")
     if not any(groups.values()):
         return ""
     ref = "the majority class" if against == MAJORITY else against
-    parts = [f"{k} than {ref}: " + ", ".join(v) if k in ("better", "worse") else f"{k}: " + ", ".join(v)
+    names = {"identical": f"identical to {ref} within the tie tolerance",
+             "underpowered": f"underpowered (fewer than {seed['min_seeds']} seeds: no verdict)"}
+    parts = [f"{k} than {ref}: " + ", ".join(v) if k in ("better", "worse") else f"{names.get(k, k)}: " + ", ".join(v)
              for k, v in groups.items() if v]
-    return (f"Against {ref} (two-sided Wilcoxon signed-rank over client × seed pairs, α = {st['alpha']:g}): "
+    return (f"Against {ref} (paired t-test over seeds, Holm-adjusted within the regime, α = {seed['alpha']:g}): "
             + "; ".join(parts) + ".")
 
 
 def _tests_section(reg: dict) -> list[str]:
-    st = reg["summary"].get("statistics")
-    if not st or not st.get("tests"):
+    seed = (reg["summary"].get("statistics") or {}).get("seed")
+    if not seed or not seed.get("seed_tests"):
         return []
     rows = []
-    for col, tests in st["tests"].items():
+    for col, tests in seed["seed_tests"].items():
         for ref, t in tests.items():
-            rows.append([col, ref, _g(t["statistic"]), _p(t["p"]), f"{t['n_used']} / {t['n_pairs']}"
-                         + (f" ({t['missing']} missing)" if t["missing"] else ""),
-                         _g(t["mean_difference"]), t["direction"]])
+            rows.append([col, ref, str(t["n_seeds"]), _g(t["mean_difference"]), _g(t["statistic"]), _p(t["p"]),
+                         _p(t.get("p_holm")), f"{t['n_tied']} / {t['n_pairs']}", t["direction"]])
     sentences = [v for v in (verdicts(reg, "Local"), verdicts(reg, MAJORITY)) if v]
-    return (["### Paired tests", "",
-             f"Each column's test {reg['metric']} against Local's (and the majority class's) on the same client "
-             f"and seed: W+ is the rank sum of the pairs where the column is better, p two-sided; pairs: non-zero "
-             f"differences / all pairs (zeros are dropped: identical results carry no evidence); mean difference "
-             f"oriented so that positive is better. \"better\"/\"worse\" only when p < {st['alpha']:g}; "
-             "\"not testable\" when so few pairs differ that no p-value could reach it.", ""]
-            + _table(["column", "against", "W+", "p", "pairs", "mean difference", "verdict"], rows) + [""]
+    family = sum(1 for ts in seed["seed_tests"].values() for t in ts.values() if t.get("p_holm") is not None)
+    return (["### Paired tests (seeds are the replicates)", "",
+             f"Each column's test {reg['metric']} against Local's (and the majority class's). The clients of one "
+             "seed share a split and an initialisation, so they are not independent replicates; the seeds are. "
+             "Statistic: each seed's difference of client means (oriented so that positive is better), "
+             "paired t-test over the seeds, two-sided. p: raw; Holm: Holm–Bonferroni adjusted within this "
+             f"regime's family of {family} test{'s' if family != 1 else ''}. \"better\"/\"worse\" only when the "
+             f"Holm p < {seed['alpha']:g}; \"underpowered\" (no verdict) with fewer than {seed['min_seeds']} seeds; "
+             f"\"identical\" when every client × seed pair agrees within a relative {seed['tie_rtol']:g} "
+             "(tied pairs: those that do).", ""]
+            + _table(["column", "against", "seeds", "mean difference", "t", "p", "Holm p", "tied pairs",
+                      "verdict"], rows) + [""]
             + [" ".join(sentences), ""])
 
 
@@ -332,8 +432,9 @@ def _ours(reg: dict, partitions: dict) -> str:
 
 def _published_synthetic(results: dict) -> list[str]:
     pub = results["published"]
-    lines = [f"Paper, {pub['table']}: the OCS of each client and the MSE of its model in the CE, "
-             "beside ours (exact game; mean ± std over our seeds).", ""]
+    lines = [f"Paper, {pub['table']}: the OCS of each client and the MSE of its model in the CE, as SPO finds it. "
+             "Beside it, ours: CE (ours) — SPO's models in SPO's own CE, the paper's row — and, separately, the "
+             "exact game's CE (every subset trained; the paper has no such column). Mean ± std over our seeds.", ""]
     for reg in results["regimes"]:
         if reg["name"] not in pub["ce_mse"]:
             continue
@@ -344,9 +445,12 @@ def _published_synthetic(results: dict) -> list[str]:
         rows = []
         for c, paper in zip(reg["clients"], pub["ce_mse"][reg["name"]], strict=False):
             ocs = {_set(r["exact"]["ocs"][c]) for r in runs}
-            rows.append([c, " or ".join(sorted(ocs)), paper, fmt_stat(reg["summary"]["test"]["CE"][c])
-                         if "CE" in reg["summary"]["test"] else "–"])
-        lines += _table(["client", "our OCS (all seeds)", "paper: CE MSE", "ours: CE test MSE"], rows) + [""]
+            t = reg["summary"]["test"]
+            rows.append([c, " or ".join(sorted(ocs)), paper,
+                         fmt_stat(t["CE (ours)"][c]) if "CE (ours)" in t else "–",
+                         fmt_stat(t["CE"][c]) if "CE" in t else "–"])
+        lines += _table(["client", "our exact OCS (all seeds)", "paper: CE MSE", "ours: CE (ours) test MSE",
+                         "ours: exact CE test MSE"], rows) + [""]
     return lines
 
 
@@ -373,31 +477,22 @@ def _published_adult(results: dict) -> list[str]:
 
 def _published_digits(results: dict) -> list[str]:
     pub = results["published"]
-    reg = results["regimes"][0]
-    t = reg["summary"]["test"]
-    rows = [[col, pub["accuracy"].get(col, "–"), _pct(t[col]["mean"])] for col in reg["summary"]["columns"]]
-    mean = {col: t[col]["mean"]["mean"] for col in reg["summary"]["columns"] if t[col]["mean"]["mean"] is not None}
-    tests = (reg["summary"].get("statistics") or {}).get("tests", {})
-    checks = []
-    for col, v in mean.items():
-        if col == "Local" or "Local" not in mean:
-            continue
-        t = tests.get(col, {}).get("Local")
-        if t is None:
-            verdict = "no paired test recorded"
-        elif t["direction"] in ("better", "worse"):
-            verdict = f"{'above' if t['direction'] == 'better' else 'below'} Local, p = {_p(t['p'])}"
-        elif t["direction"] == "not testable":
-            verdict = f"not testable ({t['n_used']} of {t['n_pairs']} client × seed pairs differ)"
-        else:
-            verdict = f"no significant difference from Local, p = {_p(t['p'])}"
-        checks.append(f"{col} {100 * v:.1f} vs Local {100 * mean['Local']:.1f}: {verdict}")
     ours = results["experiment"]
-    return ([f"Paper, {pub['table']} (CIFAR-10, 10 clients with 2 classes each; mean test accuracy, %), "
+    lines = [f"Paper, {pub['table']} (CIFAR-10, 10 clients with 2 classes each; mean test accuracy, %), "
              f"beside ours on {ours}. The paper's ordering: {pub['ordering']}.", ""]
-            + _table(["method", "paper (CIFAR-10)", f"ours ({ours})"], rows) + [""]
-            + ["Ordering on our data (mean test accuracy, %; two-sided Wilcoxon signed-rank over client × seed "
-               "pairs against Local): " + "; ".join(checks) + ".", ""])
+    for reg in results["regimes"]:
+        t = reg["summary"]["test"]
+        cols = reg["summary"]["columns"]
+        means = ((reg["summary"].get("statistics") or {}).get("seed") or {}).get("mean_intervals") or {}
+        rows = [[col, pub["accuracy"].get(col, "–"), _pct(t[col]["mean"]),
+                 _interval({k: 100 * v for k, v in means[col].items()}) if col in means else "–"] for col in cols]
+        lines += ([f"**{reg['title']}**", ""] if len(results["regimes"]) > 1 else [])
+        lines += _table(["method", "paper (CIFAR-10)", f"ours ({ours}), mean ± std over seeds",
+                         "ours, 95% interval (seeds, then clients)"], rows) + [""]
+        sentence = verdicts(reg, "Local")
+        if sentence:
+            lines += ["Ordering on our data: " + sentence, ""]
+    return lines
 
 
 PUBLISHED = {"synthetic": _published_synthetic, "adult": _published_adult, "digits": _published_digits,
@@ -468,8 +563,16 @@ def report_markdown(results: dict) -> str:
 def rebuild(folder: str | Path) -> str:
     """Rewrite ``report.md`` in ``folder`` from its ``results.json``; returns the path."""
     from coalitions.learners.experiments.results import read_results
+    from coalitions.learners.experiments.seedstats import refresh_results
 
     folder = Path(folder)
     path = folder / "report.md"
-    write_text(path, report_markdown(read_results(folder / "results.json").to_json()))
+    results = read_results(folder / "results.json").to_json()
+    if not all((r["summary"].get("statistics") or {}).get("seed") for r in results["regimes"]):
+        # written before the seed-level statistics: recomputed (no training) and stored with the results
+        from coalitions.learners.experiments.results import Reproduction, write_results
+
+        results = refresh_results(results)
+        write_results(Reproduction.from_json(results), folder / "results.json")
+    write_text(path, report_markdown(results))
     return str(path)

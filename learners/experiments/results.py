@@ -51,6 +51,9 @@ class ExactSummary:
     ``support`` is the CE's support over bootstrap replicates of the validation sets
     (``"support"`` of ``coalitions/equilibrium@1``, docs/concepts.md §6), or None.
     ``equilibrium`` is the solved :class:`coalitions.Equilibrium` while in memory (never written).
+    ``loss`` is the validation-loss game of the same models (``ExhaustiveOracle(loss_game=True)``):
+    its CE ``partition``, ``certificate``, ``model_in_ce``, ``support``, ``val`` (losses alone /
+    in its CE / with everyone) and ``test`` (the *test metric* of those models), or None.
     """
 
     metric: str | None
@@ -66,6 +69,7 @@ class ExactSummary:
     test: dict[str, dict[str, float]]
     support: dict | None = None
     equilibrium: Any = field(default=None, repr=False, compare=False)
+    loss: dict | None = None
 
     KEYS = ("metric", "partition", "certificate", "found_by", "rounds", "ocs", "ambiguous", "edges", "model_in_ce",
             "val", "test")
@@ -74,6 +78,8 @@ class ExactSummary:
         out = {k: getattr(self, k) for k in self.KEYS}
         if self.support is not None:
             out["support"] = self.support
+        if self.loss is not None:
+            out["loss"] = self.loss
         return out
 
     @classmethod
@@ -82,7 +88,10 @@ class ExactSummary:
         support = data.get("support")
         if support is not None:
             _need(support, ("partition", "coalitions", "replicates"), "an exact summary's support")
-        return cls(**{k: data[k] for k in cls.KEYS}, support=support)
+        loss = data.get("loss")
+        if loss is not None:
+            _need(loss, ("partition", "val", "test"), "an exact summary's loss game")
+        return cls(**{k: data[k] for k in cls.KEYS}, support=support, loss=loss)
 
 
 @dataclass

@@ -58,6 +58,7 @@ from coalitions.learners.experiments.results import (
     read_results,
     write_results,
 )
+from coalitions.learners.experiments.seedstats import ALPHA, LEVEL, MAJORITY, N_BOOT  # noqa: F401 (re-exported)
 from coalitions.learners.experiments.statistics import separate_seeds
 from coalitions.numbers import to_float
 from coalitions.payoffs import models_in
@@ -251,15 +252,17 @@ def _record_time(folder: Path, piece: str, seconds: float) -> None:
     write_json(table, folder / "timings.json")
 
 
-def _files(where: Path, what: str) -> tuple[Path, ...]:
-    """The files of one piece: ``what`` is ``"exact"`` (two games) or a learner's name."""
+def _files(where: Path, what: str, loss: bool = False) -> tuple[Path, ...]:
+    """The files of one piece: ``what`` is ``"exact"`` (two games, three with the ``loss`` game) or a learner's name."""
     if what == "exact":
-        return where.with_name(where.name + "-game.json"), where.with_name(where.name + "-test-game.json")
+        return ((where.with_name(where.name + "-game.json"), where.with_name(where.name + "-test-game.json"))
+                + ((where.with_name(where.name + "-loss-game.json"),) if loss else ()))
     return (where.with_name(f"{where.name}-{what}.json"),)
 
 
 def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, progress=None):
-    """Train one piece: the exact games ``(validation, test, method, replicates)``, or learner ``what``'s estimate.
+    """Train one piece: the exact games ``(validation, test, method, replicates, loss game, loss replicates)``
+    (the last two None without the oracle's ``loss_game``), or learner ``what``'s estimate.
 
     ``options``: the exhaustive oracle's keywords (:meth:`Experiment.oracle_options`:
     ``exp.oracle``, the ``--quick`` overrides and the experiment's ``protocol``), or the
@@ -275,7 +278,7 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
 
         o = ExhaustiveOracle(device=device, seed=seed, progress=progress,
                              **{"replicates": REPLICATES, **exp.oracle, **options}).fit(fed)
-        return o.game_, o.test_game_, o.method_, o.replicates_
+        return o.game_, o.test_game_, o.method_, o.replicates_, o.loss_game_, o.loss_replicates_
     from coalitions.learners.methods.registry import create
 
     options = dict(options)
@@ -358,8 +361,10 @@ def store_piece(where: Path, what: str, result, seconds: float) -> None:
     """Write a finished piece into the run folder (its last file marks it finished) with its time."""
     from coalitions.estimate import write_estimate
 
-    files = _files(where, what)
+    files = _files(where, what, what == "exact" and len(result) > 4 and result[4] is not None)
     if what == "exact":
+        if len(files) > 2:
+            co.write_game(result[4], files[2], result[5])
         co.write_game(result[1], files[1])
         co.write_game(result[0], files[0], result[3])  # last: its presence marks the pair finished
     else:
@@ -374,12 +379,13 @@ def _done_line(where: Path, what: str, result, n: int, seconds: float) -> str:
 
 
 def _read_piece(files, what: str):
-    """A finished piece from its files: ``(game, test game, replicates)`` or an estimate."""
+    """A finished piece from its files: ``(game, test game, replicates, loss game, loss replicates)`` or an estimate."""
     if what == "exact":
         from coalitions.io import read_game_replicates
 
         game, reps = read_game_replicates(files[0])
-        return game, co.read_game(files[1]), reps
+        loss, loss_reps = read_game_replicates(files[2]) if len(files) > 2 else (None, None)
+        return game, co.read_game(files[1]), reps, loss, loss_reps
     from coalitions.estimate import read_estimate
     from coalitions.numbers import to_array
 
@@ -411,7 +417,7 @@ def _is_current(piece, what: str, fed, init_seed: int) -> bool:
 def _piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, where: Path, log, progress,
            quiet: bool = False):
     """A piece read back from ``where`` when finished (said in ``log`` unless ``quiet``), else trained and written."""
-    files = _files(where, what)
+    files = _files(where, what, what == "exact" and bool(options.get("loss_game")))
     if all(f.exists() for f in files):
         back = _read_piece(files, what)
         if _is_current(back, what, fed, seed):
@@ -425,7 +431,7 @@ def _piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: st
     seconds = time.perf_counter() - t
     store_piece(where, what, result, seconds)
     log(_done_line(where, what, result, fed.n, seconds))
-    return (result[0], result[1], result[3]) if what == "exact" else result
+    return (result[0], result[1], result[3], result[4], result[5]) if what == "exact" else result
 
 
 def _stats(values: list[float]) -> dict:
@@ -475,12 +481,6 @@ def summarize(regime: dict, methods) -> dict:
     return out
 
 
-#: Bootstrap replicates behind every interval of a report, and its coverage.
-N_BOOT, LEVEL = 2000, 0.95
-#: Level of the paired tests (two-sided Wilcoxon signed-rank).
-ALPHA = 0.05
-#: The report's column of the majority-class baseline (classification by accuracy).
-MAJORITY = "Majority class"
 
 
 def _columns(methods, have_exact: bool) -> list[tuple[str, str]]:
@@ -510,22 +510,23 @@ def seed_record(fed, run: Run, exact_out: dict | None, estimates: dict) -> dict:
 
 
 def regime_statistics(clients: list[str], metric: str, records: list[dict], methods) -> dict:
-    """Per-client bootstrap intervals and paired Wilcoxon tests of every column (docs/formats.md, ``statistics``).
+    """Per-client intervals and seed-level paired tests of every column (docs/formats.md, ``statistics``).
 
     ``records``: one :func:`seed_record` per seed.  For every column (the
     learners, ``CE``, and for accuracy the majority-class baseline,
     :func:`~.statistics.majority_class`) and client, the 95% two-stage bootstrap
     interval over the client's test samples and the seeds
     (:func:`~.statistics.bootstrap_interval` of :func:`~.statistics.output_samples`);
-    for every column, a two-sided Wilcoxon signed-rank test over the (client,
-    seed) pairs of its test metric against Local's and, for accuracy, against the
-    majority class (:func:`~.statistics.paired_record`).  ``outputs_check``: the
+    under ``"seed"`` (:func:`~.seedstats.seed_statistics`) every column's seed-level test
+    against Local and, for accuracy, the majority class, Holm-adjusted as one family,
+    Clopper–Pearson intervals of each client's pooled test hits, and bootstrap intervals
+    of the mean over clients.  ``outputs_check``: the
     largest difference between a metric recomputed from the stored outputs and
     the one the run recorded (the outputs are the scored models').
     """
-    from coalitions.learners.experiments.statistics import bootstrap_interval, output_samples, paired_record
+    from coalitions.learners.experiments.seedstats import seed_statistics
+    from coalitions.learners.experiments.statistics import bootstrap_interval, output_samples
 
-    sense = "min" if metric == "mse" else "max"
     have_exact = all("ce" in r["outputs"] for r in records)
     cols = [(k, lab) for k, lab in _columns(methods, have_exact) if all(k in r["outputs"] for r in records)]
     majority = metric == "accuracy" and all("majority" in r for r in records)
@@ -556,18 +557,9 @@ def regime_statistics(clients: list[str], metric: str, records: list[dict], meth
                 row[c] = {"estimate": None, "low": None, "high": None, "n_samples": [len(x) for x in data]}
         intervals[label] = row
         values[label] = per_pair
-    tests: dict[str, dict] = {}
-    for label, v in values.items():
-        t = {}
-        if "Local" in values and label not in ("Local", MAJORITY):
-            t["Local"] = paired_record(v, values["Local"], sense, ALPHA)
-        if majority and label != MAJORITY:
-            t[MAJORITY] = paired_record(v, values[MAJORITY], sense, ALPHA)
-        if t:
-            tests[label] = t
-    return {"level": LEVEL, "n_boot": N_BOOT, "alpha": ALPHA, "test": "two-sided Wilcoxon signed-rank over "
-            "(client, seed) pairs", "columns": list(intervals), "intervals": intervals, "tests": tests,
-            "outputs_check": check}
+    n_test = np.array([[len(r["y"][c]) for r in records] for c in clients], dtype=np.int64)
+    return {"level": LEVEL, "n_boot": N_BOOT, "alpha": ALPHA, "columns": list(intervals), "intervals": intervals,
+            "outputs_check": check, "seed": seed_statistics(clients, metric, values, n_test)}
 
 
 def _mean(xs) -> float | None:
@@ -673,7 +665,8 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
 
         todo = [(regime, seed, what) for regime in exp.regimes for seed in seeds
                 for what in (["exact"] if exp.oracle is not None else []) + list(methods)
-                if not all(f.exists() for f in _files(runs_dir / f"{regime.name}-seed{seed}", what))]
+                if not all(f.exists() for f in _files(runs_dir / f"{regime.name}-seed{seed}", what,
+                                                      what == "exact" and bool((exp.oracle or {}).get("loss_game"))))]
         fresh = reproduce_pieces(exp, quick, todo, runs_dir, device, log, compute_named_piece, store_piece,
                                  _done_line, address=address)
     from coalitions.learners.training.engine import resolve_device
@@ -702,10 +695,15 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
             if seed == seeds[0]:
                 budgets[regime.name] = budget_record(exp, quick, methods, fed.sizes("train"), regime)
             if exp.oracle is not None:
-                game, test_game, reps = _piece(fed, exp, "exact", _options(exp, quick, "exact", fed, regime), pair.init,
-                                               device, where, log, progress, (where.name, "exact") in fresh)
+                game, test_game, reps, loss_game, loss_reps = _piece(
+                    fed, exp, "exact", _options(exp, quick, "exact", fed, regime), pair.init, device, where, log,
+                    progress, (where.name, "exact") in fresh)
                 eq = co.solve(game)
                 run.exact = exact_summary(game, test_game, metric, eq, reps)
+                if loss_game is not None:  # the same models scored by validation loss (ExhaustiveOracle.loss_game)
+                    loss = exact_summary(loss_game, test_game, "loss", replicates=loss_reps).to_json()
+                    run.exact.loss = {k: loss[k] for k in ("metric", "partition", "certificate", "model_in_ce",
+                                                           "val", "test", "support") if k in loss}
                 exact_out = exact_outputs(fed, exp, pair.init, game, eq, where, device,
                                           _options(exp, quick, "exact", fed, regime))
                 if seed != seeds[0]:

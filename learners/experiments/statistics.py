@@ -8,6 +8,18 @@ Pure NumPy / SciPy; nothing here trains or reads a federation's features.
   paired results (clients × seeds), as the FedAMP paper (Huang et al., AAAI
   2021) compares methods; says "not testable" instead of a p-value from
   too few non-zero differences.
+* :func:`seed_level_test` — "A vs B" with the seeds as the replicates: a paired
+  t-test over the seeds' client means (clients are not independent replicates of a
+  federation; seeds are), "underpowered" below :data:`MIN_SEEDS` seeds, "identical"
+  when every pair agrees within :data:`TIE_RTOL`.
+* :func:`holm` — Holm–Bonferroni adjusted p-values of a family of tests;
+  :func:`family_tests` runs a table's tests as one family.
+* :func:`clopper_pearson`, :func:`wilson` — exact and score intervals of a
+  binomial proportion (a client's test accuracy: never ``[1, 1]`` on a finite
+  sample).
+* :func:`retraining_support` — the share of seeds (new split, new initialisation)
+  whose exact CE is each partition: the CE's support over retraining, beside the
+  support over validation resamples of one trained game.
 * :func:`majority_class` — each client's majority training label scored on its
   test data: the floor any classifier must clear.
 * :func:`separate_seeds` — one user seed → a data-split seed and an
@@ -19,7 +31,9 @@ ch. 13 (percentile intervals); Davison & Hinkley, *Bootstrap Methods and their
 Application* (1997), §3.8 (two-stage resampling of hierarchical data);
 Wilcoxon, *Individual comparisons by ranking methods* (1945); Pratt (1959)
 and Conover, *Practical Nonparametric Statistics* (1999), §5.7 (zeros and
-ties).  ``docs/learners-data.md`` ("Statistics") states what each function
+ties); Holm, *A simple sequentially rejective multiple test procedure* (1979);
+Clopper & Pearson (1934); Wilson (1927); Brown, Cai & DasGupta, *Interval
+estimation for a binomial proportion* (2001).  ``docs/learners-data.md`` ("Statistics") states what each function
 guarantees and what was measured.
 
 Examples
@@ -42,7 +56,8 @@ import numpy as np
 
 from coalitions.errors import InputError
 
-__all__ = ["Interval", "bootstrap_interval", "bootstrap_intervals", "sample_scores", "output_samples", "WilcoxonResult",
+__all__ = ["MIN_SEEDS", "TIE_RTOL", "clopper_pearson", "wilson", "holm", "seed_level_test", "family_tests",
+           "retraining_support", "Interval", "bootstrap_interval", "bootstrap_intervals", "sample_scores", "output_samples", "WilcoxonResult",
            "paired_wilcoxon", "signed_rank_null", "paired_record", "MajorityRow", "majority_class", "SeedPair",
            "separate_seeds"]
 
@@ -406,6 +421,237 @@ def paired_record(a, b, sense: str = "max", alpha: float = 0.05) -> dict:
     return {"statistic": res.statistic, "p": res.p_value, "n_pairs": res.n_pairs, "n_used": res.n_used,
             "n_zero": res.n_zero, "missing": int((~keep).sum()), "method": res.method, "alpha": alpha,
             "mean_difference": float(d.mean()) if d.size else None, "direction": direction}
+
+
+# ---------------------------------------------------------------------------- binomial intervals
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    r"""Clopper–Pearson (exact) interval of a binomial proportion ``k / n``.
+
+    The bounds invert two one-sided binomial tests: ``low`` is the ``(1 − level)/2``
+    quantile of ``Beta(k, n − k + 1)`` (0 when ``k = 0``), ``high`` the
+    ``(1 + level)/2`` quantile of ``Beta(k + 1, n − k)`` (1 when ``k = n``)
+    (Clopper & Pearson 1934).  Coverage is at least ``level`` for every true
+    proportion; 60 hits of 60 give ``[0.940, 1]``, never ``[1, 1]``.  Equals
+    :func:`scipy.stats.binomtest`'s ``proportion_ci(method="exact")``.
+
+    Examples
+    --------
+    >>> lo, hi = clopper_pearson(60, 60)
+    >>> round(lo, 3), hi
+    (0.94, 1.0)
+    """
+    from scipy.stats import beta
+
+    k, n = _counts(k, n)
+    a = (1 - _level(level)) / 2
+    low = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    high = 1.0 if k == n else float(beta.ppf(1 - a, k + 1, n - k))
+    return low, high
+
+
+def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    r"""Wilson score interval of ``k / n``: the ``p`` with ``|p̂ − p| ≤ z·sqrt(p(1 − p)/n)``.
+
+    .. math:: \frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}
+
+    with ``z`` the ``(1 + level)/2`` normal quantile (Wilson 1927; Brown, Cai &
+    DasGupta 2001 recommend it over the Wald interval).  Equals
+    ``binomtest(k, n).proportion_ci(method="wilson")``.
+    """
+    from scipy.stats import norm
+
+    k, n = _counts(k, n)
+    z = float(norm.ppf((1 + _level(level)) / 2))
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, float(centre - half)), min(1.0, float(centre + half))
+
+
+def _counts(k, n) -> tuple[int, int]:
+    if isinstance(k, bool) or isinstance(n, bool) or int(n) != n or int(k) != k or not 0 <= k <= n or n < 1:
+        raise InputError(f"a binomial interval needs counts 0 <= k <= n with n >= 1, got k={k!r}, n={n!r}")
+    return int(k), int(n)
+
+
+def _level(level: float) -> float:
+    if not 0 < level < 1:
+        raise InputError(f"interval level must lie in (0, 1), got {level!r}")
+    return float(level)
+
+
+# ---------------------------------------------------------------------------- seeds as replicates
+#: Fewer seeds than this: a test prints "underpowered", not a verdict (with 4 seed-level
+#: differences a t-test has 3 degrees of freedom and little power against any realistic effect).
+MIN_SEEDS = 5
+#: Two results within this relative difference are the same result (``|a − b| ≤ TIE_RTOL·max(|a|, |b|)``):
+#: the same model computed twice in floating point.  Synthetic regime II's exact CE (everyone alone,
+#: float64 closed form) and Local differ by up to 5e-6 relative (4e-11 on an MSE of 1e-4: float32
+#: outputs); any difference between methods worth a test is orders larger, and accuracy or AUC on
+#: ``n`` samples moves by at least ``1/n``.
+TIE_RTOL = 1e-4
+
+
+def holm(pvalues) -> list[float | None]:
+    r"""Holm–Bonferroni adjusted p-values; ``None`` entries (no test) stay ``None`` and do not count.
+
+    With the ``m`` p-values sorted, ``p_(1) ≤ … ≤ p_(m)``, the adjusted value of the
+    ``k``-th is ``max_{j ≤ k} min(1, (m − j + 1)·p_(j))`` (Holm 1979).  Rejecting
+    where the adjusted p is below α controls the family-wise error rate at α for
+    any dependence between the tests.
+
+    Examples
+    --------
+    >>> holm([0.01, 0.04, 0.03, None])
+    [0.03, 0.06, 0.06, None]
+    """
+    ps = [None if p is None else float(p) for p in pvalues]
+    given = [(p, k) for k, p in enumerate(ps) if p is not None]
+    if any(not 0 <= p <= 1 for p, _ in given):
+        raise InputError("holm: p-values must lie in [0, 1]")
+    m = len(given)
+    out: list[float | None] = [None] * len(ps)
+    running = 0.0
+    for rank, (p, k) in enumerate(sorted(given)):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[k] = round(running, 15)
+    return out
+
+
+def seed_level_test(a, b, sense: str = "max", alpha: float = 0.05, min_seeds: int = MIN_SEEDS,
+                    rtol: float = TIE_RTOL) -> dict:
+    r"""Is A better than B, with the seeds as replicates of the whole federation?
+
+    ``a`` and ``b`` are ``(clients, seeds)`` arrays of the two columns' test metric
+    (NaN where a client's metric is undefined: left out of that seed's mean).
+    Clients of one seed share one split and one initialisation, so their
+    ``clients × seeds`` pairs are not independent; the seeds are.  The statistic is
+    the seed-level difference of client means, oriented so that positive is *A
+    better* (``sense="max"``: accuracy, AUC; ``"min"``: MSE),
+
+    .. math:: d_s = \pm\big(\bar a_{\cdot s} - \bar b_{\cdot s}\big),\qquad
+              t = \frac{\bar d}{s_d/\sqrt{S}},
+
+    referred to Student's t with ``S − 1`` degrees of freedom, two-sided (a
+    paired t-test over seeds; it can reach α = 0.05 with 5 seeds, where an exact
+    sign test over 5 seeds cannot).  Verdicts:
+
+    * ``"identical"`` — every pair agrees within ``rtol`` (relative; :data:`TIE_RTOL`):
+      the same model, whatever the p-value of rounding noise would say;
+    * ``"underpowered"`` — fewer than ``min_seeds`` seeds: ``p`` is reported, no verdict;
+    * ``"better"`` / ``"worse"`` — ``p < alpha`` (the caller may replace ``p`` by its
+      Holm-adjusted value first: :func:`family_tests`);
+    * ``"no significant difference"`` otherwise.
+
+    Returns
+    -------
+    dict
+        ``{"p", "statistic" (t), "n_seeds", "n_pairs", "n_tied", "mean_difference",
+        "seed_differences", "direction", "test"}``.
+
+    Examples
+    --------
+    >>> seed_level_test([[0.9, 0.8, 0.9]], [[0.7, 0.7, 0.8]])["direction"]
+    'underpowered'
+    >>> seed_level_test([[1e-4 + 4e-11] * 5], [[1e-4] * 5], sense="min")["direction"]
+    'identical'
+    """
+    from scipy import stats
+
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.ndim == 1:
+        a, b = a[None], b[None]
+    if a.shape != b.shape or a.ndim != 2:
+        raise InputError(f"seed-level test: A has shape {a.shape}, B has {b.shape}; need paired (clients, seeds)")
+    if sense not in ("max", "min"):
+        raise InputError(f"seed-level test: sense must be 'max' or 'min', got {sense!r}")
+    keep = np.isfinite(a) & np.isfinite(b)
+    seeds = np.flatnonzero(keep.any(axis=0))
+    if seeds.size == 0:
+        raise InputError("seed-level test: no pair has both results")
+    tied = keep & (np.abs(a - b) <= rtol * np.maximum(np.abs(a), np.abs(b)))
+    diff = np.where(keep, a - b, np.nan) * (1.0 if sense == "max" else -1.0)
+    d = np.array([np.nanmean(diff[:, s]) for s in seeds])
+    S = int(seeds.size)
+    rec = {"test": "paired t-test over seeds of the client-mean difference, two-sided", "n_seeds": S,
+           "n_pairs": int(keep.sum()), "n_tied": int(tied.sum()), "missing": int((~keep).sum()),
+           "mean_difference": float(d.mean()), "seed_differences": [float(x) for x in d], "statistic": None,
+           "p": None, "alpha": alpha}
+    if tied.sum() == keep.sum():
+        return dict(rec, direction="identical", mean_difference=0.0)
+    if S >= 2:
+        sd = float(d.std(ddof=1))
+        if sd > 1e-9 * float(np.max(np.abs(d))):  # below: the seeds differ by the same amount up to rounding
+            res = stats.ttest_1samp(d, 0.0)
+            rec["statistic"], rec["p"] = float(res.statistic), float(res.pvalue)
+        else:  # every seed differs by the same amount: no variation to refer it to
+            rec["p"] = 0.0 if d.mean() != 0 else 1.0
+    if S < min_seeds:
+        return dict(rec, direction="underpowered")
+    return dict(rec, direction=_verdict(rec["p"], rec["mean_difference"], alpha))
+
+
+def _verdict(p, mean_difference: float, alpha: float) -> str:
+    if p is not None and p < alpha:
+        return "better" if mean_difference > 0 else "worse"
+    return "no significant difference"
+
+
+def family_tests(values: Mapping[str, np.ndarray], references: Sequence[str], sense: str = "max",
+                 alpha: float = 0.05, min_seeds: int = MIN_SEEDS, columns: Sequence[str] | None = None
+                 ) -> dict[str, dict[str, dict]]:
+    """Every column against each reference by :func:`seed_level_test`, Holm-adjusted as one family.
+
+    ``values``: ``{column: (clients, seeds) array}``; ``columns``: those tested (default: all).
+    The family is every
+    (column, reference) test of one table (one regime's report): the raw ``p`` and
+    Holm's ``p_holm`` (:func:`holm`) are both kept, and "better"/"worse" is decided
+    on ``p_holm``.  "identical" tests (no p-value) are left out of the family;
+    "underpowered" ones get their Holm p but keep the verdict "underpowered".
+
+    Returns
+    -------
+    dict
+        ``{column: {reference: record}}``.
+    """
+    out: dict[str, dict[str, dict]] = {}
+    order = []
+    for col in (values if columns is None else columns):
+        v = values[col]
+        for ref in references:
+            if ref == col or ref not in values:
+                continue
+            out.setdefault(col, {})[ref] = seed_level_test(v, values[ref], sense, alpha, min_seeds)
+            order.append((col, ref))
+    tested = [(c, r) for c, r in order if out[c][r]["p"] is not None]
+    adjusted = holm([out[c][r]["p"] for c, r in tested])
+    for (c, r), ph in zip(tested, adjusted, strict=True):
+        t = out[c][r]
+        t["p_holm"] = ph
+        t["family_size"] = len(tested)
+        if t["direction"] != "underpowered":
+            t["direction"] = _verdict(ph, t["mean_difference"], alpha)
+    return out
+
+
+def retraining_support(partitions: Sequence[str]) -> dict[str, float]:
+    """The share of seeds whose exact CE is each partition (in first-seen order).
+
+    Each seed draws a new split and a new initialisation and trains the whole
+    game again, so this is the CE's support *over retraining*; the support of
+    :func:`coalitions.support.support` resamples the validation rows of one trained
+    game and cannot see the variation between trainings (a game whose values sit
+    far from every tie scores 1.00 there whatever the next seed gives).
+
+    Examples
+    --------
+    >>> retraining_support(["0|1", "0,1", "0|1"])
+    {'0|1': 0.6666666666666666, '0,1': 0.3333333333333333}
+    """
+    if not partitions:
+        raise InputError("retraining support needs at least one seed")
+    n = len(partitions)
+    return {p: sum(q == p for q in partitions) / n for p in dict.fromkeys(partitions)}
 
 
 # ---------------------------------------------------------------------------- majority class

@@ -86,6 +86,8 @@ OPTIONS = (
                  "(synthetic)."),
     LoaderOption("partition", "choice", "Label-skew scheme (digits, mnist, fashion).",
                  ("pathological", "practical", "dirichlet", "twins")),
+    LoaderOption("split", "str", "TRAIN/VAL/TEST samples per client such as 20/100/100, replacing --samples "
+                 "(fashion)."),
     LoaderOption("groups", "int", "Client groups sharing dominant classes (practical)."),
     LoaderOption("alpha", "float", "Dirichlet concentration (dirichlet)."),
     LoaderOption("metric", "choice", "Game metric of a binary dataset (heart, adult) [accuracy].", ("accuracy", "auc")),

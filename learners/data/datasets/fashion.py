@@ -88,7 +88,7 @@ def _image_reader(root: Path, sizes: tuple[int, ...]):
 
 
 def fashion(clients: int = 10, partition: str = "practical", groups: int = 3, alpha: float = 0.5,
-            samples: int | None = 500, seed: int = 0) -> Federation:
+            samples: int | None = 500, seed: int = 0, split: str | None = None) -> Federation:
     """Fashion-MNIST (Debian ``dataset-fashion-mnist``) with label skew (see the module docstring).
 
     Parameters
@@ -106,6 +106,10 @@ def fashion(clients: int = 10, partition: str = "practical", groups: int = 3, al
         all the scheme gives it, up to 7,000 per client for ten clients).
     seed : int
         Seeds the partition, the assignment of samples, the cap and the split.
+    split : str, optional
+        ``"TRAIN/VAL/TEST"`` samples per client, e.g. ``"20/100/100"``: replaces
+        ``samples`` by their sum and the 60 / 20 / 20 % split by these proportions
+        (stratified, so about these counts; the Table 3 regimes of ``reproduce fashion``).
 
     Raises
     ------
@@ -117,4 +121,5 @@ def fashion(clients: int = 10, partition: str = "practical", groups: int = 3, al
     labels, sizes = read_labels(root)
     scaler = fixed_scaler(255.0, "fixed: 8-bit pixel values 0..255 to [0, 1]")
     return label_skew_federation("fashion", labels, _image_reader(root, sizes), scaler, clients=clients,
-                                 partition=partition, groups=groups, alpha=alpha, samples=samples, seed=seed)
+                                 partition=partition, groups=groups, alpha=alpha, samples=samples, seed=seed,
+                                 split=split)

@@ -60,6 +60,28 @@ __all__ = ["digits", "mnist", "label_skew_federation", "partition_counts", "assi
 FRACTIONS = (0.6, 0.2, 0.2)
 
 
+def parse_split(split: str | None) -> tuple[int, int, int] | None:
+    """``"20/100/100"`` → ``(20, 100, 100)``: a client's train / validation / test samples (``None`` stays ``None``).
+
+    Raises
+    ------
+    ParameterError
+        Not three non-negative integers separated by ``/`` with positive training and
+        validation counts.
+    """
+    if split is None:
+        return None
+    parts = str(split).split("/")
+    try:
+        counts = tuple(int(x) for x in parts)
+    except ValueError:
+        counts = ()
+    if len(counts) != 3 or min(counts) < 0 or counts[0] < 1 or counts[1] < 1:
+        raise ParameterError("split", f"{{name}} must be TRAIN/VAL/TEST sample counts such as 20/100/100, "
+                                      f"got {split!r}")
+    return counts  # type: ignore[return-value]
+
+
 def _read_csv_gz(package: str, relative: str, install: str) -> np.ndarray:
     path = package_file(package, relative, install)
     try:
@@ -70,7 +92,7 @@ def _read_csv_gz(package: str, relative: str, install: str) -> np.ndarray:
 
 
 def label_skew_federation(name: str, labels: np.ndarray, images, scaler, *, clients, partition, groups, alpha,
-                          samples, seed) -> Federation:
+                          samples, seed, split: str | None = None) -> Federation:
     """A label-skew federation of the pool ``labels`` (the module docstring's recipe).
 
     Parameters
@@ -87,6 +109,10 @@ def label_skew_federation(name: str, labels: np.ndarray, images, scaler, *, clie
         The fixed pixel map (recorded in ``preparation``).
     clients, partition, groups, alpha, samples, seed
         The loader options; ``samples`` (or ``None``) caps each client's samples.
+    split : str, optional
+        ``"TRAIN/VAL/TEST"`` sample counts per client (:func:`parse_split`): each client keeps
+        at most their sum (replacing ``samples``) and splits them in these proportions,
+        stratified by label (so about, not exactly, these counts); ``None``: 60 / 20 / 20 %.
 
     Returns
     -------
@@ -96,6 +122,10 @@ def label_skew_federation(name: str, labels: np.ndarray, images, scaler, *, clie
     seed = check_int("seed", seed, 0)
     groups = check_int("groups", groups, 1)
     alpha = check_float("alpha", alpha, 0.0, strict=True)
+    counts_split = parse_split(split)
+    fractions = FRACTIONS if counts_split is None else counts_split
+    if counts_split is not None:
+        samples = sum(counts_split)
     if samples is not None:
         samples = check_int("samples", samples, MIN_SAMPLES)
     # spawn(4)[:3] are spawn(3)'s children: splits without a cap are unchanged by the fourth stream
@@ -112,7 +142,7 @@ def label_skew_federation(name: str, labels: np.ndarray, images, scaler, *, clie
     out = []
     for k, idx in enumerate(owned):
         X, y = pixels[np.searchsorted(used, idx)], labels[idx]
-        out.append(make_client(names[k], X, y, split_indices(len(idx), FRACTIONS, r_split, labels=y)))
+        out.append(make_client(names[k], X, y, split_indices(len(idx), fractions, r_split, labels=y)))
     planted_names = tuple(tuple(names[k] for k in g) for g in planted) if planted else None
     options = {"clients": clients, "partition": partition, "seed": seed}
     if partition == "practical":
@@ -121,6 +151,8 @@ def label_skew_federation(name: str, labels: np.ndarray, images, scaler, *, clie
         options["alpha"] = alpha
     if samples is not None:
         options["samples"] = samples
+    if split is not None:
+        options["split"] = "/".join(map(str, counts_split or ()))
     return Federation(name, "multiclass", "accuracy", tuple(out), 10, planted_names, options,
                       {"pixels": scaler.describe()})
 

@@ -1,0 +1,182 @@
+"""A regime's statistics with the seeds as replicates: the tests, intervals and supports of a report.
+
+Pure functions of per-(client, seed) numbers — a ``results.json`` holds all of them — so the
+same code serves a fresh run (:func:`coalitions.learners.experiments.runner.regime_statistics`)
+and the re-rendering of a committed run without retraining (:func:`refresh_results`, which
+only reloads each seed's federation for its test-set sizes and majority-class baseline).
+
+* **Tests**: every column against Local and the majority class, seed level
+  (:func:`~.statistics.seed_level_test`), one Holm family per regime
+  (:func:`~.statistics.family_tests`); raw and adjusted p both kept.
+* **Per-client accuracy intervals**: Clopper–Pearson on the client's test hits pooled
+  over the seeds (:func:`~.statistics.clopper_pearson`): the test-sample uncertainty of
+  the reported accuracy, never ``[1, 1]``.
+* **Mean over clients**: percentile bootstrap over seeds, then clients
+  (:func:`~.statistics.bootstrap_interval` with each seed's per-client values).
+* **Supports**: the exact CE's support over validation resamples (recorded per seed by
+  the run) and over retraining (:func:`~.statistics.retraining_support`), each labelled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coalitions.learners.experiments.statistics import (
+    MIN_SEEDS,
+    TIE_RTOL,
+    bootstrap_interval,
+    clopper_pearson,
+    family_tests,
+    retraining_support,
+)
+
+__all__ = ["seed_statistics", "column_values", "exact_supports", "refresh_results", "MAJORITY", "LEVEL", "N_BOOT",
+           "ALPHA"]
+
+#: The report's column of the majority-class baseline (classification by accuracy).
+MAJORITY = "Majority class"
+#: Coverage of every interval, bootstrap replicates behind the bootstrap ones, level of the tests.
+LEVEL, N_BOOT, ALPHA = 0.95, 2000, 0.05
+
+
+def seed_statistics(clients: list[str], metric: str, values: dict[str, np.ndarray],
+                    n_test: np.ndarray | None = None) -> dict:
+    """Seed-level tests (one Holm family), Clopper–Pearson client intervals, bootstrap mean intervals.
+
+    Parameters
+    ----------
+    clients : list of str
+    metric : {"accuracy", "auc", "mse"}
+    values : dict
+        ``{column label: (clients, seeds) test metric}``; the majority class under :data:`MAJORITY`.
+    n_test : ndarray of int, shape (clients, seeds), optional
+        Test samples behind each accuracy (needed for the Clopper–Pearson intervals).
+
+    Returns
+    -------
+    dict
+        ``{"seed_tests": {column: {reference: record}}, "binomial": {column: {client: {...}}} (accuracy
+        only), "mean_intervals": {column: {"estimate", "low", "high"}}, "family", "min_seeds",
+        "tie_rtol", "alpha", "level"}``.
+    """
+    sense = "min" if metric == "mse" else "max"
+    refs = ["Local"] + ([MAJORITY] if MAJORITY in values else [])
+    tests = family_tests(values, refs, sense, ALPHA, MIN_SEEDS, columns=[c for c in values if c != MAJORITY])
+    out: dict = {"seed_tests": tests, "min_seeds": MIN_SEEDS, "tie_rtol": TIE_RTOL, "alpha": ALPHA, "level": LEVEL,
+                 "family": "every column against Local and the majority class, in this regime",
+                 "test": "paired t-test over seeds of the client-mean difference (seeds are the replicates), "
+                         "two-sided, Holm-adjusted within the regime"}
+    if metric == "accuracy" and n_test is not None:
+        n = np.asarray(n_test, dtype=np.int64)
+        binom = {}
+        for col, v in values.items():
+            row = {}
+            for ci, c in enumerate(clients):
+                ok = np.isfinite(v[ci])
+                k = int(np.rint(np.sum(v[ci][ok] * n[ci][ok])))
+                total = int(n[ci][ok].sum())
+                if total == 0:
+                    continue
+                lo, hi = clopper_pearson(k, total, LEVEL)
+                row[c] = {"estimate": k / total, "low": lo, "high": hi, "hits": k, "n": total}
+            binom[col] = row
+        out["binomial"] = binom
+    means = {}
+    for col, v in values.items():
+        per_seed = [v[:, s][np.isfinite(v[:, s])] for s in range(v.shape[1])]
+        per_seed = [x for x in per_seed if x.size]
+        if not per_seed:
+            continue
+        iv = bootstrap_interval(per_seed, level=LEVEL, n_boot=N_BOOT, seed=0)
+        means[col] = {"estimate": iv.estimate, "low": iv.low, "high": iv.high}
+    out["mean_intervals"] = means
+    return out
+
+
+def column_values(reg: dict) -> dict[str, np.ndarray]:
+    """``{column: (clients, seeds)}`` test metric of every column of a regime of ``results.json``.
+
+    The learners by their label, ``CE (ours)`` (SPO's models in SPO's CE), ``CE`` (the exact
+    game's), as :func:`~coalitions.learners.experiments.runner.summarize` orders them.
+    """
+    clients = reg["clients"]
+    runs = reg["runs"]
+    out = {}
+    for col in reg["summary"]["columns"]:
+        rows = []
+        for r in runs:
+            if col == "CE":
+                t = r["exact"]["test"]["ce"]
+            elif col == "CE (ours)":
+                t = r["methods"]["spo"]["ce_ours"]["test"]
+            else:
+                key = next(m for m, lab in _labels().items() if lab == col and m in r["methods"])
+                t = r["methods"][key]["test"]
+            rows.append([np.nan if t.get(c) is None else float(t[c]) for c in clients])
+        out[col] = np.array(rows, dtype=np.float64).T
+    return out
+
+
+def _labels() -> dict[str, str]:
+    from coalitions.learners.experiments.catalogue import METHOD_LABELS
+
+    return METHOD_LABELS
+
+
+def _partition_key(blocks) -> str:
+    return " | ".join(",".join(b) for b in blocks)
+
+
+def exact_supports(reg: dict) -> dict | None:
+    """The exact CE's two supports, each labelled with what it measures (None without an exact game).
+
+    ``{"validation": [per-seed support of its CE over bootstrap replicates of the validation
+    rows, or None], "retraining": {partition: share of seeds}, "loss_validation", "loss_retraining"}``
+    (the ``loss_`` keys for the validation-loss game, where recorded).
+    """
+    runs = reg["runs"]
+    if not runs or not all(r.get("exact") for r in runs):
+        return None
+    out = {"validation": [(r["exact"].get("support") or {}).get("partition") for r in runs],
+           "retraining": retraining_support([_partition_key(r["exact"]["partition"]) for r in runs]),
+           "validation_means": "share of 50 bootstrap resamples of the validation rows (the trained models fixed) "
+                               "whose CE is this seed's CE",
+           "retraining_means": "share of seeds (a new split and a new initialisation, every model retrained) "
+                               "whose CE is this partition"}
+    if all(r["exact"].get("loss") for r in runs):
+        out["loss_validation"] = [(r["exact"]["loss"].get("support") or {}).get("partition") for r in runs]
+        out["loss_retraining"] = retraining_support([_partition_key(r["exact"]["loss"]["partition"]) for r in runs])
+    return out
+
+
+def refresh_results(results: dict) -> dict:
+    """``results`` (a ``results.json`` dict) with every regime's seed-level statistics recomputed; no training.
+
+    Each seed's federation is rebuilt from its recorded ``data_seed`` and the regime's options
+    (data only) for the test-set sizes and the majority-class baseline; everything else comes
+    from ``results``.  Adds ``summary.statistics.seed`` and ``summary.supports``; the earlier
+    within-seed Wilcoxon tests stay under ``summary.statistics.tests`` for comparison.
+    """
+    from coalitions.learners.data.datasets import load
+    from coalitions.learners.experiments.statistics import majority_class
+
+    for reg in results["regimes"]:
+        clients = reg["clients"]
+        values = column_values(reg)
+        n_test = np.zeros((len(clients), len(reg["runs"])), dtype=np.int64)
+        maj = np.full(n_test.shape, np.nan)
+        for s, run in enumerate(reg["runs"]):
+            if run.get("data_seed") is None:
+                break
+            fed = load(results["dataset"], seed=run["data_seed"], **reg["options"])
+            sizes = dict(zip(fed.names, fed.sizes("test"), strict=True))
+            n_test[:, s] = [sizes[c] for c in clients]
+            if fed.task != "regression":
+                rows = majority_class(fed)
+                maj[:, s] = [rows[c].accuracy for c in clients]
+        if reg["metric"] == "accuracy" and np.all(np.isfinite(maj)):
+            values[MAJORITY] = maj
+        st = reg["summary"].setdefault("statistics", {})
+        st["seed"] = seed_statistics(clients, str(reg["metric"]), values, n_test if n_test.all() else None)
+        reg["summary"]["supports"] = exact_supports(reg)
+    return results
