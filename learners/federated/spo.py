@@ -195,6 +195,7 @@ class FederatedSPO(SPO):
         if self.epo:
             raise InputError("--method-option epo: EPO weighting is not offered over Flower (it needs every "
                              "client's Jacobian with respect to the hypernetwork)")
+        _refuse_remote(self.variant, self.lr_grid)
         self._forget_estimate()
         t0 = time.perf_counter()
         fed = described_federation(sites, dataset, data_options)
@@ -297,6 +298,16 @@ def check_spo(protocol, options: dict | None) -> None:
         raise InputError(f"--method spo: {e}") from None
     if params.get("epo"):
         raise InputError("--method-option epo: EPO weighting is not offered over Flower")
+    _refuse_remote(params.get("variant", "ours"), params.get("lr_grid"))
+
+
+def _refuse_remote(variant, lr_grid) -> None:
+    """Over Flower SPO runs our variant with one learning rate: say so instead of silently ignoring."""
+    if variant != "ours":
+        raise InputError(f"--method-option variant={variant}: only SPO's 'ours' variant is offered over Flower "
+                         "(the paper's trains one hypernetwork per target and face)")
+    if lr_grid is not None:
+        raise InputError("--method-option lr_grid: learning-rate tuning is not offered over Flower; give one lr")
 
 
 def _checked_reply(rep, name: str, phase: str, shape: tuple, need_grad: bool, metric: str) -> dict:
