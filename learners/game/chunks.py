@@ -33,7 +33,11 @@ class ChunkTrainer:
     def __init__(self, oracle, fed: Federation, cfg: dict, device: str, draws=None):
         import torch
 
+        from coalitions.learners.training.allocator import keep_freed_memory
         from coalitions.learners.training.models import make_model
+
+        if str(device) == "cpu":  # the steps' buffers stay in the process (allocator module)
+            keep_freed_memory()
 
         self.fed, self.cfg, self.device, self.draws = fed, cfg, device, draws
         self.seed = int(oracle.seed)
