@@ -84,7 +84,7 @@ from coalitions.learners.game.closed_form import (
     personal_from_singletons,
 )
 from coalitions.learners.game.masks import membership, subset_sums
-from coalitions.learners.game.memory import activation_floats, eval_batch, memory_chunk
+from coalitions.learners.game.memory import activation_floats, cache_chunk, eval_batch, memory_chunk
 from coalitions.learners.game.personal import _scores_personal, train_subsets_personal
 from coalitions.learners.game.shared import _scores, train_subsets
 from coalitions.learners.training.threads import step_macs, using
@@ -128,7 +128,9 @@ class ExhaustiveOracle:
     hidden : int
         Hidden units of the MLP.
     chunk_size : int, optional
-        Subset models trained together; by default as many as fit
+        Subset models trained together; by default as many as keep a step's forward
+        activations in the cache share of a core
+        (:func:`coalitions.learners.game.memory.cache_chunk`), at most as many as fit
         ``memory_mb`` of activations.
     memory_mb : float
         Activation budget used to size chunks.
@@ -375,7 +377,8 @@ class ExhaustiveOracle:
         n = int(fed.sizes("train").sum())
         if self.batch_size is not None:
             n = min(n, self.batch_size)
-        return memory_chunk(spec, n, n_masks, self.memory_mb)
+        # the memory budget caps the chunk; the cache model sizes it (game.memory.cache_chunk)
+        return min(memory_chunk(spec, n, n_masks, self.memory_mb), cache_chunk(spec, n, n_masks))
 
     def _fit_batched(self, fed: Federation, cfg: dict, draws=None):
         from coalitions.learners.training.checkpoint import Checkpoint, fingerprint
