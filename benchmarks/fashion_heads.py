@@ -40,6 +40,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="4 clients, 3 epochs (seconds)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gpu-tflops", type=float, default=20.0, help="assumed sustained FP32 TFLOP/s of a GPU")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="override the experiment's epochs (a shorter run; the cost per subset model-step is the same)")
     args = ap.parse_args(argv)
 
     import torch
@@ -57,6 +59,10 @@ def main(argv=None) -> int:
     if args.quick:
         data.update(clients=4, samples=30)
         opts.update(epochs=3)
+    if args.epochs is not None:  # the protocol's step budget is the epochs of a full-batch game
+        import dataclasses
+
+        opts.update(protocol=dataclasses.replace(opts["protocol"], steps=args.epochs))
     print(f"# torch {torch.__version__}, python {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f} at the start")
     try:
@@ -76,6 +82,8 @@ def main(argv=None) -> int:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     spec = make_model(o.config_["model"], fed.input_shape, fed.n_outputs, hidden=o.config_.get("hidden", 64))
     epochs = o.config_["epochs"]
+    print(f"per subset model-step: {cpu / (subsets * epochs) * 1e6:.1f} µs CPU, "
+          f"{wall / (subsets * epochs) * 1e6:.1f} µs wall")
     macs = 3 * step_macs(spec, n_train, subsets) * epochs
     print(f"personal-head game: {wall:.1f} s wall, {cpu:.1f} s CPU, peak resident memory {peak_mb:.0f} MB, "
           f"{o.chunks_trained_} chunk(s)")

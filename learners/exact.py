@@ -75,16 +75,26 @@ No extra training: ``loss_game_`` comes from the scores that ``game_`` comes fro
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable
 
 import numpy as np
 
 import coalitions as co
 from coalitions.errors import InputError
 from coalitions.learners.data.federation import Federation
-from coalitions.learners.data.metrics import evaluate_batch, mean_loss_batch
+from coalitions.learners.game.bootstrap import bootstrap_draws, rescore
+from coalitions.learners.game.chunks import ChunkTrainer
+from coalitions.learners.game.closed_form import (
+    _aug,
+    closed_form_mse,
+    closed_form_replicates,
+    closed_form_weights,
+    personal_from_singletons,
+)
+from coalitions.learners.game.masks import membership, subset_sums
+from coalitions.learners.game.memory import activation_floats, cache_chunk, eval_batch, memory_chunk
+from coalitions.learners.game.personal import _scores_personal, train_subsets_personal
+from coalitions.learners.game.shared import _scores, train_subsets
 from coalitions.learners.training.threads import step_macs, using
 from coalitions.params import ParameterError, check_param
 
@@ -98,458 +108,7 @@ DEFAULTS = {"linear": (500, 0.05), "logistic": (500, 0.05), "mlp": (300, 0.01), 
 HEADS = ("shared", "personal")
 
 
-# ---------------------------------------------------------------------------- bitmask helpers
-def subset_sums(per_client) -> np.ndarray:
-    """``out[mask] = Σ_{i ∈ mask} per_client[i]`` for all ``2^N`` masks, by doubling.
 
-    ``per_client`` has shape ``(N, ...)``; ``out`` has shape ``(2^N, ...)``,
-    float64, with ``out[0] = 0``.  ``O(2^N)`` additions of one item each.
-    """
-    a = np.asarray(per_client, dtype=np.float64)
-    out = np.zeros((1 << a.shape[0],) + a.shape[1:])
-    for i in range(a.shape[0]):
-        np.add(out[: 1 << i], a[i], out=out[1 << i: 2 << i])
-    return out
-
-
-def membership(masks, n: int) -> np.ndarray:
-    """Boolean ``(M, N)`` matrix: ``[k, i]`` is bit ``i`` of ``masks[k]``."""
-    m = np.asarray(masks, dtype=np.int64)
-    return ((m[:, None] >> np.arange(n)) & 1).astype(bool)
-
-
-# ---------------------------------------------------------------------------- closed form
-def _aug(X) -> np.ndarray:
-    X = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
-    return np.hstack([X, np.ones((len(X), 1))])
-
-
-def closed_form_weights(fed: Federation, ridge: float = 1e-10) -> np.ndarray:
-    """Least-squares weights ``(2^N, d+1)`` (bias last) of every subset; row 0 is zero.
-
-    Solves ``(G_S + ridge·n_S·I) w_S = b_S`` for all masks in one batched call.
-    """
-    G = subset_sums([_aug(c.train.X).T @ _aug(c.train.X) for c in fed.clients])
-    b = subset_sums([_aug(c.train.X).T @ c.train.y.astype(np.float64) for c in fed.clients])
-    n_s = subset_sums(fed.sizes("train").astype(np.float64))
-    eye = np.eye(G.shape[1])
-    W = np.zeros(b.shape)
-    W[1:] = np.linalg.solve(G[1:] + (ridge * n_s[1:])[:, None, None] * eye, b[1:, :, None])[..., 0]
-    return W
-
-
-def closed_form_mse(fed: Federation, W: np.ndarray, part: str = "val") -> np.ndarray:
-    """``(N, 2^N)`` MSE of each subset model ``W[mask]`` on each member's ``part`` split (NaN outside)."""
-    n = fed.n
-    masks = np.arange(1 << n)
-    out = np.full((n, 1 << n), np.nan)
-    for i, c in enumerate(fed.clients):
-        s = getattr(c, part)
-        A = _aug(s.X)
-        y = s.y.astype(np.float64)
-        inside = ((masks >> i) & 1).astype(bool)
-        w = W[inside]
-        quad = np.einsum("md,de,me->m", w, A.T @ A, w) - 2 * w @ (A.T @ y) + y @ y
-        out[i, inside] = np.maximum(quad, 0.0) / len(s)
-    return out
-
-
-def closed_form_replicates(fed: Federation, W: np.ndarray, draws) -> np.ndarray:
-    """``(B, N, 2^N)`` validation MSE of each subset model on each bootstrap resample (NaN outside).
-
-    ``draws[i]`` is a ``(B, n_i)`` array of row indices of client ``i``'s
-    validation set; a resample is the quadratic form of :func:`closed_form_mse`
-    with the rows counted by their multiplicity.
-    """
-    n = fed.n
-    b = len(draws[0]) if n else 0
-    masks = np.arange(1 << n)
-    out = np.full((b, n, 1 << n), np.nan)
-    for i, c in enumerate(fed.clients):
-        A = _aug(c.val.X)
-        y = c.val.y.astype(np.float64)
-        counts = np.stack([np.bincount(r, minlength=len(y)) for r in draws[i]]).astype(np.float64)  # (B, n_i)
-        gram = (counts[:, None, :] * A.T) @ A                               # (B, d, d)
-        cross = (counts * y) @ A                                            # (B, d)
-        energy = counts @ (y * y)                                           # (B,)
-        inside = ((masks >> i) & 1).astype(bool)
-        w = W[inside]
-        quad = ((w @ gram) * w).sum(-1) - 2 * cross @ w.T + energy[:, None]  # (B, M)
-        out[:, i, inside] = np.maximum(quad, 0.0) / len(y)
-    return out
-
-
-def personal_from_singletons(values: np.ndarray) -> np.ndarray:
-    """A game of bodyless personal-head models: ``out[..., i, S] = values[..., i, {i}]`` for every ``S ∋ i``.
-
-    With an affine model the whole model is the head, so each member of ``S``
-    trains alone on its own data: its value in ``S`` is its value alone.
-    ``values`` has the clients on the second-to-last axis and the ``2^N``
-    masks on the last; NaN stays outside the members.
-    """
-    values = np.asarray(values, dtype=np.float64)
-    n = values.shape[-2]
-    out = np.full(values.shape, np.nan)
-    masks = np.arange(values.shape[-1])
-    for i in range(n):
-        inside = ((masks >> i) & 1).astype(bool)
-        out[..., i, inside] = values[..., i, 1 << i, None]
-    return out
-
-
-def bootstrap_draws(fed: Federation, b: int, seed: int = 0) -> list[np.ndarray]:
-    """``B`` resamples of each client's validation rows: a ``(B, n_i)`` index array per client.
-
-    Drawn with replacement from ``numpy.random.default_rng([seed, 0xB007])``,
-    client by client in order; within each class for a classification task
-    (stratified), so that every resample keeps each class's count.
-    """
-    rng = np.random.default_rng([int(seed), 0xB007])
-    out = []
-    for c in fed.clients:
-        y = c.val.y
-        if fed.task == "regression":
-            out.append(rng.integers(0, len(y), size=(b, len(y))))
-            continue
-        parts = [rng.choice(np.flatnonzero(y == k), size=(b, int(np.sum(y == k))), replace=True)
-                 for k in np.unique(y)]
-        out.append(np.concatenate(parts, axis=1) if parts else np.zeros((b, 0), dtype=np.int64))
-    return out
-
-
-def rescore(metric: str, y, scores, draws) -> np.ndarray:
-    """``(B, M)``: the metric of ``M`` models (``scores`` ``(M, n, ...)``) on each resample ``draws[b]`` of the rows."""
-    y = np.asarray(y)
-    return np.stack([evaluate_batch(metric, y[d], scores[:, d]) for d in draws]) if len(draws) else \
-        np.zeros((0, len(scores)))
-
-
-# ---------------------------------------------------------------------------- batched training
-class _SubsetStepper:
-    """The optimiser of a stacked subset training (:func:`train_subsets`, :func:`train_subsets_personal`).
-
-    Without a protocol: PyTorch's Adam on all stacked parameters with a cosine-decayed learning
-    rate over ``total`` steps.  With one: the protocol's stacked optimiser and schedule
-    (:class:`~coalitions.learners.training.protocol.Scheduled`), the update Local applies.
-    """
-
-    def __init__(self, params: dict, lr: float, total: int, protocol=None):
-        import torch
-
-        self.protocol = protocol
-        if protocol is None:
-            self.opt = torch.optim.Adam(list(params.values()), lr=lr)
-            self.sched = torch.optim.lr_scheduler.CosineAnnealingLR(self.opt, T_max=max(1, total))
-        else:
-            from coalitions.learners.training.protocol import Scheduled
-
-            self.stacked = Scheduled(protocol, total)
-            self.state = self.stacked.init(params)
-            first = next(iter(params.values()))
-            self.every = torch.ones(first.shape[0], dtype=torch.bool, device=first.device)
-
-    def step(self, params: dict, loss) -> dict:
-        """One step on the scalar ``loss`` (the sum of every subset's objective); the parameters after it."""
-        import torch
-
-        if self.protocol is None:
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            self.sched.step()
-            return params
-        grads = dict(zip(params, torch.autograd.grad(loss, list(params.values())), strict=True))
-        with torch.no_grad():
-            new, self.state = self.stacked.step({k: v.detach() for k, v in params.items()}, grads, self.state,
-                                                self.every)
-        return {k: v.requires_grad_(True) for k, v in new.items()}
-
-
-def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
-                  lr: float, l2: float = 0.0, batch_size: int | None = None, seed: int = 0,
-                  progress: Callable[[int], None] | None = None, protocol=None) -> dict:
-    """Train one model per mask, all at once; returns stacked parameters ``(M, ...)``.
-
-    Parameters
-    ----------
-    spec : coalitions.learners.training.models.ModelSpec
-    task : {"regression", "binary", "multiclass"}
-    X, y : torch.Tensor
-        All clients' training data concatenated (on the training device).
-    owner : torch.LongTensor of shape (n,)
-        Client index of each sample.
-    masks : sequence of int
-        The subsets, one model each.
-    init : dict
-        One model's initial parameters (unstacked); every model starts there.
-    epochs, lr, l2, batch_size, seed
-        Adam with cosine-decayed ``lr``; ``l2/2·‖w‖²`` on weights (parameters
-        of dimension ≥ 2, not biases); full batch when ``batch_size`` is None,
-        else a random order drawn from ``seed`` (the same for every chunk).
-    progress : callable, optional
-        Called with the number of finished epochs after each epoch.
-    protocol : coalitions.learners.training.protocol.TrainingProtocol, optional
-        When given, its optimiser, momentum and schedule replace PyTorch's Adam
-        and cosine schedule: the stacked optimisers of the training engine
-        (:class:`~coalitions.learners.training.protocol.Scheduled`), the very
-        update Local applies, so that the subset model of ``{i}`` and Local's
-        model of client ``i`` are the same computation (``epochs``, ``lr``,
-        ``l2`` and ``batch_size`` are then the protocol's, as
-        :meth:`ExhaustiveOracle.config` sets them).
-
-    Returns
-    -------
-    dict of str -> torch.Tensor
-        Trained stacked parameters (detached).
-    """
-    import torch
-
-    from coalitions.learners.data.metrics import loss_function
-
-    loss = loss_function(task)
-    device = X.device
-    M = len(masks)
-    dtype = next(iter(init.values())).dtype
-    W = torch.as_tensor(membership(masks, n_clients), device=device).to(dtype)   # (M, N) membership
-    onehot = torch.nn.functional.one_hot(owner, n_clients).to(W.dtype)
-    params = {k: v.detach().unsqueeze(0).repeat((M,) + (1,) * v.dim()).requires_grad_(True)
-              for k, v in init.items()}
-    decay = [k for k, v in init.items() if v.dim() >= 2]
-    n = X.shape[0]
-    bs = n if batch_size is None else max(1, min(int(batch_size), n))
-    steps_per_epoch = math.ceil(n / bs)
-    stepper = _SubsetStepper(params, lr, epochs * steps_per_epoch, protocol)
-    gen = torch.Generator().manual_seed(int(seed))
-    from coalitions.learners.training.models import stacked_forward
-
-    for epoch in range(epochs):
-        order = None if batch_size is None else torch.randperm(n, generator=gen).to(device)
-        for b in range(steps_per_epoch):
-            idx = None if order is None else order[b * bs:(b + 1) * bs]
-            xb, yb, oh = (X, y, onehot) if idx is None else (X[idx], y[idx], onehot[idx])
-            per_sample = loss(stacked_forward(spec, params, xb), yb)  # (M, b)
-            per_client = per_sample @ oh                             # (M, N) loss sums
-            count = W @ oh.sum(0)                                    # member samples in batch
-            mean = (W * per_client).sum(1) / count.clamp(min=1)
-            if l2 and decay:
-                mean = mean + 0.5 * l2 * sum(params[k].pow(2).flatten(1).sum(1) for k in decay)
-            params = stepper.step(params, mean.sum())
-        if progress is not None:
-            progress(epoch + 1)
-    return {k: v.detach() for k, v in params.items()}
-
-
-def _scores(spec, params: dict, X, batch: int = 4096) -> np.ndarray:
-    """Outputs ``(M, n, k)`` of every stacked model on ``X`` as float64 NumPy."""
-    import torch
-
-    from coalitions.learners.training.models import stacked_forward
-
-    with torch.no_grad():
-        outs = [stacked_forward(spec, params, X[s:s + batch]).double().cpu().numpy()
-                for s in range(0, X.shape[0], batch)]
-    return np.concatenate(outs, axis=1)
-
-
-# ---------------------------------------------------------------------------- personal heads
-def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
-                           lr: float, l2: float = 0.0, batch_size: int | None = None, seed: int = 0,
-                           progress: Callable[[int], None] | None = None, protocol=None) -> dict:
-    """Train one body and a head per member for each mask, all masks at once (module docstring).
-
-    Parameters as :func:`train_subsets`, except that ``X, y, owner`` must be
-    grouped by client (client 0's samples first, ``owner`` non-decreasing, as
-    the oracle concatenates them) and ``init`` holds one model's parameters
-    with a client axis on each head parameter
-    (:func:`coalitions.learners.training.models.personal_init`).  Each step
-    uses the same samples as :func:`train_subsets` would (the same random order
-    from ``seed``); a minibatch is regrouped by client, which changes no loss.
-
-    The loss of model ``S`` is
-    ``Σ_{i∈S} (n_i/n_S)·[L_i + (l2/2)‖W_head_i‖²] + (l2/2)‖W_body‖²`` with ``L_i``
-    the mean over client ``i``'s samples in the batch of the per-sample loss
-    (so that every member's mean is weighted by its whole data share, as the
-    full-batch mean over the union is).  A non-member's head appears in no
-    term: its gradient is exactly zero and Adam leaves it at ``init``.
-    ``protocol`` as in :func:`train_subsets`: its stacked optimiser and schedule
-    replace PyTorch's Adam and cosine schedule, so that the model of ``{i}``
-    (body and ``i``'s head) is the model Local trains for client ``i``.
-
-    Returns
-    -------
-    dict of str -> torch.Tensor
-        Trained stacked parameters (detached): body ``(M, ...)``, heads ``(M, N, ...)``.
-    """
-    import torch
-
-    from coalitions.learners.data.metrics import loss_function
-    from coalitions.learners.training.models import stacked_personal_forward
-
-    loss = loss_function(task)
-    device = X.device
-    M = len(masks)
-    dtype = next(iter(init.values())).dtype
-    W = torch.as_tensor(membership(masks, n_clients), device=device).to(dtype)   # (M, N) membership
-    sizes = torch.bincount(owner, minlength=n_clients).to(dtype)                  # n_i
-    share = W * sizes / (W @ sizes).clamp(min=1)[:, None]                         # (M, N): n_i / n_S
-    params = {k: v.detach().unsqueeze(0).repeat((M,) + (1,) * v.dim()).requires_grad_(True)
-              for k, v in init.items()}
-    body_decay = [k for k in spec.body if init[k].dim() >= 2]
-    head_decay = [k for k in spec.head if init[k].dim() >= 3]    # a head weight: (N, f, k)
-    n = X.shape[0]
-    bs = n if batch_size is None else max(1, min(int(batch_size), n))
-    steps_per_epoch = math.ceil(n / bs)
-    stepper = _SubsetStepper(params, lr, epochs * steps_per_epoch, protocol)
-    gen = torch.Generator().manual_seed(int(seed))
-    for _epoch in range(epochs):
-        order = None if batch_size is None else torch.randperm(n, generator=gen).to(device)
-        for b in range(steps_per_epoch):
-            if order is None:
-                xb, yb, ob = X, y, owner
-            else:
-                idx = torch.sort(order[b * bs:(b + 1) * bs]).values   # grouped by client: owner is sorted
-                xb, yb, ob = X[idx], y[idx], owner[idx]
-            counts = torch.bincount(ob, minlength=n_clients)
-            per_sample = loss(stacked_personal_forward(spec, params, xb, counts.tolist()), yb)   # (M, b)
-            oh = torch.nn.functional.one_hot(ob, n_clients).to(dtype)
-            client_mean = (per_sample @ oh) / counts.clamp(min=1).to(dtype)                      # (M, N)
-            present = (counts > 0).to(dtype)
-            # members with samples in the batch, weighted by their whole-data share (renormalised)
-            w = share * present
-            w = w / w.sum(1, keepdim=True).clamp(min=torch.finfo(dtype).tiny)
-            total = (w * client_mean).sum(1)
-            if l2:
-                for k in body_decay:
-                    total = total + 0.5 * l2 * params[k].pow(2).flatten(1).sum(1)
-                for k in head_decay:
-                    total = total + 0.5 * l2 * (share * params[k].pow(2).flatten(2).sum(2)).sum(1)
-            params = stepper.step(params, total.sum())
-        if progress is not None:
-            progress(_epoch + 1)
-    return {k: v.detach() for k, v in params.items()}
-
-
-def _scores_personal(spec, params: dict, X, counts, batch: int = 4096) -> np.ndarray:
-    """Outputs ``(M, n, k)`` of every stacked personal-head model on ``X`` grouped by client (``counts``)."""
-    import torch
-
-    from coalitions.learners.training.models import stacked_personal_forward
-
-    outs = []
-    with torch.no_grad():
-        start = 0
-        for i, c in enumerate(int(c) for c in counts):
-            for s in range(0, c, batch):
-                rows = min(batch, c - s)
-                one = [0] * len(counts)
-                one[i] = rows
-                outs.append(stacked_personal_forward(spec, params, X[start + s:start + s + rows], one)
-                            .double().cpu().numpy())
-            start += c
-    if not outs:
-        return np.zeros((len(next(iter(params.values()))), 0, spec.n_outputs))
-    return np.concatenate(outs, axis=1)
-
-
-# ---------------------------------------------------------------------------- one chunk
-class ChunkTrainer:
-    """Train and score the subset models of one chunk: the unit of work of the oracle.
-
-    Built once per process from the oracle's settings and the federation (the
-    training data concatenated on ``device``, the shared initial parameters
-    drawn from the seed); calling it with a chunk's masks returns that chunk's
-    values.  A subset's values do not depend on the chunk that holds it (every
-    model starts from the same parameters and sees the same batch order), so
-    chunks can run in any order, in any process — the local loop and the Ray
-    tasks of :mod:`coalitions.learners.distributed` call the same object.
-    """
-
-    def __init__(self, oracle: ExhaustiveOracle, fed: Federation, cfg: dict, device: str, draws=None):
-        import torch
-
-        from coalitions.learners.training.models import make_model
-
-        self.fed, self.cfg, self.device, self.draws = fed, cfg, device, draws
-        self.seed = int(oracle.seed)
-        self.dtype = torch.float64 if oracle.dtype == "float64" else torch.float32
-        self.spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=cfg.get("hidden", oracle.hidden))
-        self.protocol = oracle.protocol
-        self._eval_batch = oracle._eval_batch
-
-        def cat(part, attr):
-            return np.concatenate([getattr(getattr(c, part), attr) for c in fed.clients])
-
-        y_dtype = self.dtype if fed.task == "regression" else torch.int64
-        self.X = torch.as_tensor(cat("train", "X"), device=device).to(self.dtype)
-        self.y = torch.as_tensor(cat("train", "y"), device=device).to(y_dtype)
-        self.owner = torch.as_tensor(np.repeat(np.arange(fed.n), fed.sizes("train")), device=device)
-        self.evals = {part: torch.as_tensor(cat(part, "X"), device=device).to(self.dtype) for part in ("val", "test")}
-        self.bounds = {part: np.concatenate([[0], np.cumsum(fed.sizes(part))]) for part in ("val", "test")}
-        gen = torch.Generator().manual_seed(self.seed)
-        self.init = {k: v[0].to(device) for k, v in self.spec.init(gen, 1, dtype=self.dtype).items()}
-        self.personal = cfg.get("heads", "shared") == "personal"
-        if self.personal:  # one head per client, each starting at the model's own initial head
-            from coalitions.learners.training.models import personal_init
-
-            self.init = personal_init(self.spec, self.init, fed.n)
-        n = self.X.shape[0]
-        self.step_samples = n if cfg["batch_size"] is None else min(n, cfg["batch_size"])
-
-    def __call__(self, ms, progress: Callable[[int], None] | None = None) -> dict:
-        """``{"val": (N, len(ms)), "test": (N, len(ms))}``: each member's metric, NaN for non-members.
-
-        With bootstrap ``draws`` also ``"replicates"``: ``(B, N, len(ms))``, the validation
-        metric re-scored on every replicate of each member's validation set (no retraining).
-        """
-        fed, cfg = self.fed, self.cfg
-        if self.personal:
-            params = train_subsets_personal(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
-                                            epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
-                                            batch_size=cfg["batch_size"], seed=self.seed, progress=progress,
-                                            protocol=self.protocol)
-        else:
-            params = train_subsets(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
-                                   epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"], batch_size=cfg["batch_size"],
-                                   seed=self.seed, progress=progress, protocol=self.protocol)
-        member = membership(ms, fed.n)
-        out = {}
-        loss = bool(cfg.get("loss_game"))
-        if loss:
-            out["val_loss"] = np.full((fed.n, len(ms)), np.nan)
-        if self.draws is not None:
-            out["replicates"] = np.full((len(self.draws[0]), fed.n, len(ms)), np.nan)
-            if loss:
-                out["replicates_loss"] = np.full_like(out["replicates"], np.nan)
-        for part in ("val", "test"):
-            block = np.full((fed.n, len(ms)), np.nan)
-            if self.personal:
-                scores = _scores_personal(self.spec, params, self.evals[part], fed.sizes(part),
-                                          self._eval_batch(self.spec, len(ms)))
-            else:
-                scores = _scores(self.spec, params, self.evals[part], self._eval_batch(self.spec, len(ms)))
-            lo = self.bounds[part]
-            for i, c in enumerate(fed.clients):
-                rows = member[:, i]
-                if rows.any():
-                    vals = evaluate_batch(fed.metric, getattr(c, part).y, scores[rows, lo[i]:lo[i + 1]])
-                    if not np.all(np.isfinite(vals)):
-                        raise InputError(f"client {c.name!r}: the {fed.metric} of its {part} split is "
-                                         "undefined (a single class?)")
-                    block[i, rows] = vals
-                    if part == "val" and self.draws is not None:
-                        out["replicates"][:, i, rows] = rescore(fed.metric, c.val.y, scores[rows, lo[i]:lo[i + 1]],
-                                                                self.draws[i])
-                    if part == "val" and loss:
-                        mine = scores[rows, lo[i]:lo[i + 1]]
-                        out["val_loss"][i, rows] = mean_loss_batch(fed.task, c.val.y, mine)
-                        if self.draws is not None:
-                            out["replicates_loss"][:, i, rows] = np.stack(
-                                [mean_loss_batch(fed.task, c.val.y[d], mine[:, d]) for d in self.draws[i]])
-            out[part] = block
-        return out
-
-
-# ---------------------------------------------------------------------------- the estimator
 def chunk_trainer(params: dict, federation, config: dict, device) -> ChunkTrainer:
     """A :class:`ChunkTrainer` for an oracle with constructor ``params`` (what a Ray worker builds)."""
     oracle = ExhaustiveOracle(**params)
@@ -577,7 +136,9 @@ class ExhaustiveOracle:
     hidden : int
         Hidden units of the MLP.
     chunk_size : int, optional
-        Subset models trained together; by default as many as fit
+        Subset models trained together; by default as many as keep a step's forward
+        activations in the cache share of a core
+        (:func:`coalitions.learners.game.memory.cache_chunk`), at most as many as fit
         ``memory_mb`` of activations.
     memory_mb : float
         Activation budget used to size chunks.
@@ -837,21 +398,12 @@ class ExhaustiveOracle:
 
     @staticmethod
     def _activation_floats(spec) -> int:
-        """Floats one model keeps per sample: each layer's activations and outputs."""
-        if spec.kind == "cnn":
-            c, h, w = spec.input_shape
-            c1, c2 = spec.shapes["c1"][0], spec.shapes["c2"][0]
-            act = 2 * c1 * h * w + c1 * h * w // 4 + 2 * c2 * h * w // 4 + c2 * h * w // 16
-        elif spec.kind == "mlp":
-            act = 2 * spec.shapes["w1"][1]
-        else:
-            act = 0
-        return act + 2 * spec.n_outputs + 2
+        """Floats one model keeps per sample (:func:`coalitions.learners.game.memory.activation_floats`)."""
+        return activation_floats(spec)
 
     def _eval_batch(self, spec, n_models: int) -> int:
         """Evaluation samples per forward pass so that ``n_models`` fit ``memory_mb``."""
-        per_sample = 4 * n_models * self._activation_floats(spec)
-        return int(max(1, min(4096, self.memory_mb * 2 ** 20 // per_sample)))
+        return eval_batch(spec, n_models, self.memory_mb)
 
     def _chunk_size(self, spec, fed: Federation, n_masks: int) -> int:
         if self.chunk_size is not None:
@@ -859,9 +411,8 @@ class ExhaustiveOracle:
         n = int(fed.sizes("train").sum())
         if self.batch_size is not None:
             n = min(n, self.batch_size)
-        # bytes per model: float32 activations ×3 for autograd, plus parameters and Adam state
-        per_model = 3 * 4 * n * self._activation_floats(spec) + 16 * spec.n_params
-        return int(max(1, min(n_masks, self.memory_mb * 2 ** 20 // per_model)))
+        # the memory budget caps the chunk; the cache model sizes it (game.memory.cache_chunk)
+        return min(memory_chunk(spec, n, n_masks, self.memory_mb), cache_chunk(spec, n, n_masks))
 
     def _fit_batched(self, fed: Federation, cfg: dict, draws=None):
         from coalitions.learners.training.checkpoint import Checkpoint, fingerprint

@@ -1,0 +1,37 @@
+"""Bootstrap replicates of the validation rows, and re-scoring stored predictions on them
+(docs/concepts.md §6; :mod:`coalitions.learners.exact`, "Bootstrap replicates").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coalitions.learners.data.federation import Federation
+from coalitions.learners.data.metrics import evaluate_batch
+
+
+def bootstrap_draws(fed: Federation, b: int, seed: int = 0) -> list[np.ndarray]:
+    """``B`` resamples of each client's validation rows: a ``(B, n_i)`` index array per client.
+
+    Drawn with replacement from ``numpy.random.default_rng([seed, 0xB007])``,
+    client by client in order; within each class for a classification task
+    (stratified), so that every resample keeps each class's count.
+    """
+    rng = np.random.default_rng([int(seed), 0xB007])
+    out = []
+    for c in fed.clients:
+        y = c.val.y
+        if fed.task == "regression":
+            out.append(rng.integers(0, len(y), size=(b, len(y))))
+            continue
+        parts = [rng.choice(np.flatnonzero(y == k), size=(b, int(np.sum(y == k))), replace=True)
+                 for k in np.unique(y)]
+        out.append(np.concatenate(parts, axis=1) if parts else np.zeros((b, 0), dtype=np.int64))
+    return out
+
+
+def rescore(metric: str, y, scores, draws) -> np.ndarray:
+    """``(B, M)``: the metric of ``M`` models (``scores`` ``(M, n, ...)``) on each resample ``draws[b]`` of the rows."""
+    y = np.asarray(y)
+    return np.stack([evaluate_batch(metric, y[d], scores[:, d]) for d in draws]) if len(draws) else \
+        np.zeros((0, len(scores)))

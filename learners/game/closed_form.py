@@ -1,0 +1,88 @@
+"""The closed-form exact game of a linear regression (the module docstring of
+:mod:`coalitions.learners.exact`, "Closed form"): every subset's ridge fit and its quadratic-form loss.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coalitions.learners.data.federation import Federation
+from coalitions.learners.game.masks import subset_sums
+
+
+def _aug(X) -> np.ndarray:
+    X = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
+    return np.hstack([X, np.ones((len(X), 1))])
+
+
+def closed_form_weights(fed: Federation, ridge: float = 1e-10) -> np.ndarray:
+    """Least-squares weights ``(2^N, d+1)`` (bias last) of every subset; row 0 is zero.
+
+    Solves ``(G_S + ridge·n_S·I) w_S = b_S`` for all masks in one batched call.
+    """
+    G = subset_sums([_aug(c.train.X).T @ _aug(c.train.X) for c in fed.clients])
+    b = subset_sums([_aug(c.train.X).T @ c.train.y.astype(np.float64) for c in fed.clients])
+    n_s = subset_sums(fed.sizes("train").astype(np.float64))
+    eye = np.eye(G.shape[1])
+    W = np.zeros(b.shape)
+    W[1:] = np.linalg.solve(G[1:] + (ridge * n_s[1:])[:, None, None] * eye, b[1:, :, None])[..., 0]
+    return W
+
+
+def closed_form_mse(fed: Federation, W: np.ndarray, part: str = "val") -> np.ndarray:
+    """``(N, 2^N)`` MSE of each subset model ``W[mask]`` on each member's ``part`` split (NaN outside)."""
+    n = fed.n
+    masks = np.arange(1 << n)
+    out = np.full((n, 1 << n), np.nan)
+    for i, c in enumerate(fed.clients):
+        s = getattr(c, part)
+        A = _aug(s.X)
+        y = s.y.astype(np.float64)
+        inside = ((masks >> i) & 1).astype(bool)
+        w = W[inside]
+        quad = np.einsum("md,de,me->m", w, A.T @ A, w) - 2 * w @ (A.T @ y) + y @ y
+        out[i, inside] = np.maximum(quad, 0.0) / len(s)
+    return out
+
+
+def closed_form_replicates(fed: Federation, W: np.ndarray, draws) -> np.ndarray:
+    """``(B, N, 2^N)`` validation MSE of each subset model on each bootstrap resample (NaN outside).
+
+    ``draws[i]`` is a ``(B, n_i)`` array of row indices of client ``i``'s
+    validation set; a resample is the quadratic form of :func:`closed_form_mse`
+    with the rows counted by their multiplicity.
+    """
+    n = fed.n
+    b = len(draws[0]) if n else 0
+    masks = np.arange(1 << n)
+    out = np.full((b, n, 1 << n), np.nan)
+    for i, c in enumerate(fed.clients):
+        A = _aug(c.val.X)
+        y = c.val.y.astype(np.float64)
+        counts = np.stack([np.bincount(r, minlength=len(y)) for r in draws[i]]).astype(np.float64)  # (B, n_i)
+        gram = (counts[:, None, :] * A.T) @ A                               # (B, d, d)
+        cross = (counts * y) @ A                                            # (B, d)
+        energy = counts @ (y * y)                                           # (B,)
+        inside = ((masks >> i) & 1).astype(bool)
+        w = W[inside]
+        quad = ((w @ gram) * w).sum(-1) - 2 * cross @ w.T + energy[:, None]  # (B, M)
+        out[:, i, inside] = np.maximum(quad, 0.0) / len(y)
+    return out
+
+
+def personal_from_singletons(values: np.ndarray) -> np.ndarray:
+    """A game of bodyless personal-head models: ``out[..., i, S] = values[..., i, {i}]`` for every ``S ∋ i``.
+
+    With an affine model the whole model is the head, so each member of ``S``
+    trains alone on its own data: its value in ``S`` is its value alone.
+    ``values`` has the clients on the second-to-last axis and the ``2^N``
+    masks on the last; NaN stays outside the members.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    n = values.shape[-2]
+    out = np.full(values.shape, np.nan)
+    masks = np.arange(values.shape[-1])
+    for i in range(n):
+        inside = ((masks >> i) & 1).astype(bool)
+        out[..., i, inside] = values[..., i, 1 << i, None]
+    return out

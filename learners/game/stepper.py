@@ -1,0 +1,44 @@
+"""The optimiser step shared by the two stacked subset trainers.
+"""
+
+from __future__ import annotations
+
+
+class SubsetStepper:
+    """The optimiser of a stacked subset training (:func:`train_subsets`, :func:`train_subsets_personal`).
+
+    Without a protocol: PyTorch's Adam on all stacked parameters with a cosine-decayed learning
+    rate over ``total`` steps.  With one: the protocol's stacked optimiser and schedule
+    (:class:`~coalitions.learners.training.protocol.Scheduled`), the update Local applies.
+    """
+
+    def __init__(self, params: dict, lr: float, total: int, protocol=None):
+        import torch
+
+        self.protocol = protocol
+        if protocol is None:
+            self.opt = torch.optim.Adam(list(params.values()), lr=lr)
+            self.sched = torch.optim.lr_scheduler.CosineAnnealingLR(self.opt, T_max=max(1, total))
+        else:
+            from coalitions.learners.training.protocol import Scheduled
+
+            self.stacked = Scheduled(protocol, total)
+            self.state = self.stacked.init(params)
+            first = next(iter(params.values()))
+            self.every = torch.ones(first.shape[0], dtype=torch.bool, device=first.device)
+
+    def step(self, params: dict, loss) -> dict:
+        """One step on the scalar ``loss`` (the sum of every subset's objective); the parameters after it."""
+        import torch
+
+        if self.protocol is None:
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            self.sched.step()
+            return params
+        grads = dict(zip(params, torch.autograd.grad(loss, list(params.values())), strict=True))
+        with torch.no_grad():
+            new, self.state = self.stacked.step({k: v.detach() for k, v in params.items()}, grads, self.state,
+                                                self.every)
+        return {k: v.requires_grad_(True) for k, v in new.items()}
