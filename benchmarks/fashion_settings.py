@@ -8,7 +8,7 @@ client in every coalition: the singletons are Local's models).  The rate with th
 seeds and regimes is the protocol's; its validation accuracy and the exact CE of both games are
 printed too, never the test data.
 
-Run:  python benchmarks/fashion_settings.py [--seeds 100 101 102] [--lrs 0.003 0.01 0.03]
+Run:  python benchmarks/fashion_settings.py [--seeds 100 101 102] [--lrs 0.003 0.01 0.03] [--quick]
 """
 
 from __future__ import annotations
@@ -35,8 +35,13 @@ def main(argv=None) -> int:
     ap.add_argument("--lrs", type=float, nargs="+", default=[0.003, 0.01, 0.03])
     ap.add_argument("--steps", type=int, default=None, help="budget (default: the experiment's)")
     ap.add_argument("--regimes", nargs="+", default=None, help="regime names (default: all)")
+    ap.add_argument("--quick", action="store_true",
+                    help="one seed, two rates, 5 steps, the first regime (what CI runs; not a measurement)")
     args = ap.parse_args(argv)
     exp = EXPERIMENTS["fashion"]
+    if args.quick:
+        args.seeds, args.lrs, args.steps = args.seeds[:1], args.lrs[:2], args.steps or 5
+        args.regimes = args.regimes or [exp.regimes[0].name]
     means: dict[float, list[float]] = {lr: [] for lr in args.lrs}
     print("regime        seed  lr      val loss  val acc  CE (accuracy game)      CE (loss game)          s")
     for regime in exp.regimes:
