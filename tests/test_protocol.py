@@ -59,6 +59,19 @@ def test_protocol_is_immutable_and_validated():
         TrainingProtocol.from_json({"epochs": 3})
 
 
+def test_round_and_tuning_fields_are_validated_and_recorded_only_when_set():
+    p = TrainingProtocol(local_steps=5, patience=3, lr_grid=[0.1, 0.01])
+    assert p.lr_grid == (0.1, 0.01) and TrainingProtocol.from_json(p.to_json()) == p
+    assert p.to_json()["lr_grid"] == [0.1, 0.01]
+    plain = TrainingProtocol().to_json()
+    assert not {"local_steps", "patience", "lr_grid"} & set(plain)  # earlier provenance unchanged
+    for bad in (dict(local_steps=0), dict(patience=0), dict(lr_grid=[]), dict(lr_grid=[0.1, 0.1]),
+                dict(lr_grid="0.1"), dict(lr_grid=[0.0]), dict(lr_grid=[float("nan")])):
+        with pytest.raises(ParameterError) as e:
+            TrainingProtocol(**bad)
+        assert e.value.param == next(iter(bad))
+
+
 def test_budget_conversions():
     full = TrainingProtocol(steps=300)
     assert full.steps_per_epoch(1000) == 1 and full.epochs_for(1000) == 300 and full.rounds_for(1000) == 300

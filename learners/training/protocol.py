@@ -114,6 +114,19 @@ class TrainingProtocol:
     closed_form : bool
         Linear regression only: solve the models trained on one data set
         exactly instead of iterating.
+    local_steps : int
+        Local gradient steps a site takes per communication round (round-based
+        methods; a method whose paper fixes its own round length says so).
+    patience : int or None
+        Early stopping: a run stops when its validation loss has not improved
+        for ``patience`` consecutive evaluations (one per round, or one every
+        ``local_steps`` steps for models trained on one data set); the model
+        kept is the one with the best validation loss and the stopping step is
+        recorded.  ``None``: no early stopping, the whole budget is trained.
+    lr_grid : tuple of float or None
+        The fixed grid every column tunes its learning rate on: the column is
+        trained once per rate and keeps the rate with the lowest validation
+        loss (mean over clients).  ``None``: ``lr`` is used as given.
 
     Raises
     ------
@@ -131,6 +144,9 @@ class TrainingProtocol:
     batch_size: int | None = None
     steps: int = 500
     closed_form: bool = False
+    local_steps: int = 1
+    patience: int | None = None
+    lr_grid: tuple[float, ...] | None = None
 
     def __post_init__(self):
         check_param("model", self.model, "choice", choices=_MODELS, allow_none=True)
@@ -143,6 +159,19 @@ class TrainingProtocol:
         check_param("batch_size", self.batch_size, "int", low=1, allow_none=True)
         check_param("steps", self.steps, "int", low=1)
         check_param("closed_form", self.closed_form, "bool")
+        check_param("local_steps", self.local_steps, "int", low=1)
+        check_param("patience", self.patience, "int", low=1, allow_none=True)
+        if self.lr_grid is not None:
+            if isinstance(self.lr_grid, (str, bytes)) or not hasattr(self.lr_grid, "__iter__"):
+                raise ParameterError("lr_grid", f"{{name}} must be a sequence of learning rates, got {self.lr_grid!r}")
+            grid = tuple(self.lr_grid)
+            if not grid:
+                raise ParameterError("lr_grid", "{name} must hold at least one learning rate")
+            for lr in grid:
+                check_param("lr_grid", lr, "number", low=0, low_open=True)
+            if len(set(grid)) != len(grid):
+                raise ParameterError("lr_grid", f"{{name}} repeats a learning rate: {grid!r}")
+            object.__setattr__(self, "lr_grid", tuple(float(v) for v in grid))
         if self.closed_form and self.model not in (None, "linear"):
             raise ParameterError("closed_form", f"{{name}} needs a linear model, got model {self.model!r}")
 
@@ -173,8 +202,19 @@ class TrainingProtocol:
         return replace(self, **changes)
 
     def to_json(self) -> dict:
-        """The fields as a JSON-ready dict (recorded with every result it shaped)."""
-        return asdict(self)
+        """The fields as a JSON-ready dict (recorded with every result it shaped).
+
+        ``local_steps``, ``patience`` and ``lr_grid`` appear only when they
+        differ from their defaults, so results and checkpoints written before
+        these fields existed keep the same provenance (and still resume).
+        """
+        out = asdict(self)
+        for name in _LATER_FIELDS:
+            if out[name] == _DEFAULT_FIELDS[name]:
+                del out[name]
+        if out.get("lr_grid") is not None:
+            out["lr_grid"] = list(out["lr_grid"])
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> TrainingProtocol:
@@ -217,6 +257,12 @@ DEFAULT_PROTOCOLS: dict[tuple[str, str], TrainingProtocol] = {
     ("multiclass", "cnn"): TrainingProtocol(model="cnn", optimizer="adam", lr=0.005, weight_decay=1e-3,
                                             batch_size=32, steps=200),
 }
+
+
+#: Fields added after results were first recorded (issue 18); :meth:`TrainingProtocol.to_json` omits them at
+#: their defaults.
+_LATER_FIELDS = ("local_steps", "patience", "lr_grid")
+_DEFAULT_FIELDS = {name: TrainingProtocol.__dataclass_fields__[name].default for name in _LATER_FIELDS}
 
 
 def default_protocol(task: str, model: str) -> TrainingProtocol:
