@@ -12,6 +12,7 @@ from learner_fixtures import blobs, regression
 from coalitions.errors import InputError
 from coalitions.learners.methods.federico import FedeRiCo, data_weights, posterior, sample_neighbours
 from coalitions.learners.training.engine import stack_select
+from coalitions.params import ParameterError
 
 KW = dict(model="logistic", batch_size=6, seed=4, engine="batched")
 
@@ -59,7 +60,8 @@ def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
     for i in range(n):
         for j in [i, *nb[i]]:
             params = stack_select(phi, torch.tensor([j]))
-            loss = before._task_loss({k: v[0] for k, v in params.items()}, d.X[i], d.y[i], d.m[i]).item()
+            mean = before._task_loss({k: v[0] for k, v in params.items()}, d.X[i], d.y[i], d.m[i]).item()
+            loss = mean * float(d.m[i].sum())     # the data's negative log-likelihood: the sum over samples
             assert m.ema_loss_[i, j] == pytest.approx((1 - beta) * before.ema_loss_[i, j] + beta * loss, rel=1e-5)
 
 
@@ -113,3 +115,14 @@ def test_estimate_weights_and_options():
         FedeRiCo(eps=2).fit(fed)
     with pytest.raises(InputError, match="^weights must be one of"):
         FedeRiCo(weights="x").fit(fed)
+
+
+def test_the_likelihood_is_a_sum_and_recovers_planted_groups():
+    """SPEC §5: ``p(D_i | φ_j) ∝ exp(−Σ_x ℓ)``.  The mean (a temperature of ``n_i``) merged two planted groups."""
+    fed = blobs(sizes=(30,) * 9, groups=((0, 1, 2), (3, 4, 5), (6, 7, 8)), seed=1)
+    kw = dict(model="logistic", rounds=40, batch_size=None, lr=0.05, seed=0, engine="batched")
+    planted = {0b000000111, 0b000111000, 0b111000000}
+    assert set(FedeRiCo(**kw).fit(fed).estimate_.partition) == planted
+    assert set(FedeRiCo(likelihood="mean", **kw).fit(fed).estimate_.partition) != planted
+    with pytest.raises(ParameterError, match="likelihood"):
+        FedeRiCo(likelihood="median", **kw).fit(fed)

@@ -27,9 +27,14 @@ Randomness
     ``r`` continues exactly as the uninterrupted run would.  Every client
     starts from the same initial model (as a server's broadcast would give).
 Optimiser
-    Each round every client starts a fresh optimiser (as a client process of
-    a federated round does) unless the method says otherwise (FedeRiCo keeps
-    each model's Adam state: its models never leave their owners).
+    A site's optimiser state (Adam's moments and step count, SGD's momentum)
+    is the site's own and persists across rounds, as it would on a real site
+    that keeps its process between rounds: each round a client continues from
+    the state it ended the previous round with, applied to the parameters the
+    server sent (:meth:`PersonalizedLearner._site_steps`; the state is saved in
+    every round's checkpoint).  Restarting Adam every round would make its
+    first step ``lr·sign(g)`` and turn a one-step-per-round method into sign
+    descent at a constant rate (issue 18).
 From weights to an equilibrium (``docs/concepts.md``, "Learned benefit graphs")
     With a weight matrix (FedAMP's ``ξ``, FedeRiCo's posteriors) ``BG(R)``
     comes from :class:`~coalitions.oracles.WeightOracle` (rule and threshold
@@ -65,7 +70,7 @@ from coalitions.graph import BenefitGraph
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
 from coalitions.learners.training.checkpoint import federation_arrays, fingerprint, load_state, save_state
-from coalitions.learners.training.engine import PATHS, Engine, Padded, resolve_device
+from coalitions.learners.training.engine import PATHS, Engine, Padded, resolve_device, train_epochs
 from coalitions.learners.training.models import KINDS, make_model
 from coalitions.learners.training.threads import applied, step_macs
 from coalitions.oracles import DEFAULT_THRESHOLDS, WEIGHT_RULES, StructuralOracle, WeightOracle
@@ -482,6 +487,39 @@ class PersonalizedLearner(Learner):
         from coalitions.learners.training.engine import make_optimizer
 
         return make_optimizer(self.optimizer, self.lr, self.momentum, self.weight_decay)
+
+    def _site_steps(self, state: dict, params: dict, loss: Callable, rng: np.random.Generator, *,
+                    key: str = "site_opt", data: Padded | None = None, epochs: int | None = None,
+                    batch_size: int | None | str = "default", opt=None, **kwargs) -> tuple[dict, dict, np.ndarray]:
+        """Every site's local steps of one round, continuing the optimiser state the site kept.
+
+        Runs :func:`~coalitions.learners.training.engine.train_epochs` on
+        ``params`` (one stacked model per site) with the optimiser state found
+        under ``state[key]`` (a fresh one in the first round) and returns
+        ``(params, {key: new_state}, losses)``: the caller puts the second item
+        into the round's new state, so the moments persist to the next round
+        and into the checkpoint.
+
+        Parameters
+        ----------
+        key : str
+            Where the state lives (a method with two optimised parts, e.g.
+            Ditto's global and personal models, may use one key per part).
+        data, epochs, batch_size
+            Default to the training split, ``local_epochs`` and ``batch_size``.
+        opt : optimiser, optional
+            Default: :meth:`_make_optimizer`.
+        **kwargs
+            Passed on to ``train_epochs`` (``args``, ``step_args``, ``enabled``).
+        """
+        opt = self._make_optimizer() if opt is None else opt
+        kept = state.get(key)
+        opt_state = kept if kept is not None else opt.init(params)
+        params, opt_state, losses = train_epochs(
+            self.engine_, loss, params, opt, opt_state, self.train_data_ if data is None else data,
+            self.local_epochs if epochs is None else epochs,
+            self.batch_size if batch_size == "default" else batch_size, rng, **kwargs)
+        return params, {key: opt_state}, losses
 
     # -- scoring, the oracle and the estimate
     def _utilities(self, fed: Federation, device) -> dict:

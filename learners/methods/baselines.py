@@ -172,10 +172,8 @@ class Local(_Protocolled):
             params, opt_state, loss = train_epochs(self.engine_, self._protocol_loss, params, opt, state["opt"],
                                                    self.train_data_, self.local_epochs, self._batch(), rng(0))
             return {"params": params, "opt": opt_state}, {"loss": float(np.mean(loss))}
-        opt = self._make_optimizer()
-        params, _, loss = train_epochs(self.engine_, self._task_loss, params, opt, opt.init(params),
-                                       self.train_data_, self.local_epochs, self.batch_size, rng(0))
-        return {"params": params}, {"loss": float(np.mean(loss))}
+        params, kept, loss = self._site_steps(state, params, self._task_loss, rng(0))
+        return {"params": params, **kept}, {"loss": float(np.mean(loss))}
 
     def finish(self, state):
         self.params_ = {k: v.detach().cpu() for k, v in state["params"].items()}
@@ -213,18 +211,13 @@ class FedAvg(_Protocolled):
     def train_round(self, state, r, rng):
         n = self.federation_.n
         params = {k: v.expand(n, *v.shape[1:]).clone() for k, v in state["global"].items()}
-        if self.protocol is not None:
-            per_round = int(self.local_epochs) * self.protocol.steps_per_epoch(int(self.train_data_.sizes.max()))
+        if self.protocol is not None:   # the schedule runs over the whole budget, in each site's own state
             opt = Scheduled(self.protocol, self._total_steps())
-            first = opt.init(params)
-            first["schedule_step"] = first["schedule_step"] + r * per_round
-            params, _, loss = train_epochs(self.engine_, self._protocol_loss, params, opt, first,
-                                           self.train_data_, self.local_epochs, self._batch(), rng(0))
-            return {"global": weighted_average(params, self.train_data_.sizes)}, {"loss": float(np.mean(loss))}
-        opt = self._make_optimizer()
-        params, _, loss = train_epochs(self.engine_, self._task_loss, params, opt, opt.init(params),
-                                       self.train_data_, self.local_epochs, self.batch_size, rng(0))
-        return {"global": weighted_average(params, self.train_data_.sizes)}, {"loss": float(np.mean(loss))}
+            params, kept, loss = self._site_steps(state, params, self._protocol_loss, rng(0), opt=opt,
+                                                  batch_size=self._batch())
+        else:
+            params, kept, loss = self._site_steps(state, params, self._task_loss, rng(0))
+        return {"global": weighted_average(params, self.train_data_.sizes), **kept}, {"loss": float(np.mean(loss))}
 
     def finish(self, state):
         n = self.federation_.n

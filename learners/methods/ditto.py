@@ -32,7 +32,6 @@ import numpy as np
 from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.methods.baselines import broadcast, weighted_average
 from coalitions.learners.methods.fedprox import proximal_term
-from coalitions.learners.training.engine import train_epochs
 from coalitions.params import check_param
 
 __all__ = ["Ditto"]
@@ -82,12 +81,10 @@ class Ditto(PersonalizedLearner):
     def train_round(self, state, r, rng):
         g = broadcast(state["global"], self.federation_.n)
         p = {**{"w." + k: v.clone() for k, v in g.items()}, **{"v." + k: v for k, v in state["personal"].items()}}
-        opt = self._make_optimizer()
-        p, _, loss = train_epochs(self.engine_, self._loss, p, opt, opt.init(p), self.train_data_,
-                                  self.local_epochs, self.batch_size, rng(0), args=(g,))
+        p, kept, loss = self._site_steps(state, p, self._loss, rng(0), args=(g,))
         w = {k[2:]: v for k, v in p.items() if k.startswith("w.")}
         personal = {k[2:]: v for k, v in p.items() if k.startswith("v.")}
-        return ({"global": weighted_average(w, self.train_data_.sizes), "personal": personal},
+        return ({"global": weighted_average(w, self.train_data_.sizes), "personal": personal, **kept},
                 {"loss": float(np.mean(loss))})
 
     def finish(self, state):

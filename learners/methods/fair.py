@@ -8,13 +8,28 @@ differ from FedAvg only in how the server combines the clients' work.  With
 learning", ICLR 2020) minimises ``f_q(w) = Σ_k p_k F_k(w)^{q+1} / (q+1)``; large
 ``q`` weights the clients with large losses more.  q-FedAvg, every round ``t``:
 each client runs ``local_epochs`` epochs of descent from ``w^t`` to ``w̄_k`` and
-reports, with ``L = 1/lr`` (the paper's estimate of the Lipschitz constant),
+reports, with ``L`` the estimate of the Lipschitz constant,
 
 ``Δw_k = L (w^t − w̄_k)``,  ``Δ_k = F_k(w^t)^q Δw_k``,
 ``h_k = q F_k(w^t)^{q−1} ‖Δw_k‖² + L F_k(w^t)^q``,
 
 and the server steps ``w^{t+1} = w^t − Σ_k p_k Δ_k / Σ_k p_k h_k``.  With
-``q = 0`` this is ``Σ_k p_k w̄_k``, FedAvg exactly.  (The paper samples clients
+``q = 0`` this is ``Σ_k p_k w̄_k``, FedAvg exactly.
+
+``L`` from the actual step.  The paper sets ``L = 1/lr``, which assumes the
+local solver takes plain gradient steps: then ``L (w^t − w̄_k)`` *is* the
+gradient ``∇F_k(w^t)`` after one step.  Under Adam (the protocol's optimiser)
+``w^t − w̄_k`` is close to ``lr·sign(g)``, so ``1/lr`` makes ``‖Δw_k‖²`` the
+parameter count, the server step collapses to about ``1e-4`` per coordinate and
+the model never leaves its initialisation (issue 18: 13.7 % on fashion).  Here
+``L`` is the ratio that makes the clients' averaged change the averaged
+gradient at ``w^t``,
+
+``L = ‖Σ_k p_k ∇F_k(w^t)‖ / ‖Σ_k p_k (w^t − w̄_k)‖``,
+
+which is ``1/lr`` exactly under the paper's assumption (one full-batch SGD
+step) and the same number for every client, so ``q = 0`` remains FedAvg with
+any optimiser.  ``L_`` records each round's value.  (The paper samples clients
 with probabilities ``p_k`` and averages uniformly; with every client taking
 part each round the ``p_k`` weight the sums, the same estimator in expectation.)
 
@@ -40,10 +55,9 @@ import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.methods.baselines import broadcast, weighted_average
-from coalitions.learners.training.engine import train_epochs
 from coalitions.params import check_param
 
-__all__ = ["QFFL", "AFL", "project_simplex", "qffl_step"]
+__all__ = ["QFFL", "AFL", "project_simplex", "qffl_step", "lipschitz_estimate"]
 
 
 def project_simplex(v: np.ndarray) -> np.ndarray:
@@ -78,6 +92,22 @@ def qffl_step(w: dict, local: dict, losses: np.ndarray, p: np.ndarray, q: float,
     return out
 
 
+def lipschitz_estimate(w: dict, local: dict, grads: dict, p: np.ndarray) -> float | None:
+    """q-FedAvg's ``L`` from the actual step: ``‖Σ_k p_k ∇F_k(w)‖ / ‖Σ_k p_k (w − w̄_k)‖`` (module docstring).
+
+    ``None`` when the clients did not move on average (nothing to step).
+    """
+    dev = next(iter(w.values())).device
+    P = torch.as_tensor(np.asarray(p, dtype=np.float64), device=dev)
+    g2 = sum(torch.tensordot(P, grads[k].double(), dims=1).pow(2).sum() for k in w)
+    d2 = sum(torch.tensordot(P, w[k].double().expand_as(local[k]) - local[k].double(), dims=1).pow(2).sum()
+             for k in w)
+    g2, d2 = float(g2), float(d2)
+    if d2 <= 0.0 or not np.isfinite(d2) or not np.isfinite(g2):
+        return None
+    return float(np.sqrt(g2 / d2))
+
+
 class _OneGlobal(PersonalizedLearner):
     """Shared by q-FFL and AFL: one global model, client losses at it, local descent from it."""
 
@@ -91,12 +121,16 @@ class _OneGlobal(PersonalizedLearner):
         vals = self.engine_.map(self._task_loss, ws, (d.X, d.y, d.m))
         return vals.detach().double().cpu().numpy()
 
-    def _local(self, w: dict, rng) -> tuple[dict, np.ndarray]:
-        p = broadcast(w, self.federation_.n)
-        opt = self._make_optimizer()
-        p, _, loss = train_epochs(self.engine_, self._task_loss, p, opt, opt.init(p), self.train_data_,
-                                  self.local_epochs, self.batch_size, rng(0))
-        return p, loss
+    def _gradients(self, w: dict) -> dict:
+        """Every client's full-training-split gradient ``∇F_k(w)``, stacked ``(N, ...)``."""
+        d = self.train_data_
+        ws = {k: v.expand(len(d), *v.shape[1:]).clone() for k, v in w.items()}
+        grads, _ = self.engine_.value_and_grad(self._task_loss, ws, (d.X, d.y, d.m))
+        return {k: g.detach() for k, g in grads.items()}
+
+    def _local(self, state: dict, w: dict, rng) -> tuple[dict, dict, np.ndarray]:
+        """Every site's local steps from ``w``, continuing the optimiser state it kept."""
+        return self._site_steps(state, broadcast(w, self.federation_.n), self._task_loss, rng(0))
 
     def init_state(self, fed, gen, device):
         return {"global": self._init_params(gen, device, 1)}
@@ -116,12 +150,15 @@ class QFFL(_OneGlobal):
     q : float
         Fairness exponent ``q ≥ 0`` (1.0; 0 is FedAvg).
     **common
-        See :class:`~coalitions.learners.methods.base.PersonalizedLearner`; ``L = 1/lr``.
+        See :class:`~coalitions.learners.methods.base.PersonalizedLearner`; ``L`` is
+        derived from the actual step (module docstring).
 
     Attributes
     ----------
     global_ : dict
         The final global model (leading dimension 1).
+    L_ : list of float
+        ``L`` of every round.
     """
 
     method = "qffl"
@@ -135,13 +172,24 @@ class QFFL(_OneGlobal):
         super().check_params()
         check_param("q", self.q, "number", low=0)
 
+    def init_state(self, fed, gen, device):
+        return {**super().init_state(fed, gen, device), "L": []}
+
     def train_round(self, state, r, rng):
         w = state["global"]
         F = self._losses(w)
-        local, loss = self._local(w, rng)
+        g = self._gradients(w)
+        local, kept, loss = self._local(state, w, rng)
         sizes = self.train_data_.sizes
-        new = qffl_step(w, local, F, sizes / sizes.sum(), float(self.q), 1.0 / float(self.lr))
-        return {"global": new}, {"loss": float(np.mean(loss))}
+        p = sizes / sizes.sum()
+        L = lipschitz_estimate(w, local, g, p)
+        new = w if L is None else qffl_step(w, local, F, p, float(self.q), L)
+        return ({"global": new, "L": [*state["L"], L if L is not None else float("nan")], **kept},
+                {"loss": float(np.mean(loss))})
+
+    def finish(self, state):
+        super().finish(state)
+        self.L_ = [float(x) for x in state["L"]]
 
 
 class AFL(_OneGlobal):
@@ -181,10 +229,10 @@ class AFL(_OneGlobal):
     def train_round(self, state, r, rng):
         w, lam = state["global"], np.asarray(state["lam"], dtype=np.float64)
         F = self._losses(w)
-        local, loss = self._local(w, rng)
+        local, kept, loss = self._local(state, w, rng)
         new = weighted_average(local, lam)
         nxt = project_simplex(lam + float(self.lambda_lr) * F)
-        return ({"global": new, "lam": nxt, "lam_history": [*state["lam_history"], lam]},
+        return ({"global": new, "lam": nxt, "lam_history": [*state["lam_history"], lam], **kept},
                 {"loss": float(np.mean(loss)), "lambda": nxt.tolist()})
 
     def finish(self, state):

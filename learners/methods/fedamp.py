@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner, unflatten
-from coalitions.learners.training.engine import flatten, train_epochs
+from coalitions.learners.training.engine import flatten
 from coalitions.params import check_param
 
 __all__ = ["FedAMP", "FedAMPHeuristic", "attention_plain", "attention_heuristic", "proximal_loss",
@@ -217,30 +217,31 @@ class FedAMP(PersonalizedLearner):
         xi = self._attention(W)
         return xi, unflatten((xi.to(W.dtype) @ W), params)
 
-    def local_step(self, u: dict, rng: np.random.Generator, sizes) -> tuple[dict, np.ndarray]:
+    def local_step(self, u: dict, rng: np.random.Generator, sizes, kept: dict | None = None
+                   ) -> tuple[dict, np.ndarray, dict]:
         """The clients' half: from ``u_i``, minimise ``F_i(w) + λ/(2α_k)·‖w − u_i‖²`` on ``train_data_``.
 
         ``sizes`` are the training-set sizes of the *whole* federation (they set
-        the epochs, :func:`local_epochs_for`); ``rng`` draws the minibatch order.
-        Returns the new stacked models and each model's mean loss.
+        the epochs, :func:`local_epochs_for`); ``rng`` draws the minibatch order;
+        ``kept`` is what the sites kept from their previous round (their
+        optimiser state, ``{"site_opt": ...}``; ``None`` in the first).
+        Returns the new stacked models, each model's mean loss and what the
+        sites keep for the next round.
         """
         coef = 0.0 if self.alpha_k == 0 else float(self.lam) / (2 * float(self.alpha_k))
         loss = self._task_loss if coef == 0 else proximal_loss(self._task_loss, coef)
         args = () if coef == 0 else (u,)
-        opt = self._make_optimizer()
         start = {k: v.clone() for k, v in u.items()}
         epochs = local_epochs_for(sizes, self.batch_size, self.local_epochs, self.local_steps)
-        new, _, losses = train_epochs(self.engine_, loss, start, opt, opt.init(start), self.train_data_,
-                                      epochs, self.batch_size, rng, args=args)
-        return new, losses
+        return self._site_steps(kept or {}, start, loss, rng, epochs=epochs, args=args)
 
     def train_round(self, state, r, rng):
         self._guarded = int(state["guarded"])
         xi, u = self.message_passing(state["params"])
-        new, losses = self.local_step(u, rng(0), self.train_data_.sizes)
+        new, kept, losses = self.local_step(u, rng(0), self.train_data_.sizes, state)
         history = list(state["history"]) + [xi.cpu()]
         info = {"loss": float(np.mean(losses)), "self_weight": float(torch.diagonal(xi).mean())}
-        return {"params": new, "history": history, "guarded": self._guarded}, info
+        return {"params": new, "history": history, "guarded": self._guarded, **kept}, info
 
     def finish(self, state):
         self.params_ = {k: v.detach().cpu() for k, v in state["params"].items()}

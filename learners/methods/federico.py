@@ -9,8 +9,12 @@ explains its data.  Each round ``t``:
 1. **Neighbour sampling** (ε-greedy): with probability ``ε`` client ``i``
    samples ``K`` other clients uniformly, otherwise it takes the ``K`` others
    with the highest posterior ``w_ij`` (ties to the lower index).
-2. **E-step**: for the sampled ``j`` and itself, ``ℓ_ij = ℓ(φ_j; D_i)`` (mean
-   loss on the whole training split) and ``L̂_ij ← (1 − β)·L̂_ij + β·ℓ_ij``;
+2. **E-step**: for the sampled ``j`` and itself, ``ℓ_ij = ℓ(φ_j; D_i)``, the
+   negative log-likelihood of client ``i``'s whole training split,
+   ``p(D_i | φ_j) ∝ exp(−ℓ_ij)``: the *sum* of the per-sample losses
+   (``likelihood="sum"``, the default, SPEC §5; ``"mean"`` divides by ``n_i``,
+   a temperature of ``n_i`` that flattens the posterior), and
+   ``L̂_ij ← (1 − β)·L̂_ij + β·ℓ_ij``;
    then, by default (``accumulate=False``), the prior stays uniform and
    ``w_i· = softmax(−L̂_i·)``: the paper's §3.3 and §4.4, where the EMA *replaces*
    the accumulated loss (docs/concepts.md §5).  With ``accumulate=True`` the
@@ -64,10 +68,12 @@ from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.training.engine import Padded, epoch_plan, stack_select
 from coalitions.params import check_param
 
-__all__ = ["FedeRiCo", "posterior", "sample_neighbours", "data_weights", "WEIGHTS"]
+__all__ = ["FedeRiCo", "posterior", "sample_neighbours", "data_weights", "WEIGHTS", "LIKELIHOODS"]
 
 #: What the estimate's weight matrix is (see :func:`data_weights`).
 WEIGHTS = ("posterior", "data")
+#: What ``ℓ_ij`` is: the sum of client ``i``'s per-sample losses (its data's negative log-likelihood) or the mean.
+LIKELIHOODS = ("sum", "mean")
 
 
 def data_weights(w: np.ndarray) -> np.ndarray:
@@ -129,6 +135,11 @@ class FedeRiCo(PersonalizedLearner):
         ``A = w·diag(1/Σ_l w_lj)·wᵀ`` (default), or the posterior ``w`` itself
         (the literal reading of docs/concepts.md §5, which assumes model ``j`` stays client
         ``j``'s: EM breaks that, see the module docstring).
+    likelihood : {"sum", "mean"}
+        ``ℓ_ij`` is the sum of client ``i``'s per-sample losses under ``φ_j``
+        (its data's negative log-likelihood, default) or their mean (the
+        former default, which made the posterior ``n_i`` times too flat:
+        one grand coalition on planted label-skew federations, issue 18).
     optimizer, lr : str, float
         Adam, 1e-3 by default (the paper's).
     rule : str
@@ -164,7 +175,7 @@ class FedeRiCo(PersonalizedLearner):
     method = "federico"
 
     def __init__(self, neighbours: int = 3, eps: float = 0.3, beta: float = 0.6, accumulate: bool = False,
-                 weights: str = "data", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="adam",
+                 weights: str = "data", likelihood: str = "sum", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="adam",
                  lr=1e-3, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
                  device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
@@ -176,6 +187,7 @@ class FedeRiCo(PersonalizedLearner):
         check_param("beta", self.beta, "number", low=0, high=1)
         check_param("weights", self.weights, "choice", choices=WEIGHTS)
         check_param("accumulate", self.accumulate, "bool")
+        check_param("likelihood", self.likelihood, "choice", choices=LIKELIHOODS)
 
     # -- pieces
     def _pair_loss(self, params, X, y, m, weight):
@@ -185,10 +197,16 @@ class FedeRiCo(PersonalizedLearner):
         return self._task_loss(params, X, y, m)
 
     def _full_losses(self, phi: dict, clients: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
-        """``ℓ(φ_models[p]; D_clients[p])`` on whole training splits, for every pair ``p``."""
+        """``ℓ(φ_models[p]; D_clients[p])`` on whole training splits, for every pair ``p``.
+
+        The sum of the per-sample losses (``likelihood="sum"``) or their mean.
+        """
         d = self.train_data_
-        return self.engine_.map(self._pair_eval, stack_select(phi, models),
+        mean = self.engine_.map(self._pair_eval, stack_select(phi, models),
                                 (d.X[clients], d.y[clients], d.m[clients]))
+        if self.likelihood == "mean":
+            return mean
+        return mean * d.m[clients].sum(1).to(mean.dtype)
 
     # -- the rounds
     def init_state(self, fed, gen, device):

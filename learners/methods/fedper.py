@@ -31,7 +31,6 @@ import numpy as np
 
 from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.methods.baselines import weighted_average
-from coalitions.learners.training.engine import train_epochs
 
 __all__ = ["PartialAverage", "FedPer", "LGFedAvg"]
 
@@ -65,15 +64,12 @@ class PartialAverage(PersonalizedLearner):
         return {"params": self._init_params(gen, device, fed.n)}
 
     def train_round(self, state, r, rng):
-        opt = self._make_optimizer()
-        p = state["params"]
-        p, _, loss = train_epochs(self.engine_, self._task_loss, p, opt, opt.init(p), self.train_data_,
-                                  self.local_epochs, self.batch_size, rng(0))
+        p, kept, loss = self._site_steps(state, state["params"], self._task_loss, rng(0))
         shared = set(self._shared_names())
         if shared:
             avg = weighted_average({k: v for k, v in p.items() if k in shared}, self.train_data_.sizes)
             p = {k: (avg[k].expand_as(v).clone() if k in shared else v) for k, v in p.items()}
-        return {"params": p}, {"loss": float(np.mean(loss))}
+        return {"params": p, **kept}, {"loss": float(np.mean(loss))}
 
     def finish(self, state):
         self.shared_ = self._shared_names()

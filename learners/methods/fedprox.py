@@ -24,7 +24,6 @@ import numpy as np
 
 from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.methods.baselines import broadcast, weighted_average
-from coalitions.learners.training.engine import train_epochs
 from coalitions.params import check_param
 
 __all__ = ["FedProx", "proximal_term"]
@@ -73,10 +72,8 @@ class FedProx(PersonalizedLearner):
     def train_round(self, state, r, rng):
         g = broadcast(state["global"], self.federation_.n)
         p = {k: v.clone() for k, v in g.items()}
-        opt = self._make_optimizer()
-        p, _, loss = train_epochs(self.engine_, self._loss, p, opt, opt.init(p), self.train_data_,
-                                  self.local_epochs, self.batch_size, rng(0), args=(g,))
-        return {"global": weighted_average(p, self.train_data_.sizes)}, {"loss": float(np.mean(loss))}
+        p, kept, loss = self._site_steps(state, p, self._loss, rng(0), args=(g,))
+        return {"global": weighted_average(p, self.train_data_.sizes), **kept}, {"loss": float(np.mean(loss))}
 
     def finish(self, state):
         self.global_ = {k: v.detach().cpu() for k, v in state["global"].items()}

@@ -34,7 +34,6 @@ from torch.func import grad
 
 from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.methods.baselines import broadcast, weighted_average
-from coalitions.learners.training.engine import train_epochs
 from coalitions.params import check_param
 
 __all__ = ["PerFedAvg"]
@@ -96,10 +95,8 @@ class PerFedAvg(PersonalizedLearner):
         def extra(step):
             return (*data.sample(self.batch_size, draw), *data.sample(self.batch_size, draw))
 
-        opt = self._make_optimizer()
-        p, _, loss = train_epochs(self.engine_, self.meta_loss, p, opt, opt.init(p), data,
-                                  self.local_epochs, self.batch_size, rng(0), step_args=extra)
-        return {"global": weighted_average(p, data.sizes)}, {"loss": float(np.mean(loss))}
+        p, kept, loss = self._site_steps(state, p, self.meta_loss, rng(0), data=data, step_args=extra)
+        return {"global": weighted_average(p, data.sizes), **kept}, {"loss": float(np.mean(loss))}
 
     def finish(self, state):
         self.global_ = {k: v.detach().cpu() for k, v in state["global"].items()}

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner, unflatten
-from coalitions.learners.training.engine import Adam, flatten, train_epochs
+from coalitions.learners.training.engine import Adam, flatten
 from coalitions.params import check_param
 
 __all__ = ["PFedHN", "generate", "hypernet_surrogate"]
@@ -113,10 +113,8 @@ class PFedHN(PersonalizedLearner):
         phi = state["phi"]
         with torch.no_grad():
             theta = {k: v.to(phi["bo"].device) for k, v in self._generated(phi).items()}
-        opt = self._make_optimizer()
         p = {k: v.clone() for k, v in theta.items()}
-        p, _, loss = train_epochs(self.engine_, self._task_loss, p, opt, opt.init(p), self.train_data_,
-                                  self.local_epochs, self.batch_size, rng(0))
+        p, kept, loss = self._site_steps(state, p, self._task_loss, rng(0))
         delta = (flatten(theta) - flatten(p)).detach()
         live = {k: v[0].detach().requires_grad_(True) for k, v in phi.items()}
         hypernet_surrogate(live, delta).backward()
@@ -124,7 +122,7 @@ class PFedHN(PersonalizedLearner):
         server = Adam(float(self.hn_lr))
         one = torch.ones(1, dtype=torch.bool, device=delta.device)
         phi, ost = server.step(phi, grads, state["opt"], one)
-        return {"phi": phi, "opt": ost}, {"loss": float(np.mean(loss))}
+        return {"phi": phi, "opt": ost, **kept}, {"loss": float(np.mean(loss))}
 
     def finish(self, state):
         self.hypernet_ = {k: v[0].detach().cpu() for k, v in state["phi"].items()}

@@ -139,7 +139,7 @@ class PFedMe(PersonalizedLearner):
         dev = data.X.device
         w = broadcast(state["global"], self.federation_.n)
         opt = self._make_optimizer()
-        ost = opt.init(w)
+        ost = state.get("site_opt") or opt.init(w)  # the site's optimiser state persists across rounds
         lam = float(self.lam)
         losses, resid, iters = [], 0.0, 0
         plan = rng(0)
@@ -160,7 +160,7 @@ class PFedMe(PersonalizedLearner):
         avg = weighted_average(w, data.sizes)
         new = {k: (1 - beta) * state["global"][k] + beta * avg[k] for k in avg}
         self.inner_residual_, self.inner_iterations_ = resid, iters
-        return {"global": new}, {"loss": float(np.mean(losses)) if losses else float("nan"),
+        return {"global": new, "site_opt": ost}, {"loss": float(np.mean(losses)) if losses else float("nan"),
                                  "inner_residual": resid}
 
     def finish(self, state):

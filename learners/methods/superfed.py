@@ -44,7 +44,7 @@ import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.methods.baselines import weighted_average
-from coalitions.learners.training.engine import Padded, train_epochs
+from coalitions.learners.training.engine import Padded
 from coalitions.params import ParameterError, check_param
 
 __all__ = ["SuPerFed", "SuPerFedMM", "SuPerFedLM", "layer_index", "mix", "LAMBDA_GRID"]
@@ -146,12 +146,10 @@ class SuPerFed(PersonalizedLearner):
         n = self.federation_.n
         self._layers = layer_index(state["global"])
         g = {k: v.expand(n, *v.shape[1:]).clone() for k, v in state["global"].items()}
-        opt = self._make_optimizer()
         phase2 = r >= int(math.floor(float(self.start) * int(self.rounds)))
-        if not phase2:
+        if not phase2:   # the sites' optimiser states persist within each phase (the phases train different parts)
             f = {k: v.clone() for k, v in g.items()}
-            f, _, loss = train_epochs(self.engine_, self._phase1_loss, f, opt, opt.init(f), self.train_data_,
-                                      self.local_epochs, self.batch_size, rng(0), args=(g,))
+            f, kept, loss = self._site_steps(state, f, self._phase1_loss, rng(0), key="site_opt1", args=(g,))
             local = state["local"]
         else:
             p = {**{"f." + k: v.clone() for k, v in g.items()}, **{"l." + k: v for k, v in state["local"].items()}}
@@ -163,12 +161,14 @@ class SuPerFed(PersonalizedLearner):
                 shape = (n,) if n_lam is None else (n, n_lam)
                 return (torch.as_tensor(draw.random(shape), dtype=dtype, device=dev),)
 
-            p, _, loss = train_epochs(self.engine_, self._phase2_loss, p, opt, opt.init(p), self.train_data_,
-                                      self.local_epochs, self.batch_size, rng(0), args=(g,), step_args=lam)
+            p, kept, loss = self._site_steps(state, p, self._phase2_loss, rng(0), key="site_opt2", args=(g,),
+                                             step_args=lam)
             f = {k[2:]: v for k, v in p.items() if k.startswith("f.")}
             local = {k[2:]: v for k, v in p.items() if k.startswith("l.")}
         glob = weighted_average(f, self.train_data_.sizes)
-        return {"global": glob, "local": local}, {"loss": float(np.mean(loss)), "phase": 2 if phase2 else 1}
+        keep = {k: state[k] for k in ("site_opt1", "site_opt2") if state.get(k) is not None}
+        return ({"global": glob, "local": local, **keep, **kept},
+                {"loss": float(np.mean(loss)), "phase": 2 if phase2 else 1})
 
     def finish(self, state):
         n = self.federation_.n

@@ -170,3 +170,47 @@ def _numpy(params: dict) -> dict:
     return {k: v.detach().cpu().numpy().astype(np.float32) for k, v in params.items()}
 
 
+#: Where a learner's state holds a site's optimiser state (:meth:`PersonalizedLearner._site_steps
+#: <coalitions.learners.methods.base.PersonalizedLearner._site_steps>`); it never leaves the site.
+OPTIMISER_KEYS = ("site_opt", "site_opt1", "site_opt2")
+
+
+def flat_optimiser(state: dict) -> dict:
+    """An optimiser state (nested dicts of tensors) as flat ``{"m/weight": ndarray}``, dtypes kept."""
+    out: dict = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}/")
+        else:
+            out[prefix[:-1]] = node.detach().cpu().numpy()
+
+    walk(state, "")
+    return out
+
+
+def nested_optimiser(flat: dict) -> dict:
+    """Inverse of :func:`flat_optimiser`: tensors of the same dtypes, nested again."""
+    import torch
+
+    out: dict = {}
+    for path, arr in flat.items():
+        *parents, leaf = path.split("/")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = torch.as_tensor(np.array(arr))
+    return out
+
+
+def kept_optimisers(state: dict) -> dict:
+    """The site's optimiser states found in a learner ``state``, flat (what the site keeps)."""
+    return {k: flat_optimiser(state[k]) for k in OPTIMISER_KEYS if state.get(k) is not None}
+
+
+def restored_optimisers(kept: dict | None) -> dict:
+    """The optimiser states a site kept, back in the learner's state shape."""
+    return {k: nested_optimiser(kept[k]) for k in OPTIMISER_KEYS if kept and k in kept}
+
+

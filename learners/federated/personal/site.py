@@ -8,7 +8,15 @@ from __future__ import annotations
 import numpy as np
 
 from coalitions.errors import InputError
-from coalitions.learners.federated.personal.learners import AVERAGED, PERSONAL, _numpy, _tensors, averaged_names
+from coalitions.learners.federated.personal.learners import (
+    AVERAGED,
+    PERSONAL,
+    _numpy,
+    _tensors,
+    averaged_names,
+    kept_optimisers,
+    restored_optimisers,
+)
 from coalitions.learners.federated.personal.randomness import SiteGenerator, _epoch_steps
 
 __all__ = ["site_round", "site_train", "federico_site", "site_finish"]
@@ -42,8 +50,8 @@ def site_round(method: str, learner, r: int, site: int, sizes, received: dict, k
     rng = lambda stream: SiteGenerator(seed, r, stream, site, sizes)  # noqa: E731
     if method == "local":
         params = _tensors(kept["model"] if kept else received["model"])
-        state, info = learner.train_round({"params": params}, r, rng)
-        return {}, float(info["loss"]), {"model": _numpy(state["params"])}
+        state, info = learner.train_round({"params": params, **restored_optimisers(kept)}, r, rng)
+        return {}, float(info["loss"]), {"model": _numpy(state["params"]), **kept_optimisers(state)}
     if method in AVERAGED:
         steps = _epoch_steps(sizes, learner.batch_size, site)
 
@@ -54,10 +62,10 @@ def site_round(method: str, learner, r: int, site: int, sizes, received: dict, k
         state, info = learner.train_round(_averaged_state(method, received, kept), r, srng)
         names = averaged_names(method, learner)
         return ({"model": _numpy({n: state[key][n] for n in names})}, float(info["loss"]),
-                {k: _numpy(state[k]) for k in AVERAGED[method][1]} or None)
+                {**{k: _numpy(state[k]) for k in AVERAGED[method][1]}, **kept_optimisers(state)} or None)
     if method in ("fedamp", "fedamp-heuristic"):
-        new, losses = learner.local_step(_tensors(received["model"]), rng(0), sizes)
-        return {"model": _numpy(new)}, float(np.mean(losses)), None
+        new, mine, losses = learner.local_step(_tensors(received["model"]), rng(0), sizes, restored_optimisers(kept))
+        return {"model": _numpy(new)}, float(np.mean(losses)), kept_optimisers(mine) or None
     raise InputError(f"--method {method}: not a federated personalised method ({', '.join(PERSONAL)})")
 
 
@@ -70,6 +78,7 @@ def _averaged_state(method: str, received: dict, kept: dict | None) -> dict:
     """
     key, keys = AVERAGED[method]
     state = {k: _tensors(kept[k] if kept else received[k]) for k in keys}
+    state.update(restored_optimisers(kept))
     if "model" in received:
         state[key] = {**state.get(key, {}), **_tensors(received["model"])}
     return state
