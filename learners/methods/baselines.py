@@ -7,8 +7,8 @@ grand coalition), and serves as the yardstick for the personalised methods'
 utilities.
 
 * **Local**: client ``i`` minimises its own loss ``F_i(w_i)`` for
-  ``rounds × local_epochs`` epochs (a fresh optimiser each round, like every
-  method here, so that FedAMP with ``α_k = 0`` equals Local exactly).
+  ``rounds × local_epochs`` epochs (one optimiser state over all rounds, like
+  every site here, so that FedAMP with ``α_k = 0`` equals Local exactly).
 * **FedAvg** (McMahan et al. 2017): every round all clients start from the
   global model ``w``, train ``local_epochs`` epochs on their own data, and the
   server averages ``w ← Σ_i n_i w_i / Σ_i n_i`` (``n_i`` training samples;
@@ -27,13 +27,14 @@ budget of gradient steps per client (:meth:`TrainingProtocol.rounds_for` on the 
   initial parameters, objective, optimiser, schedule and steps (full batch; with a batch size the
   two draw minibatches differently).  With ``closed_form=True`` (linear regression) both solve the
   same ridge problem exactly (:func:`coalitions.learners.exact.closed_form_weights`) and no round is run.
-* **FedAvg** starts a fresh optimiser in every round (a client keeps no state between rounds);
-  the learning-rate schedule runs over the whole budget (round ``r`` continues it at step
-  ``r × steps per round``).  With SGD, full batch and one local
-  step per round the average of the clients' steps is one gradient step on the pooled objective
-  ``Σ_i n_i F_i / Σ_i n_i``, so FedAvg *is* the exact game's grand-coalition model under the same
-  protocol; with several local steps (or Adam, whose state restarts each round) it is not — the
-  clients drift towards their own optima between averages (tests/test_protocol.py checks both).
+* **FedAvg**: each site keeps its optimiser state across rounds (as a real site would), and the
+  learning-rate schedule runs over the whole budget in that state.  With SGD, full batch and one
+  local step per round the average of the clients' steps is one gradient step on the pooled
+  objective ``Σ_i n_i F_i / Σ_i n_i`` (plain SGD keeps no state; with momentum the average of the
+  sites' momentum buffers is the pooled buffer, so this holds too), so FedAvg *is* the exact
+  game's grand-coalition model under the same protocol; with several local steps, or Adam (whose
+  per-site moments are not the pooled gradient's), it is not — the clients drift towards their own
+  optima between averages (tests/test_protocol.py checks both).
 """
 
 from __future__ import annotations

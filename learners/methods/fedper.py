@@ -7,7 +7,8 @@ only one part; the other part never leaves its client.  Every round ``t``:
 
 1. client ``k`` starts from the shared part of the round and its own personal
    part, ``θ_k = (s^t, π_k)``, and trains the whole model for ``local_epochs``
-   epochs on ``F_k`` (minibatch descent, a fresh optimiser);
+   epochs on ``F_k`` (minibatch descent; the site's optimiser state persists
+   across rounds);
 2. the server averages the shared parts, ``s^{t+1} = Σ_k n_k s_k / Σ_k n_k``;
    each client keeps its trained personal part ``π_k``.
 
