@@ -131,18 +131,21 @@ def test_stacked_local_training_equals_each_model_alone(heart):
 def test_inprocess_game_equals_the_fedavg_learner_on_each_coalition(heart):
     """Independent check: the toolkit's ``fedavg`` learner fitted on the members of S gives S's model.
 
-    Full batch, so the minibatch order (drawn differently by the two) does not matter.
+    Full batch, so the minibatch order (drawn differently by the two) does not matter.  Plain SGD:
+    the learner's sites keep their optimiser state across rounds while the federated game's sites
+    start each round afresh (so that a resumed or re-measured game equals the uninterrupted one,
+    docs/federated.md); without momentum there is no state and the two are the same computation.
     """
     from coalitions.learners.methods.baselines import FedAvg
 
-    p = Protocol(rounds=3, batch_size=None, seed=2)
+    p = Protocol(rounds=3, batch_size=None, seed=2, momentum=0.0)
     val, _, params = inprocess_game(heart, p)
     names = heart.names
     for mask in (0b0001, 0b0100, 0b0011, 0b1010, 0b1111):
         members = [i for i in range(heart.n) if mask >> i & 1]
         sub = Federation(heart.name, heart.task, heart.metric, tuple(heart.clients[i] for i in members),
                          heart.n_classes, None, heart.options)
-        learner = FedAvg(rounds=3, batch_size=None, seed=2, device="cpu", engine="sequential").fit(sub)
+        learner = FedAvg(rounds=3, batch_size=None, seed=2, momentum=0.0, device="cpu", engine="sequential").fit(sub)
         for k, v in learner.global_.items():
             np.testing.assert_allclose(params[k][mask - 1], v[0].numpy(), rtol=1e-4, atol=1e-5)
         for i in members:   # the same model up to rounding: at most one validation prediction may flip

@@ -21,6 +21,30 @@ from coalitions.files import write_text
 __all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown", "verdicts"]
 
 
+def _lr_section(reg: dict, labels: dict) -> list[str]:
+    """The learning rate each column chose on validation from the protocol's grid, per seed (issue 18)."""
+    runs = reg.get("runs") or []
+    methods = [m for m in (runs[0].get("methods") or {}) if any((r.get("methods") or {}).get(m, {}).get("lr_tuning")
+                                                                for r in runs)] if runs else []
+    if not methods:
+        return []
+    grid = next(r["methods"][m]["lr_tuning"]["grid"] for r in runs for m in methods
+                if r["methods"].get(m, {}).get("lr_tuning"))
+    out = ["### Learning rates chosen on validation", "",
+           f"Every learner column trained once per rate of the grid {', '.join(f'{g:g}' for g in grid)} (the same "
+           "step budget each time) and kept the rate with the lowest mean validation loss over clients; the exact "
+           "game's rate is fixed (chosen once on seeds no report uses). Test data are never read.", "",
+           "| column | " + " | ".join(f"seed {r['seed']}" for r in runs) + " |",
+           "| --- |" + " --- |" * len(runs)]
+    for m in methods:
+        cells = []
+        for r in runs:
+            t = (r.get("methods") or {}).get(m, {}).get("lr_tuning")
+            cells.append("—" if not t else f"{t['chosen']:g}")
+        out.append(f"| {labels.get(m, m)} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.01, learned: float = 0.05) -> str:
     """A sentence on whether each learner's validation loss had settled when its budget ran out.
 
@@ -543,6 +567,7 @@ def report_markdown(results: dict) -> str:
         lines += _tests_section(reg)
         lines += _sensitivity_section(reg, METHOD_LABELS)
         lines += _spo_rules_section(reg)
+        lines += _lr_section(reg, METHOD_LABELS)
         figs = [f for f in results.get("figures", []) if f.startswith(reg["name"] + "-") and f.endswith(".png")]
         if figs:
             lines += ["### Figures", ""] + [f"![{f}]({f})" for f in figs] + [""]

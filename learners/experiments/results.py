@@ -142,6 +142,9 @@ class MethodSummary:
     rules: dict | None = None
     #: SPO only: its utilities inside its own CE (the paper's "CE (ours)" row, runner.ce_ours).
     ce_ours: dict | None = None
+    #: The learning rate chosen on validation from the protocol's grid: ``{"grid": [...],
+    #: "val_loss": [...], "chosen": lr}`` (learners/training/tuning.py); None without a grid.
+    lr_tuning: dict | None = None
 
     def to_json(self) -> dict:
         out = {"partition": self.partition, "test": self.test, "val": self.val, "weights": self.weights,
@@ -154,6 +157,8 @@ class MethodSummary:
             out["rules"] = self.rules
         if self.ce_ours is not None:
             out["ce_ours"] = self.ce_ours
+        if self.lr_tuning is not None:
+            out["lr_tuning"] = self.lr_tuning
         return out
 
     @classmethod
@@ -162,7 +167,7 @@ class MethodSummary:
         cmp = data.get("compare")
         return cls(data["partition"], data["test"], data["val"], data["weights"], data["edges"],
                    None if cmp is None else Comparison.from_json(cmp), sensitivity=data.get("sensitivity"),
-                   rules=data.get("rules"), ce_ours=data.get("ce_ours"))
+                   rules=data.get("rules"), ce_ours=data.get("ce_ours"), lr_tuning=data.get("lr_tuning"))
 
 
 @dataclass

@@ -28,6 +28,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -133,7 +134,24 @@ def _method_summary(estimate, game, eq: co.Equilibrium | None = None) -> MethodS
         weights=None if estimate.weights is None else estimate.weights.tolist(),
         edges=[[estimate.clients[j], estimate.clients[i]] for j, i in estimate.benefit_graph.edges],
         compare=comparison, estimate=estimate, sensitivity=sensitivity_against_exact(estimate, game, eq),
-        rules=rules_against_exact(estimate, game, eq))
+        rules=rules_against_exact(estimate, game, eq), lr_tuning=lr_tuning(estimate))
+
+
+def lr_tuning(estimate) -> dict | None:
+    """The learning rate a column chose on validation (``{"grid", "val_loss", "chosen"}``), or None.
+
+    Personalised learners: :func:`coalitions.learners.training.tuning.tune_lr`'s record
+    (``extra["lr_tuning"]``); SPO tunes itself and records ``extra["training"]["lr_losses"]``.
+    """
+    extra = estimate.extra or {}
+    if extra.get("lr_tuning") is not None:
+        return extra["lr_tuning"]
+    training = extra.get("training") or {}
+    losses = training.get("lr_losses")
+    if not losses or len(losses) < 2:
+        return None
+    grid = [float(k) for k in losses]
+    return {"grid": grid, "val_loss": [losses[k] for k in losses], "chosen": float(training["lr"])}
 
 
 def _against_exact(edges, partition, game: co.Game | None, eq: co.Equilibrium | None) -> dict:
@@ -283,10 +301,27 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
 
     options = dict(options)
     protocol = options.pop("protocol", None)
-    learner = create(what, options, device=device, seed=seed, progress=progress)
-    if protocol is not None:
-        learner.set_params(protocol=protocol)
-    return with_records(learner.fit(fed), fed)
+    grid = options.pop("lr_grid", None) or (protocol.lr_grid if protocol is not None else None)
+
+    def fit_one(lr: float | None):
+        opts = dict(options)
+        if lr is not None and protocol is None and what != "spo":
+            opts["client_lr"] = lr
+        learner = create(what, opts, device=device, seed=seed, progress=progress)
+        if protocol is not None:
+            learner.set_params(protocol=protocol if lr is None else protocol.with_(lr=lr, lr_grid=None))
+        return learner.fit(fed)
+
+    if what == "spo" and grid:   # SPO tunes its own rate on the same grid and rule (its lr_grid)
+        learner = create(what, options, device=device, seed=seed, progress=progress).set_params(lr_grid=tuple(grid))
+        return with_records(learner.fit(fed), fed)
+    if not grid:
+        return with_records(fit_one(None), fed)
+    from coalitions.learners.training.tuning import tune_lr
+
+    learner, record = tune_lr(fit_one, grid, lambda fitted: fitted.val_loss_history_[-1])
+    est = with_records(learner, fed)
+    return dataclasses.replace(est, extra={**est.extra, "lr_tuning": record})
 
 
 def learner_outputs(learner, fed) -> list[np.ndarray]:

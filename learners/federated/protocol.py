@@ -188,7 +188,13 @@ def local_round(spec, task: str, params: dict, X, y, protocol: Protocol, round_i
     Returns
     -------
     dict of str -> ndarray (M, ...)
-        The models after ``protocol.local_epochs`` epochs of a fresh optimiser.
+        The models after ``protocol.local_epochs`` epochs of a fresh optimiser.  Unlike the
+        personalised learners' sites, which keep their optimiser state across rounds
+        (:meth:`~coalitions.learners.methods.base.PersonalizedLearner._site_steps`), the game's
+        sites start each round afresh: a game resumed from the server's checkpoint, or
+        measured again without an excluded site, then equals the uninterrupted one (the
+        sites' state would be lost with a new Flower run).  With plain SGD (no momentum)
+        there is no state and the two agree.
         Model ``m`` follows exactly the path it would follow alone: the loss
         of the stack is the sum of the models' own losses, so each model's
         gradient is its own.

@@ -1,0 +1,68 @@
+"""Every column's learning rate chosen on validation from one fixed grid (issue 18, SPEC §5).
+
+Personalised-FL benchmarks give every method the same tuning budget: the same
+grid of learning rates, each rate trained once under the same step budget, and
+the rate kept whose model does best on *validation* data (e.g. Chen & Chao,
+"On bridging generic and personalized federated learning", ICLR 2022, and the
+pFL-Bench protocol, Chen et al., NeurIPS 2022).  A method tuned on its own grid,
+or not at all, wins or loses by its learning rate, not by what it does.
+
+The rule here: train once per rate of the protocol's ``lr_grid``
+(:class:`~coalitions.learners.training.protocol.TrainingProtocol`), score each
+fit by its mean validation loss over clients, keep the lowest (ties: the
+earlier rate of the grid).  Test data are never read.
+
+Examples
+--------
+>>> best, record = tune_lr(lambda lr: {"lr": lr}, (0.1, 0.01, 0.001), lambda fit: abs(fit["lr"] - 0.012))
+>>> best, record["chosen"], record["val_loss"]
+({'lr': 0.01}, 0.01, [0.088, 0.002, 0.011])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["tune_lr"]
+
+
+def tune_lr(fit_one: Callable[[float], Any], grid: Sequence[float], score: Callable[[Any], float]
+            ) -> tuple[Any, dict]:
+    """Fit once per learning rate of ``grid`` and keep the fit with the lowest validation score.
+
+    Parameters
+    ----------
+    fit_one : callable
+        ``fit_one(lr)`` trains the column at learning rate ``lr`` and returns the fitted estimator.
+    grid : sequence of float
+        The learning rates, in the order ties are broken.
+    score : callable
+        ``score(fitted)``: the fit's mean validation loss over clients (lower is better);
+        a non-finite score never wins.
+
+    Returns
+    -------
+    best : object
+        The fitted estimator at the chosen rate.
+    record : dict
+        ``{"grid": [...], "val_loss": [...], "chosen": lr}`` (``val_loss`` rounded to 12 digits;
+        a non-finite one is ``None``).
+
+    Raises
+    ------
+    ValueError
+        An empty grid.
+    """
+    rates = [float(lr) for lr in grid]
+    if not rates:
+        raise ValueError("the learning-rate grid is empty")
+    best, best_score, best_lr, losses = None, math.inf, None, []
+    for lr in rates:
+        fitted = fit_one(lr)
+        s = float(score(fitted))
+        losses.append(round(s, 12) if math.isfinite(s) else None)
+        if best is None or (math.isfinite(s) and s < best_score):
+            best, best_score, best_lr = fitted, (s if math.isfinite(s) else math.inf), lr
+    return best, {"grid": rates, "val_loss": losses, "chosen": best_lr}

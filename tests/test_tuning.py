@@ -1,0 +1,41 @@
+"""Every column's learning rate from one grid, chosen on validation (learners/training/tuning.py, issue 18)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from learner_fixtures import blobs
+
+from coalitions.learners.experiments.runner import compute_piece, lr_tuning
+from coalitions.learners.training.protocol import TrainingProtocol
+from coalitions.learners.training.tuning import tune_lr
+
+pytest.importorskip("torch")
+
+
+def test_lowest_validation_loss_wins_ties_go_to_the_earlier_rate_and_nan_never_wins():
+    scores = {0.1: 0.5, 0.03: 0.2, 0.01: 0.2, 0.003: math.nan}
+    best, rec = tune_lr(lambda lr: lr, [0.1, 0.03, 0.01, 0.003], scores.__getitem__)
+    assert best == 0.03 and rec["chosen"] == 0.03
+    assert rec["grid"] == [0.1, 0.03, 0.01, 0.003] and rec["val_loss"] == [0.5, 0.2, 0.2, None]
+    best, rec = tune_lr(lambda lr: lr, [0.1, 0.01], lambda lr: math.nan)
+    assert best == 0.1 and rec["val_loss"] == [None, None]   # nothing finite: the first rate, recorded as such
+    with pytest.raises(ValueError, match="empty"):
+        tune_lr(lambda lr: lr, [], lambda fit: 0.0)
+
+
+@pytest.mark.parametrize("method", ["fedamp", "local"])
+def test_a_column_is_trained_once_per_rate_and_keeps_the_best_on_validation(method):
+    fed = blobs()
+    grid = [0.001, 0.01, 0.1]
+    if method == "local":
+        options = {"protocol": TrainingProtocol(model="mlp", steps=20, lr_grid=grid)}
+    else:
+        options = {"model": "mlp", "rounds": 4, "client_batch": None, "optimizer": "adam", "lr_grid": grid}
+    est = compute_piece(fed, None, method, options, seed=0, device="cpu")
+    rec = lr_tuning(est)
+    assert rec["grid"] == grid and len(rec["val_loss"]) == 3
+    assert rec["chosen"] == grid[min(range(3), key=lambda k: rec["val_loss"][k])]
+    assert len(set(rec["val_loss"])) == 3    # the rates really trained different models
+    assert est.config.get("lr", est.config.get("protocol", {}).get("lr")) == rec["chosen"] or method == "local"
