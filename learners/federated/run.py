@@ -98,7 +98,8 @@ def _flower_env(tmp: Path) -> dict:
     launchers running them with this interpreter comes first on ``PATH``, so
     every process imports this very package.  Ray stays on loopback
     (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``: its single-machine mode, which
-    binds nothing but 127.0.0.1) and Flower installs no dependencies at run time.
+    binds nothing but 127.0.0.1; a ``RAY_ADDRESS`` of the caller's is not
+    passed on) and Flower installs no dependencies at run time.
     """
     home = tmp / "flwr-home"
     home.mkdir()
@@ -115,7 +116,8 @@ def _flower_env(tmp: Path) -> dict:
                 launcher.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import {attr}\n"
                                     f"sys.exit({attr}())\n", encoding="utf-8")
                 launcher.chmod(0o755)
-    return {**os.environ, "FLWR_HOME": str(home), "PATH": f"{here}{os.pathsep}{os.environ.get('PATH', '')}",
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}      # the rehearsal's Ray is its own
+    return {**env, "FLWR_HOME": str(home), "PATH": f"{here}{os.pathsep}{os.environ.get('PATH', '')}",
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
             "RAY_DEDUP_LOGS": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
             "FLWR_DISABLE_UPDATE_CHECK": "1"}
