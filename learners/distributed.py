@@ -65,13 +65,16 @@ def init(address: str | None = None, num_cpus: int | None = None):
     do), and otherwise starts a private local Ray with ``num_cpus`` CPUs
     (default: all), on the loopback interface, without the dashboard.
     """
+    source = "--address"
+    if address is None and os.environ.get("RAY_ADDRESS", "").strip():
+        address, source = os.environ["RAY_ADDRESS"].strip(), "RAY_ADDRESS"
+    if address is not None and _on_loopback(address):
+        _single_machine()
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")   # Ray 2.55's FutureWarning otherwise
     import ray
 
     if ray.is_initialized():
         return ray
-    source = "--address"
-    if address is None and os.environ.get("RAY_ADDRESS", "").strip():
-        address, source = os.environ["RAY_ADDRESS"].strip(), "RAY_ADDRESS"
     if address is not None:
         _reachable(address, source=source)
     try:
@@ -85,6 +88,28 @@ def init(address: str | None = None, num_cpus: int | None = None):
         where = f"{source} {address}" if address else "a local Ray"
         raise InputError(f"{where}: cannot start or reach Ray ({str(e).splitlines()[0][:200]})") from None
     return ray
+
+
+def _on_loopback(address: str) -> bool:
+    """Whether ``address`` (``HOST:PORT``, ``ray://HOST:PORT``) names this machine's loopback interface."""
+    host = address.split("://")[-1].rpartition(":")[0].strip("[]")
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
+def _single_machine() -> None:
+    """Ray's single-machine mode in this process (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``).
+
+    Ray (2.55) replaces a loopback node address by the machine's own outside
+    this mode, so a driver would wait forever for a head started on 127.0.0.1
+    (``ray start --head --node-ip-address 127.0.0.1``).  The switch is read
+    when Ray is imported; when it already is, its constant is set too.
+    """
+    import sys
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:
+        constants.ENABLE_RAY_CLUSTER = False
 
 
 def _reachable(address: str, timeout: float = 10.0, source: str = "--address") -> None:
