@@ -82,7 +82,8 @@ def federate_simulation(dataset: str, data_options: dict, protocol: Protocol, ou
             (Path(env["FLWR_HOME"]) / "config.toml").write_text(
                 _connection(address, True, None, name="simulation"), encoding="utf-8")
             app = write_app(Path(tmp) / "app", run_config)
-            cmd = [_flwr_executable(), "run", str(app), "simulation", "--federation-config", federation, "--stream"]
+            flwr = shutil.which("flwr", path=env["PATH"]) or _flwr_executable()
+            cmd = [flwr, "run", str(app), "simulation", "--federation-config", federation, "--stream"]
             code, error = _flwr_run(cmd, env, None, log=log, progress=progress)
         finally:
             _stop(link)
@@ -154,27 +155,70 @@ def _local_superlink(tmp: Path, env: dict, timeout_s: float = 60.0) -> tuple[sub
             time.sleep(0.2)
 
 
+def _process_groups(root: int) -> list[int]:
+    """The process groups of ``root`` and of all its descendants (Linux ``/proc``; elsewhere ``root``'s alone).
+
+    Flower's SuperExec starts its own session, and the simulation (its Ray
+    included) runs in that one, so stopping the SuperLink's group alone would
+    leave the simulation running.
+    """
+    children: dict[int, list[int]] = {}
+    groups = {root: root}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(stat.parent.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        groups[pid] = int(fields[2])
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return list(dict.fromkeys(groups.get(pid, pid) for pid in found))
+
+
 def _stop(proc: subprocess.Popen) -> None:
-    """Stop a process started in its own session, and what it started (SIGTERM, then SIGKILL)."""
+    """Stop a process started in its own session and every process group it started (SIGTERM, then SIGKILL)."""
     import signal
+    import time
 
     killpg = getattr(os, "killpg", None)
-    for sig in (signal.SIGTERM, getattr(signal, "SIGKILL", signal.SIGTERM)):
-        if proc.poll() is not None and killpg is None:
-            return
+    if killpg is None:                        # no process groups: the process alone
+        proc.kill()
+        proc.wait()
+        return
+    groups = _process_groups(proc.pid)
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        alive = []
+        for group in groups:
+            try:
+                killpg(group, sig)
+                alive.append(group)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        while alive and time.monotonic() < deadline:
+            proc.poll()                       # reap the SuperLink itself
+            alive = [g for g in alive if _group_alive(g)]
+            time.sleep(0.1)
+        if not alive:
+            break
+    proc.poll()
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of ``group`` still runs (zombies do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            if killpg is not None:
-                killpg(proc.pid, sig)
-            else:
-                proc.send_signal(sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            proc.wait(timeout=10)
-            if killpg is None:
-                return
-        except subprocess.TimeoutExpired:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            return True
+    return False
 
 
 def _run_config(protocol: Protocol, sites: int, dataset: str | None, data_options: dict | None, output, checkpoint,
