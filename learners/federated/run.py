@@ -30,13 +30,12 @@ import threading
 from pathlib import Path
 
 from coalitions.errors import InputError
-from coalitions.learners.federated.app_folder import APP_README, app_pyproject, write_app
+from coalitions.learners.federated.app_folder import write_app
 from coalitions.learners.federated.outputs import FILES, write_outputs
 from coalitions.learners.federated.protocol import Protocol
 from coalitions.learners.federated.server import protocol_config
 
-__all__ = ["federate", "write_outputs", "federate_simulation", "federate_superlink", "app_pyproject", "APP_README",
-           "FILES"]
+__all__ = ["federate", "write_outputs", "federate_simulation", "federate_superlink", "FILES"]
 
 def federate_simulation(dataset: str, data_options: dict, protocol: Protocol, output, *, checkpoint=None,
                         semantics: str = "personalized", tol: float = 1e-9, threads: int = 1,
