@@ -731,3 +731,26 @@ def test_run_config_round_trips_to_the_server_settings():
     assert default.protocol == Protocol() and default.sites == 4
     with pytest.raises(InputError, match="data-options is not JSON"):
         settings_from_run_config({"data-options": "{hospitals"})
+
+
+def test_flwr_run_stream_becomes_rounds_lines_and_one_error(tmp_path, capsys):
+    """What ``flwr run --stream`` prints: Flower's chatter dropped, rounds to the bar, a traceback to one line."""
+    from coalitions.learners.federated.run import _flwr_run
+
+    stream = ["Using SuperLink: simulation (127.0.0.1:4)", "\x1b[92mINFO \x1b[0m:      Starting logstream",
+              "sites: A (3 train), B (4 train)", "round 1/2: 0.10 s, 10 bytes sent, 12 received",
+              "round 2/2: 0.10 s, 10 bytes sent, 12 received",
+              "\x1b[91mERROR \x1b[0m:     ServerApp raised an exception", "Traceback (most recent call last):",
+              '  File "apps.py", line 1, in main', "coalitions.errors.InputError: only 1 of 2 sites connected within "
+              "3 s (A)\x1b[91mERROR \x1b[0m:     Exit Code: 700", "An unhandled exception occurred"]
+    script = tmp_path / "fake_flwr.py"
+    script.write_text(f"for line in {stream!r}:\n    print(line)\n")
+    logged, bars = [], []
+    code, error = _flwr_run([sys.executable, str(script)], dict(os.environ), None, log=logged.append,
+                            progress=lambda done, total: bars.append((done, total)))
+    assert code == 0 and error == "only 1 of 2 sites connected within 3 s (A)"
+    assert logged == ["sites: A (3 train), B (4 train)"] and bars == [(1, 2), (2, 2)]
+    assert capsys.readouterr().err == ""                    # an input error's traceback is held back
+    logged.clear()
+    _flwr_run([sys.executable, str(script)], dict(os.environ), None, log=logged.append)
+    assert logged[1:] == stream[3:5]                        # without a bar the rounds are lines, as the server wrote them
