@@ -15,7 +15,6 @@ import signal
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
 
 import click
 
@@ -166,21 +165,13 @@ def _emit(text: str, output: str | None) -> None:
 
 
 def _progress(label: str):
-    """A progress callback drawing a bar on stderr when it is a terminal."""
-    if not sys.stderr.isatty():
-        return None
-    state: dict[str, Any] = {}
+    """A ``progress(done, total)`` callback for stderr: a bar on a terminal, one line per finished step elsewhere.
 
-    def update(done: int, total: int) -> None:
-        bar = state.get("bar")
-        if bar is None:
-            bar = state["bar"] = click.progressbar(length=total, label=label, file=sys.stderr)
-            bar.__enter__()
-        bar.update(done - bar.pos)
-        if done >= total:
-            bar.__exit__(None, None, None)
+    (:class:`~coalitions.learners.experiments.progress.StepProgress`: plain Python, no learner dependency.)
+    """
+    from coalitions.learners.experiments.progress import StepProgress
 
-    return update
+    return StepProgress(label, sys.stderr)
 
 
 @contextmanager
@@ -534,9 +525,10 @@ def _threads(threads: int | None) -> None:
 
 
 def _backend_options(f):
-    """``--backend local|ray`` and ``--address`` (docs/performance.md, "Ray")."""
+    """``--backend local|ray`` and ``--address`` (docs/performance.md, "Ray"; Ray's ``RAY_ADDRESS`` is honoured)."""
     f = click.option("--address", default=None, metavar="ADDR",
-                     help="Ray cluster to join (HOST:PORT, or auto) [a local Ray on this machine].")(f)
+                     help="Ray cluster to join (HOST:PORT, or auto) [RAY_ADDRESS if set, else a local Ray on this "
+                          "machine].")(f)
     return click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
                         help="ray: run the work as Ray tasks (pip install 'collaboration-equilibrium[ray]').")(f)
 
@@ -701,7 +693,8 @@ def federate(dataset, simulation, superlink, method, method_option, root_certifi
             options[key.strip()] = raw
     rec = run_federate(dataset, given, protocol, output, superlink=superlink, sites=sites, schemas=schemas,
                        checkpoint=checkpoint, semantics=semantics, tol=_tol(tol), threads=threads or 1, wait_s=wait,
-                       progress=_progress("FedAvg rounds, all coalitions at once"), method=method,
+                       progress=_progress("FedAvg rounds, all coalitions at once") if sys.stderr.isatty() else None,
+                       method=method,
                        method_options=options, insecure=insecure, root_certificates=root_certificates,
                        exclude_bad_sites=exclude_bad_sites)
     if method != "exact":

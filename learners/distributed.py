@@ -37,6 +37,7 @@ machine needs this package installed (the same version) and, for
 from __future__ import annotations
 
 import math
+import os
 import socket
 import uuid
 from collections.abc import Callable, Iterable
@@ -59,16 +60,23 @@ def init(address: str | None = None, num_cpus: int | None = None):
     """Connect to Ray (once per process) and return the ``ray`` module.
 
     ``address``: a running cluster (``"HOST:6379"``, or ``"auto"`` for the one
-    started on this machine by ``ray start --head``); ``None`` starts a private
-    local Ray with ``num_cpus`` CPUs (default: all), on the loopback interface,
-    without the dashboard.
+    started on this machine by ``ray start --head``); ``None`` takes Ray's own
+    variable ``RAY_ADDRESS`` when it is set (as ``ray`` itself and Ray's jobs
+    do), and otherwise starts a private local Ray with ``num_cpus`` CPUs
+    (default: all), on the loopback interface, without the dashboard.
     """
+    source = "--address"
+    if address is None and os.environ.get("RAY_ADDRESS", "").strip():
+        address, source = os.environ["RAY_ADDRESS"].strip(), "RAY_ADDRESS"
+    if address is not None and _on_loopback(address):
+        _single_machine()
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")   # Ray 2.55's FutureWarning otherwise
     import ray
 
     if ray.is_initialized():
         return ray
     if address is not None:
-        _reachable(address)
+        _reachable(address, source=source)
     try:
         if address is None:
             # "local": always a new private instance, never a cluster that `ray start` left running
@@ -77,20 +85,42 @@ def init(address: str | None = None, num_cpus: int | None = None):
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
-        where = f"--address {address}" if address else "a local Ray"
+        where = f"{source} {address}" if address else "a local Ray"
         raise InputError(f"{where}: cannot start or reach Ray ({str(e).splitlines()[0][:200]})") from None
     return ray
 
 
-def _reachable(address: str, timeout: float = 10.0) -> None:
-    """Fail fast on an address nothing listens at (Ray itself retries for minutes)."""
+def _on_loopback(address: str) -> bool:
+    """Whether ``address`` (``HOST:PORT``, ``ray://HOST:PORT``) names this machine's loopback interface."""
+    host = address.split("://")[-1].rpartition(":")[0].strip("[]")
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
+def _single_machine() -> None:
+    """Ray's single-machine mode in this process (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``).
+
+    Ray (2.55) replaces a loopback node address by the machine's own outside
+    this mode, so a driver would wait forever for a head started on 127.0.0.1
+    (``ray start --head --node-ip-address 127.0.0.1``).  The switch is read
+    when Ray is imported; when it already is, its constant is set too.
+    """
+    import sys
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:
+        constants.ENABLE_RAY_CLUSTER = False
+
+
+def _reachable(address: str, timeout: float = 10.0, source: str = "--address") -> None:
+    """Fail fast on an address nothing listens at (Ray itself retries for minutes); ``source`` names where it came from."""
     host, sep, port = address.split("://")[-1].rpartition(":")
     if not sep or not port.isdigit():
         return  # "auto", or no port: Ray resolves it
     try:
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as e:
-        raise InputError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); "
+        raise InputError(f"{source} {address}: no Ray cluster answers there ({e.strerror or e}); "
                          "start one with `ray start --head`") from None
 
 

@@ -154,3 +154,42 @@ def test_backend_errors_are_exit_2(capsys):
         assert err.count("\n") == 1 and "--address 127.0.0.1:1: no Ray cluster answers there" in err
     with pytest.raises(InputError, match="^backend must be"):
         ExhaustiveOracle(backend="spark").fit(digits(3))
+
+
+def _threads_in_force():
+    import torch
+
+    from coalitions.learners.training.threads import blas_threads
+
+    return torch.get_num_threads(), blas_threads()
+
+
+def test_ray_tasks_run_with_the_threads_of_the_local_run(local_ray):
+    """A Ray task and the local run train with the same PyTorch and BLAS thread counts: the same sums, to the bit.
+
+    Ray gives a one-CPU task ``OMP_NUM_THREADS=1``; a local run gets the thread policy's count, which
+    now pins BLAS as well (threadpoolctl), so the two agree even where BLAS would use every core.
+    """
+    from coalitions.learners.training.threads import configure, get_override
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the workers cannot import tests/
+    before = get_override()
+    try:
+        configure(None)
+        local = _threads_in_force()
+    finally:
+        configure(before)
+    seen = []
+    distributed.run_tasks(distributed._piece_task, [(_threads_in_force, (), None)], lambda item, v: seen.append(v))
+    assert seen == [local] and local[0] == 1
+
+
+def test_ray_address_is_honoured(tmp_path):
+    """Ray's own RAY_ADDRESS names the cluster when --address is not given (one line when nothing answers)."""
+    args = [sys.executable, "-m", "coalitions.cli", "oracle", "synthetic", "--clients", "3", "--model", "logistic",
+            "--backend", "ray", "-o", str(tmp_path / "g.json")]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip() == ("coalitions: error: RAY_ADDRESS 127.0.0.1:1: no Ray cluster answers there "
+                                "(Connection refused); start one with `ray start --head`")

@@ -14,6 +14,7 @@ Three layers of checks:
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -477,6 +478,22 @@ def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulate
     assert run["bytes_sent"] > 0 and run["bytes_received"] > 0
     assert "wrote" in r.stderr and "equilibrium" in r.stderr
     assert (out / "checkpoint.npz").exists()   # the same command again resumes (tested over the memory grid)
+    # Flower's current way (flwr run against a SuperLink in simulation mode): nothing deprecated, no traceback;
+    # not on a terminal, every round is one line with its time and traffic
+    assert "deprecat" not in r.stderr.lower() and "Traceback" not in r.stderr
+    rounds = [line for line in r.stderr.splitlines() if line.startswith("round ")]
+    assert [line.split(":")[0] for line in rounds] == [f"round {k}/{FAST.rounds}" for k in range(1, FAST.rounds + 1)]
+    assert all(" s, " in line and "bytes sent" in line for line in rounds), rounds
+
+
+@needs_flwr
+@pytest.mark.slow
+def test_a_simulated_federation_with_fewer_sites_fails_naming_them(tmp_path):
+    from coalitions.learners.federated.run import federate_simulation
+
+    with pytest.raises(InputError, match=r"^only 2 of 4 sites connected within 2 s \(Cleveland, Hungary\)$"):
+        federate_simulation("heart", {}, FAST, tmp_path, supernodes=2, wait_s=2)
+    assert not (tmp_path / "run.json").exists()
 
 
 @pytest.mark.parametrize("args, match", [
@@ -681,18 +698,27 @@ def test_federated_app_folder_is_the_generated_one_and_flower_accepts_it():
     from flwr.cli.build import build_fab_from_disk
     from flwr.common.config import validate_config
 
-    from coalitions.learners.federated.apps import RUN_CONFIG
-    from coalitions.learners.federated.run import APP_README, app_pyproject
+    from coalitions.learners.federated import app_folder
+    from coalitions.learners.federated.apps import RUN_CONFIG, client_app, server_app
 
-    text = (ROOT / "federated-app" / "pyproject.toml").read_text()
-    assert text == app_pyproject(RUN_CONFIG), "regenerate federated-app/pyproject.toml from app_pyproject(RUN_CONFIG)"
-    assert (ROOT / "federated-app" / "README.md").read_text() == APP_README
-    config = tomllib.loads(text)
-    ok, errors, _ = validate_config(config, check_module=True, project_dir=ROOT / "federated-app")
+    folder = ROOT / "federated-app"
+    files = app_folder.app_files(RUN_CONFIG)
+    on_disk = {p.relative_to(folder).as_posix(): p.read_text() for p in folder.rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts}
+    assert on_disk == files, "regenerate federated-app/ with app_folder.write_app('federated-app', RUN_CONFIG)"
+    config = tomllib.loads(files["pyproject.toml"])
+    ok, errors, _ = validate_config(config, check_module=True, project_dir=folder)
     assert ok, errors
-    assert config["project"]["dependencies"] == []     # Flower's runtime installation fetches nothing
-    fab = build_fab_from_disk(ROOT / "federated-app")
-    assert len(fab) < 20_000                               # the guide and the config, never the sources
+    assert any(d.startswith("collaboration-equilibrium[learn,flower]") for d in config["project"]["dependencies"])
+    assert "federations" not in config["tool"]["flwr"]       # the connection lives in Flower's own config
+    sys.path.insert(0, str(folder))
+    try:   # the components are the package's apps (flwr new's shape: <package>.server_app:app)
+        assert importlib.import_module(f"{app_folder.APP_PACKAGE}.server_app").app is server_app
+        assert importlib.import_module(f"{app_folder.APP_PACKAGE}.client_app").app is client_app
+    finally:
+        sys.path.remove(str(folder))
+    fab = build_fab_from_disk(folder)
+    assert len(fab) < 20_000                               # the components import the installed package
 
 
 @needs_flwr
@@ -708,3 +734,26 @@ def test_run_config_round_trips_to_the_server_settings():
     assert default.protocol == Protocol() and default.sites == 4
     with pytest.raises(InputError, match="data-options is not JSON"):
         settings_from_run_config({"data-options": "{hospitals"})
+
+
+def test_flwr_run_stream_becomes_rounds_lines_and_one_error(tmp_path, capsys):
+    """What ``flwr run --stream`` prints: Flower's chatter dropped, rounds to the bar, a traceback to one line."""
+    from coalitions.learners.federated.run import _flwr_run
+
+    stream = ["Using SuperLink: simulation (127.0.0.1:4)", "\x1b[92mINFO \x1b[0m:      Starting logstream",
+              "sites: A (3 train), B (4 train)", "round 1/2: 0.10 s, 10 bytes sent, 12 received",
+              "round 2/2: 0.10 s, 10 bytes sent, 12 received",
+              "\x1b[91mERROR \x1b[0m:     ServerApp raised an exception", "Traceback (most recent call last):",
+              '  File "apps.py", line 1, in main', "coalitions.errors.InputError: only 1 of 2 sites connected within "
+              "3 s (A)\x1b[91mERROR \x1b[0m:     Exit Code: 700", "An unhandled exception occurred"]
+    script = tmp_path / "fake_flwr.py"
+    script.write_text(f"for line in {stream!r}:\n    print(line)\n")
+    logged, bars = [], []
+    code, error = _flwr_run([sys.executable, str(script)], dict(os.environ), None, log=logged.append,
+                            progress=lambda done, total: bars.append((done, total)))
+    assert code == 0 and error == "only 1 of 2 sites connected within 3 s (A)"
+    assert logged == ["sites: A (3 train), B (4 train)"] and bars == [(1, 2), (2, 2)]
+    assert capsys.readouterr().err == ""                    # an input error's traceback is held back
+    logged.clear()
+    _flwr_run([sys.executable, str(script)], dict(os.environ), None, log=logged.append)
+    assert logged[1:] == stream[3:5]                        # without a bar the rounds are lines, as the server wrote them

@@ -326,12 +326,13 @@ def test_a_newline_name_is_refused_at_discovery_in_the_simulation_engine(tmp_pat
     assert "Traceback" not in r.stderr and not out.exists()      # no empty -o folder left behind
 
 
-def test_the_simulation_engine_keeps_ray_on_loopback():
+def test_the_simulation_engine_keeps_ray_on_loopback(tmp_path):
     """Ray binds to all interfaces unless its node address is 127.0.0.1 (measured: GCS, raylet, workers)."""
-    ray = pytest.importorskip("ray")
-    from coalitions.learners.federated.run import _loopback_ray
+    pytest.importorskip("ray")
+    from coalitions.learners.federated.run import _flower_env
 
-    _loopback_ray()
-    assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
-    if not ray.is_initialized():
-        assert ray._private.services.get_node_ip_address() == "127.0.0.1"
+    env = _flower_env(tmp_path)   # the environment of the simulation's SuperLink and the processes it starts
+    assert env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    code = "import ray._private.services as s; print(s.get_node_ip_address())"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "127.0.0.1", r.stderr[-2000:]

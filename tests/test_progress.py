@@ -69,3 +69,73 @@ def test_reproduce_reports_progress_inside_pieces(tmp_path):
         ticks = [(d, t) for p, d, t in seen if p == piece]
         assert ticks[-1][0] == ticks[-1][1] and [d for d, _ in ticks] == sorted(d for d, _ in ticks)
     assert len(lines) == 6 and all(" s" in line for line in lines)
+
+
+class Clock:
+    """A stand-in for the ``time`` module whose clock moves only when told."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def monotonic(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(pg, "time", c)
+    return c
+
+
+def test_steps_off_a_terminal_are_lines_once_the_job_is_long(clock):
+    from coalitions.learners.experiments.progress import StepProgress
+
+    out = io.StringIO()
+    quick = StepProgress("enumerating", out)
+    for k in range(1, 6):
+        clock.now += 0.01
+        quick(k, 5)
+    assert out.getvalue() == ""                       # a job done within LINE_S stays quiet in a pipe
+    rounds = StepProgress("rounds", out)
+    for k in range(1, 4):                             # slow steps: one line each, with the time so far
+        clock.now += 2.5
+        rounds(k, 3)
+    assert out.getvalue().splitlines() == ["rounds: 1/3 (2.5 s)", "rounds: 2/3 (5.0 s)", "rounds: 3/3 (7.5 s)"]
+    out.truncate(0), out.seek(0)
+    fast = StepProgress("epochs", out)
+    for k in range(1, 42):                            # 0.25 s steps: one line a second, and the last
+        clock.now += 0.25
+        fast(k, 41)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 11 and lines[0] == "epochs: 4/41 (1.0 s)" and lines[-2] == "epochs: 40/41 (10.0 s)"
+    assert lines[-1] == "epochs: 41/41 (10.2 s)"
+
+
+def test_steps_on_a_terminal_are_a_bar_then_one_line(clock, monkeypatch):
+    from coalitions.learners.experiments.progress import StepProgress
+
+    monkeypatch.setattr(pg, "REDRAW_S", 0.0)
+    out = Terminal()
+    step = StepProgress("rounds", out)
+    clock.now += 1.0
+    step(1, 2)
+    assert out.getvalue().startswith("\rrounds  [##########..........]  50%  1/2")
+    clock.now += 1.0
+    step(2, 2)
+    assert out.getvalue().endswith("\rrounds: 2/2 (2.0 s)\n")
+
+
+def test_cli_commands_write_step_lines_to_a_log(monkeypatch, tmp_path):
+    """``oracle`` logged to a file (stderr not a terminal): its training's steps as lines."""
+    pytest.importorskip("torch")
+    from click.testing import CliRunner
+
+    from coalitions.cli import cli
+
+    monkeypatch.setattr(pg, "LINE_S", 0.0)
+    r = CliRunner().invoke(cli, ["oracle", "synthetic", "--clients", "3", "--model", "logistic", "--epochs", "3",
+                                 "-o", str(tmp_path / "g.json")])
+    assert r.exit_code == 0, r.output
+    lines = [line for line in r.stderr.splitlines() if line.startswith("training 7 subset models: ")]
+    assert lines and lines[-1].startswith("training 7 subset models: 21/21 (")

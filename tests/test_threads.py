@@ -99,3 +99,21 @@ def test_fits_apply_the_policy(no_override):
         assert torch.get_num_threads() == 2                          # restored after each fit
     finally:
         torch.set_num_threads(1)
+
+
+def test_blas_follows_the_policy(no_override):
+    """NumPy's BLAS threads follow PyTorch's (threadpoolctl), inside a fit and process-wide."""
+    pytest.importorskip("threadpoolctl")
+    if th.blas_threads() is None:
+        pytest.skip("no BLAS library that threadpoolctl controls is loaded")
+    start = th.blas_threads()
+    try:
+        with th.using(0.0, threads=2):
+            assert th.blas_threads() == 2
+        assert th.blas_threads() == start
+        with th.using(0.0):                 # small work: one thread for PyTorch and BLAS alike
+            assert th.blas_threads() == 1 and torch.get_num_threads() == 1
+        assert th.configure(3) == 3 and th.blas_threads() == 3
+        assert th.configure(None) == 1 and th.blas_threads() == 1
+    finally:
+        th.limit_blas(start)

@@ -20,8 +20,11 @@ Modules
     The server's protocol over a Flower ``Grid`` (needs ``flwr``).
 :mod:`~coalitions.learners.federated.apps`
     ``client_app`` and ``server_app``, the ``flwr run`` components.
+:mod:`~coalitions.learners.federated.app_folder`
+    The Flower app folder (``flwr new``'s shape) that ``flwr run`` reads.
 :mod:`~coalitions.learners.federated.run`
-    ``coalitions federate``: simulation engine or SuperLink; output files.
+    ``coalitions federate``: ``flwr run`` of that app in Flower's Simulation
+    Runtime or on a SuperLink; output files.
 :mod:`~coalitions.learners.federated.personal`
     ``federate --method local|fedavg|fedamp|federico|superfed``: the
     personalised learners as Flower strategies (the server's step) and their

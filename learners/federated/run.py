@@ -1,9 +1,10 @@
 """Running the Flower app: in Flower's simulation engine, or on a SuperLink, and writing the results.
 
 :func:`federate_simulation`
-    Rehearsal on one machine: one virtual SuperNode per client of a loader's
-    federation (Flower's simulation engine, Ray backend).  The ServerApp runs
-    in this process and writes the output folder.
+    Rehearsal on one machine: ``flwr run`` of the app folder against a private
+    SuperLink in simulation mode (Flower's Simulation Runtime, Ray backend),
+    one virtual SuperNode per client of a loader's federation.  The ServerApp
+    writes the output folder.
 :func:`federate_superlink`
     Deployment: submits the app to a running SuperLink (``flwr run`` against
     its Control API) whose SuperNodes are the sites.  The ServerApp runs where
@@ -29,128 +30,215 @@ import threading
 from pathlib import Path
 
 from coalitions.errors import InputError
+from coalitions.learners.federated.app_folder import write_app
 from coalitions.learners.federated.outputs import FILES, write_outputs
 from coalitions.learners.federated.protocol import Protocol
-from coalitions.learners.federated.server import Settings, protocol_config
+from coalitions.learners.federated.server import protocol_config
 
-__all__ = ["federate", "write_outputs", "federate_simulation", "federate_superlink", "app_pyproject", "FILES"]
-
-def _quiet_flower() -> None:
-    import logging
-
-    logging.getLogger("flwr").setLevel(logging.WARNING)
-    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-
+__all__ = ["federate", "write_outputs", "federate_simulation", "federate_superlink", "FILES"]
 
 def federate_simulation(dataset: str, data_options: dict, protocol: Protocol, output, *, checkpoint=None,
                         semantics: str = "personalized", tol: float = 1e-9, threads: int = 1,
                         cpus: int | None = None, log=None, progress=None, method: str = "exact",
-                        method_options: dict | None = None, exclude_bad_sites: bool = False) -> dict:
-    """Measure the game of ``dataset`` in Flower's simulation engine; returns ``run.json``'s record.
+                        method_options: dict | None = None, exclude_bad_sites: bool = False,
+                        supernodes: int | None = None, wait_s: float = 120.0) -> dict:
+    """Measure the game of ``dataset`` in Flower's Simulation Runtime; returns ``run.json``'s record.
 
-    One virtual SuperNode per client of the federation (its ``partition-id``
-    selects the client; ``dataset="csv"`` with ``data_options={"schemas": [...]}``:
-    one per schema file).  ``cpus`` bounds the CPUs Ray may use (default:
-    all, at most one per site).  ``method``: ``"exact"`` (the game) or a
-    personalised learner (:mod:`coalitions.learners.federated.personal`, with
-    its own parameters in ``method_options``).
+    The way Flower runs a simulation since ``run_simulation`` was deprecated:
+    ``flwr run`` of the app folder (:mod:`~coalitions.learners.federated.app_folder`)
+    against a SuperLink in simulation mode.  A private SuperLink is started on
+    a free loopback port for this run and stopped after it.  The federation has
+    one virtual SuperNode per client of the dataset's federation
+    (``--federation-config num-supernodes=N``; its ``partition-id`` selects the
+    client; ``dataset="csv"`` with ``data_options={"schemas": [...]}``: one per
+    schema file), and the app waits for all ``N``.  ``cpus`` bounds the CPUs
+    Ray may use (default: all, at most one per site).  ``method``: ``"exact"``
+    (the game) or a personalised learner
+    (:mod:`coalitions.learners.federated.personal`, its own parameters in
+    ``method_options``).  ``log`` receives the run's log lines, ``progress``
+    ``(round, rounds)`` for every round the server reports.  ``supernodes``
+    (default ``N``) and ``wait_s`` rehearse a federation that lacks sites: the
+    server waits ``wait_s`` seconds for the missing ones, then the run fails
+    (an :class:`~coalitions.errors.InputError` naming the sites that came).
     """
     if dataset == "csv":
         n = len(data_options.get("schemas", ()))
     else:
         from coalitions.learners.data.datasets import load
 
-        n = load(dataset, **data_options).n     # checks the options before Ray starts
-    settings = Settings(protocol=protocol, sites=n, dataset=dataset, data_options=dict(data_options),
-                        checkpoint=None if checkpoint is None else str(checkpoint), threads=threads,
-                        method=method, method_options=dict(method_options or {}),
-                        exclude_bad_sites=exclude_bad_sites)
-    return _simulate(settings, output, semantics, tol, cpus, log, progress)
+        n = load(dataset, **data_options).n     # checks the options before anything starts
+    run_config = _run_config(protocol, n, dataset, data_options, output, checkpoint, semantics, tol, wait_s, threads,
+                             method, method_options, exclude_bad_sites)
+    nodes = n if supernodes is None else int(supernodes)
+    n_cpus = max(1, min(nodes, cpus or os.cpu_count() or 1))
+    federation = f"num-supernodes={nodes} client-resources-num-cpus=1 client-resources-num-gpus=0 init-args-num-cpus={n_cpus}"
+    out = Path(output).resolve()
+    (out / "run.json").unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="coalitions-simulation-") as tmp:
+        env = _flower_env(Path(tmp))
+        link, address = _local_superlink(Path(tmp), env)
+        try:
+            (Path(env["FLWR_HOME"]) / "config.toml").write_text(
+                _connection(address, True, None, name="simulation"), encoding="utf-8")
+            app = write_app(Path(tmp) / "app", run_config)
+            flwr = shutil.which("flwr", path=env["PATH"]) or _flwr_executable()
+            cmd = [flwr, "run", str(app), "simulation", "--federation-config", federation, "--stream"]
+            code, error = _flwr_run(cmd, env, None, log=log, progress=progress)
+        finally:
+            _stop(link)
+    return _read_run(out, error, code, "the simulation")
 
 
-def _loopback_ray() -> None:
-    """Make the local Ray instance of the simulation engine listen on 127.0.0.1 only.
+def _flower_env(tmp: Path) -> dict:
+    """The environment of the Flower processes of one run: a private ``FLWR_HOME``, this interpreter's commands.
 
-    Ray (2.55) binds its GCS, raylet and workers to all interfaces unless its
-    node address is the loopback address, and it replaces an explicit
-    ``127.0.0.1`` by the machine's address; only its single-machine mode
-    (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, read when Ray is imported) keeps
-    it on loopback.  The simulation never needs another machine.
+    The SuperLink starts ``flower-superexec``, ``flwr-serverapp`` and
+    ``flwr-simulation`` by name; when they are not installed beside this
+    interpreter (a virtual environment over system packages) a folder of
+    launchers running them with this interpreter comes first on ``PATH``, so
+    every process imports this very package.  Ray stays on loopback
+    (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``: its single-machine mode, which
+    binds nothing but 127.0.0.1; a ``RAY_ADDRESS`` of the caller's is not
+    passed on) and Flower installs no dependencies at run time.
     """
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    constants = sys.modules.get("ray._private.ray_constants")
-    if constants is not None:          # Ray already imported in this process: the same switch
-        constants.ENABLE_RAY_CLUSTER = False
+    home = tmp / "flwr-home"
+    home.mkdir()
+    here = Path(sys.executable).parent
+    if not any((here / f"flwr-serverapp{ext}").exists() for ext in ("", ".exe")):
+        here = tmp / "bin"
+        here.mkdir()
+        from importlib.metadata import distribution
+
+        for entry in distribution("flwr").entry_points:
+            if entry.group == "console_scripts":
+                module, _, attr = entry.value.partition(":")
+                launcher = here / entry.name
+                launcher.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import {attr}\n"
+                                    f"sys.exit({attr}())\n", encoding="utf-8")
+                launcher.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}      # the rehearsal's Ray is its own
+    return {**env, "FLWR_HOME": str(home), "PATH": f"{here}{os.pathsep}{os.environ.get('PATH', '')}",
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+            "RAY_DEDUP_LOGS": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            "FLWR_DISABLE_UPDATE_CHECK": "1"}
 
 
-def _simulate(settings: Settings, output, semantics, tol, cpus, log, progress) -> dict:
-    _loopback_ray()
-    from flwr.simulation import run_simulation
+def _local_superlink(tmp: Path, env: dict, timeout_s: float = 60.0) -> tuple[subprocess.Popen, str]:
+    """Start a SuperLink in simulation mode on a free loopback port; returns the process and its address."""
+    import socket
+    import time
 
-    from coalitions.learners.federated.apps import client_app, make_server_app
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    logfile = tmp / "superlink.log"
+    cmd = [str(Path(env["PATH"].split(os.pathsep)[0]) / "flower-superlink"), "--insecure", "--simulation",
+           "--isolation", "subprocess", "--host", "127.0.0.1", "--port", str(port),
+           "--disable-runtime-dependency-installation"]
+    with open(logfile, "w", encoding="utf-8") as sink:
+        proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            tail = [line for line in logfile.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+            raise InputError(f"the local Flower SuperLink exited (code {proc.returncode}): "
+                             f"{tail[-1] if tail else 'no output'}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, f"127.0.0.1:{port}"
+        except OSError:
+            if time.monotonic() > deadline:
+                _stop(proc)
+                raise InputError(f"the local Flower SuperLink did not start within {timeout_s:g} s") from None
+            time.sleep(0.2)
 
-    outcome: dict = {}
-    log = log or (lambda s: print(s, file=sys.stderr))
-    app = make_server_app(settings, str(output), semantics, tol, outcome, log=log, progress=progress)
-    n_cpus = max(1, min(settings.sites, cpus or os.cpu_count() or 1))
-    _quiet_flower()
-    settings.stop = threading.Event()
-    try:
-        run_simulation(app, client_app, num_supernodes=settings.sites,
-                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                       "init_args": {"num_cpus": n_cpus, "num_gpus": 0, "include_dashboard": False}})
-    except KeyboardInterrupt:
-        settings.stop.set()       # the ServerApp thread stops polling, so the process can exit
-        raise
-    if "error" in outcome:
-        raise outcome["error"]
-    if "result" not in outcome:
-        raise InputError("the Flower simulation ended before the server finished (see the log above)")
-    return json.loads((Path(output) / "run.json").read_text(encoding="utf-8"))
 
+def _process_groups(root: int) -> list[int]:
+    """The process groups of ``root`` and of all its descendants (Linux ``/proc``; elsewhere ``root``'s alone).
 
-def app_pyproject(run_config: dict) -> str:
-    """A Flower app's ``pyproject.toml`` whose components are this package's apps.
-
-    The app folder holds no code: its components import the installed
-    ``coalitions`` package, so every machine of the federation (SuperLink and
-    SuperNodes) runs with ``collaboration-equilibrium[learn,flower]``
-    installed and Flower's runtime dependency installation off.  The
-    repository's ``federated-app/pyproject.toml`` is this file for
-    :data:`~coalitions.learners.federated.apps.RUN_CONFIG` (a test keeps them equal).
+    Flower's SuperExec starts its own session, and the simulation (its Ray
+    included) runs in that one, so stopping the SuperLink's group alone would
+    leave the simulation running.
     """
-    import tomli_w
-
-    from coalitions import __version__
-
-    return ("# The `flwr run` entry of collaboration-equilibrium (docs/federated.md).  Generated by\n"
-            "# coalitions.learners.federated.run.app_pyproject(RUN_CONFIG); tests keep the two equal.\n"
-            + tomli_w.dumps({
-                "project": {"name": "coalitions-federate", "version": __version__,
-                            "description": "The exact collaboration game, or a learner's estimate, over Flower",
-                            "license": "MIT",
-                            # collaboration-equilibrium[learn,flower] must be installed where the apps run;
-                            # nothing is listed, so Flower's runtime installation (uv sync) fetches nothing
-                            "dependencies": []},
-                "tool": {"flwr": {"app": {
-                    "publisher": "coalitions",
-                    "fab-include": ["README.md"],
-                    "components": {"serverapp": "coalitions.learners.federated.apps:server_app",
-                                   "clientapp": "coalitions.learners.federated.apps:client_app"},
-                    "config": run_config}}},
-            }))
+    children: dict[int, list[int]] = {}
+    groups = {root: root}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(stat.parent.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        groups[pid] = int(fields[2])
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return list(dict.fromkeys(groups.get(pid, pid) for pid in found))
 
 
-APP_README = """# coalitions-federate: the `flwr run` entry
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop a process started in its own session and every process group it started (SIGTERM, then SIGKILL)."""
+    import signal
+    import time
 
-The exact collaboration game measured over Flower, the data staying at the sites; or,
-with the run-config key `method` (spo, local, fedavg, fedamp, federico, superfed, ...),
-that learner trained over Flower and its estimate (`method-options`: its own parameters, JSON).
-The app holds no code: its components import the installed `coalitions` package
-(`pip install 'collaboration-equilibrium[learn,flower]'` on every machine).
-See docs/federated.md of collaboration-equilibrium.
-"""
+    killpg = getattr(os, "killpg", None)
+    if killpg is None:                        # no process groups: the process alone
+        proc.kill()
+        proc.wait()
+        return
+    groups = _process_groups(proc.pid)
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        alive = []
+        for group in groups:
+            try:
+                killpg(group, sig)
+                alive.append(group)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        while alive and time.monotonic() < deadline:
+            proc.poll()                       # reap the SuperLink itself
+            alive = [g for g in alive if _group_alive(g)]
+            time.sleep(0.1)
+        if not alive:
+            break
+    proc.poll()
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of ``group`` still runs (zombies do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            return True
+    return False
+
+
+def _run_config(protocol: Protocol, sites: int, dataset: str | None, data_options: dict | None, output, checkpoint,
+                semantics: str, tol: float, wait_s: float, threads: int, method: str, method_options: dict | None,
+                exclude_bad_sites: bool) -> dict:
+    """The app's run config (``--run-config``) for these settings; paths made absolute."""
+    return {**protocol_config(protocol), "sites": int(sites), "dataset": dataset or "",
+            "data-options": json.dumps(data_options or {}, sort_keys=True), "output": str(Path(output).resolve()),
+            "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else "", "semantics": semantics,
+            "tol": float(tol), "wait-s": float(wait_s), "round-timeout-s": 600.0, "retries": 2,
+            "threads": int(threads), "method": method,
+            "method-options": json.dumps(method_options or {}, sort_keys=True),
+            "exclude-bad-sites": bool(exclude_bad_sites)}
+
+
+def _read_run(out: Path, error: str, code: int, where: str) -> dict:
+    """``run.json`` the ServerApp wrote, or the run's error as one line."""
+    if not (out / "run.json").exists():
+        raise InputError(error or f"{where} ended (flwr run exit code {code}) without writing "
+                         f"{out / 'run.json'}; see the log above")
+    return json.loads((out / "run.json").read_text(encoding="utf-8"))
 
 
 def _flwr_executable() -> str:
@@ -161,8 +249,8 @@ def _flwr_executable() -> str:
     return found
 
 
-def _connection(address: str, insecure: bool, root_certificates) -> str:
-    """The ``[superlink.coalitions]`` table of the private Flower configuration: TLS unless ``insecure``.
+def _connection(address: str, insecure: bool, root_certificates, name: str = "coalitions") -> str:
+    """The ``[superlink.<name>]`` table of the private Flower configuration: TLS unless ``insecure``.
 
     With TLS the SuperLink's certificate is checked against ``root_certificates``
     (a PEM file: the consortium's own CA) or, without it, the system's trust store.
@@ -179,7 +267,7 @@ def _connection(address: str, insecure: bool, root_certificates) -> str:
         if b"-----BEGIN CERTIFICATE-----" not in head:
             raise InputError(f"--root-certificates {root_certificates}: not a PEM certificate file")
         lines.append(f"root-certificates = {json.dumps(str(path))}")
-    return '[superlink]\ndefault = "coalitions"\n\n[superlink.coalitions]\n' + "\n".join(lines) + "\n"
+    return f'[superlink]\ndefault = "{name}"\n\n[superlink.{name}]\n' + "\n".join(lines) + "\n"
 
 
 def _reachable(address: str) -> None:
@@ -199,32 +287,78 @@ def _reachable(address: str) -> None:
 _BOX = ("╭", "│", "╰", "┌", "└", "|")
 #: Unicode box-drawing characters (U+2500 to U+257F), removed from a boxed error's text.
 _BOX_DRAWING = re.compile("[\u2500-\u257f|]+")
+#: Terminal colour codes in Flower's log lines.
+_ANSI = re.compile("\x1b\\[[0-9;]*m")
+#: Flower's own chatter around a run, not shown (the run's log lines are).
+_CHATTER = ("Using SuperLink", "Successfully started run", "Successfully installed", "INFO :",
+            "(ClientAppActor pid=",
+            "WARNING : Since flwr 1.32", "ERROR : ServerApp raised an exception")
+#: The line the server logs after every round (:func:`coalitions.learners.federated.server.measure_game`).
+_ROUND = re.compile(r"^round (\d+)/(\d+)\b")
+#: The level tag that opens a record of Flower's log.
+_LOG_TAG = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +:")
+#: The last line of a Python traceback: the exception's type and message.
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Reply|Stopped|Interrupt)): (.*)$")
 
 
-def _flwr_run(cmd: list, env: dict, timeout_s) -> tuple[int, str]:
-    """Run ``flwr run``, streaming its log to stderr; a boxed error is held back and returned as one line."""
+def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None) -> tuple[int, str]:
+    """Run ``flwr run --stream``, passing the run's log on; returns its exit code and the run's error (one line).
+
+    Flower's boxed errors and the ServerApp's traceback are held back: their
+    message is returned (a :class:`~coalitions.errors.InputError` raised in the
+    ServerApp as its own message), and an unexpected exception's traceback is
+    written after all, since it is a fault of this package, not of the input.
+    A server line ``round r/R: ...`` goes to ``progress(r, R)`` when given (a
+    bar), to ``log`` otherwise.
+    """
+    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     box: list[str] = []
+    trace: list[str] | None = None
+    raised = ""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     timer = threading.Timer(timeout_s, proc.kill) if timeout_s else None
     if timer is not None:
         timer.start()
     try:
         assert proc.stdout is not None
-        for line in proc.stdout:
+        for raw in proc.stdout:
+            line = _ANSI.sub("", raw.rstrip("\n"))
             stripped = line.strip()
             if stripped.startswith(_BOX):
                 text = _BOX_DRAWING.sub(" ", stripped).strip()
                 if text and text != "Error":
                     box.append(text)
                 continue
-            sys.stderr.write(line)
+            if raised:                                   # after the traceback: Flower's exit notice
+                continue
+            if trace is not None:
+                trace.append(line)
+                found = _RAISED.match(_LOG_TAG.split(line)[0].rstrip())   # Flower's next record may follow
+                if found:
+                    raised = found.group(2) if found.group(1).startswith("coalitions.") else found.group(0)
+                    if not found.group(1).startswith("coalitions."):
+                        sys.stderr.write("\n".join(trace) + "\n")
+                continue
+            if stripped.startswith("Traceback (most recent call last)"):
+                trace = [line]
+                continue
+            if not stripped or " ".join(stripped.split()).startswith(_CHATTER):
+                continue
+            step = _ROUND.match(stripped)
+            if step and progress is not None:
+                progress(int(step.group(1)), int(step.group(2)))
+            else:
+                log(line)
         proc.wait()
     finally:
         if timer is not None:
             timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     if timer is not None and proc.returncode < 0:
         raise InputError(f"the run did not finish within {timeout_s:g} s")
-    return proc.returncode, " ".join(" ".join(box).split())
+    return proc.returncode, raised or " ".join(" ".join(box).split())
 
 
 def federate_superlink(address: str, sites: int, protocol: Protocol, output, *, dataset: str | None = None,
@@ -248,19 +382,11 @@ def federate_superlink(address: str, sites: int, protocol: Protocol, output, *, 
               "or authenticated; use it only on loopback or a trusted network", file=sys.stderr)
     _reachable(address)
     out = Path(output).resolve()
-    run_config = {**protocol_config(protocol), "sites": int(sites), "dataset": dataset or "",
-                  "data-options": json.dumps(data_options or {}, sort_keys=True), "output": str(out),
-                  "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else "", "semantics": semantics,
-                  "tol": float(tol), "wait-s": float(wait_s), "round-timeout-s": 600.0, "retries": 2,
-                  "threads": int(threads), "method": method,
-                  "method-options": json.dumps(method_options or {}, sort_keys=True),
-                  "exclude-bad-sites": bool(exclude_bad_sites)}
+    run_config = _run_config(protocol, sites, dataset, data_options, out, checkpoint, semantics, tol, wait_s, threads,
+                             method, method_options, exclude_bad_sites)
     (out / "run.json").unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="coalitions-federate-") as tmp:
-        app_dir = Path(tmp) / "app"
-        app_dir.mkdir()
-        (app_dir / "pyproject.toml").write_text(app_pyproject(run_config), encoding="utf-8")
-        (app_dir / "README.md").write_text(APP_README, encoding="utf-8")
+        app_dir = write_app(Path(tmp) / "app", run_config)
         home = Path(tmp) / "flwr-home"
         home.mkdir()
         (home / "config.toml").write_text(config, encoding="utf-8")
@@ -270,13 +396,13 @@ def federate_superlink(address: str, sites: int, protocol: Protocol, output, *, 
             code, error = _flwr_run(cmd, env, timeout_s)
         except InputError as e:
             raise InputError(f"--superlink {address}: {e}") from None
-    if not (out / "run.json").exists():
-        if "unavailable" in error:
-            error += (" (is the SuperLink running with TLS and --root-certificates its CA's certificate, or "
-                      "without TLS and --insecure given?)")
-        raise InputError(f"--superlink {address}: " + (error or f"the run ended (flwr run exit code {code}) "
-                         f"without writing {out / 'run.json'}; see the log above"))
-    return json.loads((out / "run.json").read_text(encoding="utf-8"))
+    if not (out / "run.json").exists() and "unavailable" in error:
+        error += (" (is the SuperLink running with TLS and --root-certificates its CA's certificate, or "
+                  "without TLS and --insecure given?)")
+    try:
+        return _read_run(out, error, code, "the run")
+    except InputError as e:
+        raise InputError(f"--superlink {address}: {e}") from None
 
 
 def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, superlink: str | None = None,

@@ -46,7 +46,7 @@ from coalitions.errors import InputError
 from coalitions.learners.federated.protocol import Protocol, aggregate, coalition_masks, initial_params, site_masks
 from coalitions.learners.federated.replies import check_arrays, check_metrics
 
-__all__ = ["Settings", "Stopped", "measure_game", "protocol_config", "protocol_from_config"]
+__all__ = ["Settings", "Stopped", "measure_game", "round_line", "protocol_config", "protocol_from_config"]
 
 
 @dataclass
@@ -363,6 +363,15 @@ def _check_sites(descriptions: dict) -> list[dict]:
     return sites
 
 
+def round_line(done: int, total: int, seconds: float, sent: int, received: int) -> str:
+    """The line the server logs after every round: its time and its traffic.
+
+    >>> round_line(3, 50, 0.2134, 7168, 7311)
+    'round 3/50: 0.21 s, 7,168 bytes sent, 7,311 received'
+    """
+    return f"round {done}/{total}: {seconds:.2f} s, {int(sent):,} bytes sent, {int(received):,} received"
+
+
 def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
     """Run the whole protocol on ``grid``; returns the game's values and the run's record.
 
@@ -414,6 +423,7 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
             log(f"resuming after round {start} of {p.rounds} from {settings.checkpoint}")
     proto = protocol_config(p)
     for r in range(start, p.rounds):
+        began, sent, received = time.perf_counter(), link.sent, link.received
         contents = {}
         for i, name in enumerate(names):
             mine = site_masks(n, i)
@@ -440,6 +450,7 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
         if settings.checkpoint:
             save_state(settings.checkpoint, key, r + 1, {"params": params},
                        {"sent": link.sent, "received": link.received, "messages": link.messages})
+        log(round_line(r + 1, p.rounds, time.perf_counter() - began, link.sent - sent, link.received - received))
         if progress is not None:
             progress(r + 1, p.rounds)
     contents = {}

@@ -20,6 +20,14 @@ thread (docs/performance.md, "Threads").  The rule:
 Inter-op threads (PyTorch's pool for ``torch.jit.fork``; nothing here uses
 it) are set to one, once per process, so that no idle pool is created.
 
+NumPy's BLAS (OpenBLAS, MKL: matrix products outside PyTorch, e.g. in the
+metrics and the closed-form games) follows the same count, through
+`threadpoolctl <https://github.com/joblib/threadpoolctl>`_ (installed with
+scikit-learn; without it BLAS keeps its own default).  A BLAS product summed
+over two threads may differ from the one-thread sum in the last digits, so
+without this a local run (BLAS on every core) and a Ray task (Ray gives a
+one-CPU task ``OMP_NUM_THREADS=1``) differed in the 14th digit.
+
 The thread count never changes which code path runs (that is
 :func:`coalitions.learners.training.paths.choose`), but with several threads
 some reductions may sum in another order: the same command gives the same
@@ -48,7 +56,7 @@ from contextlib import contextmanager
 from coalitions.errors import InputError
 
 __all__ = ["PARALLEL_MACS", "decide", "free_cores", "step_macs", "set_override", "get_override", "using", "configure", "applied",
-           "limit_interop"]
+           "limit_interop", "blas_threads", "limit_blas"]
 
 #: Multiply-adds per training step below which a second thread never paid off.  At 1e8 a step
 #: takes some 20–40 ms on one core of the development machine; ``benchmarks/threads.py`` prints
@@ -178,6 +186,33 @@ def limit_interop() -> None:
         pass
 
 
+def _blas_controller():
+    """threadpoolctl's view of this process's BLAS libraries (``None`` without threadpoolctl)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    return ThreadpoolController()
+
+
+def blas_threads() -> int | None:
+    """The BLAS thread count now in force (the largest over the loaded BLAS libraries; ``None``: unknown)."""
+    ctl = _blas_controller()
+    if ctl is None:
+        return None
+    counts = [lib.num_threads for lib in ctl.lib_controllers if lib.user_api == "blas"]
+    return max(counts) if counts else None
+
+
+def limit_blas(n: int):
+    """Set the BLAS libraries' thread count to ``n``; returns what restores the previous counts (or ``None``).
+
+    The returned object has ``restore_original_limits()``; ``None`` when threadpoolctl is not installed.
+    """
+    ctl = _blas_controller()
+    return None if ctl is None else ctl.limit(limits=_check(n, "BLAS threads"), user_api="blas")
+
+
 @contextmanager
 def using(macs: float, threads: int | None = None):
     """Run the body with :func:`decide`'s thread count; PyTorch's setting is restored afterwards.
@@ -191,14 +226,17 @@ def using(macs: float, threads: int | None = None):
     n = decide(macs, threads=threads)
     before = torch.get_num_threads()
     torch.set_num_threads(n)
+    blas = limit_blas(n)
     try:
         yield n
     finally:
+        if blas is not None:     # first: a BLAS built on OpenMP shares its pool with PyTorch
+            blas.restore_original_limits()
         torch.set_num_threads(before)
 
 
 def configure(threads: int | None = None) -> int:
-    """Set this process up for training: ``--threads`` (or the rule) and one inter-op thread.
+    """Set this process up for training: ``--threads`` (or the rule) for PyTorch and BLAS, one inter-op thread.
 
     Called once by the commands that train and by the test suite, so that work
     outside a fit (loading data to tensors, evaluation) follows the rule too;
@@ -211,6 +249,7 @@ def configure(threads: int | None = None) -> int:
     _torch_default(torch)
     n = decide(0.0)
     torch.set_num_threads(n)
+    limit_blas(n)
     return n
 
 

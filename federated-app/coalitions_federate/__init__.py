@@ -1,0 +1,1 @@
+"""coalitions-federate: the collaboration game over Flower (a thin app over the installed package)."""
