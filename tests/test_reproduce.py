@@ -202,7 +202,11 @@ def test_experiments_are_well_formed():
         for m in exp.methods:
             for quick in (True, False):
                 opts = budgeted_options(exp, quick, m, [100, 40])
-                assert set(opts) - {"protocol"} <= set(METHODS[m].keys), (exp.name, m)
+                # the protocol and its learning-rate grid are the runner's (compute_piece), not method options
+                assert set(opts) - {"protocol", "lr_grid"} <= set(METHODS[m].keys), (exp.name, m)
+                grid = exp.protocol_for(quick).lr_grid if exp.protocol is not None else None
+                if m not in ("local", "fedavg"):     # those two read it from their protocol
+                    assert opts.get("lr_grid") == (list(grid) if grid else None), (exp.name, m)
 
 
 def test_unknown_experiment():
