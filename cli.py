@@ -26,11 +26,11 @@ from coalitions import render
 from coalitions.brute_force import MAX_ENUMERATE
 from coalitions.files import check_output_path, write_text
 from coalitions.game import check_client_names
-from coalitions.networks import graphml
 from coalitions.learners.data.datasets import LOADERS
 from coalitions.learners.data.datasets import OPTIONS as LOADER_OPTIONS
 from coalitions.learners.experiments.catalogue import EXPERIMENTS
 from coalitions.learners.methods.registry import METHODS, all_options
+from coalitions.networks import graphml
 from coalitions.numbers import NumberOverflow
 from coalitions.params import ParameterError
 
