@@ -18,6 +18,8 @@ Examples
 
 from __future__ import annotations
 
+import re
+
 from .bitmask import members
 from .errors import InputError
 
@@ -97,6 +99,16 @@ def equilibrium_to_networkx(eq):
 
 
 def graphml(nx_graph) -> str:
-    """GraphML text of a graph made by this module (attributes typed, keys declared)."""
+    """GraphML text of a graph made by this module (attributes typed, keys declared).
+
+    Booleans are written ``true``/``false`` as the GraphML schema (XML Schema's ``boolean``)
+    requires; networkx writes Python's ``True``/``False``, which stricter readers refuse.
+    """
     nx = _networkx()
-    return "\n".join(nx.generate_graphml(nx_graph)) + "\n"
+    lines = list(nx.generate_graphml(nx_graph))
+    flags = [m.group(1) for m in map(re.compile(r'<key id="([^"]+)".*attr.type="boolean"').search, lines) if m]
+    text = "\n".join(lines)
+    for key in flags:
+        for value in ("True", "False"):
+            text = text.replace(f'<data key="{key}">{value}</data>', f'<data key="{key}">{value.lower()}</data>')
+    return text + "\n"

@@ -49,6 +49,7 @@ def test_graphml_round_trips_through_networkx():
     g = eq.to_networkx()
     back = nx.parse_graphml(graphml(g))
     assert sorted(back.edges) == sorted(g.edges)
+    assert nx.get_edge_attributes(back, "ambiguous") == nx.get_edge_attributes(g, "ambiguous")
     assert {n: d["payoff"] for n, d in back.nodes(data=True)} == pytest.approx(
         {n: d["payoff"] for n, d in g.nodes(data=True)})
 
@@ -60,6 +61,7 @@ def test_cli_writes_graphml(capsys, command):
     assert rc == 0 and err == ""
     g = nx.parse_graphml(out)
     assert sorted(g.nodes) == ["c0", "c1", "c2"]
+    assert ">True<" not in out and ">False<" not in out  # XML Schema booleans are lower case
 
 
 def test_without_networkx_the_cli_says_which_extra_in_one_line(tmp_path):
