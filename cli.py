@@ -29,10 +29,11 @@ from coalitions.learners.data.datasets import LOADERS
 from coalitions.learners.data.datasets import OPTIONS as LOADER_OPTIONS
 from coalitions.learners.experiments.catalogue import EXPERIMENTS
 from coalitions.learners.methods.registry import METHODS, all_options
+from coalitions.networks import graphml
 from coalitions.numbers import NumberOverflow
 from coalitions.params import ParameterError
 
-FORMATS = click.Choice(["text", "json", "dot"])
+FORMATS = click.Choice(["text", "json", "dot", "graphml"])
 SEMANTICS = click.Choice(["personalized", "shared"])
 
 
@@ -298,6 +299,8 @@ def solve(game_file, semantics, tol, fmt, exhaustive_up_to, max_enumerate, seed,
         text = cio.write_json(out, None)
     elif fmt == "dot":
         text = render.equilibrium_dot(eq)
+    elif fmt == "graphml":
+        text = graphml(eq.to_networkx())
     else:
         text = render.equilibrium_text(eq)
         if sup is not None:
@@ -414,6 +417,8 @@ def graph(game_file, within, tol, fmt):
         text = cio.write_json(cio.benefit_graph_to_json(bg), None)
     elif fmt == "dot":
         text = render.graph_dot(bg)
+    elif fmt == "graphml":
+        text = graphml(bg.to_networkx())
     else:
         text = render.graph_text(bg)
     _emit(text, None)

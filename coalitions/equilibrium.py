@@ -115,6 +115,13 @@ class Equilibrium:
         """Each client's ``MAU_i(all)``: the best it could hope for."""
         return np.array([mau_at(self.game, i, self.game.grand) for i in range(self.game.n)])
 
+    def to_networkx(self):
+        """The clients with coalition, round and payoffs, and ``BG(all)``'s edges, as a
+        :class:`networkx.DiGraph` (see :func:`coalitions.networks.equilibrium_to_networkx`)."""
+        from .networks import equilibrium_to_networkx
+
+        return equilibrium_to_networkx(self)
+
     def round_of(self) -> np.ndarray:
         """Peeling round (1-based) in which each client was placed; 0 if found by enumeration."""
         out = np.zeros(self.game.n, dtype=int)

@@ -73,6 +73,12 @@ class BenefitGraph:
             succ[j].append(i)
         return succ
 
+    def to_networkx(self):
+        """This graph as a :class:`networkx.DiGraph` (see :func:`coalitions.networks.benefit_graph_to_networkx`)."""
+        from .networks import benefit_graph_to_networkx
+
+        return benefit_graph_to_networkx(self)
+
 
 class BenefitOracle(Protocol):
     """What peeling needs: the benefit graph of any remaining set.

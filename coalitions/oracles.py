@@ -123,14 +123,14 @@ class WeightOracle:
         self._cache: dict[int, BenefitGraph] = {}
 
     def renormalised(self, within: int) -> np.ndarray:
-        """``w̃``: rows of the members of ``R`` restricted to ``R`` and renormalised (|R|×|R|)."""
+        """``w̃``: rows of the members of ``R`` restricted to ``R`` and renormalised (``|R|×|R|``)."""
         idx = np.array(members(within), dtype=np.int64)
         sub = self.weights[np.ix_(idx, idx)]
         tot = sub.sum(axis=1, keepdims=True)
         return np.divide(sub, tot, out=np.zeros_like(sub), where=tot > 0)
 
     def collaborator_matrix(self, within: int) -> np.ndarray:
-        """Boolean |R|×|R| matrix: ``[a, b]`` is True when member ``b`` is a collaborator of member ``a``."""
+        """Boolean ``|R|×|R|`` matrix: ``[a, b]`` is True when member ``b`` is a collaborator of member ``a``."""
         w = self.renormalised(within)
         k = w.shape[0]
         eye = np.eye(k, dtype=bool)

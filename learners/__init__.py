@@ -4,4 +4,70 @@ Every learner is a scikit-learn-style estimator whose fitted result feeds the
 game core's peeling through the benefit-oracle interface
 (:class:`coalitions.graph.BenefitOracle`).  PyTorch is imported only by the
 modules that train.
+
+The names below are the curated public API; each is imported from its module
+on first use (:pep:`562`), so ``import coalitions.learners`` loads neither
+PyTorch nor the data sets.
+
+* Estimators: :class:`ExhaustiveOracle` (the exact game, Boehmer et al.
+  2024 §3), :class:`SPO` (Pareto hypernetwork, Navon et al. 2021), the personalised
+  federated learners (:class:`Local`, :class:`FedAvg`, :class:`FedProx`, :class:`Ditto`,
+  :class:`FedAMP`, :class:`FedeRiCo`, :class:`SuPerFed`, :class:`PFedMe`, ...) and
+  :func:`create`, which builds any of them by its command-line name.
+* The protocol every column trains under: :class:`TrainingProtocol`,
+  :func:`default_protocol`.
+* Federations: :class:`Federation`, :class:`Client`, :class:`Split` and :func:`load`.
+* Experiments: :func:`reproduce` and the catalogue :data:`EXPERIMENTS`.
+
+Examples
+--------
+>>> import coalitions.learners as L
+>>> L.TrainingProtocol.__name__
+'TrainingProtocol'
+>>> "reproduce" in dir(L)
+True
 """
+
+from __future__ import annotations
+
+import importlib
+
+#: Public name → the module (relative to this package) that defines it.
+_EXPORTS = {
+    # estimators
+    "Learner": ".methods.base", "PersonalizedLearner": ".methods.base", "RefitOracle": ".methods.base",
+    "ExhaustiveOracle": ".exact",
+    "SPO": ".methods.spo.estimator", "SPOOracle": ".methods.spo.oracle",
+    "Local": ".methods.baselines", "FedAvg": ".methods.baselines",
+    "FedProx": ".methods.fedprox", "Ditto": ".methods.ditto",
+    "FedAMP": ".methods.fedamp", "FedAMPHeuristic": ".methods.fedamp",
+    "FedeRiCo": ".methods.federico",
+    "SuPerFed": ".methods.superfed", "SuPerFedMM": ".methods.superfed", "SuPerFedLM": ".methods.superfed",
+    "PerFedAvg": ".methods.perfedavg", "PFedMe": ".methods.pfedme", "PFedHN": ".methods.pfedhn",
+    "FedPer": ".methods.fedper", "LGFedAvg": ".methods.fedper",
+    "QFFL": ".methods.fair", "AFL": ".methods.fair",
+    "METHODS": ".methods.registry", "create": ".methods.registry",
+    # the training protocol
+    "TrainingProtocol": ".training.protocol", "default_protocol": ".training.protocol",
+    # federations
+    "Federation": ".data.federation", "Client": ".data.federation", "Split": ".data.federation",
+    "load": ".data.datasets", "LOADERS": ".data.datasets",
+    # experiments
+    "reproduce": ".experiments.runner", "EXPERIMENTS": ".experiments.catalogue",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -77,6 +77,10 @@ def _declared(*extras: str) -> set[str]:
     return {IMPORT_NAMES.get(n, n).replace("-", "_") for n in names}
 
 
+#: Core modules that may import networkx (the `graph` extra) inside their functions.
+LAZY_EXPORTS = ("coalitions.networks",)
+
+
 def _layer(name: str) -> str:
     if name == "coalitions.cli":
         return "cli"
@@ -92,7 +96,16 @@ def test_the_layout_is_what_the_contract_reads():
 def test_the_core_imports_numpy_and_itself_only(name):
     for module, _ in _imports(name, MODULES[name]):
         assert not module.startswith(("coalitions.learners", "coalitions.cli")), f"{name} imports {module}"
-        assert _third_party(module) in (None, "numpy"), f"{name} imports {module}"
+        allowed = (None, "numpy", "networkx") if name in LAZY_EXPORTS else (None, "numpy")
+        assert _third_party(module) in allowed, f"{name} imports {module}"
+
+
+def test_the_core_exports_import_networkx_only_when_called():
+    """coalitions.networks is the core's one door to networkx, from its `graph` extra, inside functions."""
+    for name in LAZY_EXPORTS:
+        tops = [m for m, top in _imports(name, MODULES[name]) if top and _third_party(m)]
+        assert tops == [], f"{name} imports {tops} at module level"
+    assert "networkx" in _declared("graph")
 
 
 def test_the_cli_loads_the_learners_and_torch_lazily():
@@ -111,7 +124,7 @@ def test_the_learners_never_import_the_cli(name):
         assert not module.startswith("coalitions.cli"), f"{name} imports {module}"
 
 
-@pytest.mark.parametrize("layer, extras, lazy", [("core", (), True), ("cli", (), False),
+@pytest.mark.parametrize("layer, extras, lazy", [("core", ("graph",), True), ("core", (), False), ("cli", (), False),
                                                  ("cli", ("learn",), True), ("learners", ("learn", "plot", "data", "flower", "ray"), True)])
 def test_every_third_party_import_is_declared(layer, extras, lazy):
     """The core needs the required dependencies only; so does the CLI until a command trains."""

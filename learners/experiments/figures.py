@@ -30,7 +30,28 @@ from coalitions.files import write_file, write_text
 from coalitions.learners.experiments.catalogue import METHOD_LABELS
 from coalitions.render import equilibrium_dot, graph_dot
 
-__all__ = ["write_figures", "PLOT_HINT", "convergence_series", "draw_convergence"]
+__all__ = ["write_figures", "PLOT_HINT", "convergence_series", "draw_convergence", "column_style", "PALETTE"]
+
+#: Colours of the columns, in order: matplotlib's ``tab20`` dark shades (``tab10``), then its light ones.
+#: Column ``k`` and ``k + 10`` share a hue; their line style, marker and (bars) hatch tell them apart.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
+           "#dbdb8d", "#9edae5")
+_LINESTYLES = ("-", "--", ":")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+_HATCHES = ("", "//", "..")
+
+
+def column_style(k: int) -> dict:
+    """Colour, line style, marker and hatch of column ``k``.
+
+    The first 20 columns have 20 colours; the (colour, line style) pair is distinct for every
+    ``k < 60`` (the style cycles every 10 columns), and a colour's dark and light shades
+    (``k`` and ``k + 10``) differ in line style and hatch, so that neighbours in hue stay apart.
+    """
+    shade = (k // 10) % len(_LINESTYLES)
+    return {"color": PALETTE[k % len(PALETTE)], "linestyle": _LINESTYLES[shade],
+            "marker": _MARKERS[k % len(_MARKERS)], "hatch": _HATCHES[shade]}
 
 PLOT_HINT = ("matplotlib is not installed, so no PNG figures were drawn: `pip install 'collaboration-equilibrium[plot]'` "
              "and run the same command again (finished runs are reused), or render the DOT files "
@@ -152,13 +173,14 @@ def _draw_utilities(plt, reg: dict, path: Path) -> None:
     width_in = min(12.0, max(6.0, 0.3 * len(clients) * len(cols)))
     fig, ax = plt.subplots(figsize=(width_in, 4.2))
     x = np.arange(len(clients))
-    cmap = plt.get_cmap("tab10")
     for k, col in enumerate(cols):
         cells = [s["test"][col][c] for c in clients]
         mean = [np.nan if c["mean"] is None else c["mean"] for c in cells]
         std = [0.0 if c["std"] is None else c["std"] for c in cells]
+        style = column_style(k)
         ax.bar(x + (k - (len(cols) - 1) / 2) * width, mean, width, yerr=std if len(reg["runs"]) > 1 else None,
-               label=col, color=cmap(k % 10), capsize=2, error_kw={"lw": 0.8})
+               label=col, color=style["color"], hatch=style["hatch"], edgecolor="white", linewidth=0.3,
+               capsize=2, error_kw={"lw": 0.8})
     ax.set_xticks(x, clients)
     metric = reg["metric"]
     if metric == "mse":
@@ -207,8 +229,10 @@ def draw_convergence(plt, reg: dict, path: Path, steps_per_client: int | None = 
     if not series:
         return False
     fig, ax = plt.subplots(figsize=(7.0, 4.2))
-    for label, (x, y) in series.items():
-        ax.plot(x, y, marker="o" if len(x) < 12 else None, markersize=3, label=label)
+    for k, (label, (x, y)) in enumerate(series.items()):
+        style = column_style(k)
+        ax.plot(x, y, color=style["color"], linestyle=style["linestyle"], marker=style["marker"], markersize=4,
+                markevery=max(1, len(x) // 8), linewidth=1.3, label=label)
     if all(v > 0 for _, y in series.values() for v in y):
         ax.set_yscale("log")
     ax.set_xlabel("gradient steps per client" if steps_per_client else "round (SPO: step)")
@@ -216,9 +240,9 @@ def draw_convergence(plt, reg: dict, path: Path, steps_per_client: int | None = 
     import textwrap
 
     ax.set_title(textwrap.fill(f"{reg['title']}: convergence (seed {reg['runs'][0]['seed']})", 80), fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    # beside the axes, not over the curves; bbox_inches="tight" widens the figure to hold it
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
+    write_file(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"))
     plt.close(fig)
     return True
 

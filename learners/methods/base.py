@@ -245,8 +245,8 @@ class RefitOracle:
 class PersonalizedLearner(Learner):
     """Base of the personalised learners (see the module docstring).
 
-    Common parameters
-    -----------------
+    Parameters
+    ----------
     model : {"linear", "logistic", "mlp", "cnn"} or None
         Each client's model (:func:`coalitions.learners.training.models.make_model`); ``None``:
         :func:`default_model` (``cnn`` for images).
@@ -284,8 +284,8 @@ class PersonalizedLearner(Learner):
         ``progress(done_rounds, total_rounds, info)`` when it takes a third
         argument: ``info`` is a dict of round statistics (e.g. ``{"loss": ...}``).
 
-    Attributes (after ``fit``)
-    --------------------------
+    Attributes
+    ----------
     params_ : dict
         Each client's personalised model, stacked ``{name: (N, ...)}`` on the CPU.
     weights_ : ndarray (N, N) or None
