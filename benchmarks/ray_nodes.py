@@ -51,6 +51,9 @@ import numpy as np  # noqa: E402
 
 from coalitions.learners.exact import ExhaustiveOracle  # noqa: E402
 
+#: The GCS declares a silent node dead after 5 missed checks 1 s apart (Ray's default: 3 s apart).
+HEALTH_CHECK = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "5"}
+
 
 def _load() -> str:
     return f"{os.getloadavg()[0]:.2f}"
@@ -96,8 +99,8 @@ class LoopbackCluster:
                     f"--ray-client-server-port={_free_ports(1)[0]}"]
         else:
             cmd += [f"--address={self.address}"]
-        env = dict(os.environ, RAY_ADDRESS="")
-        env.pop("RAY_ADDRESS")
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env.update(HEALTH_CHECK)
         log = open(self.temp / f"node{len(self.nodes)}.log", "w")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         self.nodes.append(proc)
