@@ -28,6 +28,8 @@ through its two largest measured N.
 Run:  python benchmarks/frontier.py [--quick] [--sizes 4,6,8,10] [--seeds 0] [--figure PATH]
 
 ``--quick``: N = 3, 4, five training steps, short SPO searches; the fashion game only.
+``--plot-from OUT.txt ...``: no measurement; the crossover, projections and figure redrawn from
+saved runs' printed tables (e.g. one run per game).
 """
 
 from __future__ import annotations
@@ -145,14 +147,35 @@ def run_game(game: str, sizes: list[int], seeds: list[int], quick: bool) -> dict
     return {"rows": rows, "learner": learner}
 
 
-def summary(game: str, res: dict, sizes: list[int], project: list[int]) -> dict:
-    """Print the crossover of ``game`` and the labelled projections; the CPU series for the figure."""
-    rows, learner = res["rows"], res["learner"]
-    series = {m: [sum(r["cpu_ce"] for r in rows[(n, m)]) / len(rows[(n, m)]) for n in sizes]
-              for m in ("exact", "spo", learner)}
+def cpu_series(res: dict, sizes: list[int]) -> dict[str, list[float]]:
+    """Mean CPU seconds to the CE per size: ``{method: [...]}`` for the exact oracle, SPO and the learner kept."""
+    rows = res["rows"]
+    return {m: [sum(r["cpu_ce"] for r in rows[(n, m)]) / len(rows[(n, m)]) for n in sizes]
+            for m in ("exact", "spo", res["learner"])}
+
+
+def read_table(path: Path) -> tuple[dict, dict]:
+    """The CPU-to-CE series of a saved run's printed table (this script's stdout): ``(sizes, series)`` per game."""
+    sizes: dict = {}
+    series: dict = {}
+    for line in path.read_text().splitlines():
+        f = line.split()
+        if len(f) >= 8 and f[0] in GAMES and f[1].isdigit():
+            game, n, m, cpu = f[0], int(f[1]), f[2], float(f[4])
+            if n not in sizes.setdefault(game, []):
+                sizes[game].append(n)
+            series.setdefault(game, {}).setdefault(m, []).append(cpu)
+    return sizes, series
+
+
+def summary(game: str, sizes: list[int], series: dict, project: list[int]) -> None:
+    """Print the crossover of ``game`` and the labelled projections from its CPU series."""
+    learner = [m for m in series if m not in ("exact", "spo")][0]
     for m in ("spo", learner):
         cross = next((n for n, e, c in zip(sizes, series["exact"], series[m], strict=True) if e > c), None)
-        where = f"N = {cross} (measured)" if cross is not None else f"not within N <= {sizes[-1]}"
+        where = (f"N = {cross} (measured)" if cross is not None and cross != sizes[0] else
+                 f"every measured N (N = {sizes[0]} to {sizes[-1]})" if cross is not None else
+                 f"no measured N (N <= {sizes[-1]})")
         proj = ""
         if cross is None and project:
             hit = next((n for n in project if projection(sizes, series["exact"], n, True)
@@ -163,11 +186,10 @@ def summary(game: str, res: dict, sizes: list[int], project: list[int]) -> dict:
         print(f"   {game} N = {n} PROJECTION (not measured): exact {projection(sizes, series['exact'], n, True):.0f} "
               f"CPU s, spo {projection(sizes, series['spo'], n, False):.0f}, "
               f"{learner} {projection(sizes, series[learner], n, False):.0f}")
-    return series
 
 
 def draw(path: Path, sizes: dict, series: dict, project: list[int]) -> None:
-    """CPU seconds to the CE against N, log scale, one panel per game; projections dashed."""
+    """CPU seconds to the CE against N, log scale, one panel per game; projections dotted."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -176,16 +198,17 @@ def draw(path: Path, sizes: dict, series: dict, project: list[int]) -> None:
     fig, axes = plt.subplots(1, len(series), figsize=(5 * len(series), 3.8), squeeze=False)
     for ax, (game, s) in zip(axes[0], series.items(), strict=True):
         xs = sizes[game]
+        ahead = [n for n in project if n > xs[-1]]
         for (m, ys), colour in zip(s.items(), ("#222222", "#1f77b4", "#d62728"), strict=False):
             ax.plot(xs, ys, "o-", color=colour, label=m)
-            if project:
-                px = [xs[-1], *project]
-                py = [ys[-1], *(projection(xs, ys, n, m == "exact") for n in project)]
+            if ahead:
+                px = [xs[-1], *ahead]
+                py = [ys[-1], *(projection(xs, ys, n, m == "exact") for n in ahead)]
                 ax.plot(px, py, ":", color=colour)
         ax.set_yscale("log")
         ax.set_xlabel("clients N")
         ax.set_ylabel("CPU s to the CE")
-        ax.set_title(f"{game} ({'dotted: projection' if project else 'measured'})")
+        ax.set_title(f"{game} ({'dotted: projection, not measured' if ahead else 'measured'})")
         ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,6 +228,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0", help="seeds, comma-separated [0]")
     ap.add_argument("--project", default="12,14,16", help="N to project to, labelled [12,14,16]")
     ap.add_argument("--figure", default=None, help="write the figure here (PNG)")
+    ap.add_argument("--plot-from", nargs="+", default=None, metavar="FILE",
+                    help="measure nothing: the crossover and the figure from saved runs' output (this script's stdout)")
     args = ap.parse_args(argv)
     try:
         sizes, seeds, project = _ints(args.sizes), _ints(args.seeds), _ints(args.project)
@@ -218,6 +243,17 @@ def main(argv=None) -> int:
         return 2
     if args.quick:
         sizes, games, project = [3, 4], ["fashion"], [6]
+    if args.plot_from:
+        print(f"# redrawn from {', '.join(args.plot_from)} (nothing measured now)")
+        runs = [read_table(Path(f)) for f in args.plot_from]
+        all_sizes = {g: s for r in runs for g, s in r[0].items()}
+        series = {g: s for r in runs for g, s in r[1].items()}
+        for game in series:
+            summary(game, all_sizes[game], series[game], [n for n in project if n > all_sizes[game][-1]])
+        if args.figure:
+            draw(Path(args.figure), all_sizes, series, project)
+            print(f"   figure: {args.figure}")
+        return 0
     project = [n for n in project if n > sizes[-1]]
     threads.set_override(1)
     print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start; PyTorch on 1 thread; "
@@ -226,8 +262,8 @@ def main(argv=None) -> int:
           f"{'edgeF1':>6s} sameCE")
     series = {}
     for game in games:
-        res = run_game(game, sizes, seeds, args.quick)
-        series[game] = summary(game, res, sizes, project)
+        series[game] = cpu_series(run_game(game, sizes, seeds, args.quick), sizes)
+        summary(game, sizes, series[game], project)
     if args.figure:
         draw(Path(args.figure), dict.fromkeys(games, sizes), series, project)
         print(f"   figure: {args.figure}")
