@@ -22,8 +22,8 @@ are the same.
 Then the crossover: the smallest measured N at which the exact oracle costs more CPU than
 the learner.  Past the largest measured N the script extrapolates, **labelled as a
 projection**: the exact oracle's CPU time as ``a·2^N`` (its work is one model per subset; the
-constant from the largest measured N) and each learner's as a straight line in log-log
-through its two largest measured N.
+constant from the largest measured N) and each learner's as a power law of N fitted by least
+squares to all its measured points (log-log).
 
 Run:  python benchmarks/frontier.py [--quick] [--sizes 4,6,8,10] [--seeds 0] [--figure PATH]
 
@@ -43,6 +43,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
 
 import coalitions as co  # noqa: E402
 from coalitions.compare import compare  # noqa: E402
@@ -107,11 +109,17 @@ def against(exact: dict, r: dict) -> tuple[float, bool]:
 
 
 def projection(xs: list[int], ys: list[float], n: int, exhaustive: bool) -> float:
-    """CPU seconds projected at ``n``: ``a·2^n`` through the last point, or log-log through the last two."""
+    """CPU seconds projected at ``n``: ``a·2^n`` through the last point, or a power law ``b·n^k``.
+
+    The power law is the least-squares line through every measured ``(log N, log CPU)``: a
+    learner's cost moves with the game's structure (SPO searches once per client and
+    remaining set), so two points alone can even give a falling cost.
+    """
     if exhaustive or len(xs) < 2:
         return ys[-1] * 2.0 ** (n - xs[-1]) if exhaustive else ys[-1]
-    slope = (math.log(ys[-1]) - math.log(ys[-2])) / (math.log(xs[-1]) - math.log(xs[-2]))
-    return ys[-1] * (n / xs[-1]) ** slope
+    lx, ly = np.log(np.asarray(xs, dtype=float)), np.log(np.asarray(ys, dtype=float))
+    k, b = np.polyfit(lx, ly, 1)
+    return float(math.exp(b + k * math.log(n)))
 
 
 def run_game(game: str, sizes: list[int], seeds: list[int], quick: bool) -> dict:
