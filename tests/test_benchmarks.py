@@ -17,13 +17,16 @@ pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
+#: Scripts whose --quick run starts processes or clusters (about 20-50 s on a loaded 2-core machine).
+SLOW = {"ray_nodes.py"}
 
 
 def test_every_benchmark_is_listed():
     assert {p.name for p in SCRIPTS} >= {"core.py", "learners.py", "oracle.py", "threads.py"}
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("script", [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW else p for p in SCRIPTS],
+                         ids=lambda p: p.name)
 def test_benchmark_quick_runs_to_its_end(script, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
     r = subprocess.run([sys.executable, str(script), "--quick"], cwd=tmp_path, env=env, capture_output=True,
