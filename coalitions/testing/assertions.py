@@ -73,41 +73,37 @@ def _where(game: Game, i: int, mask: int) -> str:
     return "alone" if mask == 1 << i else f"in {_set(game, mask)}"
 
 
-def _cmp(game: Game, strict: bool) -> str:
-    if game.sense == "min":
-        return "<" if strict else "<="
-    return ">" if strict else ">="
-
-
-def _row(game: Game, i: int, new: float, new_mask: int, old: float, old_mask: int, strict: bool) -> str:
-    name = game.clients[i]
-    return (f"{name}: {_num(game, new)} {_where(game, i, new_mask)} {_cmp(game, strict)} "
-            f"{_num(game, old)} {_where(game, i, old_mask)}")
+def _row(game: Game, i: int, new: float, new_mask: int, old: float, old_mask: int) -> str:
+    """``name: new where > old where``, the relation read from the numbers as shown (``=`` when they
+    print alike, as ties within the tolerance do)."""
+    a, b = _num(game, new), _num(game, old)
+    shown_a, shown_b = float(a), float(b)
+    rel = "=" if a == b else ">" if shown_a > shown_b else "<"
+    return f"{game.clients[i]}: {a} {_where(game, i, new_mask)} {rel} {b} {_where(game, i, old_mask)}"
 
 
 def _witness(game: Game, report: AxiomReport, v: Violation, where) -> str:
     """One line per witness: who deviates where, and each member's payoff after vs before."""
     rows = v.payoffs
     if report.name == "inner_agreement":
-        parts = [_row(game, i, a, v.subcoalition, b, v.coalition, False) for i, a, b in rows]
+        parts = [_row(game, i, a, v.subcoalition, b, v.coalition) for i, a, b in rows]
         return f"block {_set(game, v.coalition)} splits: {_set(game, v.subcoalition)} leaves with nobody losing: " \
             + "; ".join(parts)
     if report.name in ("outer_agreement", "strict_core"):
         verb = "blocks" if report.name == "outer_agreement" else "weakly blocks"
-        parts = [_row(game, i, a, v.coalition, b, int(where[i]), report.name == "outer_agreement")
-                 for i, a, b in rows]
+        parts = [_row(game, i, a, v.coalition, b, int(where[i])) for i, a, b in rows]
         return f"coalition {_set(game, v.coalition)} {verb}: " + "; ".join(parts)
     if report.name == "individual_rationality":
         (i, a, b), = rows
-        return f"client {game.clients[i]} is worse off than alone: " + _row(game, i, a, 1 << i, b, int(where[i]), True)
+        return f"client {game.clients[i]} is worse off than alone: " + _row(game, i, a, 1 << i, b, int(where[i]))
     # Nash / individual stability: the mover first, then the receiving block's members.
     (i, a, b), *hosts = rows
     target = v.coalition | (1 << i)
     move = "going alone" if v.coalition == 0 else f"joining {_set(game, v.coalition)}"
-    text = f"client {game.clients[i]} gains by {move}: " + _row(game, i, a, target, b, int(where[i]), True)
+    text = f"client {game.clients[i]} gains by {move}: " + _row(game, i, a, target, b, int(where[i]))
     if hosts:
         label = "; and they accept: " if report.name == "individual_stability" else "; the block they join: "
-        text += label + "; ".join(_row(game, j, x, target, y, v.coalition, False)
+        text += label + "; ".join(_row(game, j, x, target, y, v.coalition)
                                                    for j, x, y in hosts)
     return text
 

@@ -56,7 +56,7 @@ def games(draw, n: int | None = None, *, min_n: int = 1, max_n: int = 5, ties: b
     """
     size = n if n is not None else draw(st.sampled_from(range(min_n, max_n + 1)))  # uniform, shrinks to min_n
     count = size << (size - 1)
-    tied = draw(st.booleans()) if ties is None else ties
+    tied = not draw(st.booleans()) if ties is None else ties  # shrinks to tied (all-zero) games
     how = draw(st.sampled_from(("max", "min"))) if sense is None else sense
     if tied:
         flat = np.array(draw(st.lists(st.integers(0, levels - 1), min_size=count, max_size=count)), dtype=float)
