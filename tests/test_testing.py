@@ -1,7 +1,10 @@
 """coalitions.testing: the assertions' witnesses, the strategies' validity and shrinking, the plugin."""
 
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ from coalitions.testing import (
 )
 from coalitions.testing.strategies import estimates, games, partitions, planted_games
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
 ME = co.mean_estimation([5, 5, 25], clients=["a", "b", "c"])  # a loss game; its CE is a,b|c
 #: a is worse off with b than alone; b gains (higher is better).
 UNEQUAL = co.Game.from_mapping(["a", "b"], {"a": {"a": 1, "a,b": 0.5}, "b": {"b": 1, "a,b": 2}})
@@ -150,3 +154,32 @@ def test_the_plugin_reads_games_and_reports_a_failed_certificate(tmp_path):
     assert run.returncode == 1, run.stdout
     assert "coalition {a,b} blocks: a: 1.5 in {a,b} < 1.72222 in {a,c}; b: 1.5 in {a,b} < 2 alone" in run.stdout
     assert "assertions.py" not in run.stdout  # the witness, not a traceback through the package
+
+
+# ---------------------------------------------------------------------------- docs/testing.md
+DOC = (Path(__file__).resolve().parent.parent / "docs" / "testing.md").read_text(encoding="utf-8")
+
+
+def test_the_messages_on_the_page_are_what_the_assertions_print():
+    import coalitions.testing as ct
+
+    scope = {**{n: getattr(ct, n) for n in ct.__all__}, "co": co, "game": co.read_game(EXAMPLES / "mean-estimation-5-5-25.json"),
+             "unequal": UNEQUAL}
+    shown = re.findall(r"^>>> (.*)\n((?:(?!```).+\n)+)", DOC, flags=re.M)
+    assert len(shown) == 9
+    for code, text in shown:
+        with pytest.raises(AssertionError) as err:
+            exec(code, scope)
+        assert f"{type(err.value).__name__}: {err.value}\n" == text, code
+
+
+def test_the_worked_examples_on_the_page_pass(tmp_path):
+    files = re.findall(r"```python\n# file: (\S+)\n(.*?)```", DOC, flags=re.S)
+    assert [name for name, _ in files] == ["test_my_learner.py", "test_relabelling.py", "test_pinned_ce.py"]
+    for name, code in files:
+        (tmp_path / name).write_text(code)
+    shutil.copy(EXAMPLES / "mean-estimation-5-5-25.json", tmp_path)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout
+    assert "3 passed" in run.stdout

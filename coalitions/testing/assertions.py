@@ -113,8 +113,10 @@ def explain(game: Game, partition, report: AxiomReport) -> str:
     if report.holds:
         return ""
     where = block_of(game, _blocks(game, partition))
-    unit = "coalitions" if report.name not in ("nash_stability", "individual_stability") else "moves"
-    head = (f"{report.name.replace('_', ' ')} fails for {_partition_text(game, _blocks(game, partition))} "
+    unit = {"nash_stability": "moves", "individual_stability": "moves",
+            "individual_rationality": "clients"}.get(report.name, "coalitions")
+    title = report.name.replace("_", " ").replace("nash", "Nash")
+    head = (f"{title} fails for {_partition_text(game, _blocks(game, partition))} "
             f"({report.method}: {report.violations} of {report.checked} {unit} violate)")
     lines = [head] + ["  " + _witness(game, report, v, where) for v in report.witnesses[:SHOWN]]
     if report.violations > SHOWN:

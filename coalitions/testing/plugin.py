@@ -7,7 +7,7 @@ Installed with the package, pytest loads it on its own; it adds
 * a readable report for a failed certificate: when a test fails with
   :class:`~coalitions.testing.CertificateFailure` (every ``assert_*`` of the package raises
   it), pytest shows the witness message alone, without the traceback through the
-  package, in a section "collaboration equilibrium".
+  package, after the file and line of the test that asserted.
 """
 
 from __future__ import annotations
@@ -38,10 +38,12 @@ def game_from(request: pytest.FixtureRequest) -> Callable[[str | Path], Game]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Report a failed certificate by its witness message (no traceback through the package)."""
     outcome = yield
     report = outcome.get_result()
     excinfo = call.excinfo
     if report.failed and excinfo is not None and isinstance(excinfo.value, CertificateFailure):
-        where = f"{item.nodeid}: {excinfo.typename}"
-        report.longrepr = f"{where}\n{excinfo.value}"
-        report.sections.append(("collaboration equilibrium", str(excinfo.value)))
+        # the line of the test that asserted, not the package's own frames
+        own = [e for e in excinfo.traceback if Path(str(e.path)) == Path(str(item.path))]
+        where = f"{own[-1].path}:{own[-1].lineno + 1}" if own else item.nodeid
+        report.longrepr = f"{where}: {excinfo.typename}\n{excinfo.value}"
