@@ -125,6 +125,12 @@ def test_strategies_draw_valid_objects(game, data):
     assert np.all(np.abs(noisy.values[inside] - game.values[inside]) <= 0.1)
 
 
+@given(games(max_n=4, semantics="shared"))
+@settings(max_examples=30, deadline=None)
+def test_games_for_a_semantics_have_an_equilibrium_under_it(game):
+    assert_equilibrium(game, co.equilibria(game, "shared")[0], semantics="shared")
+
+
 def test_games_shrink_to_the_smallest_valid_game():
     small = find(games(max_n=6), lambda g: g.n >= 3)
     assert small.n == 3 and np.nanmax(np.abs(small.values)) == 0  # three clients, every value 0

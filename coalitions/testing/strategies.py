@@ -24,10 +24,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from ..analytic import planted
 from ..bitmask import all_masks, contains
+from ..brute_force import equilibria
 from ..game import Game
 
 __all__ = ["games", "planted_games", "partitions", "estimates"]
@@ -47,11 +49,15 @@ def _game(n: int, flat: np.ndarray, clients: Sequence[str] | None, sense: str) -
 
 @st.composite
 def games(draw, n: int | None = None, *, min_n: int = 1, max_n: int = 5, ties: bool | None = None,
-          levels: int = 3, sense: str | None = "max", clients: Sequence[str] | None = None) -> Game:
+          levels: int = 3, sense: str | None = "max", semantics: str | None = None,
+          clients: Sequence[str] | None = None) -> Game:
     """Games of ``n`` clients (or ``min_n..max_n``), tied, continuous, or either (``ties=None``).
 
     ``sense=None`` draws ``"max"`` or ``"min"``; the values drawn are the raw values in that
-    sense.  ``clients`` names the clients (its first ``N`` names); default ``"0", "1", …``.
+    sense.  ``semantics`` keeps only games that have a collaboration equilibrium under it
+    (brute force, :func:`coalitions.brute_force.equilibria`): every game has one under
+    ``"personalized"``, some have none under ``"shared"``.  ``clients`` names the clients
+    (its first ``N`` names); default ``"0", "1", …``.
     Games of 7 clients hold 448 values: keep ``max_n`` at 7 or below for fast runs.
     """
     size = n if n is not None else draw(st.sampled_from(range(min_n, max_n + 1)))  # uniform, shrinks to min_n
@@ -62,7 +68,10 @@ def games(draw, n: int | None = None, *, min_n: int = 1, max_n: int = 5, ties: b
         flat = np.array(draw(st.lists(st.integers(0, levels - 1), min_size=count, max_size=count)), dtype=float)
     else:
         flat = np.random.default_rng(draw(st.integers(0, 2**32 - 1))).normal(size=count)
-    return _game(size, flat, clients, how)
+    game = _game(size, flat, clients, how)
+    if semantics is not None:
+        assume(len(equilibria(game, semantics)) > 0)
+    return game
 
 
 @st.composite
