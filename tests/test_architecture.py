@@ -80,16 +80,31 @@ def _declared(*extras: str) -> set[str]:
 #: Core modules that may import networkx (the `graph` extra) inside their functions.
 LAZY_EXPORTS = ("coalitions.networks",)
 
+#: The test-time modules of coalitions.testing and the one third-party package each may import.
+TEST_TIME = {"coalitions.testing.strategies": "hypothesis", "coalitions.testing.plugin": "pytest"}
+
 
 def _layer(name: str) -> str:
     if name == "coalitions.cli":
         return "cli"
+    if name in TEST_TIME:
+        return "testing"
     return "learners" if name.startswith("coalitions.learners") else "core"
 
 
 def test_the_layout_is_what_the_contract_reads():
     assert "coalitions.estimate" in MODULES and "coalitions.learners.methods.base" in MODULES
     assert _layer("coalitions.peeling") == "core" and _layer("coalitions.learners.exact") == "learners"
+    assert _layer("coalitions.testing") == _layer("coalitions.testing.assertions") == "core"
+    assert set(TEST_TIME) <= set(MODULES)
+
+
+@pytest.mark.parametrize("name", sorted(TEST_TIME))
+def test_the_test_time_modules_import_their_one_test_package(name):
+    for module, _ in _imports(name, MODULES[name]):
+        assert not module.startswith(("coalitions.learners", "coalitions.cli")), f"{name} imports {module}"
+        assert _third_party(module) in (None, "numpy", TEST_TIME[name]), f"{name} imports {module}"
+    assert not any(m in TEST_TIME for m, _ in _imports("coalitions.testing", MODULES["coalitions.testing"]))
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if _layer(n) == "core"))
@@ -125,7 +140,8 @@ def test_the_learners_never_import_the_cli(name):
 
 
 @pytest.mark.parametrize("layer, extras, lazy", [("core", ("graph",), True), ("core", (), False), ("cli", (), False),
-                                                 ("cli", ("learn",), True), ("learners", ("learn", "plot", "data", "flower", "ray"), True)])
+                                                 ("cli", ("learn",), True), ("testing", ("test",), True),
+                                                 ("learners", ("learn", "plot", "data", "flower", "ray"), True)])
 def test_every_third_party_import_is_declared(layer, extras, lazy):
     """The core needs the required dependencies only; so does the CLI until a command trains."""
     declared = _declared(*extras)
@@ -143,6 +159,7 @@ def test_no_import_cycles():
 
 
 def test_importing_the_core_and_the_cli_loads_no_torch():
-    code = ("import sys, coalitions, coalitions.cli, coalitions.estimate, coalitions.oracles; "
-            "assert 'torch' not in sys.modules, 'torch'; assert 'scipy' not in sys.modules, 'scipy'")
+    code = ("import sys, coalitions, coalitions.cli, coalitions.estimate, coalitions.oracles, coalitions.testing; "
+            "assert 'torch' not in sys.modules, 'torch'; assert 'scipy' not in sys.modules, 'scipy'; "
+            "assert 'hypothesis' not in sys.modules, 'hypothesis'; assert 'pytest' not in sys.modules, 'pytest'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -16,6 +16,14 @@ from coalitions.axioms import (
 )
 from coalitions.errors import InputError
 from coalitions.game import Game
+from coalitions.testing import (
+    assert_core_stable,
+    assert_equilibrium,
+    assert_individually_rational,
+    assert_individually_stable,
+    assert_inner_agreement,
+    assert_outer_agreement,
+)
 
 ALL3 = ["a", "b", "c", "a,b", "a,c", "b,c", "a,b,c"]
 
@@ -33,7 +41,7 @@ def test_inner_agreement_witness_on_tie_example(tie_game):
     (w,) = rep.witnesses
     assert w.coalition == 0b111 and w.subcoalition == 0b101
     assert w.payoffs == ((0, 3.0, 3.0), (2, 2.0, 2.0))  # (member, payoff after leaving, payoff now)
-    assert inner_agreement(tie_game, [0b101, 0b010]).holds
+    assert_inner_agreement(tie_game, [0b101, 0b010])
 
 
 def test_outer_agreement_witnesses_on_tie_example(tie_game):
@@ -41,14 +49,14 @@ def test_outer_agreement_witnesses_on_tie_example(tie_game):
     assert not rep.holds and rep.checked == 7 and rep.violations == 2
     assert [w.coalition for w in rep.witnesses] == [0b101, 0b111]
     assert rep.witnesses[0].payoffs == ((0, 3.0, 2.0), (2, 2.0, 0.0))
-    assert outer_agreement(tie_game, [0b101, 0b010]).holds
+    assert_outer_agreement(tie_game, [0b101, 0b010])
 
 
 def test_zero_tolerance(tie_game):
     # with tol = 0 a coalition's own payoffs never block it, and exact ties still let {c0,c2} leave
     ce = [0b101, 0b010]
-    assert inner_agreement(tie_game, ce, tol=0).holds and outer_agreement(tie_game, ce, tol=0).holds
-    assert strict_core(tie_game, [0b111], tol=0).holds  # nobody strictly gains anywhere: MAU is max
+    assert_equilibrium(tie_game, ce, tol=0)
+    assert_core_stable(tie_game, [0b111], tol=0)  # nobody strictly gains anywhere: MAU is max
     # exactly equal payoffs count as "weakly better": the grand coalition blocks the CE strictly
     assert [w.coalition for w in strict_core(tie_game, ce, tol=0).witnesses] == [0b111]
     assert not inner_agreement(tie_game, [0b111], tol=0).holds
@@ -61,7 +69,7 @@ def test_tolerance_widens_equality():
     # b gains 0.5 by joining a: a violation with tol 0.1, none with tol 1
     g = Game.from_mapping(["a", "b"], {"a": {"a": 0, "a,b": 0.5}, "b": {"b": 0, "a,b": 0.5}})
     assert not outer_agreement(g, [1, 2], tol=0.1).holds
-    assert outer_agreement(g, [1, 2], tol=1.0).holds
+    assert_outer_agreement(g, [1, 2], tol=1.0)
     assert inner_agreement(g, [3], tol=0.1).holds and not inner_agreement(g, [3], tol=1.0).holds
 
 
@@ -74,7 +82,7 @@ def test_max_witnesses_limits_list_not_count():
 
 def test_strict_core_is_stronger_than_outer_agreement(tie_game):
     ce = [0b101, 0b010]
-    assert outer_agreement(tie_game, ce).holds
+    assert_outer_agreement(tie_game, ce)
     rep = strict_core(tie_game, ce)
     # the grand coalition leaves c0 and c2 as well off and makes c1 strictly better (3 > 2)
     assert not rep.holds and [w.coalition for w in rep.witnesses] == [0b111]
@@ -84,7 +92,7 @@ def test_individual_rationality(no_ce_game):
     rep = individual_rationality(no_ce_game, [0b111], "shared")
     assert not rep.holds and rep.violations == 3
     assert rep.witnesses[0].client == 0 and rep.witnesses[0].payoffs == ((0, 0.0, -1.0),)
-    assert individual_rationality(no_ce_game, [0b111]).holds  # personalized: MAU never below alone
+    assert_individually_rational(no_ce_game, [0b111])  # personalized: MAU never below alone
 
 
 def test_nash_and_individual_stability(no_ce_game):
@@ -102,7 +110,7 @@ def test_individually_stable_but_not_nash_stable():
     part = [0b001, 0b110]  # {a}, {b,c}
     nash = nash_stability(g, part, "shared")
     assert not nash.holds and [(w.client, w.coalition) for w in nash.witnesses] == [(0, 0b110)]
-    assert individual_stability(g, part, "shared").holds  # b would lose (-1 < 1) and vetoes a
+    assert_individually_stable(g, part, semantics="shared")  # b would lose (-1 < 1) and vetoes a
 
 
 def test_going_alone_is_a_move():

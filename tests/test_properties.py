@@ -1,15 +1,16 @@
 """Hypothesis properties of the whole game core on random games up to 7 clients (docs/concepts.md §1–3).
 
-Two families of games: *tied* games draw every value from a tiny integer set, so ties are
-everywhere (and the shrink step matters); *continuous* games draw Gaussian values, so no two
-values tie.  Every property is checked against an independent naive reference from conftest.
+The games come from the package's own strategies (:mod:`coalitions.testing.strategies`, the
+ones users get): *tied* games draw every value from a tiny integer set, so ties are everywhere
+(and the shrink step matters); *continuous* games draw Gaussian values, so no two values tie;
+``games()`` alone draws either.  Every property is checked against an independent naive
+reference from conftest, and the axioms with :mod:`coalitions.testing`'s assertions, so a
+failure prints its witness.
 """
 
 import networkx as nx
 import numpy as np
 from conftest import (
-    any_games,
-    continuous_games,
     fs,
     has_ties,
     naive_equilibria,
@@ -17,15 +18,13 @@ from conftest import (
     naive_ocs,
     naive_outer,
     subsets,
-    tied_games,
     to_mask,
 )
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from coalitions.analytic import planted
 from coalitions.brute_force import equilibria
-from coalitions.equilibrium import certify, solve
+from coalitions.equilibrium import solve
 from coalitions.errors import NoEquilibrium
 from coalitions.graph import ExactOracle
 from coalitions.ocs import optimal_collaborators
@@ -33,6 +32,8 @@ from coalitions.partition import canonical
 from coalitions.payoffs import mau
 from coalitions.peeling import peel
 from coalitions.scc import source_components, strongly_connected_components
+from coalitions.testing import assert_equilibrium, assert_same_partition
+from coalitions.testing.strategies import games, planted_games
 
 FAST = settings(max_examples=150, deadline=None)
 SLOW = settings(max_examples=60, deadline=None)
@@ -54,7 +55,7 @@ def naive_stable(game, r, m):
 
 
 # ---------------------------------------------------------------------------- peeling
-@given(any_games(max_n=7))
+@given(games(max_n=7))
 @FAST
 def test_peeling_ends_with_a_brute_force_equilibrium(game):
     event(f"n={game.n}")
@@ -62,24 +63,23 @@ def test_peeling_ends_with_a_brute_force_equilibrium(game):
     assert p.complete and len(p.rounds) <= game.n
     assert all(r.stable for r in p.rounds)  # every round removes someone, so peeling ends
     part = canonical(p.partition)
-    cert = certify(game, part)
-    assert cert.inner.holds and cert.outer.holds
+    assert_equilibrium(game, part)
     assert part in equilibria(game)
 
 
 # On integer-valued games any tol < 1 is transitive ("equal" means exactly equal), so peeling
 # must still give a CE.  (With tol >= 1 it need not: see test_certificate_is_honest_for_any_tolerance.)
-@given(tied_games(max_n=7, levels=4), st.sampled_from([0.0, 1e-9, 0.5]))
+@given(games(max_n=7, levels=4, ties=True), st.sampled_from([0.0, 1e-9, 0.5]))
 @FAST
 def test_peeling_gives_a_ce_for_transitive_tolerances(game, tol):
     p = peel(game, tol=tol)
     assert p.complete
     part = canonical(p.partition)
-    assert certify(game, part, tol=tol).holds
+    assert_equilibrium(game, part, tol=tol)
     assert part in equilibria(game, tol=tol)
 
 
-@given(tied_games(max_n=6, levels=4), st.sampled_from([0.0, 0.5, 1.0, 1.5]))
+@given(games(max_n=6, levels=4, ties=True), st.sampled_from([0.0, 0.5, 1.0, 1.5]))
 @FAST
 def test_certificate_is_honest_for_any_tolerance(game, tol):
     """Whatever solve returns, its certificate holds exactly when brute force lists the partition;
@@ -93,7 +93,7 @@ def test_certificate_is_honest_for_any_tolerance(game, tol):
         assert eq.certificate.holds == (eq.partition in found)
 
 
-@given(any_games(max_n=7))
+@given(games(max_n=7))
 @SLOW
 def test_every_recorded_coalition_is_stable_in_its_round(game):
     m = naive_mau_table(game)
@@ -104,7 +104,7 @@ def test_every_recorded_coalition_is_stable_in_its_round(game):
             assert k & ~src == 0
 
 
-@given(continuous_games(max_n=7))
+@given(games(max_n=7, ties=False))
 @SLOW
 def test_without_ties_stable_coalitions_are_source_components(game):
     assert not has_ties(game)
@@ -119,7 +119,7 @@ def test_without_ties_stable_coalitions_are_source_components(game):
         assert rnd.stable == rnd.sources and set(rnd.sources) == comps
 
 
-@given(tied_games(min_n=3, max_n=7, levels=2))
+@given(games(min_n=3, max_n=7, levels=2, ties=True))
 @SLOW
 def test_with_ties_shrunk_coalitions_are_stable_and_minimal(game):
     m = naive_mau_table(game)
@@ -131,7 +131,7 @@ def test_with_ties_shrunk_coalitions_are_stable_and_minimal(game):
 
 
 # ---------------------------------------------------------------------------- MAU and OCS
-@given(any_games(max_n=7))
+@given(games(max_n=7))
 @FAST
 def test_mau_is_monotone_and_a_plain_max(game):
     got = mau(game)
@@ -149,7 +149,7 @@ def test_mau_is_monotone_and_a_plain_max(game):
             assert got[i, to_mask(r)] == x
 
 
-@given(any_games(max_n=7), st.data())
+@given(games(max_n=7), st.data())
 @FAST
 def test_ocs_matches_naive_tie_rule(game, data):
     for _ in range(4):
@@ -161,7 +161,7 @@ def test_ocs_matches_naive_tie_rule(game, data):
 
 
 # ---------------------------------------------------------------------------- shared semantics
-@given(any_games(max_n=7))
+@given(games(max_n=7))
 @FAST
 def test_shared_semantics_agrees_with_brute_force(game):
     found = equilibria(game, "shared")
@@ -173,7 +173,7 @@ def test_shared_semantics_agrees_with_brute_force(game):
         assert eq.partition in found and eq.certificate.holds
 
 
-@given(tied_games(max_n=4, levels=4))
+@given(games(max_n=4, levels=4, ties=True))
 @settings(max_examples=80, deadline=None)
 def test_shared_semantics_on_small_tied_games(game):
     found = {frozenset(p) for p in equilibria(game, "shared")}
@@ -187,7 +187,7 @@ def test_shared_semantics_on_small_tied_games(game):
 
 
 # ---------------------------------------------------------------------------- brute force
-@given(any_games(max_n=5), st.sampled_from([0.0, 1e-9, 0.5, 1.0]))
+@given(games(max_n=5), st.sampled_from([0.0, 1e-9, 0.5, 1.0]))
 @FAST
 def test_brute_force_matches_naive_enumerator(game, tol):
     for semantics in ("personalized", "shared"):
@@ -195,14 +195,14 @@ def test_brute_force_matches_naive_enumerator(game, tol):
         assert got == naive_equilibria(game, semantics, tol)
 
 
-@given(any_games(min_n=6, max_n=6))
+@given(games(6))
 @settings(max_examples=15, deadline=None)
 def test_brute_force_matches_naive_enumerator_six_clients(game):
     got = {frozenset(p) for p in equilibria(game)}
     assert got == naive_equilibria(game)
 
 
-@given(any_games(max_n=6))
+@given(games(max_n=6))
 @FAST
 def test_every_brute_force_equilibrium_passes_the_naive_axioms(game):
     for p in equilibria(game):
@@ -211,7 +211,7 @@ def test_every_brute_force_equilibrium_passes_the_naive_axioms(game):
 
 
 # ---------------------------------------------------------------------------- graphs and planted games
-@given(any_games(max_n=7), st.data())
+@given(games(max_n=7), st.data())
 @FAST
 def test_benefit_graph_components_match_networkx(game, data):
     r = data.draw(st.integers(1, game.grand))
@@ -223,10 +223,9 @@ def test_benefit_graph_components_match_networkx(game, data):
     assert ours == {frozenset(c) for c in nx.strongly_connected_components(g)}
 
 
-@given(st.lists(st.integers(1, 3), min_size=1, max_size=3), st.integers(0, 10_000))
+@given(planted_games(max_groups=3, max_size=3))
 @settings(max_examples=25, deadline=None)
-def test_noise_free_planted_groups_are_found(groups, seed):
-    g = planted(groups, noise=0.0, seed=seed)
-    bounds = np.cumsum([0] + groups)
-    expect = tuple(sum(1 << i for i in range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
-    assert solve(g).partition == expect
+def test_noise_free_planted_groups_are_found(g):
+    bounds = np.cumsum([0] + g.provenance["groups"])
+    expect = [g.clients[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    assert_same_partition(solve(g), expect)
