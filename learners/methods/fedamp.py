@@ -114,6 +114,12 @@ def attention_heuristic(W: torch.Tensor, sigma: float, self_weight: float) -> to
     return (1 - self_weight) * off + self_weight * eye.to(torch.float64)
 
 
+def _self_referenced(K: torch.Tensor) -> np.ndarray:
+    """``K`` with ``K_ii = 1`` (a peer identical to ``i``), row-normalised, as a NumPy array."""
+    k = K.fill_diagonal_(1.0).cpu().numpy()
+    return k / k.sum(axis=1, keepdims=True)
+
+
 def affinity_plain(W: torch.Tensor, sigma: float, distance: str = "sum") -> np.ndarray:
     """Plain FedAMP's attention relative to an identical peer: ``K_ij = e^{−‖w_i − w_j‖²/σ}``.
 
@@ -125,9 +131,7 @@ def affinity_plain(W: torch.Tensor, sigma: float, distance: str = "sum") -> np.n
     ``distance`` as in :func:`squared_distances`.
     """
     K = torch.exp(-squared_distances(W, distance) / sigma)
-    K.fill_diagonal_(1.0)
-    K = K.cpu().numpy()
-    return K / K.sum(axis=1, keepdims=True)
+    return _self_referenced(K)
 
 
 def affinity_heuristic(W: torch.Tensor, sigma: float) -> np.ndarray:
@@ -141,9 +145,7 @@ def affinity_heuristic(W: torch.Tensor, sigma: float) -> np.ndarray:
     W = W.to(torch.float64)
     unit = W / W.norm(dim=1, keepdim=True).clamp(min=1e-300)
     K = torch.exp(sigma * ((unit @ unit.T).clamp(-1, 1) - 1))
-    K.fill_diagonal_(1.0)
-    K = K.cpu().numpy()
-    return K / K.sum(axis=1, keepdims=True)
+    return _self_referenced(K)
 
 
 def local_epochs_for(sizes, batch_size, local_epochs: int, local_steps: int) -> int:
