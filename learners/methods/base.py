@@ -79,7 +79,8 @@ from coalitions.params import check_param
 from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds, threshold_sensitivity
 
-__all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "unflatten", "default_model", "EarlyStop"]
+__all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "unflatten", "default_model", "default_kind",
+           "EarlyStop"]
 
 #: The parameters every personalised learner takes, after its own (each class names them in its
 #: ``__init__``; a method may change a default, as FedeRiCo does for the optimiser).
@@ -90,11 +91,24 @@ COMMON_PARAMS = ("model", "hidden", "rounds", "local_epochs", "batch_size", "opt
 _NOT_RESULT = ("device", "checkpoint", "progress", "engine", "chunk", "rule", "threshold", "refit")
 
 
-def default_model(federation: Federation) -> str:
-    """``"cnn"`` for images, ``"linear"`` for regression, ``"logistic"`` otherwise."""
-    if len(federation.input_shape) == 3:
-        return "cnn"
-    return "linear" if federation.task == "regression" else "logistic"
+def default_kind(task: str, input_shape: tuple = (), images: str = "cnn") -> str:
+    """The one default-model rule: ``images`` for image inputs, ``"linear"`` for regression, else ``"logistic"``.
+
+    ``images`` is ``"cnn"`` everywhere but where a method cannot train one: SPO's
+    hypernetwork emits the whole target model, and the Flower apps ship flat
+    models, so both pass ``images="logistic"`` (or know no image shape).
+
+    >>> default_kind("multiclass", (1, 28, 28)), default_kind("regression"), default_kind("binary", (1, 8, 8), "logistic")
+    ('cnn', 'linear', 'logistic')
+    """
+    if len(input_shape) == 3:
+        return images
+    return "linear" if task == "regression" else "logistic"
+
+
+def default_model(federation: Federation, images: str = "cnn") -> str:
+    """:func:`default_kind` of ``federation``'s task and input shape."""
+    return default_kind(federation.task, tuple(federation.input_shape), images)
 
 
 def unflatten(flat: torch.Tensor, like: dict) -> dict:
@@ -478,7 +492,7 @@ class PersonalizedLearner(Learner):
                 self.progress(1, 1, {})
             else:
                 self.progress(1, 1)
-        run = len(self.val_loss_history_)
+        run = self.rounds_run_ = len(self.val_loss_history_)
         self.hit_max_ = not stopper.stopped
         self.best_round_ = stopper.best_round if patience is not None else run
         self.steps_per_round_ = self._steps_per_round(fed)
@@ -522,7 +536,11 @@ class PersonalizedLearner(Learner):
         """Local gradient steps per client in one round: ``local_epochs × ⌈n_max / batch⌉`` (1 batch if full)."""
         n = int(fed.sizes("train").max())
         b = getattr(self, "_batch", lambda: self.batch_size)()
-        return int(self.local_epochs) * (1 if b is None else max(1, math.ceil(n / int(b))))
+        return int(self._epochs_per_round(fed)) * (1 if b is None else max(1, math.ceil(n / int(b))))
+
+    def _epochs_per_round(self, fed: Federation) -> int:
+        """Passes over the data per round: ``local_epochs`` (a method with a step target may decide)."""
+        return int(self.local_epochs)
 
     def _val_losses(self, state: dict, data: Padded) -> list[float]:
         """Each client's mean task loss on its validation data under the models of ``state``.
@@ -674,13 +692,22 @@ class PersonalizedLearner(Learner):
             config["graph"] = "structural"
         return config
 
+    def _stopping_record(self) -> dict:
+        """What ``extra`` records of the budget: rounds, the kept round, the stopping step, the rate.
+
+        A learner that did not run :meth:`fit` (the Flower server's twin runs every
+        round, without early stopping) records the rounds it ran.
+        """
+        run = int(getattr(self, "rounds_run_", self.rounds_))
+        return {"max_rounds": int(self.rounds_), "best_round": int(getattr(self, "best_round_", run)),
+                "stopped_at": getattr(self, "stopped_at_", None), "hit_max": bool(getattr(self, "hit_max_", True)),
+                "lr": self._lr_for(), "patience": self._patience_for()}
+
     def estimate_extra(self, peeling: Peeling) -> dict:
         names = self.federation_.names
         extra = {"loss_history": self.loss_history_, "fit_seconds": self.fit_seconds_,
-                 "resumed_from": self.resumed_from_, "rounds_run": len(self.val_loss_history_),
-                 "max_rounds": int(self.rounds_), "best_round": int(self.best_round_),
-                 "stopped_at": int(self.stopped_at_), "hit_max": bool(self.hit_max_), "lr": self.lr_,
-                 "patience": self._patience_for(),
+                 "resumed_from": self.resumed_from_, "rounds_run": int(getattr(self, "rounds_run_", self.rounds_)),
+                 **self._stopping_record(),
                  "val_loss_history": {
                      "mean": [float(v) for v in self.val_loss_history_],
                      "clients": {c: [float(v[i]) for v in self.val_loss_clients_] for i, c in enumerate(names)}}}

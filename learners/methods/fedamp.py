@@ -253,6 +253,9 @@ class FedAMP(PersonalizedLearner):
         xi = self._attention(W)
         return xi, unflatten((xi.to(W.dtype) @ W), params)
 
+    def _epochs_per_round(self, fed) -> int:
+        return local_epochs_for(fed.sizes("train"), self.batch_size, self.local_epochs, self.local_steps)
+
     def local_step(self, u: dict, rng: np.random.Generator, sizes, kept: dict | None = None
                    ) -> tuple[dict, np.ndarray, dict]:
         """The clients' half: from ``u_i``, minimise ``F_i(w) + λ/(2α_k)·‖w − u_i‖²`` on ``train_data_``.
