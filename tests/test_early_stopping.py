@@ -42,11 +42,12 @@ def test_the_kept_models_are_a_run_that_ends_at_the_best_round(cls):
         assert run == KW["rounds"]
     else:
         assert run == best + 2 and stopped.stopped_at_ == run * stopped.steps_per_round_
-    assert stopped.steps_per_round_ == 1 and stopped.lr_ == KW["lr"]
+    # full batch: one step per round, FedAMP's default five (local_steps=5)
+    assert stopped.steps_per_round_ == (5 if cls is FedAMP else 1) and stopped.lr_ == KW["lr"]
     short = cls(**{**KW, "rounds": best}).fit(fed)
     assert torch.equal(flatten(stopped.params_), flatten(short.params_))
     assert stopped.utilities_ == short.utilities_
-    assert short.hit_max_ and short.stopped_at_ == best
+    assert short.hit_max_ and short.stopped_at_ == best * short.steps_per_round_
 
 
 def test_the_fixture_actually_stops_early():
