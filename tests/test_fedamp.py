@@ -15,6 +15,7 @@ from coalitions.learners.methods.baselines import Local
 from coalitions.learners.methods.fedamp import (
     FedAMP,
     FedAMPHeuristic,
+    affinity_plain,
     attention_heuristic,
     attention_plain,
     proximal_loss,
@@ -137,3 +138,27 @@ def test_local_epochs_for_gives_every_client_the_steps():
     assert local_epochs_for(np.array([100, 400]), 32, 1, 5) == 2  # 4 steps an epoch
     assert local_epochs_for(np.array([100, 400]), 32, 3, 5) == 3  # local_epochs is a floor
     assert local_epochs_for(np.array([100]), None, 1, 5) == 5  # full batch: 1 step an epoch
+
+
+def test_mean_distance_keeps_xi_when_every_coordinate_is_repeated_and_sum_drifts_to_identity():
+    # A model 50 times larger whose every coordinate differs as before: under the paper's
+    # ||w_i - w_j||^2 the off-diagonal attention collapses (xi -> I); over the parameter count it stays.
+    W = torch.tensor([[0.0, 0.1, 0.2], [0.1, 0.0, 0.3], [0.3, 0.2, 0.0]], dtype=torch.float64)
+    big = W.repeat(1, 50)
+    xi_mean, _ = attention_plain(W, 0.5, 0.01, "mean")
+    xi_mean_big, _ = attention_plain(big, 0.5, 0.01, "mean")
+    assert torch.allclose(xi_mean, xi_mean_big)
+    assert torch.diagonal(xi_mean).max() < 0.9
+    xi_sum_big, _ = attention_plain(big, 0.5, 0.05)
+    assert torch.allclose(xi_sum_big, torch.eye(3, dtype=torch.float64), atol=1e-6)
+    assert np.allclose(affinity_plain(W, 0.01, "mean"), affinity_plain(big, 0.01, "mean"))
+
+
+def test_fedamp_distance_option_is_checked_and_used():
+    fed = blobs(sizes=(20, 20, 20), groups=((0, 1, 2),), seed=1)
+    with pytest.raises(InputError, match="^distance must be"):
+        FedAMP(model="logistic", rounds=2, distance="max").fit(fed)
+    m = FedAMP(model="logistic", rounds=3, sigma=1.0, distance="mean", seed=0, engine="batched").fit(fed)
+    W = flatten(m.params_)
+    assert np.allclose(m.affinity_, affinity_plain(W, 1.0, "mean"))
+    assert not np.allclose(m.affinity_, affinity_plain(W, 1.0, "sum"))

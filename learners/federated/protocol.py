@@ -116,7 +116,9 @@ class Protocol:
     def model_kind(self, task: str) -> str:
         """The model trained for ``task``."""
         if self.model is None:
-            return "linear" if task == "regression" else "logistic"
+            from coalitions.learners.methods.base import default_kind
+
+            return default_kind(task)   # the sites ship flat features: no image shape, no CNN
         if self.model == "linear" and task != "regression":
             raise InputError(f"--model linear fits regression; the sites' task is {task} (use --model logistic)")
         return self.model

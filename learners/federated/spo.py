@@ -203,7 +203,9 @@ class FederatedSPO(SPO):
         self.federation_ = fed
         self.ask_ = ask
         self.device_ = torch.device("cpu")
-        self.model_ = self.model or ("linear" if task == "regression" else "logistic")
+        from coalitions.learners.methods.base import default_model
+
+        self.model_ = self.model or default_model(fed, images="logistic")
         self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs)
         self.l2_ = float(self.l2) if self.l2 is not None else (1e-2 if task == "regression" else 1e-3)
         self._decay = tuple(k for k, s in self.spec_.shapes.items() if len(s) > 1)

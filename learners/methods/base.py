@@ -53,6 +53,7 @@ From weights to an equilibrium (``docs/concepts.md``, "Learned benefit graphs")
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 import time
@@ -78,22 +79,36 @@ from coalitions.params import check_param
 from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds, threshold_sensitivity
 
-__all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "unflatten", "default_model"]
+__all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "unflatten", "default_model", "default_kind",
+           "EarlyStop"]
 
 #: The parameters every personalised learner takes, after its own (each class names them in its
 #: ``__init__``; a method may change a default, as FedeRiCo does for the optimiser).
 COMMON_PARAMS = ("model", "hidden", "rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum",
                  "weight_decay", "rule", "threshold", "refit", "device", "engine", "chunk", "seed", "checkpoint",
-                 "progress")
+                 "progress", "patience")
 #: Settings that never change the result (left out of the checkpoint fingerprint).
 _NOT_RESULT = ("device", "checkpoint", "progress", "engine", "chunk", "rule", "threshold", "refit")
 
 
-def default_model(federation: Federation) -> str:
-    """``"cnn"`` for images, ``"linear"`` for regression, ``"logistic"`` otherwise."""
-    if len(federation.input_shape) == 3:
-        return "cnn"
-    return "linear" if federation.task == "regression" else "logistic"
+def default_kind(task: str, input_shape: tuple = (), images: str = "cnn") -> str:
+    """The one default-model rule: ``images`` for image inputs, ``"linear"`` for regression, else ``"logistic"``.
+
+    ``images`` is ``"cnn"`` everywhere but where a method cannot train one: SPO's
+    hypernetwork emits the whole target model, and the Flower apps ship flat
+    models, so both pass ``images="logistic"`` (or know no image shape).
+
+    >>> default_kind("multiclass", (1, 28, 28)), default_kind("regression"), default_kind("binary", (1, 8, 8), "logistic")
+    ('cnn', 'linear', 'logistic')
+    """
+    if len(input_shape) == 3:
+        return images
+    return "linear" if task == "regression" else "logistic"
+
+
+def default_model(federation: Federation, images: str = "cnn") -> str:
+    """:func:`default_kind` of ``federation``'s task and input shape."""
+    return default_kind(federation.task, tuple(federation.input_shape), images)
 
 
 def unflatten(flat: torch.Tensor, like: dict) -> dict:
@@ -119,6 +134,38 @@ def _takes_info(callback) -> bool:
 
 
 # --------------------------------------------------------------------------- the contract
+class EarlyStop:
+    """Patience on a validation loss evaluated once per round (SPEC §5).
+
+    ``update(loss)`` returns whether ``loss`` is the best so far (strictly lower);
+    ``stopped`` turns true once ``patience`` consecutive evaluations have not
+    improved on the best.  ``patience=None`` never stops.  ``history`` replays
+    the evaluations of a resumed run.
+
+    Examples
+    --------
+    >>> s = EarlyStop(2)
+    >>> [s.update(v) for v in (3.0, 2.0, 2.5, 2.1)], s.stopped, s.best_round
+    ([True, True, False, False], True, 2)
+    """
+
+    def __init__(self, patience: int | None, history=()):
+        self.patience, self.best, self.best_round, self.bad, self.stopped = patience, math.inf, 0, 0, False
+        self.round = 0
+        for v in history:
+            self.update(v)
+
+    def update(self, loss: float) -> bool:
+        self.round += 1
+        if loss < self.best:
+            self.best, self.best_round, self.bad = float(loss), self.round, 0
+            return True
+        self.bad += 1
+        if self.patience is not None and self.bad >= self.patience:
+            self.stopped = True
+        return False
+
+
 class Learner(ABC):
     """Abstract base of every learner: parameters, ``fit``, and the estimate from what was learned.
 
@@ -283,6 +330,13 @@ class PersonalizedLearner(Learner):
         ``progress(done_rounds, total_rounds)`` after every round, or
         ``progress(done_rounds, total_rounds, info)`` when it takes a third
         argument: ``info`` is a dict of round statistics (e.g. ``{"loss": ...}``).
+    patience : int or None
+        Early stopping (SPEC §5, issue 18): after every round the mean over clients
+        of each client's validation loss is evaluated once; training stops when it
+        has not improved for ``patience`` consecutive rounds, and the models kept are
+        those of the round with the lowest validation loss.  ``None`` (default): run
+        every round (a learner under a training protocol takes the protocol's
+        ``patience`` instead).
 
     Attributes
     ----------
@@ -310,6 +364,16 @@ class PersonalizedLearner(Learner):
     fit_seconds_ : float
     resumed_from_ : int
         Rounds loaded from the checkpoint (0 when none).
+    best_round_ : int
+        The round whose models were kept (the last one without ``patience``).
+    stopped_at_ : int
+        Local gradient steps per client when training stopped:
+        ``rounds run × steps per round`` (``steps_per_round_``); the budget's
+        maximum when it never stopped early.
+    hit_max_ : bool
+        Whether training ran the whole budget without early stopping.
+    lr_ : float
+        The learning rate trained with (the protocol's when one is given).
     """
 
     #: Does the method produce a pairwise weight matrix?
@@ -320,7 +384,8 @@ class PersonalizedLearner(Learner):
 
     def __init__(self, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
                  lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
+                 patience=None):
         self._store(locals())
 
     # -- configuration
@@ -348,6 +413,7 @@ class PersonalizedLearner(Learner):
         check_param("engine", self.engine, "choice", choices=PATHS)
         check_param("chunk", self.chunk, "int", low=1, allow_none=True)
         check_param("progress", self.progress, "callable", allow_none=True)
+        check_param("patience", self.patience, "int", low=1, allow_none=True)
 
     # -- fitting
     def _step_macs(self, fed: Federation) -> float:
@@ -380,10 +446,14 @@ class PersonalizedLearner(Learner):
         self.val_loss_history_: list[float] = []
         self.val_loss_clients_: list[list[float]] = []
         self.rounds_ = self._rounds_for(fed)
+        patience = self._patience_for()
+        best: dict | None = None
         if self.checkpoint is not None:
             loaded = load_state(self.checkpoint, key, dev)
             if loaded is not None:
                 self.resumed_from_, state, meta = loaded
+                if patience is not None:  # the kept (best) models travel with the running state
+                    state, best = state["running"], state["best"]
                 self.loss_history_ = list(meta.get("loss_history", []))
                 self.val_loss_clients_ = [list(v) for v in meta.get("val_loss_clients", [])]
                 self.val_loss_history_ = [float(np.mean(v)) for v in self.val_loss_clients_]
@@ -393,18 +463,24 @@ class PersonalizedLearner(Learner):
         if state is None:
             gen = torch.Generator().manual_seed(int(self.seed))
             state = self.init_state(fed, gen, dev)
+        stopper = EarlyStop(patience, self.val_loss_history_)
         val_data = Padded(fed, "val", dev)
         for r in range(self.resumed_from_, self.rounds_):
+            if stopper.stopped:
+                break
             state, info = self.train_round(state, r,
                                            lambda stream, r=r: np.random.default_rng([int(self.seed), r, stream]))
             self.loss_history_.append(float(info.get("loss", float("nan"))))
             per_client = self._val_losses(state, val_data)
             self.val_loss_clients_.append(per_client)
             self.val_loss_history_.append(float(np.mean(per_client)))
+            if stopper.update(self.val_loss_history_[-1]) and patience is not None:
+                best = copy.deepcopy(state)
             if self.checkpoint is not None:
                 meta = {"loss_history": self.loss_history_, "val_loss_clients": self.val_loss_clients_,
                         "engine": list(self.engine_.choice_ or ("auto", None))}
-                save_state(self.checkpoint, key, r + 1, state, meta)
+                saved = state if patience is None else {"running": state, "best": state if best is None else best}
+                save_state(self.checkpoint, key, r + 1, saved, meta)
             if self.progress is not None:
                 if _takes_info(self.progress):
                     self.progress(r + 1, self.rounds_, info)
@@ -416,6 +492,14 @@ class PersonalizedLearner(Learner):
                 self.progress(1, 1, {})
             else:
                 self.progress(1, 1)
+        run = self.rounds_run_ = len(self.val_loss_history_)
+        self.hit_max_ = not stopper.stopped
+        self.best_round_ = stopper.best_round if patience is not None else run
+        self.steps_per_round_ = self._steps_per_round(fed)
+        self.stopped_at_ = run * self.steps_per_round_
+        self.lr_ = self._lr_for()
+        if patience is not None and best is not None:
+            state = best
         self.state_ = state
         self.finish(state)
         self.utilities_ = self._utilities(fed, dev)
@@ -439,6 +523,24 @@ class PersonalizedLearner(Learner):
     def _rounds_for(self, fed: Federation) -> int:
         """Communication rounds to run on ``fed``: ``rounds`` (a protocol may derive them from its budget)."""
         return int(self.rounds)
+
+    def _patience_for(self) -> int | None:
+        """Early-stopping patience in rounds: ``patience`` (a protocol may decide)."""
+        return None if self.patience is None else int(self.patience)
+
+    def _lr_for(self) -> float:
+        """The learning rate trained with: ``lr`` (a protocol may decide)."""
+        return float(self.lr)
+
+    def _steps_per_round(self, fed: Federation) -> int:
+        """Local gradient steps per client in one round: ``local_epochs × ⌈n_max / batch⌉`` (1 batch if full)."""
+        n = int(fed.sizes("train").max())
+        b = getattr(self, "_batch", lambda: self.batch_size)()
+        return int(self._epochs_per_round(fed)) * (1 if b is None else max(1, math.ceil(n / int(b))))
+
+    def _epochs_per_round(self, fed: Federation) -> int:
+        """Passes over the data per round: ``local_epochs`` (a method with a step target may decide)."""
+        return int(self.local_epochs)
 
     def _val_losses(self, state: dict, data: Padded) -> list[float]:
         """Each client's mean task loss on its validation data under the models of ``state``.
@@ -590,10 +692,22 @@ class PersonalizedLearner(Learner):
             config["graph"] = "structural"
         return config
 
+    def _stopping_record(self) -> dict:
+        """What ``extra`` records of the budget: rounds, the kept round, the stopping step, the rate.
+
+        A learner that did not run :meth:`fit` (the Flower server's twin runs every
+        round, without early stopping) records the rounds it ran.
+        """
+        run = int(getattr(self, "rounds_run_", self.rounds_))
+        return {"max_rounds": int(self.rounds_), "best_round": int(getattr(self, "best_round_", run)),
+                "stopped_at": getattr(self, "stopped_at_", None), "hit_max": bool(getattr(self, "hit_max_", True)),
+                "lr": self._lr_for(), "patience": self._patience_for()}
+
     def estimate_extra(self, peeling: Peeling) -> dict:
         names = self.federation_.names
         extra = {"loss_history": self.loss_history_, "fit_seconds": self.fit_seconds_,
-                 "resumed_from": self.resumed_from_, "rounds_run": int(self.rounds_),
+                 "resumed_from": self.resumed_from_, "rounds_run": int(getattr(self, "rounds_run_", self.rounds_)),
+                 **self._stopping_record(),
                  "val_loss_history": {
                      "mean": [float(v) for v in self.val_loss_history_],
                      "clients": {c: [float(v[i]) for v in self.val_loss_clients_] for i, c in enumerate(names)}}}

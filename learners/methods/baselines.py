@@ -99,6 +99,16 @@ class _Protocolled(PersonalizedLearner):
             return int(self.rounds)
         return self.protocol.rounds_for(int(fed.sizes("train").max()), int(self.local_epochs))
 
+    def _patience_for(self) -> int | None:
+        if self.protocol is None:
+            return super()._patience_for()
+        if self.patience is not None:
+            raise ParameterError("patience", "{name} comes from the protocol when one is given (protocol.patience)")
+        return self.protocol.patience
+
+    def _lr_for(self) -> float:
+        return float(self.lr if self.protocol is None else self.protocol.lr)
+
     def _total_steps(self) -> int:
         """Optimiser steps of the whole run (the schedule's length): rounds × local epochs × batches."""
         return self.rounds_ * int(self.local_epochs) * self.protocol.steps_per_epoch(int(self.train_data_.sizes.max()))
@@ -139,7 +149,8 @@ class Local(_Protocolled):
 
     def __init__(self, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
                  optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
+                 patience=None):
         self._store(locals())
 
     def _rounds_for(self, fed) -> int:
@@ -203,7 +214,8 @@ class FedAvg(_Protocolled):
 
     def __init__(self, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
                  optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
+                 patience=None):
         self._store(locals())
 
     def init_state(self, fed, gen, device):

@@ -165,7 +165,8 @@ class QFFL(_OneGlobal):
 
     def __init__(self, q: float = 1.0, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
                  optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
+                 patience=None):
         self._store(locals())
 
     def check_params(self):
@@ -215,7 +216,8 @@ class AFL(_OneGlobal):
 
     def __init__(self, lambda_lr: float = 0.1, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
                  optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
+                 patience=None):
         self._store(locals())
 
     def check_params(self):

@@ -54,14 +54,35 @@ from coalitions.learners.training.engine import flatten
 from coalitions.params import check_param
 
 __all__ = ["FedAMP", "FedAMPHeuristic", "attention_plain", "attention_heuristic", "proximal_loss",
-           "affinity_plain", "affinity_heuristic", "local_epochs_for", "GRAPHS"]
+           "affinity_plain", "affinity_heuristic", "local_epochs_for", "squared_distances", "GRAPHS", "DISTANCES"]
 
 #: Which matrix the weight rule reads: the self-referenced affinity (default) or ``ξ`` itself.
 GRAPHS = ("affinity", "xi")
 
+#: What plain FedAMP's ``A`` reads: the paper's ``‖w_i − w_j‖²`` or that over the parameter count.
+DISTANCES = ("sum", "mean")
 
-def attention_plain(W: torch.Tensor, alpha: float, sigma: float) -> tuple[torch.Tensor, int]:
+
+def squared_distances(W: torch.Tensor, distance: str = "sum") -> torch.Tensor:
+    """Pairwise ``‖w_i − w_j‖²`` of flattened models ``W`` (N, P), float64; over ``P`` when ``distance="mean"``.
+
+    With ``"sum"`` (the paper's form) the distance of two models that differ by
+    ``δ`` in every coordinate is ``P·δ²``: it grows with the parameter count, so
+    that on a 25k-parameter MLP ``e^{−‖w_i − w_j‖²/σ}`` and with it every
+    ``ξ_ij`` (``j ≠ i``) vanish and ``ξ`` is the identity unless ``σ`` is
+    re-chosen per model.  ``"mean"`` reads ``‖w_i − w_j‖²/P`` (the mean squared
+    coordinate difference): the same ``σ`` means the same thing on any model, and
+    ``ξ`` is unchanged when every coordinate is repeated.
+    """
+    W = W.to(torch.float64)
+    d = torch.cdist(W, W).pow(2)
+    return d / max(W.shape[1], 1) if distance == "mean" else d
+
+
+def attention_plain(W: torch.Tensor, alpha: float, sigma: float, distance: str = "sum") -> tuple[torch.Tensor, int]:
     """FedAMP's ``ξ`` from flattened models ``W`` (N, P), with the guard of the module docstring.
+
+    ``distance`` is the argument of ``A`` (:func:`squared_distances`).
 
     Returns ``(ξ, guarded)``: ``ξ`` (N, N) float64 with stochastic rows and a
     non-negative diagonal, and how many rows the guard rescaled.
@@ -71,7 +92,7 @@ def attention_plain(W: torch.Tensor, alpha: float, sigma: float) -> tuple[torch.
     eye = torch.eye(n, dtype=torch.bool, device=W.device)
     if alpha == 0 or n == 1:
         return eye.to(torch.float64), 0
-    d = torch.cdist(W, W).pow(2)
+    d = squared_distances(W, distance)
     off = torch.where(eye, torch.zeros_like(d), (alpha / sigma) * torch.exp(-d / sigma))
     s = off.sum(dim=1, keepdim=True)
     over = s > 1
@@ -93,20 +114,24 @@ def attention_heuristic(W: torch.Tensor, sigma: float, self_weight: float) -> to
     return (1 - self_weight) * off + self_weight * eye.to(torch.float64)
 
 
-def affinity_plain(W: torch.Tensor, sigma: float) -> np.ndarray:
+def _self_referenced(K: torch.Tensor) -> np.ndarray:
+    """``K`` with ``K_ii = 1`` (a peer identical to ``i``), row-normalised, as a NumPy array."""
+    k = K.fill_diagonal_(1.0).cpu().numpy()
+    return k / k.sum(axis=1, keepdims=True)
+
+
+def affinity_plain(W: torch.Tensor, sigma: float, distance: str = "sum") -> np.ndarray:
     """Plain FedAMP's attention relative to an identical peer: ``K_ij = e^{−‖w_i − w_j‖²/σ}``.
 
     ``ξ_ij = (α_k/σ)·K_ij`` for ``j ≠ i``, and ``α_k/σ`` is the attention the same
     formula gives a peer whose model equals ``w_i`` (a copy of client ``i``), so
     ``K_ij ∈ (0, 1]`` reads "how close to a copy of me is ``j``", independently of
     ``α_k`` and of the number of clients; ``K_ii = 1``.  Returned row-normalised
-    (``K_ij / Σ_k K_ik``), so that the relative rule ``w_ij/w_ii ≥ t`` is ``K_ij ≥ t``.
+    (``K_ij / Σ_k K_ik``), so that the relative rule ``w_ij/w_ii ≥ t`` is ``K_ij ≥ t``;
+    ``distance`` as in :func:`squared_distances`.
     """
-    W = W.to(torch.float64)
-    K = torch.exp(-torch.cdist(W, W).pow(2) / sigma)
-    K.fill_diagonal_(1.0)
-    K = K.cpu().numpy()
-    return K / K.sum(axis=1, keepdims=True)
+    K = torch.exp(-squared_distances(W, distance) / sigma)
+    return _self_referenced(K)
 
 
 def affinity_heuristic(W: torch.Tensor, sigma: float) -> np.ndarray:
@@ -120,9 +145,7 @@ def affinity_heuristic(W: torch.Tensor, sigma: float) -> np.ndarray:
     W = W.to(torch.float64)
     unit = W / W.norm(dim=1, keepdim=True).clamp(min=1e-300)
     K = torch.exp(sigma * ((unit @ unit.T).clamp(-1, 1) - 1))
-    K.fill_diagonal_(1.0)
-    K = K.cpu().numpy()
-    return K / K.sum(axis=1, keepdims=True)
+    return _self_referenced(K)
 
 
 def local_epochs_for(sizes, batch_size, local_epochs: int, local_steps: int) -> int:
@@ -167,6 +190,16 @@ class FedAMP(PersonalizedLearner):
         ``j`` collaborates when ``e^{−‖w_i − w_j‖²/σ} ≥ t``), or ``ξ`` itself
         (whose ``ξ_ij ≤ α_k/σ = 0.05`` makes the relative rule give no edge below
         20 clients).
+    distance : {"sum", "mean"}
+        The argument of ``A``: the paper's ``‖w_i − w_j‖²`` ("sum", default) or
+        ``‖w_i − w_j‖²/P`` over the parameter count ``P`` ("mean",
+        :func:`squared_distances`).  Under "sum" the default ``σ = 10`` was chosen
+        on the 4.8k-parameter digits MLP, where the final models' median
+        ``‖w_i − w_j‖²`` is 2.4 (``e^{−0.24}``); a 25k-parameter MLP multiplies
+        the distances, ``e^{−‖w_i − w_j‖²/σ} → 0`` and ``ξ → I`` (FedAMP
+        becomes Local).  Under "mean" ``σ`` is in units of a squared coordinate
+        difference (median 5e-4 on digits: ``σ ≈ 2e-3`` reproduces "sum" with
+        ``σ = 10`` there) and means the same on any model.
     **common
         See :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
 
@@ -185,9 +218,10 @@ class FedAMP(PersonalizedLearner):
     method = "fedamp"
 
     def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 10.0, local_steps: int = 5,
-                 graph: str = "affinity", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+                 graph: str = "affinity", distance: str = "sum", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
                  lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
+                 patience=None):
         self._store(locals())
 
     def check_params(self):
@@ -197,9 +231,11 @@ class FedAMP(PersonalizedLearner):
         check_param("sigma", self.sigma, "number", low=0, low_open=True)
         check_param("local_steps", self.local_steps, "int", low=1)
         check_param("graph", self.graph, "choice", choices=GRAPHS)
+        # HeurFedAMP reads cosines and has no `distance` (its check runs through here).
+        check_param("distance", getattr(self, "distance", "sum"), "choice", choices=DISTANCES)
 
     def _attention(self, W: torch.Tensor) -> torch.Tensor:
-        xi, guarded = attention_plain(W, float(self.alpha_k), float(self.sigma))
+        xi, guarded = attention_plain(W, float(self.alpha_k), float(self.sigma), self.distance)
         self._guarded = getattr(self, "_guarded", 0) + guarded
         return xi
 
@@ -216,6 +252,9 @@ class FedAMP(PersonalizedLearner):
         W = flatten(params)
         xi = self._attention(W)
         return xi, unflatten((xi.to(W.dtype) @ W), params)
+
+    def _epochs_per_round(self, fed) -> int:
+        return local_epochs_for(fed.sizes("train"), self.batch_size, self.local_epochs, self.local_steps)
 
     def local_step(self, u: dict, rng: np.random.Generator, sizes, kept: dict | None = None
                    ) -> tuple[dict, np.ndarray, dict]:
@@ -253,7 +292,7 @@ class FedAMP(PersonalizedLearner):
         self.affinity_ = self._affinity(flatten(self.params_))
 
     def _affinity(self, W: torch.Tensor) -> np.ndarray:
-        return affinity_plain(W, float(self.sigma))
+        return affinity_plain(W, float(self.sigma), self.distance)
 
     def rule_weights(self) -> np.ndarray:
         """The matrix the weight rule reads: ``affinity_`` (``graph="affinity"``) or ``ξ``."""
@@ -291,7 +330,8 @@ class FedAMPHeuristic(FedAMP):
     def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 200.0, self_weight: float = 0.3,
                  local_steps: int = 5, graph: str = "affinity", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
                  lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
+                 patience=None):
         self._store(locals())
 
     def check_params(self):

@@ -177,7 +177,8 @@ class FedeRiCo(PersonalizedLearner):
     def __init__(self, neighbours: int = 3, eps: float = 0.3, beta: float = 0.6, accumulate: bool = False,
                  weights: str = "data", likelihood: str = "sum", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="adam",
                  lr=1e-3, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
+                 patience=None):
         self._store(locals())
 
     def check_params(self):

@@ -91,7 +91,8 @@ class PFedMe(PersonalizedLearner):
     def __init__(self, lam: float = 15.0, beta: float = 1.0, inner_lr: float = 0.05, inner_steps: int = 100,
                  inner_tol: float = 1e-3, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
                  optimizer="sgd", lr=0.01, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
+                 patience=None):
         self._store(locals())
 
     def check_params(self):

@@ -207,6 +207,9 @@ def _personalized_options() -> tuple[Option, ...]:
         Option("chunk", "chunk", "int", None, "Clients per vmap call on the batched engine [all]."),
         Option("checkpoint", "checkpoint", "str", None,
                "Save after every round to this file; a rerun with the same settings resumes from it."),
+        Option("patience", "patience", "int", None,
+               "Early stopping: stop when the mean validation loss has not improved for this many rounds "
+               "and keep the best round's models [run every round]."),
     )
 
 
@@ -225,7 +228,10 @@ register(Method(
     summary="FedAMP (Huang et al. 2021): cloud models u_i = sum_j xi_ij w_j with "
             "xi_ij = alpha_k A'(|w_i - w_j|^2), proximal local steps.",
     options=_FEDAMP + (Option("sigma", "sigma", "float", None, "sigma of A(x) = 1 - exp(-x/sigma) [10]; "
-                                                               "fedamp-heuristic: cosine temperature [200]."),)
+                                                               "fedamp-heuristic: cosine temperature [200]."),
+                       Option("amp-distance", "distance", "choice", "sum",
+                              "x in A(x): |w_i - w_j|^2 (sum, the paper) or that over the parameter count "
+                              "(mean: sigma means the same on any model size).", ("sum", "mean")))
     + _personalized_options(),
 ))
 register(Method(

@@ -106,7 +106,8 @@ class SuPerFed(PersonalizedLearner):
     def __init__(self, mu: float = 0.01, nu: float = 1.0, start: float = 0.4, lambda_grid=LAMBDA_GRID,
                  *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
                  lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
+                 patience=None):
         self._store(locals())
 
     def check_params(self):

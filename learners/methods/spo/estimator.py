@@ -14,7 +14,7 @@ from coalitions.bitmask import members
 from coalitions.errors import InputError
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
-from coalitions.learners.methods.base import Learner
+from coalitions.learners.methods.base import Learner, default_model
 from coalitions.learners.methods.spo.epo import epo_lp
 from coalitions.learners.methods.spo.heads import HeadsDirectionSearch, head_penalty, personal_loss_matrix
 from coalitions.learners.methods.spo.hypernetwork import HEADS, ParetoHypernetwork
@@ -223,7 +223,7 @@ class SPO(Learner):
     # -- training
     def _step_macs(self, fed: Federation) -> float:
         """Work of one training step: the hypernetwork and the target model, for every direction."""
-        spec = make_model(self.model or ("linear" if fed.task == "regression" else "logistic"),
+        spec = make_model(self.model or default_model(fed, images="logistic"),
                           fed.input_shape, fed.n_outputs, hidden=self.target_hidden)
         batch = int(fed.sizes("train").max()) if self.batch_size is None else int(self.batch_size)
         hyper = self.hidden * (self.embed + self.hidden * (self.layers - 1) + spec.n_params)
@@ -240,7 +240,7 @@ class SPO(Learner):
         fed = federation
         self.federation_ = fed
         self.device_ = resolve_device(self.device)
-        self.model_ = self.model or ("linear" if fed.task == "regression" else "logistic")
+        self.model_ = self.model or default_model(fed, images="logistic")
         self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs, hidden=self.target_hidden)
         self.l2_ = float(self.l2) if self.l2 is not None else (1e-2 if fed.task == "regression" else 1e-3)
         self._decay = tuple(k for k, s in self.spec_.shapes.items() if len(s) > 1)

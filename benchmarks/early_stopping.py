@@ -1,0 +1,59 @@
+"""Every round-based learner with and without early stopping (issue 18 item 2, SPEC §5).
+
+For one experiment of the catalogue (seed 0, its first regime, its protocol), each learner
+trains under the protocol's model, optimiser, learning rate, batch and budget (the rounds
+that give its largest client ``protocol.steps`` local steps, as
+:func:`coalitions.learners.experiments.catalogue.budgeted_options` derives them), once
+running every round (``patience=None``) and once with ``patience=5`` (one validation
+evaluation per round; the best round's models kept).  Prints the mean test metric over
+clients, the learning rate, the step where training stopped, the budget and whether it
+hit the maximum.  No learning-rate grid here: the rate is the protocol's.
+
+Run:  python benchmarks/early_stopping.py heart local,fedavg,fedper,qffl
+      python benchmarks/early_stopping.py digits local,fedavg,fedper --patience 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from coalitions.learners.data.datasets import LOADERS
+from coalitions.learners.experiments.catalogue import EXPERIMENTS, _steps_per_round
+from coalitions.learners.methods.registry import METHODS
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    ap.add_argument("methods", help="comma-separated learners (registry names)")
+    ap.add_argument("--patience", type=int, default=5)
+    args = ap.parse_args(argv)
+    exp = EXPERIMENTS[args.experiment]
+    regime = exp.regimes[0] if exp.regimes else None
+    fed = LOADERS[exp.dataset](seed=0, **(regime.options if regime else {}))
+    p = exp.protocol_for(quick=True, regime=regime)
+    sizes = fed.sizes("train")
+    print(f"{exp.name}: {p.optimizer} lr={p.lr} steps={p.steps} batch={p.batch_size} model={p.model}")
+    for m in args.methods.split(","):
+        cls = METHODS[m].estimator_class()
+        rounds = p.rounds_for(int(max(sizes)), steps_per_round=_steps_per_round(m, p, sizes, 1, {}))
+        for patience in (None, args.patience):
+            if m in ("local", "fedavg"):
+                est = cls(protocol=p.with_(patience=patience, lr_grid=None), engine="batched")
+            else:
+                est = cls(model=p.model, hidden=p.hidden, optimizer=p.optimizer, lr=p.lr, momentum=p.momentum,
+                          weight_decay=p.weight_decay, batch_size=p.batch_size, rounds=rounds, patience=patience,
+                          engine="batched")
+            t = time.perf_counter()
+            est.fit(fed)
+            test = float(np.mean(list(est.utilities_["test"].values())))
+            print(f"{m:12s} patience={patience!s:4s} test={test:.4f} lr={est.lr_} stopped_at={est.stopped_at_} "
+                  f"max={est.rounds_ * est.steps_per_round_} hit_max={est.hit_max_} "
+                  f"({time.perf_counter() - t:.1f}s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

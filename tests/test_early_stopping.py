@@ -1,0 +1,82 @@
+"""Early stopping of the round-based learners (SPEC §5, issue 18): one validation
+evaluation per round, the best round's models kept, the stopping step recorded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from learner_fixtures import blobs
+
+from coalitions.learners.methods.base import EarlyStop
+from coalitions.learners.methods.baselines import FedAvg
+from coalitions.learners.methods.fedamp import FedAMP
+from coalitions.learners.methods.fedper import FedPer
+from coalitions.learners.training.engine import flatten
+from coalitions.params import ParameterError
+
+# lr 0.5 over-shoots on these blobs, so the validation loss turns up and patience bites
+KW = dict(model="mlp", hidden=8, rounds=30, batch_size=None, lr=0.5, seed=3, engine="batched")
+
+
+class Stop(Exception):
+    pass
+
+
+def test_early_stop_counts_rounds_without_improvement():
+    s = EarlyStop(2)
+    assert [s.update(v) for v in (3.0, 2.0, 2.5, 2.0)] == [True, True, False, False]
+    assert s.stopped and s.best_round == 2 and s.best == 2.0
+    never = EarlyStop(None, history=(1.0, 2.0, 3.0, 4.0))
+    assert not never.stopped and never.best_round == 1
+
+
+@pytest.mark.parametrize("cls", [FedAvg, FedPer, FedAMP])
+def test_the_kept_models_are_a_run_that_ends_at_the_best_round(cls):
+    fed = blobs(sizes=(9, 12, 7, 10))
+    stopped = cls(patience=2, **KW).fit(fed)
+    run = len(stopped.val_loss_history_)
+    best = int(np.argmin(stopped.val_loss_history_)) + 1
+    assert stopped.best_round_ == best
+    if stopped.hit_max_:
+        assert run == KW["rounds"]
+    else:
+        assert run == best + 2 and stopped.stopped_at_ == run * stopped.steps_per_round_
+    # full batch: one step per round, FedAMP's default five (local_steps=5)
+    assert stopped.steps_per_round_ == (5 if cls is FedAMP else 1) and stopped.lr_ == KW["lr"]
+    short = cls(**{**KW, "rounds": best}).fit(fed)
+    assert torch.equal(flatten(stopped.params_), flatten(short.params_))
+    assert stopped.utilities_ == short.utilities_
+    assert short.hit_max_ and short.stopped_at_ == best * short.steps_per_round_
+
+
+def test_the_fixture_actually_stops_early():
+    fed = blobs(sizes=(9, 12, 7, 10))
+    assert not FedAvg(patience=2, **KW).fit(fed).hit_max_
+
+
+def test_resume_with_patience_equals_an_uninterrupted_run(tmp_path):
+    fed = blobs(sizes=(9, 12, 7, 10))
+    whole = FedAvg(patience=2, **KW).fit(fed)
+    assert not whole.hit_max_
+
+    def progress(done, total):
+        if done == whole.best_round_ + 1:
+            raise Stop
+    path = tmp_path / "ck.npz"
+    with pytest.raises(Stop):
+        FedAvg(patience=2, checkpoint=path, progress=progress, **KW).fit(fed)
+    resumed = FedAvg(patience=2, checkpoint=path, **KW).fit(fed)
+    assert resumed.resumed_from_ == whole.best_round_ + 1
+    assert torch.equal(flatten(resumed.params_), flatten(whole.params_))
+    assert (resumed.stopped_at_, resumed.best_round_) == (whole.stopped_at_, whole.best_round_)
+
+
+def test_patience_is_checked_and_comes_from_the_protocol_when_given():
+    from coalitions.learners.training.protocol import TrainingProtocol
+
+    fed = blobs(sizes=(9, 12, 7, 10))
+    with pytest.raises(ParameterError):
+        FedAvg(patience=0, **KW).fit(fed)
+    with pytest.raises(ParameterError):
+        FedAvg(protocol=TrainingProtocol(), patience=2, **{k: v for k, v in KW.items() if k != "lr"}).fit(fed)
