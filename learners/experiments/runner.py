@@ -134,7 +134,8 @@ def _method_summary(estimate, game, eq: co.Equilibrium | None = None) -> MethodS
         weights=None if estimate.weights is None else estimate.weights.tolist(),
         edges=[[estimate.clients[j], estimate.clients[i]] for j, i in estimate.benefit_graph.edges],
         compare=comparison, estimate=estimate, sensitivity=sensitivity_against_exact(estimate, game, eq),
-        rules=rules_against_exact(estimate, game, eq), lr_tuning=lr_tuning(estimate))
+        rules=rules_against_exact(estimate, game, eq), lr_tuning=lr_tuning(estimate),
+        stopping=(estimate.extra or {}).get("stopping"))
 
 
 def lr_tuning(estimate) -> dict | None:
@@ -366,7 +367,27 @@ def with_records(learner, fed):
     if getattr(learner, "has_weights", True) and hasattr(learner, "sensitivity"):
         rule, used, rows = learner.sensitivity()
         extra["sensitivity"] = sensitivity_to_json(list(fed.names), rows, rule, used)
+    stop = stopping_record(learner)
+    if stop is not None:
+        extra["stopping"] = stop
     return dataclasses.replace(est, extra=extra)
+
+
+def stopping_record(learner) -> dict | None:
+    """Where a fitted column stopped: ``{"lr", "stopped_at", "hit_max"}`` (issue 18 item 3), or None.
+
+    Read from the fitted learner's ``lr_`` (the rate it trained at), ``stopped_at_`` (the local step
+    at which its validation loss had not improved for the protocol's ``patience`` evaluations, or the
+    maximum) and ``hit_max_`` (True: it never stopped, the budget did).  A learner without
+    ``stopped_at_`` (no early stopping in its loop) gives None: nothing is recorded rather than a
+    guess.
+    """
+    stopped = getattr(learner, "stopped_at_", None)
+    if stopped is None:
+        return None
+    lr = getattr(learner, "lr_", None)
+    return {"lr": None if lr is None else float(lr), "stopped_at": int(stopped),
+            "hit_max": bool(getattr(learner, "hit_max_", False))}
 
 
 def compute_named_piece(exp_name: str, quick: bool, regime_name: str, seed: int, what: str, device: str):
