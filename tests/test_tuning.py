@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -61,3 +62,12 @@ def test_report_names_the_columns_that_hit_the_maximum():
     text = "\n".join(_lr_section({"runs": runs}, {"fedavg": "FedAvg", "spo": "SPO"}))
     assert "| FedAvg | 0.1 (max) |" in text and "| SPO | 0.01 @ 20 |" in text
     assert "without stopping (on at least one seed): FedAvg;" in text
+
+
+def test_spo_column_gets_the_protocols_patience_and_grid():
+    from coalitions.learners.experiments.catalogue import HEART, budgeted_options
+
+    exp = dataclasses.replace(HEART, protocol=HEART.protocol.with_(patience=3))
+    opts = budgeted_options(exp, True, "spo", [50, 60])
+    assert opts["patience"] == 3 and opts["lr_grid"] == list(HEART.protocol.lr_grid)
+    assert "patience" not in budgeted_options(HEART, True, "spo", [50, 60])

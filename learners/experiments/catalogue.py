@@ -215,8 +215,9 @@ def budgeted_options(exp: Experiment, quick: bool, method: str, sizes, regime: R
     grid = {"lr_grid": list(p.lr_grid)} if p.lr_grid else {}   # every column tunes on the same grid
     if method in ("local", "fedavg"):
         return {"protocol": p, **own}
-    if method == "spo":
-        return {"steps": p.steps, "batch_size": p.batch_size, **grid, **own}
+    if method == "spo":   # SPO stops on the protocol's patience too (its own loop, the same rule)
+        stop = {"patience": p.patience} if p.patience is not None else {}
+        return {"steps": p.steps, "batch_size": p.batch_size, **grid, **stop, **own}
     takes = METHODS[method].keys if method in METHODS else ()
     local_epochs = int(own.get("local_epochs", 1))
     derived = {"model": p.model, "mlp_hidden": p.hidden, "optimizer": p.optimizer, "client_lr": p.lr,

@@ -140,13 +140,13 @@ class MethodSummary:
     estimate: Any = field(default=None, repr=False, compare=False)
     sensitivity: dict | None = None
     rules: dict | None = None
-    #: SPO only: its utilities inside its own CE (the paper's "CE (ours)" row, runner.ce_ours).
+    #: SPO only: its utilities inside its own CE (the paper's "CE (ours)" row, spo_column.ce_ours).
     ce_ours: dict | None = None
     #: The learning rate chosen on validation from the protocol's grid: ``{"grid": [...],
     #: "val_loss": [...], "chosen": lr}`` (learners/training/tuning.py); None without a grid.
     lr_tuning: dict | None = None
     #: Where the column stopped: ``{"lr": rate trained at, "stopped_at": local step, "hit_max": bool}``
-    #: (runner.stopping_record); None when its learner does not stop early.
+    #: (columns.stopping_record); None when its learner does not stop early.
     stopping: dict | None = None
 
     def to_json(self) -> dict:
