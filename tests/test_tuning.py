@@ -71,3 +71,28 @@ def test_spo_column_gets_the_protocols_patience_and_grid():
     opts = budgeted_options(exp, True, "spo", [50, 60])
     assert opts["patience"] == 3 and opts["lr_grid"] == list(HEART.protocol.lr_grid)
     assert "patience" not in budgeted_options(HEART, True, "spo", [50, 60])
+
+
+def test_fit_spo_hands_patience_and_grid_to_the_estimator_not_to_its_options(monkeypatch):
+    import coalitions.learners.methods.registry as registry
+    from coalitions.learners.experiments.spo_column import fit_spo
+
+    seen = {}
+
+    class Fake:
+        def set_params(self, **kw):
+            seen["params"] = kw
+            return self
+
+        def fit(self, fed):
+            return self
+
+    def create(name, options, **kw):
+        seen["options"] = dict(options)
+        return Fake()
+
+    monkeypatch.setattr(registry, "create", create)
+    fit_spo(None, {"steps": 10, "patience": 4}, [0.1, 0.01], 0, "cpu")
+    assert seen == {"options": {"steps": 10}, "params": {"lr_grid": (0.1, 0.01), "patience": 4}}
+    fit_spo(None, {"steps": 10}, None, 0, "cpu")
+    assert seen == {"options": {"steps": 10}, "params": {}}

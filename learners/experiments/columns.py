@@ -58,7 +58,7 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
             learner.set_params(protocol=protocol if lr is None else protocol.with_(lr=lr, lr_grid=None))
         return learner.fit(fed)
 
-    if what == "spo" and grid:
+    if what == "spo":   # SPO tunes its own rate on the same grid and rule, and stops on the same patience
         return with_records(fit_spo(fed, options, grid, seed, device, progress), fed)
     if not grid:
         return with_records(fit_one(None), fed)

@@ -13,10 +13,19 @@ __all__ = ["fit_spo", "ce_ours", "rules_summary"]
 
 
 def fit_spo(fed, options: dict, grid, seed: int, device: str, progress=None):
-    """SPO fitted on ``fed`` with ``options``, choosing its rate from ``grid`` on validation itself (its ``lr_grid``)."""
+    """SPO fitted on ``fed`` with ``options``, choosing its rate from ``grid`` on validation itself (its ``lr_grid``).
+
+    The protocol's settings that SPO's command-line options do not take (``patience``; the grid) go to
+    the estimator as parameters, as the protocol goes to the other learners.
+    """
     from coalitions.learners.methods.registry import create
 
-    return create("spo", options, device=device, seed=seed, progress=progress).set_params(lr_grid=tuple(grid)).fit(fed)
+    options = dict(options)
+    own = {"lr_grid": tuple(grid)} if grid else {}
+    if options.get("patience") is not None:
+        own["patience"] = int(options.pop("patience"))
+    options.pop("patience", None)
+    return create("spo", options, device=device, seed=seed, progress=progress).set_params(**own).fit(fed)
 
 
 def ce_ours(estimate) -> dict | None:
