@@ -202,8 +202,9 @@ def test_experiments_are_well_formed():
         for m in exp.methods:
             for quick in (True, False):
                 opts = budgeted_options(exp, quick, m, [100, 40])
-                # the protocol and its learning-rate grid are the runner's (compute_piece), not method options
-                assert set(opts) - {"protocol", "lr_grid"} <= set(METHODS[m].keys), (exp.name, m)
+                # the protocol's own settings (its learning-rate grid, its patience) reach the estimator as
+                # parameters, not as method options
+                assert set(opts) - {"protocol", "lr_grid", "patience"} <= set(METHODS[m].keys), (exp.name, m)
                 grid = exp.protocol_for(quick).lr_grid if exp.protocol is not None else None
                 if m not in ("local", "fedavg"):     # those two read it from their protocol
                     assert opts.get("lr_grid") == (list(grid) if grid else None), (exp.name, m)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -39,3 +40,59 @@ def test_a_column_is_trained_once_per_rate_and_keeps_the_best_on_validation(meth
     assert rec["chosen"] == grid[min(range(3), key=lambda k: rec["val_loss"][k])]
     assert len(set(rec["val_loss"])) == 3    # the rates really trained different models
     assert est.config.get("lr", est.config.get("protocol", {}).get("lr")) == rec["chosen"] or method == "local"
+
+
+def test_stopping_record_reads_the_fitted_attributes_and_none_without_them():
+    from types import SimpleNamespace
+
+    from coalitions.learners.experiments.runner import stopping_record
+
+    assert stopping_record(SimpleNamespace()) is None   # a loop without early stopping records nothing
+    fitted = SimpleNamespace(lr_=0.05, stopped_at_=120, hit_max_=False)
+    assert stopping_record(fitted) == {"lr": 0.05, "stopped_at": 120, "hit_max": False}
+    assert stopping_record(SimpleNamespace(stopped_at_=300, hit_max_=True))["hit_max"] is True
+
+
+def test_report_names_the_columns_that_hit_the_maximum():
+    from coalitions.learners.experiments.report import _lr_section
+
+    runs = [{"seed": 0, "methods": {"fedavg": {"lr_tuning": {"grid": [0.01, 0.1], "chosen": 0.1},
+                                                 "stopping": {"lr": 0.1, "stopped_at": 50, "hit_max": True}},
+                                      "spo": {"stopping": {"lr": 0.01, "stopped_at": 20, "hit_max": False}}}}]
+    text = "\n".join(_lr_section({"runs": runs}, {"fedavg": "FedAvg", "spo": "SPO"}))
+    assert "| FedAvg | 0.1 (max) |" in text and "| SPO | 0.01 @ 20 |" in text
+    assert "without stopping (on at least one seed): FedAvg;" in text
+
+
+def test_spo_column_gets_the_protocols_patience_and_grid():
+    from coalitions.learners.experiments.catalogue import HEART, budgeted_options
+
+    exp = dataclasses.replace(HEART, protocol=HEART.protocol.with_(patience=3))
+    opts = budgeted_options(exp, True, "spo", [50, 60])
+    assert opts["patience"] == 3 and opts["lr_grid"] == list(HEART.protocol.lr_grid)
+    assert "patience" not in budgeted_options(HEART, True, "spo", [50, 60])
+
+
+def test_fit_spo_hands_patience_and_grid_to_the_estimator_not_to_its_options(monkeypatch):
+    import coalitions.learners.methods.registry as registry
+    from coalitions.learners.experiments.spo_column import fit_spo
+
+    seen = {}
+
+    class Fake:
+        def set_params(self, **kw):
+            seen["params"] = kw
+            return self
+
+        def fit(self, fed):
+            return self
+
+    def create(name, options, **kw):
+        seen["options"] = dict(options)
+        return Fake()
+
+    monkeypatch.setattr(registry, "create", create)
+    fit_spo(None, {"steps": 10, "patience": 4}, [0.1, 0.01], 0, "cpu")
+    assert seen == {"options": {"steps": 10}, "params": {"lr_grid": (0.1, 0.01), "patience": 4}}
+    fit_spo(None, {"steps": 10}, None, 0, "cpu")
+    assert seen == {"options": {"steps": 10}, "params": {}}

@@ -218,8 +218,9 @@ def budgeted_options(exp: Experiment, quick: bool, method: str, sizes, regime: R
         grid["patience"] = p.patience   # Local and FedAvg read it from the protocol itself
     if method in ("local", "fedavg"):
         return {"protocol": p, **own}
-    if method == "spo":
-        return {"steps": p.steps, "batch_size": p.batch_size, **grid, **own}
+    if method == "spo":   # SPO stops on the protocol's patience too (its own loop, the same rule)
+        stop = {"patience": p.patience} if p.patience is not None else {}
+        return {"steps": p.steps, "batch_size": p.batch_size, **grid, **stop, **own}
     local_epochs = int(own.get("local_epochs", 1))
     derived = {"model": p.model, "mlp_hidden": p.hidden, "optimizer": p.optimizer, "client_lr": p.lr,
                "momentum": p.momentum, "weight_decay": p.weight_decay, "client_batch": p.batch_size,

@@ -22,27 +22,49 @@ __all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown", "verd
 
 
 def _lr_section(reg: dict, labels: dict) -> list[str]:
-    """The learning rate each column chose on validation from the protocol's grid, per seed (issue 18)."""
+    """The rate each column chose on validation and where it stopped, per seed (issue 18 item 3).
+
+    A cell is the chosen rate (from ``lr_tuning``, else the rate the column trained at), followed by
+    ``@ step`` where the column records its stopping step, and ``(max)`` when it never stopped: the
+    budget, not the validation loss, ended it.  A closing sentence names those columns.
+    """
     runs = reg.get("runs") or []
-    methods = [m for m in (runs[0].get("methods") or {}) if any((r.get("methods") or {}).get(m, {}).get("lr_tuning")
-                                                                for r in runs)] if runs else []
+
+    def cell(r: dict, m: str) -> dict:
+        return (r.get("methods") or {}).get(m) or {}
+
+    methods = [m for m in (runs[0].get("methods") or {})
+               if any(cell(r, m).get("lr_tuning") or cell(r, m).get("stopping") for r in runs)] if runs else []
     if not methods:
         return []
-    grid = next(r["methods"][m]["lr_tuning"]["grid"] for r in runs for m in methods
-                if r["methods"].get(m, {}).get("lr_tuning"))
+    grid = next((cell(r, m)["lr_tuning"]["grid"] for r in runs for m in methods if cell(r, m).get("lr_tuning")),
+                None)
+    lead = (f"Every learner column trained once per rate of the grid {', '.join(f'{g:g}' for g in grid)} (the "
+            "same step budget each time) and kept the rate with the lowest mean validation loss over clients. "
+            if grid else "")
     out = ["### Learning rates chosen on validation", "",
-           f"Every learner column trained once per rate of the grid {', '.join(f'{g:g}' for g in grid)} (the same "
-           "step budget each time) and kept the rate with the lowest mean validation loss over clients; the exact "
-           "game's rate is fixed (chosen once on seeds no report uses). Test data are never read.", "",
+           lead + "A cell is the rate kept, `@ step` where the column stopped early on its validation loss, "
+           "`(max)` where it hit the maximum without stopping. Test data are never read.", "",
            "| column | " + " | ".join(f"seed {r['seed']}" for r in runs) + " |",
            "| --- |" + " --- |" * len(runs)]
+    at_max = []
     for m in methods:
         cells = []
         for r in runs:
-            t = (r.get("methods") or {}).get(m, {}).get("lr_tuning")
-            cells.append("—" if not t else f"{t['chosen']:g}")
+            t, stop = cell(r, m).get("lr_tuning"), cell(r, m).get("stopping")
+            lr = t["chosen"] if t else (stop or {}).get("lr")
+            text = "—" if lr is None else f"{lr:g}"
+            if stop:
+                text += " (max)" if stop.get("hit_max") else f" @ {stop['stopped_at']}"
+                if stop.get("hit_max") and labels.get(m, m) not in at_max:
+                    at_max.append(labels.get(m, m))
+            cells.append(text)
         out.append(f"| {labels.get(m, m)} | " + " | ".join(cells) + " |")
-    return out + [""]
+    out.append("")
+    if at_max:
+        out += [f"Hit the maximum step budget without stopping (on at least one seed): {', '.join(at_max)}; "
+                "their rows may be limited by the budget, not by the method.", ""]
+    return out
 
 
 def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.01, learned: float = 0.05) -> str:

@@ -140,11 +140,14 @@ class MethodSummary:
     estimate: Any = field(default=None, repr=False, compare=False)
     sensitivity: dict | None = None
     rules: dict | None = None
-    #: SPO only: its utilities inside its own CE (the paper's "CE (ours)" row, runner.ce_ours).
+    #: SPO only: its utilities inside its own CE (the paper's "CE (ours)" row, spo_column.ce_ours).
     ce_ours: dict | None = None
     #: The learning rate chosen on validation from the protocol's grid: ``{"grid": [...],
     #: "val_loss": [...], "chosen": lr}`` (learners/training/tuning.py); None without a grid.
     lr_tuning: dict | None = None
+    #: Where the column stopped: ``{"lr": rate trained at, "stopped_at": local step, "hit_max": bool}``
+    #: (columns.stopping_record); None when its learner does not stop early.
+    stopping: dict | None = None
 
     def to_json(self) -> dict:
         out = {"partition": self.partition, "test": self.test, "val": self.val, "weights": self.weights,
@@ -159,6 +162,8 @@ class MethodSummary:
             out["ce_ours"] = self.ce_ours
         if self.lr_tuning is not None:
             out["lr_tuning"] = self.lr_tuning
+        if self.stopping is not None:
+            out["stopping"] = self.stopping
         return out
 
     @classmethod
@@ -167,7 +172,8 @@ class MethodSummary:
         cmp = data.get("compare")
         return cls(data["partition"], data["test"], data["val"], data["weights"], data["edges"],
                    None if cmp is None else Comparison.from_json(cmp), sensitivity=data.get("sensitivity"),
-                   rules=data.get("rules"), ce_ours=data.get("ce_ours"), lr_tuning=data.get("lr_tuning"))
+                   rules=data.get("rules"), ce_ours=data.get("ce_ours"), lr_tuning=data.get("lr_tuning"),
+                   stopping=data.get("stopping"))
 
 
 @dataclass

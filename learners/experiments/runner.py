@@ -28,7 +28,6 @@ Examples
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -41,12 +40,29 @@ from coalitions.compare import compare
 from coalitions.errors import InputError
 from coalitions.files import write_text
 from coalitions.io import read_json, write_json
+from coalitions.learners.experiments.agreement import (
+    _is_ce,
+    _mean,
+    _names,
+    rules_against_exact,
+    sensitivity_against_exact,
+)
 from coalitions.learners.experiments.catalogue import (
     METHOD_LABELS,
     Experiment,
     budget_record,
     get_experiment,
     select_methods,
+)
+from coalitions.learners.experiments.columns import (  # noqa: F401 (re-exported: the runner's public face)
+    REPLICATES,
+    _options,
+    compute_named_piece,
+    compute_piece,
+    learner_outputs,
+    lr_tuning,
+    stopping_record,
+    with_records,
 )
 from coalitions.learners.experiments.results import (
     RESULTS_FORMAT,
@@ -60,6 +76,7 @@ from coalitions.learners.experiments.results import (
     write_results,
 )
 from coalitions.learners.experiments.seedstats import ALPHA, LEVEL, MAJORITY, N_BOOT  # noqa: F401 (re-exported)
+from coalitions.learners.experiments.spo_column import ce_ours, rules_summary
 from coalitions.learners.experiments.statistics import separate_seeds
 from coalitions.numbers import to_float
 from coalitions.payoffs import models_in
@@ -67,16 +84,8 @@ from coalitions.payoffs import models_in
 __all__ = ["RESULTS_FORMAT", "reproduce", "run_experiment", "summarize", "exact_summary", "read_results", "ce_ours"]
 
 
-def _names(game: co.Game, mask: int) -> list[str]:
-    return list(game.names(int(mask)))
-
-
 def _blocks(game: co.Game, partition) -> list[list[str]]:
     return [_names(game, k) for k in sorted(partition, key=lambda k: k & -k)]
-
-
-#: Bootstrap replicates of the validation sets recorded with every exact game (the CE's support).
-REPLICATES = 50
 
 
 def exact_summary(game: co.Game, test_game: co.Game, metric: str | None,
@@ -115,13 +124,6 @@ def exact_summary(game: co.Game, test_game: co.Game, metric: str | None,
         val=scores["val"], test=scores["test"], support=sup, equilibrium=eq)
 
 
-def _is_ce(game: co.Game, estimate) -> bool:
-    """Whether the learner's partition is a CE of the exact game (exhaustive certificate)."""
-    index = {c: i for i, c in enumerate(game.clients)}
-    partition = [sum(1 << index[estimate.clients[i]] for i in co.bitmask.members(k)) for k in estimate.partition]
-    return bool(co.certify(game, partition).holds)
-
-
 def _method_summary(estimate, game, eq: co.Equilibrium | None = None) -> MethodSummary:
     comparison = None
     if game is not None:
@@ -134,59 +136,8 @@ def _method_summary(estimate, game, eq: co.Equilibrium | None = None) -> MethodS
         weights=None if estimate.weights is None else estimate.weights.tolist(),
         edges=[[estimate.clients[j], estimate.clients[i]] for j, i in estimate.benefit_graph.edges],
         compare=comparison, estimate=estimate, sensitivity=sensitivity_against_exact(estimate, game, eq),
-        rules=rules_against_exact(estimate, game, eq), lr_tuning=lr_tuning(estimate))
-
-
-def lr_tuning(estimate) -> dict | None:
-    """The learning rate a column chose on validation (``{"grid", "val_loss", "chosen"}``), or None.
-
-    Personalised learners: :func:`coalitions.learners.training.tuning.tune_lr`'s record
-    (``extra["lr_tuning"]``); SPO tunes itself and records ``extra["training"]["lr_losses"]``.
-    """
-    extra = estimate.extra or {}
-    if extra.get("lr_tuning") is not None:
-        return extra["lr_tuning"]
-    training = extra.get("training") or {}
-    losses = training.get("lr_losses")
-    if not losses or len(losses) < 2:
-        return None
-    grid = [float(k) for k in losses]
-    return {"grid": grid, "val_loss": [losses[k] for k in losses], "chosen": float(training["lr"])}
-
-
-def _against_exact(edges, partition, game: co.Game | None, eq: co.Equilibrium | None) -> dict:
-    """Edge precision/recall/F1 of ``edges`` (``[[j, i], ...]`` names) and whether ``partition`` is the exact CE."""
-    if game is None or eq is None:
-        return {}
-    from coalitions.compare import edge_scores
-
-    exact_edges = {(game.clients[j], game.clients[i]) for j, i in co.ExactOracle(game).benefit_graph(game.grand).edges}
-    p, r, f1 = edge_scores({(a, b) for a, b in edges}, exact_edges)
-    same = {frozenset(b) for b in partition} == {frozenset(_names(game, k)) for k in eq.partition}
-    index = {c: i for i, c in enumerate(game.clients)}
-    stable = co.certify(game, [sum(1 << index[c] for c in b) for b in partition]).holds
-    return {"edge_precision": p, "edge_recall": r, "edge_f1": f1, "same_partition": bool(same),
-            "is_exact_ce": bool(stable)}
-
-
-def sensitivity_against_exact(estimate, game, eq) -> dict | None:
-    """``extra.sensitivity`` of the estimate with each threshold's agreement with the exact game (or None)."""
-    sens = estimate.extra.get("sensitivity")
-    if not sens:
-        return None
-    rows = [dict(row, **_against_exact(row["edges"], row["partition"], game, eq)) for row in sens["rows"]]
-    return {"rule": sens["rule"], "threshold_used": sens["threshold_used"], "rows": rows}
-
-
-def rules_against_exact(estimate, game, eq) -> dict | None:
-    """SPO's ``extra.rules`` (the rule used and the paper's ratio rule, labelled), each against the exact game."""
-    rules = estimate.extra.get("rules")
-    if not rules:
-        return None
-    return {name: {"label": r["label"], "used": r["used"], "edges": r["edges"], "partition": r["partition"],
-                   **{k: r[k] for k in ("threshold", "tol") if k in r},
-                   **_against_exact(r["edges"], r["partition"], game, eq)}
-            for name, r in rules.items()}
+        rules=rules_against_exact(estimate, game, eq), lr_tuning=lr_tuning(estimate),
+        stopping=(estimate.extra or {}).get("stopping"))
 
 
 def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Equilibrium, where: Path,
@@ -229,23 +180,6 @@ def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Eq
     return {col: [stored[key(m, i)] for i, m in enumerate(ms)] for col, ms in want.items()}
 
 
-def ce_ours(estimate) -> dict | None:
-    """The paper's "CE (ours)" row: SPO's utilities inside SPO's own CE.
-
-    Each client's model is the hypernetwork at its best direction on the face of
-    its block of the partition that SPO's own estimate peels to (not the exact
-    game's CE), scored by SPO: ``{"partition": [[names]], "val": {name: metric},
-    "test": {name: metric}}`` from the estimate's ``extra.ce_utilities``; ``None``
-    when the estimate has none.  Reported beside the exact CE (issue 9).
-    """
-    utilities = estimate.extra.get("ce_utilities") if estimate.extra else None
-    if not utilities:
-        return None
-    return {"partition": [list(b) for b in estimate.blocks()],
-            "val": {c: float(v) for c, v in utilities["val"].items()},
-            "test": {c: float(v) for c, v in utilities["test"].items()}}
-
-
 def _read_timings(folder: Path) -> dict:
     """``{piece file name: seconds}`` of the pieces finished in ``folder`` (empty if none)."""
     path = folder / "timings.json"
@@ -276,120 +210,6 @@ def _files(where: Path, what: str, loss: bool = False) -> tuple[Path, ...]:
         return ((where.with_name(where.name + "-game.json"), where.with_name(where.name + "-test-game.json"))
                 + ((where.with_name(where.name + "-loss-game.json"),) if loss else ()))
     return (where.with_name(f"{where.name}-{what}.json"),)
-
-
-def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, progress=None):
-    """Train one piece: the exact games ``(validation, test, method, replicates, loss game, loss replicates)``
-    (the last two None without the oracle's ``loss_game``), or learner ``what``'s estimate.
-
-    ``options``: the exhaustive oracle's keywords (:meth:`Experiment.oracle_options`:
-    ``exp.oracle``, the ``--quick`` overrides and the experiment's ``protocol``), or the
-    learner's options (:func:`~coalitions.learners.experiments.catalogue.budgeted_options`;
-    a ``protocol`` among them goes to the estimator as its ``protocol`` parameter).
-
-    Pure computation (no files): the local loop and the Ray tasks of
-    :mod:`coalitions.learners.distributed` both call it, so they agree.
-    ``progress(done, total)`` follows the training (subset model-epochs, rounds or steps).
-    """
-    if what == "exact":
-        from coalitions.learners.exact import ExhaustiveOracle
-
-        o = ExhaustiveOracle(device=device, seed=seed, progress=progress,
-                             **{"replicates": REPLICATES, **exp.oracle, **options}).fit(fed)
-        return o.game_, o.test_game_, o.method_, o.replicates_, o.loss_game_, o.loss_replicates_
-    from coalitions.learners.methods.registry import create
-
-    options = dict(options)
-    protocol = options.pop("protocol", None)
-    grid = options.pop("lr_grid", None) or (protocol.lr_grid if protocol is not None else None)
-
-    def fit_one(lr: float | None):
-        opts = dict(options)
-        if lr is not None and protocol is None and what != "spo":
-            opts["client_lr"] = lr
-        learner = create(what, opts, device=device, seed=seed, progress=progress)
-        if protocol is not None:
-            learner.set_params(protocol=protocol if lr is None else protocol.with_(lr=lr, lr_grid=None))
-        return learner.fit(fed)
-
-    if what == "spo" and grid:   # SPO tunes its own rate on the same grid and rule (its lr_grid)
-        learner = create(what, options, device=device, seed=seed, progress=progress).set_params(lr_grid=tuple(grid))
-        return with_records(learner.fit(fed), fed)
-    if not grid:
-        return with_records(fit_one(None), fed)
-    from coalitions.learners.training.tuning import tune_lr
-
-    learner, record = tune_lr(fit_one, grid, lambda fitted: fitted.val_loss_history_[-1])
-    est = with_records(learner, fed)
-    return dataclasses.replace(est, extra={**est.extra, "lr_tuning": record})
-
-
-def learner_outputs(learner, fed) -> list[np.ndarray]:
-    """Each client's test outputs under the learner's own model: what its ``utilities_["test"]`` scores.
-
-    Personalised learners: :meth:`~coalitions.learners.methods.base.PersonalizedLearner.client_outputs`.
-    SPO: the target model at each client's direction (row ``i`` of ``weights_``), as SPO scores it.
-    """
-    if hasattr(learner, "client_outputs"):
-        return learner.client_outputs("test")
-    import torch
-
-    params = learner.predict_params(learner.weights_)
-    out = []
-    with torch.no_grad():
-        for i, c in enumerate(fed.clients):
-            p = {k: torch.as_tensor(v[i]) for k, v in params.items()}
-            o = learner.spec_.forward(p, torch.tensor(np.asarray(c.test.X, dtype=np.float32)))
-            o = o.double().cpu().numpy()
-            out.append(o[:, 0] if o.ndim == 2 and o.shape[1] == 1 else o)
-    return out
-
-
-def with_records(learner, fed):
-    """The learner's estimate with what the report's statistics need in ``extra`` (docs/formats.md).
-
-    ``test_outputs``: ``{client: outputs}`` (:func:`learner_outputs`, float32
-    precision), for the bootstrap intervals over test samples; ``sensitivity``:
-    the learned CE across the rule's threshold (``learner.sensitivity()``,
-    :func:`coalitions.sensitivity.sensitivity_to_json`) for learners with
-    weights (SPO: its ratio rule).
-    """
-    import dataclasses
-
-    from coalitions.sensitivity import sensitivity_to_json
-
-    est = learner.estimate_
-    extra = dict(est.extra)
-    outs = learner_outputs(learner, fed)
-    extra["test_outputs"] = {c.name: np.asarray(o, dtype=np.float32).tolist() for c, o in zip(fed.clients, outs,
-                                                                                                strict=True)}
-    if getattr(learner, "has_weights", True) and hasattr(learner, "sensitivity"):
-        rule, used, rows = learner.sensitivity()
-        extra["sensitivity"] = sensitivity_to_json(list(fed.names), rows, rule, used)
-    return dataclasses.replace(est, extra=extra)
-
-
-def compute_named_piece(exp_name: str, quick: bool, regime_name: str, seed: int, what: str, device: str):
-    """:func:`compute_piece` from names alone (what a Ray worker runs): ``(result, seconds, n_clients)``."""
-    from coalitions.learners.data.datasets import load
-
-    exp = get_experiment(exp_name)
-    regime = next(r for r in exp.regimes if r.name == regime_name)
-    seeds = separate_seeds(seed)
-    fed = load(exp.dataset, seed=seeds.data, **regime.options)
-    options = _options(exp, quick, what, fed, regime)
-    t = time.perf_counter()
-    result = compute_piece(fed, exp, what, options, seeds.init, device)
-    return result, time.perf_counter() - t, fed.n
-
-
-def _options(exp: Experiment, quick: bool, what: str, fed, regime=None) -> dict:
-    """The options of piece ``what`` on ``fed`` in ``regime``: the oracle's, or the learner's with the matched budget."""
-    from coalitions.learners.experiments.catalogue import budgeted_options
-
-    if what == "exact":
-        return exp.oracle_options(quick, regime)
-    return budgeted_options(exp, quick, what, fed.sizes("train"), regime)
 
 
 def store_piece(where: Path, what: str, result, seconds: float) -> None:
@@ -516,8 +336,6 @@ def summarize(regime: dict, methods) -> dict:
     return out
 
 
-
-
 def _columns(methods, have_exact: bool) -> list[tuple[str, str]]:
     """``(key, label)`` of the report's columns: the learners, ``CE`` after SPO (or last) where the game exists."""
     cols = [(m, METHOD_LABELS.get(m, m)) for m in methods]
@@ -597,11 +415,6 @@ def regime_statistics(clients: list[str], metric: str, records: list[dict], meth
             "outputs_check": check, "seed": seed_statistics(clients, metric, values, n_test)}
 
 
-def _mean(xs) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return float(np.mean(xs)) if xs else None
-
-
 def sensitivity_summary(runs: list[dict], methods) -> dict:
     """Per learner with a threshold: each threshold's CE (first seed) and its agreement with the exact CE over seeds."""
     out = {}
@@ -618,24 +431,6 @@ def sensitivity_summary(runs: list[dict], methods) -> dict:
                          "same_partition": None if None in same else int(sum(same))})
         out[m] = {"rule": sens[0]["rule"], "threshold_used": sens[0]["threshold_used"], "rows": rows,
                   "seeds": len(sens)}
-    return out
-
-
-def rules_summary(runs: list[dict], method: str = "spo") -> dict:
-    """SPO's rules side by side (the one used and the paper's ratio rule) over the seeds, against the exact CE."""
-    rules = [r["methods"].get(method, {}).get("rules") for r in runs]
-    if not rules or any(x is None for x in rules):
-        return {}
-    out = {}
-    for name, first in rules[0].items():
-        same = [x[name].get("same_partition") for x in rules]
-        stable = [x[name].get("is_exact_ce") for x in rules]
-        out[name] = {"label": first["label"], "used": first["used"], "partition": first["partition"],
-                     **{k: first[k] for k in ("threshold", "tol") if k in first},
-                     "edges": _mean([len(x[name]["edges"]) for x in rules]),
-                     "edge_f1": _mean([x[name].get("edge_f1") for x in rules]),
-                     "same_partition": None if None in same else int(sum(same)),
-                     "is_exact_ce": None if None in stable else int(sum(stable)), "seeds": len(rules)}
     return out
 
 

@@ -1,0 +1,174 @@
+"""Train one piece of a reproduction: the exact games or one learner column, with the report's records.
+
+A column is fitted once per rate of the protocol's ``lr_grid`` and keeps the rate with the lowest
+mean validation loss (:func:`~coalitions.learners.training.tuning.tune_lr`); its estimate carries
+``extra.test_outputs``, ``extra.sensitivity``, ``extra.lr_tuning`` and ``extra.stopping``
+(docs/formats.md).  Pure computation, no files: the local loop and the Ray tasks both call it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from coalitions.learners.experiments.catalogue import Experiment, get_experiment
+from coalitions.learners.experiments.spo_column import fit_spo
+from coalitions.learners.experiments.statistics import separate_seeds
+
+__all__ = ["compute_piece", "compute_named_piece", "with_records", "learner_outputs", "lr_tuning", "stopping_record",
+           "REPLICATES"]
+
+#: Bootstrap replicates of the validation sets recorded with every exact game (the CE's support).
+REPLICATES = 50
+
+
+def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, progress=None):
+    """Train one piece: the exact games ``(validation, test, method, replicates, loss game, loss replicates)``
+    (the last two None without the oracle's ``loss_game``), or learner ``what``'s estimate.
+
+    ``options``: the exhaustive oracle's keywords (:meth:`Experiment.oracle_options`:
+    ``exp.oracle``, the ``--quick`` overrides and the experiment's ``protocol``), or the
+    learner's options (:func:`~coalitions.learners.experiments.catalogue.budgeted_options`;
+    a ``protocol`` among them goes to the estimator as its ``protocol`` parameter).
+
+    Pure computation (no files): the local loop and the Ray tasks of
+    :mod:`coalitions.learners.distributed` both call it, so they agree.
+    ``progress(done, total)`` follows the training (subset model-epochs, rounds or steps).
+    """
+    if what == "exact":
+        from coalitions.learners.exact import ExhaustiveOracle
+
+        o = ExhaustiveOracle(device=device, seed=seed, progress=progress,
+                             **{"replicates": REPLICATES, **exp.oracle, **options}).fit(fed)
+        return o.game_, o.test_game_, o.method_, o.replicates_, o.loss_game_, o.loss_replicates_
+    from coalitions.learners.methods.registry import create
+
+    options = dict(options)
+    protocol = options.pop("protocol", None)
+    grid = options.pop("lr_grid", None) or (protocol.lr_grid if protocol is not None else None)
+
+    def fit_one(lr: float | None):
+        opts = dict(options)
+        if lr is not None and protocol is None:
+            opts["client_lr"] = lr
+        learner = create(what, opts, device=device, seed=seed, progress=progress)
+        if protocol is not None:
+            learner.set_params(protocol=protocol if lr is None else protocol.with_(lr=lr, lr_grid=None))
+        return learner.fit(fed)
+
+    if what == "spo":   # SPO tunes its own rate on the same grid and rule, and stops on the same patience
+        return with_records(fit_spo(fed, options, grid, seed, device, progress), fed)
+    if not grid:
+        return with_records(fit_one(None), fed)
+    from coalitions.learners.training.tuning import tune_lr
+
+    learner, record = tune_lr(fit_one, grid, lambda fitted: fitted.val_loss_history_[-1])
+    est = with_records(learner, fed)
+    return dataclasses.replace(est, extra={**est.extra, "lr_tuning": record})
+
+
+def learner_outputs(learner, fed) -> list[np.ndarray]:
+    """Each client's test outputs under the learner's own model: what its ``utilities_["test"]`` scores.
+
+    Personalised learners: :meth:`~coalitions.learners.methods.base.PersonalizedLearner.client_outputs`.
+    SPO: the target model at each client's direction (row ``i`` of ``weights_``), as SPO scores it.
+    """
+    if hasattr(learner, "client_outputs"):
+        return learner.client_outputs("test")
+    import torch
+
+    params = learner.predict_params(learner.weights_)
+    out = []
+    with torch.no_grad():
+        for i, c in enumerate(fed.clients):
+            p = {k: torch.as_tensor(v[i]) for k, v in params.items()}
+            o = learner.spec_.forward(p, torch.tensor(np.asarray(c.test.X, dtype=np.float32)))
+            o = o.double().cpu().numpy()
+            out.append(o[:, 0] if o.ndim == 2 and o.shape[1] == 1 else o)
+    return out
+
+
+def with_records(learner, fed):
+    """The learner's estimate with what the report's statistics need in ``extra`` (docs/formats.md).
+
+    ``test_outputs``: ``{client: outputs}`` (:func:`learner_outputs`, float32
+    precision), for the bootstrap intervals over test samples; ``sensitivity``:
+    the learned CE across the rule's threshold (``learner.sensitivity()``,
+    :func:`coalitions.sensitivity.sensitivity_to_json`) for learners with
+    weights (SPO: its ratio rule).
+    """
+    import dataclasses
+
+    from coalitions.sensitivity import sensitivity_to_json
+
+    est = learner.estimate_
+    extra = dict(est.extra)
+    outs = learner_outputs(learner, fed)
+    extra["test_outputs"] = {c.name: np.asarray(o, dtype=np.float32).tolist() for c, o in zip(fed.clients, outs,
+                                                                                                strict=True)}
+    if getattr(learner, "has_weights", True) and hasattr(learner, "sensitivity"):
+        rule, used, rows = learner.sensitivity()
+        extra["sensitivity"] = sensitivity_to_json(list(fed.names), rows, rule, used)
+    stop = stopping_record(learner)
+    if stop is not None:
+        extra["stopping"] = stop
+    return dataclasses.replace(est, extra=extra)
+
+
+def stopping_record(learner) -> dict | None:
+    """Where a fitted column stopped: ``{"lr", "stopped_at", "hit_max"}`` (issue 18 item 3), or None.
+
+    Read from the fitted learner's ``lr_`` (the rate it trained at), ``stopped_at_`` (the local step
+    at which its validation loss had not improved for the protocol's ``patience`` evaluations, or the
+    maximum) and ``hit_max_`` (True: it never stopped, the budget did).  A learner without
+    ``stopped_at_`` (no early stopping in its loop) gives None: nothing is recorded rather than a
+    guess.
+    """
+    stopped = getattr(learner, "stopped_at_", None)
+    if stopped is None:
+        return None
+    lr = getattr(learner, "lr_", None)
+    return {"lr": None if lr is None else float(lr), "stopped_at": int(stopped),
+            "hit_max": bool(getattr(learner, "hit_max_", False))}
+
+
+def lr_tuning(estimate) -> dict | None:
+    """The learning rate a column chose on validation (``{"grid", "val_loss", "chosen"}``), or None.
+
+    Personalised learners: :func:`coalitions.learners.training.tuning.tune_lr`'s record
+    (``extra["lr_tuning"]``); SPO tunes itself and records ``extra["training"]["lr_losses"]``.
+    """
+    extra = estimate.extra or {}
+    if extra.get("lr_tuning") is not None:
+        return extra["lr_tuning"]
+    training = extra.get("training") or {}
+    losses = training.get("lr_losses")
+    if not losses or len(losses) < 2:
+        return None
+    grid = [float(k) for k in losses]
+    return {"grid": grid, "val_loss": [losses[k] for k in losses], "chosen": float(training["lr"])}
+
+
+def compute_named_piece(exp_name: str, quick: bool, regime_name: str, seed: int, what: str, device: str):
+    """:func:`compute_piece` from names alone (what a Ray worker runs): ``(result, seconds, n_clients)``."""
+    from coalitions.learners.data.datasets import load
+
+    exp = get_experiment(exp_name)
+    regime = next(r for r in exp.regimes if r.name == regime_name)
+    seeds = separate_seeds(seed)
+    fed = load(exp.dataset, seed=seeds.data, **regime.options)
+    options = _options(exp, quick, what, fed, regime)
+    t = time.perf_counter()
+    result = compute_piece(fed, exp, what, options, seeds.init, device)
+    return result, time.perf_counter() - t, fed.n
+
+
+def _options(exp: Experiment, quick: bool, what: str, fed, regime=None) -> dict:
+    """The options of piece ``what`` on ``fed`` in ``regime``: the oracle's, or the learner's with the matched budget."""
+    from coalitions.learners.experiments.catalogue import budgeted_options
+
+    if what == "exact":
+        return exp.oracle_options(quick, regime)
+    return budgeted_options(exp, quick, what, fed.sizes("train"), regime)
