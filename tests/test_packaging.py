@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import build_distribution
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,7 +48,6 @@ def test_no_symbolic_link_is_tracked():
 @pytest.fixture(scope="module")
 def linkless_wheel(tmp_path_factory) -> Path:
     """A wheel built from a clone of this checkout's HEAD made with ``core.symlinks=false``."""
-    pytest.importorskip("build")
     if not _in_git_checkout():
         pytest.skip("needs the git checkout")
     base = tmp_path_factory.mktemp("linkless")
@@ -55,13 +55,7 @@ def linkless_wheel(tmp_path_factory) -> Path:
     _git("clone", "-q", "-c", "core.symlinks=false", "--no-checkout", str(ROOT), str(clone), cwd=base)
     _git("fetch", "-q", str(ROOT), "HEAD", cwd=clone)
     _git("checkout", "-q", "FETCH_HEAD", cwd=clone)
-    proc = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(base / "dist"),
-                           str(clone)], capture_output=True, text=True)
-    if proc.returncode != 0 and "setuptools" in proc.stderr and "No module named" in proc.stderr:
-        pytest.skip("setuptools is not importable for a no-isolation build")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    (path,) = (base / "dist").glob("*.whl")
-    return path
+    return build_distribution("wheel", clone, base / "dist")
 
 
 @pytest.mark.slow
