@@ -14,4 +14,6 @@ setup(
     package_dir={"coalitions": "coalitions", "coalitions.learners": "learners"},
     packages=find_packages(include=["coalitions", "coalitions.*"])
     + [f"coalitions.{name}" for name in find_packages(include=["learners", "learners.*"])],
+    # PEP 561: the installed package carries its annotations (mypy -p coalitions reads them).
+    package_data={"coalitions": ["py.typed"]},
 )
