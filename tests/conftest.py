@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from coalitions.game import Game
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-EXAMPLES = SHARED / "examples"
+#: The worked examples shipped with the docs (the spec's copies live outside the repository; the tests
+#: read only what the repository and its sdist hold).
+EXAMPLES = ROOT / "docs" / "examples"
 DATA = Path(__file__).resolve().parent / "data"
 MALFORMED = DATA / "malformed"
 NO_CE = DATA / "shared-no-ce.json"
@@ -352,3 +353,18 @@ def flower_task():
     ti._run_id, ti._task_id = saved[:2]
     if hasattr(ti, "_node_id"):
         ti._node_id = saved[2]
+
+
+def build_distribution(kind: str, source: Path, outdir: Path) -> Path:
+    """``python -m build --{kind} --no-isolation`` of ``source``: the one file it writes (skips without build)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("build")
+    proc = subprocess.run([sys.executable, "-m", "build", f"--{kind}", "--no-isolation", "--outdir", str(outdir),
+                           str(source)], capture_output=True, text=True)
+    if proc.returncode != 0 and "setuptools" in proc.stderr and "No module named" in proc.stderr:
+        pytest.skip("setuptools is not importable for a no-isolation build")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (path,) = outdir.glob("*.whl" if kind == "wheel" else "*.tar.gz")
+    return path

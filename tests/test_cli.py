@@ -26,6 +26,9 @@ from conftest import (
 import coalitions as co
 from coalitions import cli
 
+#: Part of the subset tests/test_sdist.py runs from the unpacked sdist.
+pytestmark = pytest.mark.smoke
+
 TIE = str(EXAMPLES / "tie.json")
 ME = str(EXAMPLES / "mean-estimation-5-5-25.json")
 GAME_COMMANDS = {

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-import cli  # noqa: E402
+from coalitions import cli  # noqa: E402
 from coalitions.errors import InputError  # noqa: E402
 from coalitions.learners.experiments import figures  # noqa: E402
 from coalitions.learners.experiments.catalogue import EXPERIMENTS, METHOD_LABELS, get_experiment  # noqa: E402
