@@ -27,10 +27,16 @@ from coalitions.learners.methods.registry import METHODS
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("experiment", choices=sorted(EXPERIMENTS))
-    ap.add_argument("methods", help="comma-separated learners (registry names)")
+    ap.add_argument("experiment", nargs="?", choices=sorted(EXPERIMENTS))
+    ap.add_argument("methods", nargs="?", help="comma-separated learners (registry names)")
     ap.add_argument("--patience", type=int, default=5)
+    ap.add_argument("--quick", action="store_true",
+                    help="heart with local and fedavg (what CI runs; the defaults when nothing is named)")
     args = ap.parse_args(argv)
+    if args.quick or args.experiment is None:
+        args.experiment, args.methods = args.experiment or "heart", args.methods or "local,fedavg"
+    elif args.methods is None:
+        ap.error("name the learners (comma-separated registry names)")
     exp = EXPERIMENTS[args.experiment]
     regime = exp.regimes[0] if exp.regimes else None
     fed = LOADERS[exp.dataset](seed=0, **(regime.options if regime else {}))
