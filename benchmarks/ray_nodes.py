@@ -99,7 +99,9 @@ class LoopbackCluster:
                     f"--ray-client-server-port={_free_ports(1)[0]}"]
         else:
             cmd += [f"--address={self.address}"]
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        # neither a cluster address nor the single-machine switch this driver sets when it joins a loopback
+        # head (coalitions.learners.distributed._single_machine): a node started in that mode never joins
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
         env.update(HEALTH_CHECK)
         log = open(self.temp / f"node{len(self.nodes)}.log", "w")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
