@@ -1,9 +1,8 @@
 """Every round-based learner with and without early stopping (issue 18 item 2, SPEC §5).
 
 For one experiment of the catalogue (seed 0, its first regime, its protocol), each learner
-trains under the protocol's model, optimiser, learning rate, batch and budget (the rounds
-that give its largest client ``protocol.steps`` local steps, as
-:func:`coalitions.learners.experiments.catalogue.budgeted_options` derives them), once
+trains under the protocol (``protocol=``: its model, optimiser, learning rate, batch and budget,
+the learner deriving the rounds that give its largest client ``protocol.steps`` local steps), once
 running every round (``patience=None``) and once with ``patience=5`` (one validation
 evaluation per round; the best round's models kept).  Prints the mean test metric over
 clients, the learning rate, the step where training stopped, the budget and whether it
@@ -21,7 +20,7 @@ import time
 import numpy as np
 
 from coalitions.learners.data.datasets import LOADERS
-from coalitions.learners.experiments.catalogue import EXPERIMENTS, _steps_per_round
+from coalitions.learners.experiments.catalogue import EXPERIMENTS
 from coalitions.learners.methods.registry import METHODS
 
 
@@ -41,18 +40,11 @@ def main(argv=None) -> None:
     regime = exp.regimes[0] if exp.regimes else None
     fed = LOADERS[exp.dataset](seed=0, **(regime.options if regime else {}))
     p = exp.protocol_for(quick=True, regime=regime)
-    sizes = fed.sizes("train")
     print(f"{exp.name}: {p.optimizer} lr={p.lr} steps={p.steps} batch={p.batch_size} model={p.model}")
     for m in args.methods.split(","):
         cls = METHODS[m].estimator_class()
-        rounds = p.rounds_for(int(max(sizes)), steps_per_round=_steps_per_round(m, p, sizes, 1, {}))
         for patience in (None, args.patience):
-            if m in ("local", "fedavg"):
-                est = cls(protocol=p.with_(patience=patience, lr_grid=None), engine="batched")
-            else:
-                est = cls(model=p.model, hidden=p.hidden, optimizer=p.optimizer, lr=p.lr, momentum=p.momentum,
-                          weight_decay=p.weight_decay, batch_size=p.batch_size, rounds=rounds, patience=patience,
-                          engine="batched")
+            est = cls(protocol=p.with_(patience=patience, lr_grid=None), engine="batched")
             t = time.perf_counter()
             est.fit(fed)
             test = float(np.mean(list(est.utilities_["test"].values())))

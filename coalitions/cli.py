@@ -57,8 +57,8 @@ class _Finite(click.ParamType):
 
     name = "float"
 
-    def __init__(self, low: float | None = None):
-        self.low = low
+    def __init__(self, low: float | None = None, open_low: bool = False):
+        self.low, self.open_low = low, open_low
 
     def convert(self, value, param, ctx):
         if isinstance(value, float):
@@ -70,8 +70,8 @@ class _Finite(click.ParamType):
                 self.fail(f"{value!r} is not a number", param, ctx)
         if not math.isfinite(x):
             self.fail(f"{value!r} is not a finite number", param, ctx)
-        if self.low is not None and x < self.low:
-            self.fail(f"{value!r} is below {self.low:g}", param, ctx)
+        if self.low is not None and (x < self.low or (self.open_low and x == self.low)):
+            self.fail(f"{value!r} is {'not above' if self.open_low else 'below'} {self.low:g}", param, ctx)
         return x
 
 
@@ -720,10 +720,86 @@ def federate(dataset, simulation, superlink, method, method_option, root_certifi
 
 
 # ---------------------------------------------------------------------------- learn, compare
+class _Batch(click.ParamType):
+    """``--batch-size``: samples per step, an integer >= 1, or ``full`` (every step sees all of a client's data)."""
+
+    name = "INTEGER|full"
+
+    def convert(self, value, param, ctx):
+        if value is None or value == "full" or isinstance(value, int):
+            return value
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            self.fail(f"{value!r} is neither an integer >= 1 nor 'full'", param, ctx)
+        return n
+
+
+class _Rates(click.ParamType):
+    """``--lr-grid``: comma-separated learning rates, each finite and > 0."""
+
+    name = "RATE,RATE,..."
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, tuple):
+            return value
+        try:
+            rates = tuple(float(v) for v in str(value).split(","))
+        except ValueError:
+            rates = ()
+        if not rates or not all(math.isfinite(r) and r > 0 for r in rates):
+            self.fail(f"{value!r} is not a comma-separated list of positive learning rates", param, ctx)
+        return rates
+
+
+#: The training flags: one set, turned into one TrainingProtocol (``learn``); SPO takes those it has.
+_TRAINING_FLAGS = (
+    ("model", click.Choice(["linear", "logistic", "mlp", "cnn"]),
+     "The model [cnn for images, linear for regression, logistic otherwise]."),
+    ("mlp-hidden", click.IntRange(1), "Hidden units of --model mlp [64]."),
+    ("optimizer", click.Choice(["adam", "sgd"]), "The optimiser [the dataset's default protocol: adam]."),
+    ("lr", _Finite(0.0, open_low=True), "Peak learning rate [the dataset's default protocol]."),
+    ("lr-grid", _Rates(), "Train once per rate and keep the one with the lowest validation loss."),
+    ("schedule", click.Choice(["cosine", "constant"]), "Learning rate over the run [cosine]."),
+    ("momentum", _Finite(0.0), "SGD momentum [0]."),
+    ("weight-decay", _Finite(0.0), "weight_decay/2 |w|^2 on the weights [the dataset's default protocol]."),
+    ("steps", click.IntRange(1), "The budget: local gradient steps per client [the dataset's default protocol]."),
+    ("local-steps", click.IntRange(1), "Local steps a site takes per communication round [1]."),
+    ("batch-size", _Batch(), "Samples per step and client, or full [the dataset's default protocol]."),
+    ("patience", click.IntRange(1), "Stop when the validation loss has not improved for this many evaluations "
+                                    "and keep the best models [train the whole budget]."),
+)
+
+
+def training_options(f):
+    """The one set of training flags (docs/cli.md): each sets a field of the run's training protocol."""
+    for flag, kind, text in reversed(_TRAINING_FLAGS):
+        f = click.option(f"--{flag}", flag.replace("-", "_"), type=kind, default=None, help=text)(f)
+    return f
+
+
+def _training(opts: dict) -> dict:
+    """The training flags given (click keys), ``--batch-size full`` as ``None`` (full batch)."""
+    given = {k: opts.pop(k) for k in list(opts) if k in TRAINING_KEYS}
+    return {k: (None if v == "full" else v) for k, v in given.items() if v is not None}
+
+
+TRAINING_KEYS = tuple(flag.replace("-", "_") for flag, _, _ in _TRAINING_FLAGS)
+#: A protocol field -> the flag that sets it (error messages name the flag the user typed).
+TRAINING_FLAG_OF = {"hidden": "--mlp-hidden", **{k: "--" + k.replace("_", "-") for k in TRAINING_KEYS if k != "mlp_hidden"}}
+
+
 def _method_options(f):
-    """One flag per option of every registered learner (the methods registry); default None = the method's."""
-    types = {"int": int, "float": float, "str": str}
+    """One flag per option of every registered learner (the methods registry); default None = the method's.
+
+    The training flags (:func:`training_options`) are declared once there, not per method.
+    """
+    types = {"int": int, "float": float, "str": str, "floats": _Rates()}
     for o in reversed(all_options()):
+        if o.key in TRAINING_KEYS:
+            continue
         shown = "" if o.default is None else f" [{o.default}]"
         if o.kind == "bool":
             f = click.option(f"--{o.flag}/--no-{o.flag}", o.key, default=None, help=o.help + shown)(f)
@@ -739,6 +815,7 @@ def _method_options(f):
 @click.argument("dataset", type=click.Choice(DATASETS))
 @click.option("--method", required=True, type=click.Choice(list(METHODS)),
               help="The learner (see docs/learners-spo.md).")
+@training_options
 @_method_options
 @dataset_options
 @device_option
@@ -754,26 +831,36 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
     The estimate holds the weights, each client's validation and test metric,
     the learned benefit graph and the equilibrium that peeling reaches on the
     learner's benefit oracle.  Options apply to the methods that take them.
+    The training flags make one training protocol: the dataset's default
+    protocol (its task and model) with the flags given changed; a personalised
+    learner trains under it, SPO takes the flags it has (its own defaults
+    otherwise).
     """
     import dataclasses
 
     from coalitions.estimate import write_estimate
+    from coalitions.learners.methods.base import PersonalizedLearner
     from coalitions.learners.methods.registry import create
+    from coalitions.learners.training.protocol import FLAG_FIELDS, protocol_with
     from coalitions.sensitivity import sensitivity_table, sensitivity_to_json
 
     option_checks.distinct_outputs(output=output, checkpoint=opts.get("checkpoint"))
-    option_checks.trains(opts.get("rounds"))
+    training = _training(opts)
     keys = {o.key for m in METHODS.values() for o in m.options}  # every method's flags; create() checks
     given = {k: v for k, v in opts.items() if k in keys and k not in DATASET_OPTIONS and v is not None}
     data_opts = {k: v for k, v in opts.items() if k in DATASET_OPTIONS}
-    est = create(method, given, device=device, seed=data_opts.get("seed") or 0,
-                 progress=_progress(f"training {method}"))
+    personal = issubclass(METHODS[method].estimator_class(), PersonalizedLearner)
+    est = create(method, given if personal else {**given, **training}, device=device,
+                 seed=data_opts.get("seed") or 0, progress=_progress(f"training {method}"))
     if sensitivity and not getattr(est, "has_weights", True):
         raise co.InputError(f"--sensitivity: --method {method} has no pairwise weights (its graph is structural)")
     fed = load_federation(dataset, data_opts)
     _threads(threads)
-    flags = {o.arg: f"--{o.flag}" for o in METHODS[method].options}
+    flags = {**TRAINING_FLAG_OF, **{o.arg: f"--{o.flag}" for o in METHODS[method].options}}
     with _flags({**flags, "device": "--device", "seed": "--seed"}):
+        if personal:
+            est.set_params(protocol=protocol_with(fed.task, fed.input_shape,
+                                                  {FLAG_FIELDS[k]: v for k, v in training.items()}))
         est.fit(fed)
         e = est.estimate_
         sens = est.sensitivity() if sensitivity else None

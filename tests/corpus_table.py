@@ -110,7 +110,7 @@ def rows() -> list[tuple[str, str, int, str]]:
             ("`--memory-mb nan`", ["oracle", "synthetic", "--memory-mb", "nan", "-o", f"{tmp}/g.json"]),
             ("`--memory-mb inf`", ["oracle", "synthetic", "--memory-mb", "inf", "-o", f"{tmp}/g.json"]),
             ("`--wait nan`", ["federate", "synthetic", "--wait", "nan", "-o", f"{tmp}/f"]),
-            ("`--rounds 0`", ["learn", "synthetic", "--method", "fedavg", "--rounds", "0", "-o", f"{tmp}/e.json"]),
+            ("`--steps 0`", ["learn", "synthetic", "--method", "fedavg", "--steps", "0", "-o", f"{tmp}/e.json"]),
             ("`--seeds 0,0`", ["reproduce", "synthetic", "--seeds", "0,0", "-o", f"{tmp}/r"]),
             ("`-o X --checkpoint X`", ["oracle", "synthetic", "-o", f"{tmp}/x.npz", "--checkpoint", f"{tmp}/x.npz"]),
             ("`--groups 13,13` (memory checked first)", ["game", "planted", "--groups", "13,13", "-o",

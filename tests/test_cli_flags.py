@@ -15,9 +15,9 @@ SMALL = ["--samples", "6", "--clients", "3"]
 
 
 @pytest.mark.parametrize("method, flag, value, param", [
-    ("local", "--client-batch", "0", "batch_size"),
+    ("fedprox", "--mu", "-1", "mu"),
     ("fedamp", "--weight-threshold", "nan", "threshold"),
-    ("fedavg", "--client-lr", "nan", "lr"),
+    ("pfedme", "--inner-steps", "-2", "inner_steps"),
     ("spo", "--direction-alpha", "-1", "alpha"),
 ])
 def test_a_bad_value_is_reported_with_the_flag_typed(capsys, tmp_path, method, flag, value, param):
@@ -34,6 +34,35 @@ def test_a_bad_value_is_reported_with_the_flag_typed(capsys, tmp_path, method, f
     with pytest.raises(ParameterError) as info:
         est.fit(load("synthetic", samples=6, clients=3))
     assert info.value.param == param and str(info.value).startswith(f"{param} must be ")
+
+
+@pytest.mark.parametrize("method, flag, value", [
+    ("local", "--lr-grid", "0.1,0.1"),       # the protocol refuses it: the flag is named
+    ("fedavg", "--batch-size", "0"),         # click refuses it
+    ("fedamp", "--lr", "nan"),
+    ("spo", "--lr-grid", "0.1,x"),
+])
+def test_a_bad_training_flag_is_one_line_naming_it(capsys, tmp_path, method, flag, value):
+    out = tmp_path / "e.json"
+    rc = cli.main(["learn", "synthetic", "--method", method, *SMALL, flag, value, "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and not out.exists()
+    assert len(err.splitlines()) == 1 and flag in err, err
+
+
+def test_the_training_flags_make_the_learners_protocol(tmp_path):
+    from coalitions.estimate import read_estimate
+
+    out = tmp_path / "e.json"
+    rc = cli.main(["learn", "synthetic", "--method", "fedprox", *SMALL, "--lr", "0.02", "--steps", "7",
+                   "--optimizer", "sgd", "--momentum", "0.5", "--batch-size", "full", "--patience", "3",
+                   "--schedule", "constant", "-o", str(out)])
+    assert rc == 0
+    p = read_estimate(out).config["protocol"]
+    assert (p["lr"], p["steps"], p["optimizer"], p["momentum"], p["batch_size"], p["patience"], p["schedule"]) == \
+        (0.02, 7, "sgd", 0.5, None, 3, "constant")
+    assert p["model"] == "linear" and p["closed_form"]     # the rest: synthetic's default protocol
+    assert read_estimate(out).extra["max_rounds"] == 7     # full batch, one local step a round
 
 
 def test_a_seed_shared_by_the_data_and_the_learner_is_reported_as_seed(capsys, tmp_path):

@@ -212,12 +212,12 @@ def test_fashion_experiment_is_the_table_3_stand_in():
         p = exp.protocol_for(quick)
         spo = budgeted_options(exp, quick, "spo", sizes)
         assert spo["heads"] == "personal" and spo["target_model"] == "mlp" and spo["steps"] == p.steps
-        assert spo["target_hidden"] == p.hidden == budgeted_options(exp, quick, "pfedhn", sizes)["mlp_hidden"]
-        assert budgeted_options(exp, quick, "pfedhn", sizes)["model"] == "mlp"
+        assert spo["target_hidden"] == p.hidden and p.model == "mlp"
+        assert budgeted_options(exp, quick, "pfedhn", sizes)["protocol"] == p   # every learner: the protocol itself
         assert budgeted_options(exp, quick, "local", sizes) == {"protocol": p}
         oracle = exp.oracle_options(quick)
         assert oracle["heads"] == "personal" and oracle["protocol"] == p.with_(lr_grid=None)  # its rate is fixed
-        assert spo["lr_grid"] == list(p.lr_grid) == budgeted_options(exp, quick, "fedamp", sizes)["lr_grid"]
+        assert spo["lr_grid"] == list(p.lr_grid) == list(budgeted_options(exp, quick, "fedamp", sizes)["protocol"].lr_grid)
     assert exp.protocol_for(True).steps < exp.protocol_for(False).steps
     assert exp.published["table"] == "Table 3"
 

@@ -54,16 +54,16 @@ def test_resume_from_checkpoint_equals_an_uninterrupted_run(name, tmp_path):
                                          ("pfedhn", ["--client-embed", "4"])])
 def test_learn_runs_each_baseline_and_refuses_a_foreign_option(name, flags, tmp_path, capsys):
     out = tmp_path / "e.json"
-    rc = main(["learn", "synthetic", "--method", name, "--rounds", "2", "--device", "cpu", *flags, "-o", str(out)])
+    rc = main(["learn", "synthetic", "--method", name, "--steps", "2", "--device", "cpu", *flags, "-o", str(out)])
     assert rc == 0 and json.loads(out.read_text())["method"] == name
     capsys.readouterr()
-    rc = main(["learn", "synthetic", "--method", name, "--rounds", "2", "--ditto-lambda", "1", "-o", str(out)])
+    rc = main(["learn", "synthetic", "--method", name, "--steps", "2", "--ditto-lambda", "1", "-o", str(out)])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "--ditto-lambda does not apply to --method " + name in err
 
 
 def test_a_bad_parameter_is_named_on_the_command_line(tmp_path, capsys):
-    rc = main(["learn", "synthetic", "--method", "qffl", "--q", "-1", "--rounds", "1", "-o", str(tmp_path / "e")])
+    rc = main(["learn", "synthetic", "--method", "qffl", "--q", "-1", "--steps", "1", "-o", str(tmp_path / "e")])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("coalitions: error:") and "--q" in err and err.count("\n") == 1
 

@@ -116,11 +116,11 @@ def test_learn_command_runs_every_personalised_method(tmp_path, capsys):
 
     for method in ("local", "fedavg", "fedamp", "fedamp-heuristic", "federico", "superfed-mm", "superfed-lm"):
         out = tmp_path / f"{method}.json"
-        rc = main(["learn", "synthetic", "--method", method, "--rounds", "2", "--samples", "8", "--seed", "3",
+        rc = main(["learn", "synthetic", "--method", method, "--steps", "2", "--samples", "8", "--seed", "3",
                    "--checkpoint", str(tmp_path / f"{method}.pt"), "-o", str(out)])
         assert rc == 0
         e = read_estimate(out)
-        assert e.method == method and e.config["seed"] == 3 and e.config["rounds"] == 2
+        assert e.method == method and e.config["seed"] == 3 and e.config["protocol"]["steps"] == 2
         assert e.planted_groups == (("0", "1", "2"), ("3", "4", "5"))
         assert (e.weights is None) == (method in ("local", "fedavg", "superfed-mm", "superfed-lm"))
     assert main(["learn", "synthetic", "--method", "local", "--neighbours", "2", "-o", str(tmp_path / "x.json")]) == 2

@@ -220,15 +220,33 @@ def test_ce_ours_is_spos_utilities_in_its_own_ce_and_a_summary_column():
 
 
 def test_quick_synthetic_budget_is_matched():
+    """Every learner takes the experiment's protocol itself and derives its rounds from its budget."""
     from coalitions.learners.experiments.catalogue import EXPERIMENTS, budget_record
+    from coalitions.learners.methods.fedamp import FedAMP
+    from coalitions.learners.methods.federico import FedeRiCo
 
     exp = EXPERIMENTS["synthetic"]
     rec = budget_record(exp, True, exp.methods, [10] * 6)
     steps = rec["steps_per_client"]
     assert rec["protocol"]["closed_form"] and rec["methods"]["spo"]["steps"] == steps
-    assert rec["methods"]["federico"]["rounds"] == steps            # one full-batch step per round
-    assert rec["methods"]["fedamp"]["rounds"] * 5 == steps          # five local steps per round
-    assert rec["methods"]["local"] == {"protocol": "the protocol"}
+    assert all(rec["methods"][m] == {"protocol": "the protocol"} for m in exp.methods if m != "spo")
+    p = exp.protocol_for(True).with_(steps=20)
+    fed = load("synthetic", seed=0)
+    federico = FedeRiCo(protocol=p, device="cpu").fit(fed)
+    fedamp = FedAMP(protocol=p, device="cpu").fit(fed)
+    assert federico.rounds_ == 20 and federico.stopped_at_ == 20          # one full-batch step per round
+    assert fedamp.rounds_ * 5 == 20 and fedamp.stopped_at_ == 20         # FedAMP's floor: five local steps a round
+    assert federico.lr_ == p.lr and federico.estimate_.config["protocol"] == p.to_json()
+
+
+def test_a_setting_the_protocol_fixes_cannot_be_set_twice():
+    from coalitions.learners.methods.fedprox import FedProx
+
+    fed = load("synthetic", seed=0)
+    with pytest.raises(ParameterError, match="lr comes from the protocol"):
+        FedProx(protocol=TrainingProtocol(steps=2), lr=0.5, device="cpu").fit(fed)
+    with pytest.raises(ParameterError, match="protocol must be a TrainingProtocol"):
+        FedProx(protocol={"lr": 0.1}, device="cpu").fit(fed)
 
 
 def test_personal_head_singletons_are_local_under_the_protocol():

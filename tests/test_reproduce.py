@@ -190,13 +190,14 @@ def test_experiments_are_well_formed():
     sizes = [10] * 6
     assert budgeted_options(syn, True, "spo", sizes)["steps"] == syn.protocol_for(True).steps == 100
     assert budgeted_options(syn, True, "fedavg", sizes) == {"protocol": syn.protocol_for(True)}
-    assert budgeted_options(syn, True, "federico", sizes)["rounds"] == 100    # one full-batch step a round
-    assert budgeted_options(syn, True, "fedamp", sizes)["rounds"] == 20      # five local steps a round
+    # every learner takes the protocol itself (its rounds follow from the budget: tests/test_protocol.py)
+    assert budgeted_options(syn, True, "federico", sizes) == {"protocol": syn.protocol_for(True)}
+    assert budgeted_options(syn, True, "fedamp", sizes) == {"protocol": syn.protocol_for(True)}
     # a regime's own learning rate and budget reach every method of that regime, the oracle included
     few, many = syn.regimes
     assert syn.protocol_for(True, few).lr == 0.005 and syn.protocol_for(True, many).lr == 0.1
     assert budgeted_options(syn, True, "fedavg", sizes, few) == {"protocol": syn.protocol_for(True, few)}
-    assert budgeted_options(syn, True, "federico", sizes, many)["rounds"] == syn.protocol_for(True, many).steps
+    assert budgeted_options(syn, True, "federico", sizes, many) == {"protocol": syn.protocol_for(True, many)}
     assert syn.oracle_options(True, many)["protocol"].lr == 0.1
     for exp in EXPERIMENTS.values():
         for m in exp.methods:
@@ -206,8 +207,10 @@ def test_experiments_are_well_formed():
                 # parameters, not as method options
                 assert set(opts) - {"protocol", "lr_grid", "patience"} <= set(METHODS[m].keys), (exp.name, m)
                 grid = exp.protocol_for(quick).lr_grid if exp.protocol is not None else None
-                if m not in ("local", "fedavg"):     # those two read it from their protocol
+                if m == "spo":     # the learners read it from their protocol
                     assert opts.get("lr_grid") == (list(grid) if grid else None), (exp.name, m)
+                elif exp.protocol is not None:
+                    assert opts["protocol"] == exp.protocol_for(quick), (exp.name, m)
 
 
 def test_unknown_experiment():

@@ -119,7 +119,8 @@ def test_learn_prints_the_sensitivity_table_and_records_it(tmp_path, capsys):
 
     out = tmp_path / "e.json"
     args = ["learn", "synthetic", "--method", "fedamp-heuristic", "--samples", "100", "--rho", "0.01",
-            "--rounds", "6", "--client-batch", "100", "--sensitivity", "-o", str(out)]
+            "--steps", "30", "--batch-size", "100", "--optimizer", "sgd", "--lr", "0.1",
+            "--momentum", "0.9", "--schedule", "constant", "--weight-decay", "0", "--sensitivity", "-o", str(out)]
     assert main(args) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[0].split()[:2] == ["threshold", "edges"]
@@ -130,6 +131,6 @@ def test_learn_prints_the_sensitivity_table_and_records_it(tmp_path, capsys):
     used = next(r for r in rec["rows"] if r["threshold"] == 0.7)
     assert used["partition"] == read_estimate(out).blocks()
     # a method without weights has no threshold: one line naming the flag, exit 2
-    assert main(["learn", "synthetic", "--method", "local", "--rounds", "1", "--sensitivity", "-o", str(out)]) == 2
+    assert main(["learn", "synthetic", "--method", "local", "--steps", "1", "--sensitivity", "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("coalitions: error: --sensitivity")

@@ -309,7 +309,7 @@ def test_learn_command(tmp_path, capsys):
 
     out = tmp_path / "e.json"
     args = ["learn", "synthetic", "--method", "spo", "--clients", "3", "--flipped", "2", "--samples", "10",
-            "--steps", "20", "--search-steps", "3", "--hidden", "16", "--embed", "8", "--layers", "1",
+            "--steps", "20", "--search-steps", "3", "--hypernet-hidden", "16", "--embed", "8", "--layers", "1",
             "--rule", "ratio", "--device", "cpu", "--seed", "2", "-o", str(out)]
     assert main(args) == 0
     e = read_estimate(out)

@@ -227,7 +227,7 @@ def test_learn_command_runs_the_paper_variant(tmp_path, capsys):
 
     out = tmp_path / "e.json"
     args = ["learn", "synthetic", "--method", "spo", "--clients", "3", "--flipped", "2", "--samples", "10",
-            "--variant", "paper", "--steps", "10", "--hidden", "8", "--layers", "2", "--rule", "ratio",
+            "--variant", "paper", "--steps", "10", "--hypernet-hidden", "8", "--layers", "2", "--rule", "ratio",
             "--device", "cpu", "--seed", "2", "-o", str(out)]
     assert main(args) == 0
     e = read_estimate(out)

@@ -182,52 +182,30 @@ _SEEDS = (0, 1, 2, 3, 4)
 LOGISTIC_GRID = (0.015, 0.05, 0.15)
 
 
-def _steps_per_round(method: str, protocol: TrainingProtocol, sizes, local_epochs: int, options: dict) -> int:
-    """Local optimiser steps the largest client takes in one round of ``method`` under ``protocol``."""
-    per_epoch = protocol.steps_per_epoch(int(max(sizes)))
-    if method in ("fedamp", "fedamp-heuristic"):
-        from coalitions.learners.methods.fedamp import local_epochs_for
-
-        epochs = local_epochs_for(sizes, protocol.batch_size, local_epochs, int(options.get("local_steps", 5)))
-        return epochs * per_epoch
-    return int(local_epochs) * per_epoch
-
-
 def budgeted_options(exp: Experiment, quick: bool, method: str, sizes, regime: Regime | None = None) -> dict:
-    """``method``'s options in ``exp`` with the budget matched to the experiment's protocol.
+    """``method``'s options in ``exp`` under the experiment's training protocol.
 
-    ``sizes``: the clients' training-set sizes (the rounds depend on the largest).
     Without a protocol, the settings' options (:meth:`Settings.options_for`).
-    With one: Local and FedAvg get ``protocol`` itself (the object); SPO
-    ``steps = protocol.steps`` and the protocol's batch; every other learner the
-    protocol's model, optimiser, learning rate, momentum, weight decay and batch,
-    and the rounds that give its largest client ``steps`` local steps.  The
-    settings' method-specific options are applied last.
+    With one, every personalised learner gets the protocol itself (the object,
+    :class:`~coalitions.learners.methods.base.PersonalizedLearner`'s ``protocol``:
+    model, optimiser, rate and schedule, batch, weight decay, patience and the
+    budget, from which it derives its rounds on the data it is given); SPO
+    ``steps = protocol.steps``, the protocol's batch, grid and patience.  The
+    settings' method-specific options are applied last.  ``sizes`` (the
+    clients' training-set sizes) is kept for callers; the learners read them
+    off the federation.
     """
-    from coalitions.learners.methods.registry import METHODS
-
     settings = exp.settings(quick)
     base = settings.options_for(method)
     p = exp.protocol_for(quick, regime)
     if p is None:
         return base
     own = dict(settings.method_options.get(method, {}))
-    grid = {"lr_grid": list(p.lr_grid)} if p.lr_grid else {}   # every column tunes on the same grid
-    takes = METHODS[method].keys if method in METHODS else ()
-    if p.patience is not None and method not in ("local", "fedavg") and "patience" in takes:
-        grid["patience"] = p.patience   # Local and FedAvg read it from the protocol itself
-    if method in ("local", "fedavg"):
-        return {"protocol": p, **own}
-    if method == "spo":   # SPO stops on the protocol's patience too (its own loop, the same rule)
+    if method == "spo":   # SPO's own loop: the same steps, batch, grid and patience
+        grid = {"lr_grid": list(p.lr_grid)} if p.lr_grid else {}
         stop = {"patience": p.patience} if p.patience is not None else {}
         return {"steps": p.steps, "batch_size": p.batch_size, **grid, **stop, **own}
-    local_epochs = int(own.get("local_epochs", 1))
-    derived = {"model": p.model, "mlp_hidden": p.hidden, "optimizer": p.optimizer, "client_lr": p.lr,
-               "momentum": p.momentum, "weight_decay": p.weight_decay, "client_batch": p.batch_size,
-               "rounds": p.rounds_for(int(max(sizes)), steps_per_round=_steps_per_round(method, p, sizes, local_epochs,
-                                                                                        own))}
-    return {**{k: v for k, v in derived.items() if k in takes and (v is not None or k == "client_batch")}, **grid,
-            **own}
+    return {"protocol": p, **own}
 
 
 def budget_record(exp: Experiment, quick: bool, methods, sizes, regime: Regime | None = None) -> dict | None:

@@ -130,7 +130,7 @@ def described_federation(sites: list, dataset: str | None, data_options: dict):
 
     A namespace with the attributes a learner reads off a
     :class:`~coalitions.learners.data.federation.Federation` before training (name, options,
-    task, metric and its sense, client names, class count, input shape, outputs).
+    task, metric and its sense, client names, class count, input shape, outputs, split sizes).
     """
     from types import SimpleNamespace
 
@@ -139,7 +139,8 @@ def described_federation(sites: list, dataset: str | None, data_options: dict):
     first = sites[0]
     task = first["task"]
     n_classes = first["n-classes"] or None
-    return SimpleNamespace(name=dataset or "site CSV files", options=dict(data_options), task=task,
+    counts = {part: np.array([int(d[f"n-{part}"]) for d in sites], dtype=np.int64) for part in ("train", "val", "test")}
+    return SimpleNamespace(sizes=lambda part="train": counts[part].copy(), name=dataset or "site CSV files", options=dict(data_options), task=task,
                            metric=first["metric"], sense=METRIC_SENSE[first["metric"]],
                            names=tuple(d["name"] for d in sites), n=len(sites), n_classes=n_classes,
                            input_shape=tuple(first["input-shape"]), planted_groups=None,

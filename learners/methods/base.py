@@ -73,37 +73,29 @@ from coalitions.learners.data.metrics import evaluate_batch, loss_function
 from coalitions.learners.training.checkpoint import federation_arrays, fingerprint, load_state, save_state
 from coalitions.learners.training.engine import PATHS, Engine, Padded, resolve_device, train_epochs
 from coalitions.learners.training.models import KINDS, make_model
+from coalitions.learners.training.protocol import Scheduled, TrainingProtocol, decayed, default_kind
 from coalitions.learners.training.threads import applied, step_macs
 from coalitions.oracles import DEFAULT_THRESHOLDS, WEIGHT_RULES, StructuralOracle, WeightOracle
-from coalitions.params import check_param
+from coalitions.params import ParameterError, check_param
 from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds, threshold_sensitivity
 
-__all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "unflatten", "default_model", "default_kind",
-           "EarlyStop"]
+__all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "FROM_PROTOCOL", "unflatten",
+           "default_model", "default_kind", "EarlyStop"]
 
 #: The parameters every personalised learner takes, after its own (each class names them in its
 #: ``__init__``; a method may change a default, as FedeRiCo does for the optimiser).
-COMMON_PARAMS = ("model", "hidden", "rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum",
-                 "weight_decay", "rule", "threshold", "refit", "device", "engine", "chunk", "seed", "checkpoint",
-                 "progress", "patience")
+COMMON_PARAMS = ("protocol", "model", "hidden", "rounds", "local_epochs", "batch_size", "optimizer", "lr",
+                 "momentum", "weight_decay", "rule", "threshold", "refit", "device", "engine", "chunk", "seed",
+                 "checkpoint", "progress", "patience")
+#: The training settings a :class:`~coalitions.learners.training.protocol.TrainingProtocol` fixes, as the
+#: common parameter -> the protocol's field: under ``protocol=`` they are the protocol's, and setting one
+#: on the learner as well is an error (one place for each setting, issue 18).
+FROM_PROTOCOL = {"model": "model", "hidden": "hidden", "rounds": "steps", "local_epochs": "local_steps",
+                 "batch_size": "batch_size", "optimizer": "optimizer", "lr": "lr", "momentum": "momentum",
+                 "weight_decay": "weight_decay", "patience": "patience"}
 #: Settings that never change the result (left out of the checkpoint fingerprint).
 _NOT_RESULT = ("device", "checkpoint", "progress", "engine", "chunk", "rule", "threshold", "refit")
-
-
-def default_kind(task: str, input_shape: tuple = (), images: str = "cnn") -> str:
-    """The one default-model rule: ``images`` for image inputs, ``"linear"`` for regression, else ``"logistic"``.
-
-    ``images`` is ``"cnn"`` everywhere but where a method cannot train one: SPO's
-    hypernetwork emits the whole target model, and the Flower apps ship flat
-    models, so both pass ``images="logistic"`` (or know no image shape).
-
-    >>> default_kind("multiclass", (1, 28, 28)), default_kind("regression"), default_kind("binary", (1, 8, 8), "logistic")
-    ('cnn', 'linear', 'logistic')
-    """
-    if len(input_shape) == 3:
-        return images
-    return "linear" if task == "regression" else "logistic"
 
 
 def default_model(federation: Federation, images: str = "cnn") -> str:
@@ -294,6 +286,19 @@ class PersonalizedLearner(Learner):
 
     Parameters
     ----------
+    protocol : TrainingProtocol or None
+        The training protocol (:class:`~coalitions.learners.training.protocol.TrainingProtocol`,
+        docs/concepts.md §5) shared with the exact game and every other column of a
+        comparison.  When given it is the only source of the model, hidden units,
+        optimiser, learning rate and its schedule, momentum, weight decay (on the
+        weights, in the loss), batch, early-stopping patience and budget: the rounds
+        are the fewest that give the largest client ``protocol.steps`` local steps,
+        a round being the fewest whole epochs that give every client at least
+        ``protocol.local_steps`` steps (a method with its own floor, FedAMP's
+        ``local_steps``, takes the larger); each optimised part of a site keeps one
+        optimiser state and one schedule over the whole budget.  Setting one of
+        those parameters on the learner as well is an error naming it.  ``None``:
+        the parameters below (the learner's own defaults).
     model : {"linear", "logistic", "mlp", "cnn"} or None
         Each client's model (:func:`coalitions.learners.training.models.make_model`); ``None``:
         :func:`default_model` (``cnn`` for images).
@@ -382,16 +387,24 @@ class PersonalizedLearner(Learner):
     #: or a model per client alone (Local)?  Gives the structural graph.
     shares_model: ClassVar[bool] = True
 
-    def __init__(self, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
-                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
+    def __init__(self, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
+                 optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
+                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
                  patience=None):
         self._store(locals())
 
     # -- configuration
     def config(self) -> dict:
-        """The JSON-ready settings (every parameter but ``checkpoint`` and ``progress``)."""
-        out = {k: v for k, v in self.get_params().items() if k not in ("checkpoint", "progress")}
+        """The JSON-ready settings (every parameter but ``checkpoint`` and ``progress``).
+
+        Under a protocol, the protocol's fields (:meth:`TrainingProtocol.to_json
+        <coalitions.learners.training.protocol.TrainingProtocol.to_json>`) stand for the
+        settings it fixes, which are left out; without one there is no ``protocol`` key.
+        """
+        skip = ("checkpoint", "progress", *(FROM_PROTOCOL if self.protocol is not None else ("protocol",)))
+        out = {k: v for k, v in self.get_params().items() if k not in skip}
+        if self.protocol is not None:
+            out["protocol"] = self.protocol.to_json()
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
 
     def check_params(self) -> None:
@@ -414,13 +427,40 @@ class PersonalizedLearner(Learner):
         check_param("chunk", self.chunk, "int", low=1, allow_none=True)
         check_param("progress", self.progress, "callable", allow_none=True)
         check_param("patience", self.patience, "int", low=1, allow_none=True)
+        if self.protocol is not None:
+            if not isinstance(self.protocol, TrainingProtocol):
+                raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
+                                     f"{type(self.protocol).__name__}")
+            defaults = inspect.signature(type(self).__init__).parameters
+            for name, field in FROM_PROTOCOL.items():
+                if name in defaults and getattr(self, name) != defaults[name].default:
+                    raise ParameterError(name, f"{{name}} comes from the protocol when one is given "
+                                               f"(protocol.{field}); set it there")
 
     # -- fitting
     def _step_macs(self, fed: Federation) -> float:
         """Work of one local step of every client (the thread policy's input)."""
-        spec = make_model(self.model or default_model(fed), fed.input_shape, fed.n_outputs, hidden=self.hidden)
-        batch = int(fed.sizes("train").max()) if self.batch_size is None else int(self.batch_size)
+        spec = make_model(self._model_for(fed), fed.input_shape, fed.n_outputs, hidden=self._hidden_for())
+        b = self._batch()
+        batch = int(fed.sizes("train").max()) if b is None else int(b)
         return step_macs(spec, batch, fed.n)
+
+    def prepare(self, fed: Federation, device, train_sizes=None) -> None:
+        """Set up what training needs, without training: the model, the loss, the data, the engine, the budget.
+
+        :meth:`fit` calls it on the whole federation; a Flower site calls it on a
+        one-client federation holding its own data, with every site's training-set
+        size (``train_sizes``, from the server), so that its rounds and schedule are
+        those of the in-process learner; the Flower server on a stand-in federation
+        without data.
+        """
+        self.federation_ = fed
+        self.train_sizes_ = np.asarray(fed.sizes("train") if train_sizes is None else train_sizes, dtype=np.int64)
+        self.model_ = self._model_for(fed)
+        self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs, hidden=self._hidden_for())
+        self.per_sample_loss_ = loss_function(fed.task)
+        self.engine_ = Engine(device, self.engine, self.chunk)
+        self.rounds_ = self._rounds_for(fed)
 
     @applied
     def fit(self, federation: Federation) -> PersonalizedLearner:
@@ -430,13 +470,10 @@ class PersonalizedLearner(Learner):
         self.check_params()
         self._forget_estimate()
         t0 = time.perf_counter()
-        fed = self.federation_ = federation
+        fed = federation
         dev = resolve_device(self.device)
-        self.model_ = self._model_for(fed)
-        self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs, hidden=self._hidden_for())
-        self.per_sample_loss_ = loss_function(fed.task)
+        self.prepare(fed, dev)
         self.train_data_ = Padded(fed, "train", dev)
-        self.engine_ = Engine(dev, self.engine, self.chunk)
         key = fingerprint({k: v for k, v in self.config().items() if k not in _NOT_RESULT}
                           | {"method": self.method, "model_": self.model_, "clients": list(fed.names)},
                           federation_arrays(fed))
@@ -445,7 +482,6 @@ class PersonalizedLearner(Learner):
         self.loss_history_ = []
         self.val_loss_history_: list[float] = []
         self.val_loss_clients_: list[list[float]] = []
-        self.rounds_ = self._rounds_for(fed)
         patience = self._patience_for()
         best: dict | None = None
         if self.checkpoint is not None:
@@ -512,35 +548,65 @@ class PersonalizedLearner(Learner):
             self.oracle_ = self.weight_oracle(fed.names, self.rule_weights())
         return self
 
+    # -- the settings in force: the protocol's when one is given, else the learner's own
     def _model_for(self, fed: Federation) -> str:
-        """The model kind trained on ``fed``: ``model`` or :func:`default_model` (a protocol may decide)."""
-        return self.model or default_model(fed)
+        """The model kind trained on ``fed``: the protocol's, ``model``, or :func:`default_model`."""
+        kind = self.model if self.protocol is None else self.protocol.model
+        return kind or default_model(fed)
 
     def _hidden_for(self) -> int:
-        """MLP hidden units: ``hidden`` (a protocol may decide)."""
-        return int(self.hidden)
+        """MLP hidden units."""
+        return int(self.hidden if self.protocol is None else self.protocol.hidden)
+
+    def _batch(self) -> int | None:
+        """Minibatch size per client (``None``: full batch)."""
+        return self.batch_size if self.protocol is None else self.protocol.batch_size
+
+    def _steps_per_epoch(self) -> int:
+        """Steps of one epoch of the largest client: ``⌈n_max / batch⌉`` (1 in full batch)."""
+        b = self._batch()
+        n = int(self.train_sizes_.max())
+        return 1 if b is None else max(1, math.ceil(n / int(b)))
 
     def _rounds_for(self, fed: Federation) -> int:
-        """Communication rounds to run on ``fed``: ``rounds`` (a protocol may derive them from its budget)."""
-        return int(self.rounds)
+        """Communication rounds: ``rounds``, or under a protocol the fewest giving ``protocol.steps`` steps."""
+        if self.protocol is None:
+            return int(self.rounds)
+        return max(1, -(-int(self.protocol.steps) // max(1, self._steps_per_round(fed))))
 
     def _patience_for(self) -> int | None:
-        """Early-stopping patience in rounds: ``patience`` (a protocol may decide)."""
-        return None if self.patience is None else int(self.patience)
+        """Early-stopping patience in rounds (the protocol's when one is given)."""
+        patience = self.patience if self.protocol is None else self.protocol.patience
+        return None if patience is None else int(patience)
 
     def _lr_for(self) -> float:
-        """The learning rate trained with: ``lr`` (a protocol may decide)."""
-        return float(self.lr)
+        """The (peak) learning rate trained with."""
+        return float(self.lr if self.protocol is None else self.protocol.lr)
 
     def _steps_per_round(self, fed: Federation) -> int:
-        """Local gradient steps per client in one round: ``local_epochs × ⌈n_max / batch⌉`` (1 batch if full)."""
-        n = int(fed.sizes("train").max())
-        b = getattr(self, "_batch", lambda: self.batch_size)()
-        return int(self._epochs_per_round(fed)) * (1 if b is None else max(1, math.ceil(n / int(b))))
+        """Local gradient steps of the largest client in one round: epochs per round × its batches."""
+        return int(self._epochs_per_round(fed)) * self._steps_per_epoch()
+
+    def _min_local_steps(self) -> int:
+        """The fewest local steps a round gives every client (the protocol's ``local_steps``; 1 without one)."""
+        return 1 if self.protocol is None else int(self.protocol.local_steps)
 
     def _epochs_per_round(self, fed: Federation) -> int:
-        """Passes over the data per round: ``local_epochs`` (a method with a step target may decide)."""
-        return int(self.local_epochs)
+        """Passes over the data per round: ``local_epochs``, or under a protocol the fewest whole
+        epochs that give the smallest client ``protocol.local_steps`` steps."""
+        if self.protocol is None:
+            return int(self.local_epochs)
+        b = self._batch()
+        per_epoch = min(1 if b is None else max(1, math.ceil(int(n) / int(b))) for n in self.train_sizes_)
+        return max(1, math.ceil(self._min_local_steps() / per_epoch))
+
+    def _total_steps(self) -> int:
+        """Optimiser steps of the whole run, the schedule's length: rounds × steps per round."""
+        return int(self.rounds_) * self._steps_per_round(self.federation_)
+
+    def _decay_names(self) -> tuple[str, ...]:
+        """The weights (not biases) the protocol's weight decay applies to."""
+        return tuple(k for k, s in self.spec_.shapes.items() if len(s) >= 2)
 
     def _val_losses(self, state: dict, data: Padded) -> list[float]:
         """Each client's mean task loss on its validation data under the models of ``state``.
@@ -586,9 +652,26 @@ class PersonalizedLearner(Learner):
         return (per * m).sum() / m.sum().clamp(min=1.0)
 
     def _make_optimizer(self):
+        """A site's optimiser: the learner's, or the protocol's with its schedule over the whole budget.
+
+        Under a protocol the weight decay is not the optimiser's: it enters the
+        loss (:meth:`_decayed_loss`), on the weights only, as in the exact game.
+        """
         from coalitions.learners.training.engine import make_optimizer
 
+        if self.protocol is not None:
+            return Scheduled(self.protocol, self._total_steps())
         return make_optimizer(self.optimizer, self.lr, self.momentum, self.weight_decay)
+
+    def _decayed_loss(self, loss: Callable) -> Callable:
+        """``loss`` plus the protocol's ``weight_decay/2·‖weights‖²`` of the model it is given (as is without)."""
+        if self.protocol is None or not self.protocol.weight_decay:
+            return loss
+        wd, names = float(self.protocol.weight_decay), self._decay_names()
+
+        def with_decay(params, *args):
+            return loss(params, *args) + decayed(params, wd, [k for k in names if k in params])
+        return with_decay
 
     def _site_steps(self, state: dict, params: dict, loss: Callable, rng: np.random.Generator, *,
                     key: str = "site_opt", data: Padded | None = None, epochs: int | None = None,
@@ -608,7 +691,8 @@ class PersonalizedLearner(Learner):
             Where the state lives (a method with two optimised parts, e.g.
             Ditto's global and personal models, may use one key per part).
         data, epochs, batch_size
-            Default to the training split, ``local_epochs`` and ``batch_size``.
+            Default to the training split, the epochs of a round and the batch
+            (the protocol's when one is given).
         opt : optimiser, optional
             Default: :meth:`_make_optimizer`.
         **kwargs
@@ -618,9 +702,9 @@ class PersonalizedLearner(Learner):
         kept = state.get(key)
         opt_state = kept if kept is not None else opt.init(params)
         params, opt_state, losses = train_epochs(
-            self.engine_, loss, params, opt, opt_state, self.train_data_ if data is None else data,
-            self.local_epochs if epochs is None else epochs,
-            self.batch_size if batch_size == "default" else batch_size, rng, **kwargs)
+            self.engine_, self._decayed_loss(loss), params, opt, opt_state, self.train_data_ if data is None else data,
+            self._epochs_per_round(self.federation_) if epochs is None else epochs,
+            self._batch() if batch_size == "default" else batch_size, rng, **kwargs)
         return params, {key: opt_state}, losses
 
     # -- scoring, the oracle and the estimate

@@ -16,7 +16,8 @@ utilities.
 
 Both train all clients in one batched step per minibatch (:mod:`coalitions.learners.training.engine`).
 
-Under a training protocol (``protocol=``, :class:`~coalitions.learners.training.protocol.TrainingProtocol`)
+Under a training protocol (``protocol=``, :class:`~coalitions.learners.training.protocol.TrainingProtocol`,
+which every personalised learner takes: :class:`~coalitions.learners.methods.base.PersonalizedLearner`)
 the protocol fixes the model, optimiser, learning rate and its schedule, batch and weight decay
 (``weight_decay/2·‖w‖²`` on weights, not biases, in the loss), and the rounds follow from its
 budget of gradient steps per client (:meth:`TrainingProtocol.rounds_for` on the largest client):
@@ -42,10 +43,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from coalitions.learners.methods.base import PersonalizedLearner, default_model
-from coalitions.learners.training.engine import train_epochs
-from coalitions.learners.training.protocol import Scheduled, TrainingProtocol, decayed
-from coalitions.params import ParameterError
+from coalitions.learners.methods.base import PersonalizedLearner
 
 __all__ = ["Local", "FedAvg", "weighted_average", "broadcast"]
 
@@ -62,75 +60,7 @@ def broadcast(params: dict, n: int) -> dict:
     return {k: v.expand(n, *v.shape[1:]).clone() for k, v in params.items()}
 
 
-class _Protocolled(PersonalizedLearner):
-    """What Local and FedAvg share under a training protocol (module docstring)."""
-
-    protocol: TrainingProtocol | None
-
-    def check_params(self) -> None:
-        super().check_params()
-        if self.protocol is not None and not isinstance(self.protocol, TrainingProtocol):
-            raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
-                                 f"{type(self.protocol).__name__}")
-
-    def config(self) -> dict:
-        out = super().config()
-        if self.protocol is not None:
-            out["protocol"] = self.protocol.to_json()
-        return out
-
-    def _model_for(self, fed):
-        if self.protocol is None:
-            return super()._model_for(fed)
-        return self.protocol.model or default_model(fed)
-
-    def _hidden_for(self) -> int:
-        return int(self.hidden if self.protocol is None else self.protocol.hidden)
-
-    def _closed_form(self, fed) -> bool:
-        return (self.protocol is not None and self.protocol.closed_form and fed.task == "regression"
-                and self._model_for(fed) == "linear")
-
-    def _batch(self):
-        return self.batch_size if self.protocol is None else self.protocol.batch_size
-
-    def _rounds_for(self, fed) -> int:
-        if self.protocol is None:
-            return int(self.rounds)
-        return self.protocol.rounds_for(int(fed.sizes("train").max()), int(self.local_epochs))
-
-    def _patience_for(self) -> int | None:
-        if self.protocol is None:
-            return super()._patience_for()
-        if self.patience is not None:
-            raise ParameterError("patience", "{name} comes from the protocol when one is given (protocol.patience)")
-        return self.protocol.patience
-
-    def _lr_for(self) -> float:
-        return float(self.lr if self.protocol is None else self.protocol.lr)
-
-    def _total_steps(self) -> int:
-        """Optimiser steps of the whole run (the schedule's length): rounds × local epochs × batches."""
-        return self.rounds_ * int(self.local_epochs) * self.protocol.steps_per_epoch(int(self.train_data_.sizes.max()))
-
-    def _protocol_loss(self, params, X, y, m):
-        return self._task_loss(params, X, y, m) + decayed(params, self.protocol.weight_decay, self._decay_names())
-
-    def _decay_names(self):
-        return tuple(k for k, s in self.spec_.shapes.items() if len(s) >= 2)
-
-    def _step_macs(self, fed):
-        if self.protocol is None:
-            return super()._step_macs(fed)
-        from coalitions.learners.training.models import make_model
-        from coalitions.learners.training.threads import step_macs
-
-        spec = make_model(self._model_for(fed), fed.input_shape, fed.n_outputs, hidden=self.protocol.hidden)
-        b = self._batch()
-        return step_macs(spec, int(fed.sizes("train").max()) if b is None else int(b), fed.n)
-
-
-class Local(_Protocolled):
+class Local(PersonalizedLearner):
     """Every client trains alone on its own data (no communication).
 
     Parameters are the common ones of :class:`~coalitions.learners.methods.base.PersonalizedLearner`
@@ -153,6 +83,11 @@ class Local(_Protocolled):
                  patience=None):
         self._store(locals())
 
+    def _closed_form(self, fed) -> bool:
+        """Linear regression under a ``closed_form`` protocol: each client's ridge fit, no rounds."""
+        return (self.protocol is not None and self.protocol.closed_form and fed.task == "regression"
+                and self._model_for(fed) == "linear")
+
     def _rounds_for(self, fed) -> int:
         return 0 if self._closed_form(fed) else super()._rounds_for(fed)
 
@@ -160,11 +95,7 @@ class Local(_Protocolled):
         params = self._init_params(gen, device, fed.n)
         if self._closed_form(fed):
             return {"params": self._closed_form_params(fed, params)}
-        state = {"params": params}
-        if self.protocol is not None:
-            opt = Scheduled(self.protocol, self._total_steps())
-            state["opt"] = opt.init(params)
-        return state
+        return {"params": params}
 
     def _closed_form_params(self, fed, like: dict) -> dict:
         """Each client's ridge least-squares fit, the oracle's closed form for ``{i}`` (bias last)."""
@@ -178,13 +109,7 @@ class Local(_Protocolled):
                 "bias": torch.as_tensor(W[:, -1:], device=dev, dtype=dtype)}
 
     def train_round(self, state, r, rng):
-        params = state["params"]
-        if self.protocol is not None:
-            opt = Scheduled(self.protocol, self._total_steps())
-            params, opt_state, loss = train_epochs(self.engine_, self._protocol_loss, params, opt, state["opt"],
-                                                   self.train_data_, self.local_epochs, self._batch(), rng(0))
-            return {"params": params, "opt": opt_state}, {"loss": float(np.mean(loss))}
-        params, kept, loss = self._site_steps(state, params, self._task_loss, rng(0))
+        params, kept, loss = self._site_steps(state, state["params"], self._task_loss, rng(0))
         return {"params": params, **kept}, {"loss": float(np.mean(loss))}
 
     def finish(self, state):
@@ -193,7 +118,7 @@ class Local(_Protocolled):
         self.weights_history_ = []
 
 
-class FedAvg(_Protocolled):
+class FedAvg(PersonalizedLearner):
     """Federated averaging: one global model trained by all clients (full participation).
 
     Parameters are the common ones of :class:`~coalitions.learners.methods.base.PersonalizedLearner`, and
@@ -224,12 +149,7 @@ class FedAvg(_Protocolled):
     def train_round(self, state, r, rng):
         n = self.federation_.n
         params = {k: v.expand(n, *v.shape[1:]).clone() for k, v in state["global"].items()}
-        if self.protocol is not None:   # the schedule runs over the whole budget, in each site's own state
-            opt = Scheduled(self.protocol, self._total_steps())
-            params, kept, loss = self._site_steps(state, params, self._protocol_loss, rng(0), opt=opt,
-                                                  batch_size=self._batch())
-        else:
-            params, kept, loss = self._site_steps(state, params, self._task_loss, rng(0))
+        params, kept, loss = self._site_steps(state, params, self._task_loss, rng(0))
         return {"global": weighted_average(params, self.train_data_.sizes), **kept}, {"loss": float(np.mean(loss))}
 
     def finish(self, state):

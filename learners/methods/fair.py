@@ -163,7 +163,7 @@ class QFFL(_OneGlobal):
 
     method = "qffl"
 
-    def __init__(self, q: float = 1.0, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
+    def __init__(self, q: float = 1.0, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
                  optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
                  refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
                  patience=None):
@@ -214,7 +214,7 @@ class AFL(_OneGlobal):
 
     method = "afl"
 
-    def __init__(self, lambda_lr: float = 0.1, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
+    def __init__(self, lambda_lr: float = 0.1, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
                  optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
                  refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
                  patience=None):

@@ -218,7 +218,7 @@ class FedAMP(PersonalizedLearner):
     method = "fedamp"
 
     def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 10.0, local_steps: int = 5,
-                 graph: str = "affinity", distance: str = "sum", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+                 graph: str = "affinity", distance: str = "sum", *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
                  lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
                  device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
                  patience=None):
@@ -254,7 +254,12 @@ class FedAMP(PersonalizedLearner):
         return xi, unflatten((xi.to(W.dtype) @ W), params)
 
     def _epochs_per_round(self, fed) -> int:
-        return local_epochs_for(fed.sizes("train"), self.batch_size, self.local_epochs, self.local_steps)
+        return self._epochs_for(self.train_sizes_)
+
+    def _epochs_for(self, sizes) -> int:
+        """Epochs of a round: at least ``local_steps`` steps (and the protocol's ``local_steps``) for every client."""
+        base = int(self.local_epochs) if self.protocol is None else 1
+        return local_epochs_for(sizes, self._batch(), base, max(int(self.local_steps), self._min_local_steps()))
 
     def local_step(self, u: dict, rng: np.random.Generator, sizes, kept: dict | None = None
                    ) -> tuple[dict, np.ndarray, dict]:
@@ -271,7 +276,7 @@ class FedAMP(PersonalizedLearner):
         loss = self._task_loss if coef == 0 else proximal_loss(self._task_loss, coef)
         args = () if coef == 0 else (u,)
         start = {k: v.clone() for k, v in u.items()}
-        epochs = local_epochs_for(sizes, self.batch_size, self.local_epochs, self.local_steps)
+        epochs = self._epochs_for(sizes)
         return self._site_steps(kept or {}, start, loss, rng, epochs=epochs, args=args)
 
     def train_round(self, state, r, rng):
@@ -328,7 +333,7 @@ class FedAMPHeuristic(FedAMP):
     method = "fedamp-heuristic"
 
     def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 200.0, self_weight: float = 0.3,
-                 local_steps: int = 5, graph: str = "affinity", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+                 local_steps: int = 5, graph: str = "affinity", *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
                  lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
                  device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
                  patience=None):

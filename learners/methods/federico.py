@@ -175,7 +175,7 @@ class FedeRiCo(PersonalizedLearner):
     method = "federico"
 
     def __init__(self, neighbours: int = 3, eps: float = 0.3, beta: float = 0.6, accumulate: bool = False,
-                 weights: str = "data", likelihood: str = "sum", *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="adam",
+                 weights: str = "data", likelihood: str = "sum", *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="adam",
                  lr=1e-3, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
                  device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
                  patience=None):
@@ -243,6 +243,9 @@ class FedeRiCo(PersonalizedLearner):
         """Model ``φ_j`` moves along ``Σ_i w_ij ∇ℓ(φ_j; batch_i)`` (Eq. 8), summed over the pairs; unused models wait."""
         n = next(iter(phi.values())).shape[0]
         summed = {name: torch.zeros_like(phi[name]).index_add_(0, mod_t, g) for name, g in grads.items()}
+        if self.protocol is not None and self.protocol.weight_decay:   # the protocol's decay, once per model
+            for name in self._decay_names():
+                summed[name] = summed[name] + float(self.protocol.weight_decay) * phi[name]
         used = torch.zeros(n, dtype=torch.bool, device=mod_t.device)
         used[mod_t[act_pair]] = True
         return opt.step(phi, summed, opt_state, used)
@@ -266,8 +269,8 @@ class FedeRiCo(PersonalizedLearner):
         weight = w[cli_t, mod_t].to(next(iter(phi.values())).dtype)
         data = self.train_data_
         total, count = 0.0, 0
-        for _ in range(int(self.local_epochs)):
-            idx, mask, active = epoch_plan(data.sizes, self.batch_size, rng(0))
+        for _ in range(self._epochs_per_round(self.federation_)):
+            idx, mask, active = epoch_plan(data.sizes, self._batch(), rng(0))
             for s in range(idx.shape[0]):
                 idx_t = torch.as_tensor(idx[s], device=dev)
                 X, y = data.gather(idx_t[cli_t], cli_t)

@@ -53,7 +53,7 @@ class PartialAverage(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+    def __init__(self, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
                  lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
                  device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
                  patience=None):

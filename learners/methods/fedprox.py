@@ -54,7 +54,7 @@ class FedProx(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, mu: float = 0.01, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
+    def __init__(self, mu: float = 0.01, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
                  optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
                  refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
                  patience=None):

@@ -61,7 +61,7 @@ class PerFedAvg(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, alpha: float = 0.01, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
+    def __init__(self, alpha: float = 0.01, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
                  optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
                  refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
                  patience=None):
@@ -94,7 +94,7 @@ class PerFedAvg(PersonalizedLearner):
         data = self.train_data_
 
         def extra(step):
-            return (*data.sample(self.batch_size, draw), *data.sample(self.batch_size, draw))
+            return (*data.sample(self._batch(), draw), *data.sample(self._batch(), draw))
 
         p, kept, loss = self._site_steps(state, p, self.meta_loss, rng(0), data=data, step_args=extra)
         return {"global": weighted_average(p, data.sizes), **kept}, {"loss": float(np.mean(loss))}

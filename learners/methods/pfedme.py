@@ -89,7 +89,7 @@ class PFedMe(PersonalizedLearner):
     shares_model = True
 
     def __init__(self, lam: float = 15.0, beta: float = 1.0, inner_lr: float = 0.05, inner_steps: int = 100,
-                 inner_tol: float = 1e-3, *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
+                 inner_tol: float = 1e-3, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
                  optimizer="sgd", lr=0.01, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
                  refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
                  patience=None):
@@ -121,7 +121,7 @@ class PFedMe(PersonalizedLearner):
         resid = torch.zeros(n, dtype=torch.float64, device=X.device)
         steps = 0
         while True:
-            g, _ = self.engine_.value_and_grad(self._inner_loss, theta, (X, y, m, w), active=todo)
+            g, _ = self.engine_.value_and_grad(self._decayed_loss(self._inner_loss), theta, (X, y, m, w), active=todo)
             norm = torch.sqrt(sum(v.reshape(n, -1).double().pow(2).sum(1) for v in g.values()))
             resid = torch.where(todo, norm, resid)
             todo = todo & (norm > float(self.inner_tol))
@@ -144,8 +144,8 @@ class PFedMe(PersonalizedLearner):
         lam = float(self.lam)
         losses, resid, iters = [], 0.0, 0
         plan = rng(0)
-        for _ in range(int(self.local_epochs)):
-            idx, mask, active = epoch_plan(data.sizes, self.batch_size, plan)
+        for _ in range(self._epochs_per_round(self.federation_)):
+            idx, mask, active = epoch_plan(data.sizes, self._batch(), plan)
             for s in range(idx.shape[0]):
                 X, y = data.gather(torch.as_tensor(idx[s], device=dev))
                 mb = torch.as_tensor(mask[s], device=dev)

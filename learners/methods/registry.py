@@ -44,7 +44,8 @@ class Option:
     arg : str
         The estimator's keyword, e.g. ``"search_steps"``.
     kind : str
-        ``"int"``, ``"float"``, ``"str"``, ``"bool"`` (a ``--x/--no-x`` switch) or ``"choice"``.
+        ``"int"``, ``"float"``, ``"floats"`` (comma-separated), ``"str"``, ``"bool"`` (a ``--x/--no-x``
+        switch) or ``"choice"``.
     default : object
         The estimator's default (shown in the help; the estimator applies it).
     help : str
@@ -145,28 +146,30 @@ register(Method(
                "Elimination rule: directions' weights at or below this count as zero."),
         Option("steps", "steps", "int", 3000, "Hypernetwork training steps."),
         Option("lr", "lr", "float", 0.01, "Adam learning rate (cosine-decayed)."),
-        Option("hidden", "hidden", "int", 200, "Hypernetwork hidden width."),
+        Option("lr-grid", "lr_grid", "floats", None, "Rates to train at, the one with the lowest validation loss kept."),
+        Option("patience", "patience", "int", None, "Early stopping on the validation loss [train every step]."),
+        Option("hypernet-hidden", "hidden", "int", 200, "Hypernetwork hidden width."),
         Option("embed", "embed", "int", 64, "Width of the direction embedding."),
         Option("layers", "layers", "int", 3, "Hidden layers of the hypernetwork."),
         Option("directions", "directions", "int", 64, "Directions sampled per training step."),
         Option("direction-alpha", "alpha", "float", 0.5, "Dirichlet concentration of the training directions."),
         Option("faces", "faces", "float", 0.5, "Share of training directions drawn on a random face."),
-        Option("l2", "l2", "float", None,
+        Option("weight-decay", "l2", "float", None,
                "Weight decay on the target's weights [0.01 for regression, 0.001 otherwise]."),
         Option("batch-size", "batch_size", "int", 256, "Training samples per client per step."),
         Option("epo", "epo", "bool", False, "Weight each direction's losses by EPO's linear program (cvxpy)."),
         Option("search-steps", "search_steps", "int", 100, "Projected-gradient iterations per direction search."),
         Option("starts", "starts", "int", 4, "Starts per direction search (barycentre, e_i, random)."),
-        Option("target-model", "model", "choice", None,
+        Option("model", "model", "choice", None,
                "Target model [linear for regression, logistic otherwise].", ("linear", "logistic", "mlp", "cnn")),
-        Option("target-hidden", "target_hidden", "int", 64, "Hidden units of --target-model mlp."),
+        Option("mlp-hidden", "target_hidden", "int", 64, "Hidden units of --model mlp."),
         Option("heads", "heads", "choice", "shared",
                "personal: the hypernetwork generates the target's body, each client owns its output layer.",
                ("shared", "personal")),
         Option("variant", "variant", "choice", "ours",
                "ours: one hypernetwork, sampled directions, projected-gradient search; paper: the paper's code, "
                "one hypernetwork per searched client and face trained by EPO at the searched direction "
-               "(there --steps counts its front steps; the code: --steps 10000 --hidden 100 --layers 2 "
+               "(there --steps counts its front steps; the code: --steps 10000 --hypernet-hidden 100 --layers 2 "
                "--rule ratio).", ("ours", "paper")),
         Option("front-steps", "front_steps", "int", 5, "--variant paper: front steps per round."),
         Option("direction-steps", "direction_steps", "int", 1, "--variant paper: direction steps per round."),
@@ -178,19 +181,15 @@ register(Method(
 
 # ---------------------------------------------------------------------------- personalised learners
 def _personalized_options() -> tuple[Option, ...]:
-    """Options every personalised learner takes (methods/base.py; defaults applied there)."""
+    """Options every personalised learner takes besides its training protocol (methods/base.py).
+
+    The training settings (model, optimiser, rate, schedule, budget, batch, weight decay,
+    patience) are not options of a method: ``coalitions learn`` builds one
+    :class:`~coalitions.learners.training.protocol.TrainingProtocol` from its training
+    flags (:data:`~coalitions.learners.training.protocol.FLAG_FIELDS`) and gives it to
+    the learner as ``protocol``.
+    """
     return (
-        Option("rounds", "rounds", "int", 50, "Communication rounds."),
-        Option("local-epochs", "local_epochs", "int", 1, "Passes over each client's training data per round."),
-        Option("client-batch", "batch_size", "int", 32, "Minibatch size per client."),
-        Option("optimizer", "optimizer", "choice", None, "Client optimiser [sgd; federico: adam].",
-               ("sgd", "adam")),
-        Option("client-lr", "lr", "float", None, "Client learning rate [0.1; federico: 0.001; pfedme: 0.01]."),
-        Option("momentum", "momentum", "float", 0.9, "SGD momentum."),
-        Option("weight-decay", "weight_decay", "float", 0.0, "Weight decay of the client optimiser."),
-        Option("model", "model", "choice", None, "Each client's model [cnn for images, linear for regression, "
-               "logistic otherwise].", ("linear", "logistic", "mlp", "cnn")),
-        Option("mlp-hidden", "hidden", "int", 64, "Hidden units of --model mlp."),
         Option("weight-rule", "rule", "choice", None,
                "How a weight row becomes collaborators: w_ij/w_ii >= t (relative), w_ij >= t (absolute), or "
                "the smallest set holding a share t of the row's off-diagonal mass (mass), or "
@@ -202,22 +201,21 @@ def _personalized_options() -> tuple[Option, ...]:
                "BG(R) for R smaller than all clients by training again on R (default: renormalised rows)."),
         Option("engine", "engine", "choice", "auto",
                "Training engine: vmap over clients (batched), a per-client loop (sequential), or auto "
-               "(batched on CUDA; on the CPU the faster of the two, measured on the first step).",
+               "(batched on CUDA; on the CPU sequential for convolutions over images above 12x12 pixels, batched "
+               "otherwise: a rule on the shapes, never a timing).",
                ("auto", "batched", "sequential")),
         Option("chunk", "chunk", "int", None, "Clients per vmap call on the batched engine [all]."),
         Option("checkpoint", "checkpoint", "str", None,
                "Save after every round to this file; a rerun with the same settings resumes from it."),
-        Option("patience", "patience", "int", None,
-               "Early stopping: stop when the mean validation loss has not improved for this many rounds "
-               "and keep the best round's models [run every round]."),
     )
 
 
 _FEDAMP = (
     Option("alpha-k", "alpha_k", "float", 0.5, "FedAMP step size alpha_k; 0 turns message passing off (= local)."),
     Option("lam", "lam", "float", 0.2, "FedAMP lambda; the local proximal weight is lambda/(2 alpha_k)."),
-    Option("local-steps", "local_steps", "int", 5,
-           "At least this many local steps per client and round (one step leaves lambda inert)."),
+    Option("amp-local-steps", "local_steps", "int", 5,
+           "FedAMP: at least this many local steps per client and round, or the protocol's --local-steps if "
+           "larger (one step leaves lambda inert)."),
     Option("weight-graph", "graph", "choice", "affinity",
            "What --weight-rule reads: the attention relative to an identical peer (affinity), or xi.",
            ("affinity", "xi")),

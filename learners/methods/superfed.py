@@ -104,7 +104,7 @@ class SuPerFed(PersonalizedLearner):
     shares_model = True
 
     def __init__(self, mu: float = 0.01, nu: float = 1.0, start: float = 0.4, lambda_grid=LAMBDA_GRID,
-                 *, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
+                 *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
                  lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
                  device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
                  patience=None):
@@ -147,7 +147,7 @@ class SuPerFed(PersonalizedLearner):
         n = self.federation_.n
         self._layers = layer_index(state["global"])
         g = {k: v.expand(n, *v.shape[1:]).clone() for k, v in state["global"].items()}
-        phase2 = r >= int(math.floor(float(self.start) * int(self.rounds)))
+        phase2 = r >= int(math.floor(float(self.start) * int(self.rounds_)))
         if not phase2:   # the sites' optimiser states persist within each phase (the phases train different parts)
             f = {k: v.clone() for k, v in g.items()}
             f, kept, loss = self._site_steps(state, f, self._phase1_loss, rng(0), key="site_opt1", args=(g,))

@@ -67,7 +67,7 @@ from dataclasses import asdict, dataclass, replace
 from coalitions.params import ParameterError, check_param
 
 __all__ = ["TrainingProtocol", "OPTIMIZERS", "SCHEDULES", "DEFAULT_PROTOCOLS", "default_protocol", "lr_factor",
-           "Scheduled", "decayed"]
+           "Scheduled", "decayed", "default_kind", "protocol_with", "FLAG_FIELDS"]
 
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("cosine", "constant")
@@ -274,6 +274,45 @@ def default_protocol(task: str, model: str) -> TrainingProtocol:
                                     batch_size=32 if model == "cnn" else None)
         check_param("model", model, "choice", choices=_MODELS)
     return DEFAULT_PROTOCOLS[key]
+
+
+def default_kind(task: str, input_shape: tuple = (), images: str = "cnn") -> str:
+    """The one default-model rule: ``images`` for image inputs, ``"linear"`` for regression, else ``"logistic"``.
+
+    ``images`` is ``"cnn"`` everywhere but where a method cannot train one: SPO's
+    hypernetwork emits the whole target model, and the Flower apps ship flat
+    models, so both pass ``images="logistic"`` (or know no image shape).
+
+    >>> default_kind("multiclass", (1, 28, 28)), default_kind("regression"), default_kind("binary", (1, 8, 8), "logistic")
+    ('cnn', 'linear', 'logistic')
+    """
+    if len(input_shape) == 3:
+        return images
+    return "linear" if task == "regression" else "logistic"
+
+
+#: The command line's one set of training flags (click keys) -> the :class:`TrainingProtocol` field each sets.
+FLAG_FIELDS = {"model": "model", "mlp_hidden": "hidden", "optimizer": "optimizer", "lr": "lr", "momentum": "momentum",
+               "weight_decay": "weight_decay", "schedule": "schedule", "steps": "steps", "local_steps": "local_steps",
+               "batch_size": "batch_size", "patience": "patience", "lr_grid": "lr_grid"}
+
+
+def protocol_with(task: str, input_shape: tuple = (), changes: dict | None = None) -> TrainingProtocol:
+    """The protocol a run trains with: the default of ``task`` and its model, with ``changes`` applied.
+
+    The model is ``changes["model"]`` or the default-model rule (:func:`default_kind`);
+    its measured default (:func:`default_protocol`) supplies every field not in
+    ``changes`` (field names of :class:`TrainingProtocol`; the command line's flags
+    map to them by :data:`FLAG_FIELDS`).  The one place where a run's training
+    settings are put together.
+
+    >>> p = protocol_with("binary", (13,), {"lr": 0.1, "patience": 5})
+    >>> p.model, p.optimizer, p.lr, p.steps, p.patience
+    ('logistic', 'adam', 0.1, 50, 5)
+    """
+    changes = dict(changes or {})
+    model = changes.get("model") or default_kind(task, tuple(input_shape))
+    return default_protocol(task, model).with_(**{**changes, "model": model})
 
 
 class Scheduled:

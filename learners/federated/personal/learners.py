@@ -36,6 +36,8 @@ _NOT_SENT = ("progress", "checkpoint", "device")
 def learner_params(learner) -> dict:
     """The JSON-ready parameters a site needs to build the same learner."""
     out = {k: v for k, v in learner.get_params().items() if k not in _NOT_SENT}
+    if out.get("protocol") is not None:
+        out["protocol"] = out["protocol"].to_json()
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
 
 
@@ -88,34 +90,34 @@ def _create(method: str, params: dict):
     if unknown:
         raise InputError(f"--method-option {unknown[0]}: --method {method} takes no such option "
                          f"(its own: {', '.join(n for n in names if n not in COMMON_PARAMS) or 'none'})")
+    params = dict(params)
+    if isinstance(params.get("protocol"), dict):   # as learner_params sends it
+        from coalitions.learners.training.protocol import TrainingProtocol
+
+        params["protocol"] = TrainingProtocol.from_json(params["protocol"])
     learner = cls(**{**{k: params[k] for k in params}, "device": "cpu"})
     learner.check_params()
     return learner
 
 
-def site_learner(method: str, params: dict, site):
+def site_learner(method: str, params: dict, site, train_sizes=None):
     """The learner of ``method`` over a one-client federation holding ``site``'s data only.
 
     Set up as :meth:`PersonalizedLearner.fit <coalitions.learners.methods.base.PersonalizedLearner.fit>`
-    sets it up (model, loss, padded training data, engine), without training:
-    the site then calls the learner's own round.
+    sets it up (:meth:`~coalitions.learners.methods.base.PersonalizedLearner.prepare`, then the
+    padded training data), without training: the site then calls the learner's own round.
+    ``train_sizes``: every site's training-set size (the rounds and a protocol's schedule depend on
+    them); ``None``: the site's own.
     """
     import torch
 
     from coalitions.learners.data.federation import Federation
-    from coalitions.learners.data.metrics import loss_function
-    from coalitions.learners.methods.base import default_model
-    from coalitions.learners.training.engine import Engine, Padded
-    from coalitions.learners.training.models import make_model
+    from coalitions.learners.training.engine import Padded
 
     learner = _create(method, params)
     fed = Federation(site.client.name, site.task, site.metric, (site.client,), site.n_classes, None, {})
-    learner.federation_ = fed
-    learner.model_ = learner.model or default_model(fed)
-    learner.spec_ = make_model(learner.model_, fed.input_shape, fed.n_outputs, hidden=learner.hidden)
-    learner.per_sample_loss_ = loss_function(fed.task)
+    learner.prepare(fed, torch.device("cpu"), train_sizes)
     learner.train_data_ = Padded(fed, "train", torch.device("cpu"))
-    learner.engine_ = Engine("cpu", learner.engine, learner.chunk)
     return learner
 
 
@@ -127,17 +129,13 @@ def server_learner(method: str, params: dict, sites: list[dict], dataset: str | 
     the learner's server step, its ``finish`` where that needs no data
     (FedAMP), its oracle and its estimate.
     """
+    import torch
+
     from coalitions.learners.federated.protocol import described_federation
-    from coalitions.learners.methods.base import default_model
-    from coalitions.learners.training.engine import Engine
-    from coalitions.learners.training.models import make_model
 
     learner = _create(method, params)
     fed = described_federation(sites, dataset, data_options)
-    learner.federation_ = fed
-    learner.model_ = learner.model or default_model(fed)
-    learner.spec_ = make_model(learner.model_, fed.input_shape, fed.n_outputs, hidden=learner.hidden)
-    learner.engine_ = Engine("cpu", learner.engine, learner.chunk)
+    learner.prepare(fed, torch.device("cpu"))
     return learner
 
 
