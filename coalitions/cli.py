@@ -522,6 +522,77 @@ def dataset_options(f):
     return f
 
 
+class _Batch(click.ParamType):
+    """``--batch-size``: samples per step, an integer >= 1, or ``full`` (every step sees all of a client's data)."""
+
+    name = "INTEGER|full"
+
+    def convert(self, value, param, ctx):
+        if value is None or value == "full" or isinstance(value, int):
+            return value
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            self.fail(f"{value!r} is neither an integer >= 1 nor 'full'", param, ctx)
+        return n
+
+
+class _Rates(click.ParamType):
+    """``--lr-grid``: comma-separated learning rates, each finite and > 0."""
+
+    name = "RATE,RATE,..."
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, tuple):
+            return value
+        try:
+            rates = tuple(float(v) for v in str(value).split(","))
+        except ValueError:
+            rates = ()
+        if not rates or not all(math.isfinite(r) and r > 0 for r in rates):
+            self.fail(f"{value!r} is not a comma-separated list of positive learning rates", param, ctx)
+        return rates
+
+
+#: The training flags: one set, turned into one TrainingProtocol (``learn``); SPO takes those it has.
+_TRAINING_FLAGS = (
+    ("model", click.Choice(["linear", "logistic", "mlp", "cnn"]),
+     "The model [cnn for images, linear for regression, logistic otherwise]."),
+    ("mlp-hidden", click.IntRange(1), "Hidden units of --model mlp [64]."),
+    ("optimizer", click.Choice(["adam", "sgd"]), "The optimiser [the dataset's default protocol: adam]."),
+    ("lr", _Finite(0.0, open_low=True), "Peak learning rate [the dataset's default protocol]."),
+    ("lr-grid", _Rates(), "Train once per rate and keep the one with the lowest validation loss."),
+    ("schedule", click.Choice(["cosine", "constant"]), "Learning rate over the run [cosine]."),
+    ("momentum", _Finite(0.0), "SGD momentum [0]."),
+    ("weight-decay", _Finite(0.0), "weight_decay/2 |w|^2 on the weights [the dataset's default protocol]."),
+    ("steps", click.IntRange(1), "The budget: local gradient steps per client [the dataset's default protocol]."),
+    ("local-steps", click.IntRange(1), "Local steps a site takes per communication round [1]."),
+    ("batch-size", _Batch(), "Samples per step and client, or full [the dataset's default protocol]."),
+    ("patience", click.IntRange(1), "Stop when the validation loss has not improved for this many evaluations "
+                                    "and keep the best models [train the whole budget]."),
+)
+
+
+def training_options(f):
+    """The one set of training flags (docs/cli.md): each sets a field of the run's training protocol."""
+    for flag, kind, text in reversed(_TRAINING_FLAGS):
+        f = click.option(f"--{flag}", flag.replace("-", "_"), type=kind, default=None, help=text)(f)
+    return f
+
+
+def _training(opts: dict) -> dict:
+    """The training flags given (click keys), ``--batch-size full`` as ``None`` (full batch)."""
+    given = {k: opts.pop(k) for k in list(opts) if k in TRAINING_KEYS}
+    return {k: (None if v == "full" else v) for k, v in given.items() if v is not None}
+
+
+TRAINING_KEYS = tuple(flag.replace("-", "_") for flag, _, _ in _TRAINING_FLAGS)
+#: A protocol field -> the flag that sets it (error messages name the flag the user typed).
+TRAINING_FLAG_OF = {"hidden": "--mlp-hidden", **{k: "--" + k.replace("_", "-") for k in TRAINING_KEYS if k != "mlp_hidden"}}
+
+
 def _threads(threads: int | None) -> None:
     """Apply the thread policy (docs/performance.md) with ``--threads`` as its override."""
     from coalitions.learners.training.threads import configure
@@ -560,13 +631,7 @@ def load_federation(dataset: str, opts: dict):
 @cli.command()
 @click.argument("dataset", type=click.Choice(DATASETS))
 @dataset_options
-@click.option("--model", type=click.Choice(["auto", "linear", "logistic", "mlp", "cnn"]), default="auto",
-              show_default=True, help="auto: linear (closed form) for regression, logistic otherwise.")
-@click.option("--epochs", type=click.IntRange(1), default=None, help="Training epochs [per-model default].")
-@click.option("--lr", type=float, default=None, help="Adam learning rate [per-model default].")
-@click.option("--l2", type=float, default=1e-3, show_default=True, help="Weight decay on weights.")
-@click.option("--hidden", type=click.IntRange(1), default=64, show_default=True, help="MLP hidden units.")
-@click.option("--batch-size", type=click.IntRange(1), default=None, help="Minibatch size [full batch].")
+@training_options
 @click.option("--chunk-size", type=click.IntRange(1), default=None,
               help="Subset models trained together [as many as fit --memory-mb].")
 @click.option("--memory-mb", type=_Finite(1.0), default=512.0, show_default=True)
@@ -582,26 +647,37 @@ def load_federation(dataset: str, opts: dict):
 @_backend_options
 @click.option("-o", "--output", required=True, type=OUTPUT,
               help="Game file: coalitions/game@1 JSON, or .npz by the ending.")
-def oracle(dataset, model, epochs, lr, l2, hidden, batch_size, chunk_size, memory_mb, device, threads,
-           checkpoint, replicates, heads, backend, address, output, **data_opts):
+def oracle(dataset, chunk_size, memory_mb, device, threads, checkpoint, replicates, heads, backend, address, output,
+           **opts):
     """Train a model on every subset of DATASET's clients: the exact game (docs/concepts.md §5).
 
     v_i(S) is the metric on client i's validation data of the model trained on
     the training data of S.  Linear regression is solved in closed form; other
     models train all subset models at once, chunked, with --checkpoint to resume.
+    Every subset model trains under one training protocol: the dataset's default
+    protocol with the training flags given changed (the same flags as learn).
     """
     from coalitions.learners.exact import ExhaustiveOracle
+    from coalitions.learners.training.protocol import FLAG_FIELDS, protocol_with
 
     option_checks.distinct_outputs(output=output, checkpoint=checkpoint)
+    training = _training(opts)
+    for key, why in (("patience", "trains every subset model for the whole budget (no early stopping)"),
+                     ("lr_grid", "trains at one rate, --lr"),
+                     ("local_steps", "has no communication rounds")):
+        if key in training:
+            raise co.InputError(f"--{key.replace('_', '-')}: the exact game {why}")
+    data_opts = opts
     _threads(threads)
     fed = load_federation(dataset, data_opts)
     cio.check_game_output(fed.n, output, replicates)  # before hours of training, not after
-    est = ExhaustiveOracle(model=model, epochs=epochs, lr=lr, l2=l2, hidden=hidden, batch_size=batch_size,
-                           chunk_size=chunk_size, memory_mb=memory_mb, device=device,
+    with _flags(TRAINING_FLAG_OF):
+        protocol = protocol_with(fed.task, fed.input_shape, {FLAG_FIELDS[k]: v for k, v in training.items()})
+    est = ExhaustiveOracle(protocol=protocol, chunk_size=chunk_size, memory_mb=memory_mb, device=device,
                            seed=data_opts.get("seed") or 0, checkpoint=checkpoint, threads=threads,
                            progress=_progress(f"training {(1 << fed.n) - 1} subset models"), replicates=replicates,
                            backend=backend, address=_address(backend, address), heads=heads)
-    with _flags():
+    with _flags(TRAINING_FLAG_OF):
         est.fit(fed)
     if fed.n >= 16 and not str(output).endswith(".npz"):
         click.echo(f"note: {fed.n} clients make a large JSON game; a name ending in .npz writes the "
@@ -720,77 +796,6 @@ def federate(dataset, simulation, superlink, method, method_option, root_certifi
 
 
 # ---------------------------------------------------------------------------- learn, compare
-class _Batch(click.ParamType):
-    """``--batch-size``: samples per step, an integer >= 1, or ``full`` (every step sees all of a client's data)."""
-
-    name = "INTEGER|full"
-
-    def convert(self, value, param, ctx):
-        if value is None or value == "full" or isinstance(value, int):
-            return value
-        try:
-            n = int(value)
-        except ValueError:
-            n = 0
-        if n < 1:
-            self.fail(f"{value!r} is neither an integer >= 1 nor 'full'", param, ctx)
-        return n
-
-
-class _Rates(click.ParamType):
-    """``--lr-grid``: comma-separated learning rates, each finite and > 0."""
-
-    name = "RATE,RATE,..."
-
-    def convert(self, value, param, ctx):
-        if value is None or isinstance(value, tuple):
-            return value
-        try:
-            rates = tuple(float(v) for v in str(value).split(","))
-        except ValueError:
-            rates = ()
-        if not rates or not all(math.isfinite(r) and r > 0 for r in rates):
-            self.fail(f"{value!r} is not a comma-separated list of positive learning rates", param, ctx)
-        return rates
-
-
-#: The training flags: one set, turned into one TrainingProtocol (``learn``); SPO takes those it has.
-_TRAINING_FLAGS = (
-    ("model", click.Choice(["linear", "logistic", "mlp", "cnn"]),
-     "The model [cnn for images, linear for regression, logistic otherwise]."),
-    ("mlp-hidden", click.IntRange(1), "Hidden units of --model mlp [64]."),
-    ("optimizer", click.Choice(["adam", "sgd"]), "The optimiser [the dataset's default protocol: adam]."),
-    ("lr", _Finite(0.0, open_low=True), "Peak learning rate [the dataset's default protocol]."),
-    ("lr-grid", _Rates(), "Train once per rate and keep the one with the lowest validation loss."),
-    ("schedule", click.Choice(["cosine", "constant"]), "Learning rate over the run [cosine]."),
-    ("momentum", _Finite(0.0), "SGD momentum [0]."),
-    ("weight-decay", _Finite(0.0), "weight_decay/2 |w|^2 on the weights [the dataset's default protocol]."),
-    ("steps", click.IntRange(1), "The budget: local gradient steps per client [the dataset's default protocol]."),
-    ("local-steps", click.IntRange(1), "Local steps a site takes per communication round [1]."),
-    ("batch-size", _Batch(), "Samples per step and client, or full [the dataset's default protocol]."),
-    ("patience", click.IntRange(1), "Stop when the validation loss has not improved for this many evaluations "
-                                    "and keep the best models [train the whole budget]."),
-)
-
-
-def training_options(f):
-    """The one set of training flags (docs/cli.md): each sets a field of the run's training protocol."""
-    for flag, kind, text in reversed(_TRAINING_FLAGS):
-        f = click.option(f"--{flag}", flag.replace("-", "_"), type=kind, default=None, help=text)(f)
-    return f
-
-
-def _training(opts: dict) -> dict:
-    """The training flags given (click keys), ``--batch-size full`` as ``None`` (full batch)."""
-    given = {k: opts.pop(k) for k in list(opts) if k in TRAINING_KEYS}
-    return {k: (None if v == "full" else v) for k, v in given.items() if v is not None}
-
-
-TRAINING_KEYS = tuple(flag.replace("-", "_") for flag, _, _ in _TRAINING_FLAGS)
-#: A protocol field -> the flag that sets it (error messages name the flag the user typed).
-TRAINING_FLAG_OF = {"hidden": "--mlp-hidden", **{k: "--" + k.replace("_", "-") for k in TRAINING_KEYS if k != "mlp_hidden"}}
-
-
 def _method_options(f):
     """One flag per option of every registered learner (the methods registry); default None = the method's.
 

@@ -259,8 +259,8 @@ class ExhaustiveOracle:
 
             kind = default_model(fed)
         if kind == "linear" and fed.task != "regression":
-            raise ParameterError("protocol", f"{{name}}: model linear fits regression; dataset {fed.name!r} is "
-                                             f"{fed.task}")
+            raise ParameterError("model", f"{{name}} linear fits regression; dataset {fed.name!r} is {fed.task} "
+                                          "(the protocol's model)")
         return kind
 
     def _protocol_config(self, fed: Federation) -> dict:
@@ -321,6 +321,15 @@ class ExhaustiveOracle:
             if not isinstance(self.protocol, TrainingProtocol):
                 raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
                                      f"{type(self.protocol).__name__}")
+            # one place for each setting: under a protocol the oracle's own training settings stay unset
+            own = {"model": "auto", "epochs": None, "lr": None, "l2": 1e-3, "ridge": 1e-10, "batch_size": None,
+                   "hidden": 64}
+            for name, default in own.items():
+                if getattr(self, name) != default:
+                    raise ParameterError(name, "{name} comes from the protocol when one is given; set it there")
+            if self.protocol.patience is not None or self.protocol.lr_grid is not None:
+                raise ParameterError("protocol", "{name}: the exact game trains every subset model at one rate for "
+                                                 "the whole budget (no patience, no lr_grid)")
 
     # -------------------------------------------------------------- fitting
     def fit(self, federation: Federation) -> ExhaustiveOracle:

@@ -116,7 +116,7 @@ def test_reproduce_on_ray_equals_local(local_ray, tmp_path):
 def test_cli_oracle_on_ray_resumes_after_the_driver_is_stopped(tmp_path):
     """The driver is interrupted once the checkpoint holds a chunk; the same command then finishes."""
     ck, out = tmp_path / "ck.npz", tmp_path / "game.json"
-    args = ["oracle", "digits", "--clients", "6", "--model", "logistic", "--epochs", "400",
+    args = ["oracle", "digits", "--clients", "6", "--model", "logistic", "--steps", "400",
             "--backend", "ray", "--checkpoint", str(ck), "-o", str(out)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.Popen([sys.executable, "-m", "coalitions.cli", *args], env=env, stdout=subprocess.PIPE,

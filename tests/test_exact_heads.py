@@ -181,8 +181,8 @@ def test_bad_heads_value_names_the_parameter():
 
 def test_cli_oracle_heads_flag(tmp_path, capsys):
     out = tmp_path / "g.json"
-    rc = cli.main(["oracle", "digits", "--clients", "3", "--samples", "40", "--model", "mlp", "--hidden", "4",
-                   "--epochs", "2", "--heads", "personal", "--threads", "1", "-o", str(out)])
+    rc = cli.main(["oracle", "digits", "--clients", "3", "--samples", "40", "--model", "mlp", "--mlp-hidden", "4",
+                   "--steps", "2", "--heads", "personal", "--threads", "1", "-o", str(out)])
     err = capsys.readouterr().err
     assert rc == 0 and out.exists() and "personal heads" in err, err
     from coalitions.io import read_json

@@ -211,8 +211,8 @@ def test_fashion_experiment_is_the_table_3_stand_in():
     for quick in (True, False):
         p = exp.protocol_for(quick)
         spo = budgeted_options(exp, quick, "spo", sizes)
-        assert spo["heads"] == "personal" and spo["target_model"] == "mlp" and spo["steps"] == p.steps
-        assert spo["target_hidden"] == p.hidden and p.model == "mlp"
+        assert spo["heads"] == "personal" and spo["model"] == "mlp" and spo["steps"] == p.steps
+        assert spo["mlp_hidden"] == p.hidden and p.model == "mlp"
         assert budgeted_options(exp, quick, "pfedhn", sizes)["protocol"] == p   # every learner: the protocol itself
         assert budgeted_options(exp, quick, "local", sizes) == {"protocol": p}
         oracle = exp.oracle_options(quick)

@@ -269,5 +269,5 @@ def test_cli_oracle_writes_a_game(tmp_path, capsys):
     assert main(["oracle", "synthetic", "--partition", "dirichlet", "-o", str(out)]) == 2
     assert "--partition" in capsys.readouterr().err
     npz = tmp_path / "h.npz"
-    assert main(["oracle", "synthetic", "--clients", "3", "--model", "mlp", "--epochs", "2", "-o", str(npz)]) == 0
+    assert main(["oracle", "synthetic", "--clients", "3", "--model", "mlp", "--steps", "2", "-o", str(npz)]) == 0
     assert co.read_game(npz).provenance["model"]["model"] == "mlp"

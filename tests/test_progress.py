@@ -134,7 +134,7 @@ def test_cli_commands_write_step_lines_to_a_log(monkeypatch, tmp_path):
     from coalitions.cli import cli
 
     monkeypatch.setattr(pg, "LINE_S", 0.0)
-    r = CliRunner().invoke(cli, ["oracle", "synthetic", "--clients", "3", "--model", "logistic", "--epochs", "3",
+    r = CliRunner().invoke(cli, ["oracle", "synthetic", "--clients", "3", "--model", "logistic", "--steps", "3",
                                  "-o", str(tmp_path / "g.json")])
     assert r.exit_code == 0, r.output
     lines = [line for line in r.stderr.splitlines() if line.startswith("training 7 subset models: ")]
