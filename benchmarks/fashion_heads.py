@@ -56,9 +56,9 @@ def main(argv=None) -> int:
     exp = get_experiment("fashion")
     data = dict(exp.regimes[0].options)
     opts = {"replicates": REPLICATES, **exp.oracle_options(False)}
-    if args.quick:
+    if args.quick:   # (the oracle's own ``epochs`` beside a protocol was ignored before; now it is refused)
         data.update(clients=4, samples=30)
-        opts.update(epochs=3)
+        args.epochs = 3 if args.epochs is None else args.epochs
     if args.epochs is not None:  # the protocol's step budget is the epochs of a full-batch game
         import dataclasses
 

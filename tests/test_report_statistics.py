@@ -199,8 +199,8 @@ def test_learner_outputs_score_as_the_learners_utilities():
     from coalitions.learners.methods.registry import create
 
     fed = learner_fixtures.blobs()
-    for method, opts in (("fedamp", {"rounds": 3}), ("spo", {"steps": 30, "search_steps": 10})):
-        learner = create(method, opts, device="cpu", seed=0).fit(fed)
+    for method, opts, params in (("fedamp", {}, {"rounds": 3}), ("spo", {"steps": 30, "search_steps": 10}, {})):
+        learner = create(method, opts, device="cpu", seed=0).set_params(**params).fit(fed)
         est = with_records(learner, fed)
         for c in fed.clients:
             got = evaluate(fed.metric, c.test.y, np.asarray(est.extra["test_outputs"][c.name]))

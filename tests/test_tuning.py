@@ -30,10 +30,7 @@ def test_lowest_validation_loss_wins_ties_go_to_the_earlier_rate_and_nan_never_w
 def test_a_column_is_trained_once_per_rate_and_keeps_the_best_on_validation(method):
     fed = blobs()
     grid = [0.001, 0.01, 0.1]
-    if method == "local":
-        options = {"protocol": TrainingProtocol(model="mlp", steps=20, lr_grid=grid)}
-    else:
-        options = {"model": "mlp", "rounds": 4, "client_batch": None, "optimizer": "adam", "lr_grid": grid}
+    options = {"protocol": TrainingProtocol(model="mlp", steps=20, lr_grid=grid)}   # every learner takes the protocol
     est = compute_piece(fed, None, method, options, seed=0, device="cpu")
     rec = lr_tuning(est)
     assert rec["grid"] == grid and len(rec["val_loss"]) == 3
