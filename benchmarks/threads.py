@@ -104,7 +104,7 @@ def print_steps(quick: bool) -> None:
 def _command(quick: bool, out: Path) -> list[str]:
     exe = [sys.executable, "-m", "coalitions.cli"]
     if quick:
-        return exe + ["oracle", "digits", "--clients", "4", "--model", "logistic", "--epochs", "20",
+        return exe + ["oracle", "digits", "--clients", "4", "--model", "logistic", "--steps", "20",
                       "-o", str(out / "game.json")]
     return exe + ["reproduce", "synthetic", "--quick", "-o", str(out)]
 
@@ -120,7 +120,7 @@ def run_command(quick: bool, threads: int | None) -> float:
 
 def print_command(quick: bool, repeats: int) -> None:
     cores = _cores()
-    label = "coalitions oracle digits --clients 4 --model logistic --epochs 20" if quick else \
+    label = "coalitions oracle digits --clients 4 --model logistic --steps 20" if quick else \
         "coalitions reproduce synthetic --quick"
     configs = {"policy": None, "--threads 1": 1}
     if not quick:
