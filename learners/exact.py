@@ -169,7 +169,10 @@ class ExhaustiveOracle:
     protocol : coalitions.learners.training.protocol.TrainingProtocol, optional
         The training protocol shared with the learners (docs/concepts.md §5):
         it replaces ``model``, ``epochs``, ``lr``, ``l2``, ``ridge``,
-        ``batch_size`` and ``hidden``.  Its model, weight decay, optimiser,
+        ``batch_size`` and ``hidden`` (setting one of those as well is an error).
+        With an ``lr_grid`` every subset model trains once per rate and keeps the one with
+        the lowest pooled validation loss (``lr_chosen_``); a ``patience`` is refused (the
+        subset models train the whole budget).  Its model, weight decay, optimiser,
         schedule and batch train every subset model, for
         ``protocol.epochs_for(n)`` epochs over the ``n`` training samples of
         all clients (``protocol.steps`` optimiser steps); with ``closed_form``
@@ -199,6 +202,10 @@ class ExhaustiveOracle:
     replicates_ : coalitions.replicates.Replicates or None
         The game on each bootstrap resample of the validation sets (None
         when ``replicates`` is 0).
+    lr_chosen_ : ndarray of shape (2**N,) or None
+        Under a protocol with an ``lr_grid``: the rate each subset model kept, chosen on its
+        pooled validation loss (:mod:`coalitions.learners.game.chunks`; index 0, the empty set,
+        is NaN); the game's provenance counts them (``model.lr_chosen``).  ``None`` otherwise.
     loss_game_, loss_replicates_ : coalitions.Game, Replicates or None
         With ``loss_game``: the validation-loss game of the same models and its
         replicates on the same resamples; None otherwise.
@@ -327,9 +334,9 @@ class ExhaustiveOracle:
             for name, default in own.items():
                 if getattr(self, name) != default:
                     raise ParameterError(name, "{name} comes from the protocol when one is given; set it there")
-            if self.protocol.patience is not None or self.protocol.lr_grid is not None:
-                raise ParameterError("protocol", "{name}: the exact game trains every subset model at one rate for "
-                                                 "the whole budget (no patience, no lr_grid)")
+            if self.protocol.patience is not None:
+                raise ParameterError("protocol", "{name}: the exact game trains every subset model for the whole "
+                                                 "budget (per-subset early stopping is not implemented: no patience)")
 
     # -------------------------------------------------------------- fitting
     def fit(self, federation: Federation) -> ExhaustiveOracle:
@@ -356,6 +363,7 @@ class ExhaustiveOracle:
         draws = bootstrap_draws(fed, self.replicates, self.seed) if self.replicates else None
         self.chunks_trained_ = 0
         self.chunks_resumed_ = 0
+        self.lr_chosen_ = None
         loss = reps_loss = None
         if cfg["solver"] == "closed-form":
             self.method_ = "closed-form"
@@ -377,6 +385,9 @@ class ExhaustiveOracle:
             self.device_ = ("cuda" if self.backend == "ray" and self.device == "cuda"
                             else str(resolve_device(self.device)))
             val, test, reps, loss, reps_loss = self._fit_batched(fed, cfg, draws)
+            if self.lr_chosen_ is not None:   # how many subset models kept each rate of the grid
+                rates, counts = np.unique(self.lr_chosen_[1:], return_counts=True)
+                cfg = {**cfg, "lr_chosen": {f"{r:g}": int(c) for r, c in zip(rates, counts, strict=True)}}
         self.values_val_, self.values_test_ = val, test
         self.config_ = cfg
         self.game_ = co.Game.from_array(val, fed.names, fed.sense, self._provenance(fed, cfg, "val"))
@@ -446,6 +457,9 @@ class ExhaustiveOracle:
             arrays["val_loss"] = shape
             if draws is not None:
                 arrays["replicates_loss"] = arrays["replicates"]
+        grid = self.protocol.lr_grid if self.protocol is not None else None
+        if grid:
+            arrays["lr"] = (1 << n,)
         if self.checkpoint is not None:
             what = {"config": cfg, "chunk": chunk, "device": self.device_, "dataset": fed.name,
                     "options": fed.options}
@@ -458,7 +472,7 @@ class ExhaustiveOracle:
         else:
             results = {k: np.full(s, np.nan) for k, s in arrays.items()}
 
-        epochs = cfg["epochs"]
+        epochs = cfg["epochs"] * (len(grid) if grid else 1)   # progress units: every rate's epochs
         total = len(masks) * epochs
         done = np.zeros(len(chunks), dtype=bool) if ckpt is None else ckpt.done
         self.chunks_resumed_ = int(done.sum())
@@ -471,6 +485,8 @@ class ExhaustiveOracle:
             for part in ("val", "test", "val_loss"):
                 if part in results:
                     results[part][:, chunks[k]] = blocks[part]
+            if "lr" in results:
+                results["lr"][chunks[k]] = blocks["lr"]
             for part in ("replicates", "replicates_loss"):
                 if part in results:
                     results[part][:, :, chunks[k]] = blocks[part]
@@ -499,6 +515,7 @@ class ExhaustiveOracle:
                             self.progress(base + ep * m, total)
 
                     store(k, trainer(chunks[k], progress=tick))
+        self.lr_chosen_ = results.get("lr")
         return (results["val"], results["test"], results.get("replicates"), results.get("val_loss"),
                 results.get("replicates_loss"))
 
@@ -545,23 +562,37 @@ class ExhaustiveOracle:
 
         trainer = ChunkTrainer(self, fed, cfg, str(resolve_device(self.device)))
         with using(step_macs(trainer.spec, trainer.step_samples, max(1, len(ms))), self.threads):
-            if trainer.personal:  # each member through its own head
-                params = train_subsets_personal(trainer.spec, fed.task, trainer.X, trainer.y, trainer.owner, ms,
-                                                fed.n, trainer.init, epochs=cfg["epochs"], lr=cfg["lr"],
-                                                l2=cfg["l2"], batch_size=cfg["batch_size"], seed=trainer.seed,
-                                                protocol=self.protocol)
-                scores = _scores_personal(trainer.spec, params, trainer.evals[part], fed.sizes(part),
-                                          self._eval_batch(trainer.spec, len(ms)))
-            else:
-                params = train_subsets(trainer.spec, fed.task, trainer.X, trainer.y, trainer.owner, ms, fed.n,
-                                       trainer.init, epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
-                                       batch_size=cfg["batch_size"], seed=trainer.seed, protocol=self.protocol)
-                scores = _scores(trainer.spec, params, trainer.evals[part], self._eval_batch(trainer.spec, len(ms)))
+            if trainer.grid is None:
+                scores = self._subset_scores(trainer, fed, cfg, ms, self.protocol, part)
+            else:   # every model at the rate fit() kept for it: the lowest pooled validation loss (ChunkTrainer)
+                chosen = trainer(ms)["lr"]
+                scores = None
+                for rate in trainer.grid:
+                    at = chosen == rate
+                    if at.any():
+                        got = self._subset_scores(trainer, fed, cfg, ms[at], self.protocol.with_(lr=rate, lr_grid=None),
+                                                  part)
+                        scores = np.zeros((len(ms), *got.shape[1:]), dtype=got.dtype) if scores is None else scores
+                        scores[at] = got
         if scores.ndim == 3 and scores.shape[2] == 1:
             scores = scores[:, :, 0]
         lo = trainer.bounds[part]
         return [[scores[k, lo[i]:lo[i + 1]] if (m >> i) & 1 else None for i in range(fed.n)]
                 for k, m in enumerate(ms)]
+
+    def _subset_scores(self, trainer: ChunkTrainer, fed: Federation, cfg: dict, ms, protocol, part: str):
+        """The models of ``ms`` trained under ``protocol``: their scores on every client's ``part`` split."""
+        if trainer.personal:  # each member through its own head
+            params = train_subsets_personal(trainer.spec, fed.task, trainer.X, trainer.y, trainer.owner, ms,
+                                            fed.n, trainer.init, epochs=cfg["epochs"], lr=cfg["lr"],
+                                            l2=cfg["l2"], batch_size=cfg["batch_size"], seed=trainer.seed,
+                                            protocol=protocol)
+            return _scores_personal(trainer.spec, params, trainer.evals[part], fed.sizes(part),
+                                    self._eval_batch(trainer.spec, len(ms)))
+        params = train_subsets(trainer.spec, fed.task, trainer.X, trainer.y, trainer.owner, ms, fed.n,
+                               trainer.init, epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
+                               batch_size=cfg["batch_size"], seed=trainer.seed, protocol=protocol)
+        return _scores(trainer.spec, params, trainer.evals[part], self._eval_batch(trainer.spec, len(ms)))
 
     # -------------------------------------------------------------- benefit oracle protocol
     @property

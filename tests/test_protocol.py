@@ -260,3 +260,42 @@ def test_personal_head_singletons_are_local_under_the_protocol():
         np.testing.assert_allclose(_utilities(local, part, fed.names), _singletons(values, fed.n), rtol=0, atol=1e-9)
     # the rest of the game is not the singletons': personal heads on a shared body do change v_i(S)
     assert not np.array_equal(values[0, 0b011], values[0, 0b001])
+
+
+def test_the_exact_game_tunes_every_subset_models_rate_on_validation():
+    """Each subset model keeps the grid's rate whose model has the lowest pooled validation loss (brute force)."""
+    fed = load("heart", seed=0)
+    p = DEFAULT_PROTOCOLS[("binary", "logistic")].with_(steps=20)
+    grid = (0.015, 0.05, 0.15)
+    tuned = ExhaustiveOracle(protocol=p.with_(lr_grid=grid), loss_game=True, device="cpu").fit(fed)
+    single = {r: ExhaustiveOracle(protocol=p.with_(lr=r), loss_game=True, device="cpu").fit(fed) for r in grid}
+    n_val = fed.sizes("val").astype(float)
+    for m in range(1, 1 << fed.n):
+        members = [i for i in range(fed.n) if m >> i & 1]
+        pooled = {r: sum(n_val[i] * o.loss_game_.raw_values()[i, m] for i in members) / n_val[members].sum()
+                  for r, o in single.items()}
+        best = min(grid, key=lambda r: (pooled[r], grid.index(r)))
+        assert tuned.lr_chosen_[m] == best
+        np.testing.assert_array_equal(tuned.values_val_[members, m], single[best].values_val_[members, m])
+        np.testing.assert_array_equal(tuned.values_test_[members, m], single[best].values_test_[members, m])
+    assert sum(tuned.config_["lr_chosen"].values()) == (1 << fed.n) - 1
+    assert len(set(tuned.lr_chosen_[1:])) > 1          # the choice really varies across subsets here
+    with pytest.raises(ParameterError, match="no patience"):
+        ExhaustiveOracle(protocol=p.with_(patience=3), device="cpu").fit(fed)
+    with pytest.raises(ParameterError, match="epochs comes from the protocol"):
+        ExhaustiveOracle(protocol=p, epochs=5, device="cpu").fit(fed)
+
+
+def test_subset_outputs_of_a_tuned_game_are_its_models_at_their_chosen_rates():
+    from coalitions.learners.data.metrics import evaluate
+
+    fed = load("heart", seed=1)
+    p = DEFAULT_PROTOCOLS[("binary", "logistic")].with_(steps=15, lr_grid=(0.015, 0.15))
+    oracle = ExhaustiveOracle(protocol=p, device="cpu")
+    tuned = oracle.fit(fed)
+    masks = [0b0001, 0b0110, 0b1111]
+    for m, row in zip(masks, oracle.subset_outputs(fed, masks, "test"), strict=True):
+        for i, out in enumerate(row):
+            if m >> i & 1:
+                assert evaluate(fed.metric, fed.clients[i].test.y, out) == pytest.approx(tuned.values_test_[i, m],
+                                                                                         abs=1e-12)

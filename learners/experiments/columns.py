@@ -40,8 +40,10 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
     if what == "exact":
         from coalitions.learners.exact import ExhaustiveOracle
 
+        # ``options`` are the oracle's (Experiment.oracle_options: its own keywords and the protocol, the oracle's
+        # protocol fields folded into it), so exp.oracle's protocol fields never reach the oracle twice
         o = ExhaustiveOracle(device=device, seed=seed, progress=progress,
-                             **{"replicates": REPLICATES, **exp.oracle, **options}).fit(fed)
+                             **{"replicates": REPLICATES, **options}).fit(fed)
         return o.game_, o.test_game_, o.method_, o.replicates_, o.loss_game_, o.loss_replicates_
     from coalitions.learners.methods.registry import create
 

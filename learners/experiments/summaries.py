@@ -126,8 +126,9 @@ def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Eq
     if missing:
         from coalitions.learners.exact import ExhaustiveOracle
 
-        rows = ExhaustiveOracle(device=device, seed=init_seed, **{**exp.oracle, **(options or {})}).subset_outputs(
-            fed, missing, "test")
+        # ``options``: the oracle's (Experiment.oracle_options), whose protocol holds the oracle's protocol fields
+        rows = ExhaustiveOracle(device=device, seed=init_seed,
+                                **(options if options is not None else exp.oracle)).subset_outputs(fed, missing, "test")
         for m, row in zip(missing, rows, strict=True):
             for i, o in enumerate(row):
                 if o is not None:

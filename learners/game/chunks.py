@@ -1,5 +1,13 @@
 """One chunk of the exhaustive game: train its subset models and score them (the unit of work of
 the local loop and of the Ray tasks in :mod:`coalitions.learners.distributed`).
+
+Learning rates chosen on validation.  Under a protocol with an ``lr_grid`` every subset model is
+trained once per rate of the grid, from the same initial parameters and batch order, and keeps
+the rate whose model has the lowest *pooled validation loss* over its members,
+``Σ_{i∈S} n_i^val·L_i(S) / Σ_{i∈S} n_i^val`` (its training objective's loss on its members'
+validation data; ties go to the earlier rate; test data are never read): the exact game's
+column tunes its rate by the rule every learner column follows
+(:func:`coalitions.learners.training.tuning.tune_lr`), one choice per subset model.
 """
 
 from __future__ import annotations
@@ -65,25 +73,61 @@ class ChunkTrainer:
         n = self.X.shape[0]
         self.step_samples = n if cfg["batch_size"] is None else min(n, cfg["batch_size"])
 
+    @property
+    def grid(self) -> tuple[float, ...] | None:
+        """The protocol's learning-rate grid (``None``: one rate)."""
+        return None if self.protocol is None else self.protocol.lr_grid
+
     def __call__(self, ms, progress: Callable[[int], None] | None = None) -> dict:
         """``{"val": (N, len(ms)), "test": (N, len(ms))}``: each member's metric, NaN for non-members.
 
         With bootstrap ``draws`` also ``"replicates"``: ``(B, N, len(ms))``, the validation
         metric re-scored on every replicate of each member's validation set (no retraining).
+        With a learning-rate grid (module docstring) also ``"lr"``: ``(len(ms),)``, the rate each
+        subset model kept; ``progress`` then counts the epochs of every rate in turn.
         """
+        grid = self.grid
+        if grid is None:
+            return self._train_and_score(ms, progress, self.protocol, bool(self.cfg.get("loss_game")))
+        epochs = int(self.cfg["epochs"])
+        n_val = self.fed.sizes("val").astype(np.float64)
+        member = membership(ms, self.fed.n)
+        best: dict = {}
+        best_loss = np.full(len(ms), np.inf)
+        chosen = np.full(len(ms), np.nan)
+        for k, rate in enumerate(grid):
+            tick = None if progress is None else (lambda ep, k=k: progress(k * epochs + ep))
+            out = self._train_and_score(ms, tick, self.protocol.with_(lr=rate, lr_grid=None), True)
+            weights = member.T * n_val[:, None]                               # (N, len(ms)) members' n_val
+            pooled = np.nansum(out["val_loss"] * weights, axis=0) / weights.sum(axis=0)
+            better = pooled < best_loss                                       # strict: ties keep the earlier rate
+            if not best:
+                best = out
+            else:
+                for key, block in out.items():
+                    best[key][..., better] = block[..., better]
+            best_loss = np.where(better, pooled, best_loss)
+            chosen[better] = rate
+        if not self.cfg.get("loss_game"):
+            best.pop("val_loss", None)
+            best.pop("replicates_loss", None)
+        best["lr"] = chosen
+        return best
+
+    def _train_and_score(self, ms, progress, protocol, loss: bool) -> dict:
+        """Train the subset models ``ms`` under ``protocol`` and score them (``loss``: also the validation loss)."""
         fed, cfg = self.fed, self.cfg
         if self.personal:
             params = train_subsets_personal(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
                                             epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
                                             batch_size=cfg["batch_size"], seed=self.seed, progress=progress,
-                                            protocol=self.protocol)
+                                            protocol=protocol)
         else:
             params = train_subsets(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
                                    epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"], batch_size=cfg["batch_size"],
-                                   seed=self.seed, progress=progress, protocol=self.protocol)
+                                   seed=self.seed, progress=progress, protocol=protocol)
         member = membership(ms, fed.n)
         out = {}
-        loss = bool(cfg.get("loss_game"))
         if loss:
             out["val_loss"] = np.full((fed.n, len(ms)), np.nan)
         if self.draws is not None:
