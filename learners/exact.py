@@ -39,14 +39,16 @@ Two ways, never one Python loop per subset:
 
 **Personal heads** (``heads="personal"``; FedPer's split, Arivazhagan et al. 2019, as in the
 paper's CIFAR-10 code).  Subset ``S`` trains *one body and one output layer per member*: client
-``i``'s samples go through the body of ``S`` and ``i``'s own head, and model ``S`` minimises
+``i``'s samples go through the body of ``S`` and ``i``'s own head; the body descends the mean
+loss over the union of the members' data and each head its own client's loss,
 
-``L_S = Σ_{i∈S} (n_i/n_S)·[L_i(body, head_i) + (l2/2)·‖W_head_i‖²] + (l2/2)·‖W_body‖²``
+``body: Σ_{i∈S} (n_i/n_S)·L_i(body, head_i) + (l2/2)·‖W_body‖²``,  ``head_i: L_i(body, head_i) + (l2/2)·‖W_head_i‖²``
 
-(``L_i`` client ``i``'s mean training loss, ``n_S = Σ_{i∈S} n_i``): the mean loss over the union of
-the members' data, each head regularised in proportion to its client's share, so that a
-singleton ``{i}`` is exactly client ``i``'s own full model and a non-member's head has no term at
-all (it keeps its initial value: no gradient, no decay).  ``v_i(S)`` is client ``i``'s validation
+(``L_i`` client ``i``'s mean training loss, ``n_S = Σ_{i∈S} n_i``), so that a singleton ``{i}`` is
+exactly client ``i``'s own full model, a non-member's head has no term at all (it keeps its
+initial value: no gradient, no decay), and a subset trains as FedPer restricted to it does with
+one full-batch SGD step per round (:func:`~coalitions.learners.game.personal.train_subsets_personal`;
+tests/test_fedper.py).  ``v_i(S)`` is client ``i``'s validation
 metric with the body of ``S`` and head ``i``.  Heads are stacked per client (each parameter of
 the output layer gets a client axis), all subsets of a chunk still train together
 (:func:`train_subsets_personal`).  Label skew then costs a coalition nothing in the output layer

@@ -110,22 +110,31 @@ def test_singleton_personal_model_is_the_clients_own_model():
 
 
 def reference_subset(fed, spec, init, mask, epochs, lr, l2):
-    """One subset trained alone with a plain loop: one body, an nn head per member, full batch."""
+    """One subset trained alone with a plain loop: one body, an nn head per member, full batch.
+
+    The body descends the pooled loss ``Σ_i (n_i/n_S) L_i`` plus its decay, each head its own
+    client's loss ``L_i`` plus its decay (two gradients, one Adam step).
+    """
     body = {k: init[k].clone().requires_grad_(True) for k in spec.body}
     heads = {i: {k: init[k][i].clone().requires_grad_(True) for k in spec.head} for i in members(mask)}
     opt = torch.optim.Adam(list(body.values()) + [t for h in heads.values() for t in h.values()], lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
     n_s = sum(len(fed.clients[i].train) for i in heads)
     for _ in range(epochs):
-        total = 0.5 * l2 * sum(body[k].pow(2).sum() for k in spec.body if body[k].dim() >= 2)
+        pooled = 0.5 * l2 * sum(body[k].pow(2).sum() for k in spec.body if body[k].dim() >= 2)
+        own = {}
         for i, h in heads.items():
             c = fed.clients[i].train
-            share = len(c) / n_s
             out = spec.forward({**body, **h}, torch.tensor(c.X, dtype=torch.float64))
-            total = total + share * (torch.nn.functional.cross_entropy(out, torch.tensor(c.y))
-                                     + 0.5 * l2 * sum(v.pow(2).sum() for v in h.values() if v.dim() >= 2))
+            own[i] = torch.nn.functional.cross_entropy(out, torch.tensor(c.y))
+            pooled = pooled + len(c) / n_s * own[i]
         opt.zero_grad()
-        total.backward()
+        for k, g in zip(body, torch.autograd.grad(pooled, list(body.values()), retain_graph=True), strict=True):
+            body[k].grad = g
+        for i, h in heads.items():
+            head_loss = own[i] + 0.5 * l2 * sum(v.pow(2).sum() for v in h.values() if v.dim() >= 2)
+            for k, g in zip(h, torch.autograd.grad(head_loss, list(h.values()), retain_graph=True), strict=True):
+                h[k].grad = g
         opt.step()
         sched.step()
     return {i: {**{k: v.detach() for k, v in body.items()}, **{k: v.detach() for k, v in h.items()}}

@@ -53,3 +53,36 @@ def test_affine_models_have_no_body_fedper_is_local_and_lg_is_fedavg():
     assert torch.allclose(flatten(FedPer(**kw).fit(fed).params_), flatten(Local(**kw).fit(fed).params_))
     assert torch.allclose(flatten(LGFedAvg(**kw).fit(fed).params_), flatten(FedAvg(**kw).fit(fed).params_),
                           atol=1e-6)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_fedper_on_all_clients_is_the_exact_grand_coalition_with_personal_heads(momentum):
+    """Issue 18 item 5: one full-batch SGD step per round, the same protocol and seed.
+
+    The average of the sites' body steps is the pooled step and each head takes its own client's
+    step, which is how the exact personal-head game trains a subset (learners/game/personal.py);
+    with momentum the average of the sites' buffers is the pooled buffer.  Adam's per-site moments
+    are not the pooled gradient's: there the two differ (checked too, so the test can tell).
+    """
+    import numpy as np
+
+    from coalitions.learners.data.datasets import load
+    from coalitions.learners.exact import ExhaustiveOracle
+    from coalitions.learners.training.protocol import TrainingProtocol
+
+    fed = load("digits", seed=0, clients=3, samples=40)
+    full = (1 << fed.n) - 1
+
+    def both(p):
+        o = ExhaustiveOracle(protocol=p, heads="personal", seed=2, device="cpu", loss_game=True).fit(fed)
+        f = FedPer(protocol=p, seed=2, device="cpu", engine="batched").fit(fed)
+        return o.loss_game_.raw_values()[:, full], np.array(f.val_loss_clients_[-1]), o, f
+
+    p = TrainingProtocol(model="mlp", hidden=8, optimizer="sgd", momentum=momentum, lr=0.05, batch_size=None,
+                         steps=25, weight_decay=1e-3)
+    exact, fedper, o, f = both(p)
+    np.testing.assert_allclose(fedper, exact, rtol=1e-5)
+    assert [f.utilities_["val"][n] for n in fed.names] == list(o.values_val_[:, full])
+    if momentum == 0.0:
+        exact, fedper, _, _ = both(p.with_(optimizer="adam"))
+        assert np.max(np.abs(fedper - exact)) > 1e-3

@@ -26,12 +26,18 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
     uses the same samples as :func:`train_subsets` would (the same random order
     from ``seed``); a minibatch is regrouped by client, which changes no loss.
 
-    The loss of model ``S`` is
-    ``Σ_{i∈S} (n_i/n_S)·[L_i + (l2/2)‖W_head_i‖²] + (l2/2)‖W_body‖²`` with ``L_i``
-    the mean over client ``i``'s samples in the batch of the per-sample loss
-    (so that every member's mean is weighted by its whole data share, as the
-    full-batch mean over the union is).  A non-member's head appears in no
-    term: its gradient is exactly zero and Adam leaves it at ``init``.
+    The body of model ``S`` descends the pooled objective
+    ``Σ_{i∈S} (n_i/n_S)·L_i + (l2/2)‖W_body‖²`` and each member's head its own client's,
+    ``L_i + (l2/2)‖W_head_i‖²``, with ``L_i`` the mean over client ``i``'s samples in the
+    batch of the per-sample loss (every member's mean weighted by its whole data share, as
+    the full-batch mean over the union is, renormalised over the members present in a
+    minibatch).  One scalar carries both: the heads enter the forward pass as
+    ``h + (h − sg(h))·(n_S/n_i − 1)`` (``sg``: stop-gradient), equal to ``h`` in value
+    and scaling ``h``'s gradient by ``n_S/n_i``.  So a subset trains exactly as FedPer
+    (Arivazhagan et al. 2019) restricted to it would with one full-batch SGD step per
+    round: the average of the members' body steps is the pooled step, each head takes its
+    own client's step (tests/test_fedper.py).  A non-member's head appears in no term: its
+    gradient is exactly zero and the optimiser leaves it at ``init``.
     ``protocol`` as in :func:`train_subsets`: its stacked optimiser and schedule
     replace PyTorch's Adam and cosine schedule, so that the model of ``{i}``
     (body and ``i``'s head) is the model Local trains for client ``i``.
@@ -71,19 +77,24 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
                 idx = torch.sort(order[b * bs:(b + 1) * bs]).values   # grouped by client: owner is sorted
                 xb, yb, ob = X[idx], y[idx], owner[idx]
             counts = torch.bincount(ob, minlength=n_clients)
-            per_sample = loss(stacked_personal_forward(spec, params, xb, counts.tolist()), yb)   # (M, b)
-            oh = torch.nn.functional.one_hot(ob, n_clients).to(dtype)
-            client_mean = (per_sample @ oh) / counts.clamp(min=1).to(dtype)                      # (M, N)
             present = (counts > 0).to(dtype)
             # members with samples in the batch, weighted by their whole-data share (renormalised)
             w = share * present
             w = w / w.sum(1, keepdim=True).clamp(min=torch.finfo(dtype).tiny)
+            # each head's gradient scaled by 1/w_i: its own client's mean loss, not its share of the pooled one
+            boost = torch.where(w > 0, 1.0 / w.clamp(min=torch.finfo(dtype).tiny), torch.zeros_like(w)) - 1.0
+            seen = {k: (v if k not in spec.head else
+                        v + (v - v.detach()) * boost.view(*boost.shape, *([1] * (v.dim() - 2))))
+                    for k, v in params.items()}
+            per_sample = loss(stacked_personal_forward(spec, seen, xb, counts.tolist()), yb)     # (M, b)
+            oh = torch.nn.functional.one_hot(ob, n_clients).to(dtype)
+            client_mean = (per_sample @ oh) / counts.clamp(min=1).to(dtype)                      # (M, N)
             total = (w * client_mean).sum(1)
             if l2:
                 for k in body_decay:
                     total = total + 0.5 * l2 * params[k].pow(2).flatten(1).sum(1)
-                for k in head_decay:
-                    total = total + 0.5 * l2 * (share * params[k].pow(2).flatten(2).sum(2)).sum(1)
+                for k in head_decay:   # each member's head its own decay (a non-member's: none)
+                    total = total + 0.5 * l2 * (W * params[k].pow(2).flatten(2).sum(2)).sum(1)
             params = stepper.step(params, total.sum())
         if progress is not None:
             progress(_epoch + 1)
