@@ -1,6 +1,6 @@
 """Every learner column of an experiment under the one training protocol, beside a recorded run.
 
-For one experiment of the catalogue (its first regime, the given seeds), each learner column is
+For one experiment of the catalogue (its first regime or ``--regime``, the given seeds), each learner column is
 trained exactly as ``coalitions reproduce`` trains it
 (:func:`coalitions.learners.experiments.columns.compute_piece`: the experiment's
 ``TrainingProtocol``, its learning-rate grid chosen on validation, its patience) and printed with
@@ -55,6 +55,7 @@ def main(argv=None) -> None:
     ap.add_argument("experiment", nargs="?", choices=sorted(EXPERIMENTS))
     ap.add_argument("--methods", default=None, help="comma-separated learners [the experiment's]")
     ap.add_argument("--seeds", default="0", help="comma-separated seeds [0]")
+    ap.add_argument("--regime", default=None, help="the regime's name [the experiment's first]")
     ap.add_argument("--quick-settings", action="store_true", help="the experiment's --quick budget")
     ap.add_argument("--before", default=None, help="a recorded results.json to print beside")
     ap.add_argument("--quick", action="store_true", help="heart, local and fedavg, seed 0 (what CI runs)")
@@ -63,7 +64,9 @@ def main(argv=None) -> None:
         args.experiment = args.experiment or "heart"
         args.methods = args.methods or "local,fedavg"
     exp = EXPERIMENTS[args.experiment]
-    regime = exp.regimes[0]
+    regime = exp.regimes[0] if args.regime is None else next((r for r in exp.regimes if r.name == args.regime), None)
+    if regime is None:
+        ap.error(f"--regime: {exp.name} has the regimes {', '.join(r.name for r in exp.regimes)}")
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = select_methods(exp, args.methods.split(",") if args.methods else None)
     before = before_means(args.before, regime.name, seeds) if args.before else {}

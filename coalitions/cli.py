@@ -837,7 +837,8 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
     learner's benefit oracle.  Options apply to the methods that take them.
     The training flags make one training protocol: the dataset's default
     protocol (its task and model) with the flags given changed; a personalised
-    learner trains under it, SPO takes the flags it has (its own defaults
+    learner trains under it (with --lr-grid once per rate, keeping the lowest
+    mean validation loss), SPO takes the flags it has (its own defaults
     otherwise).
     """
     import dataclasses
@@ -862,11 +863,25 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
     _threads(threads)
     flags = {**TRAINING_FLAG_OF, **{o.arg: f"--{o.flag}" for o in METHODS[method].options}}
     with _flags({**flags, "device": "--device", "seed": "--seed"}):
+        tuning = None
         if personal:
-            est.set_params(protocol=protocol_with(fed.task, fed.input_shape,
-                                                  {FLAG_FIELDS[k]: v for k, v in training.items()}))
-        est.fit(fed)
+            protocol = protocol_with(fed.task, fed.input_shape, {FLAG_FIELDS[k]: v for k, v in training.items()})
+            if protocol.lr_grid:   # once per rate, the lowest mean validation loss kept (as reproduce does)
+                from coalitions.learners.training.tuning import tune_lr
+
+                def fit_at(lr):
+                    one = create(method, given, device=device, seed=data_opts.get("seed") or 0,
+                                 progress=_progress(f"training {method} at lr {lr:g}"))
+                    return one.set_params(protocol=protocol.with_(lr=lr, lr_grid=None)).fit(fed)
+
+                est, tuning = tune_lr(fit_at, protocol.lr_grid, lambda fitted: fitted.val_loss_history_[-1])
+            else:
+                est.set_params(protocol=protocol).fit(fed)
+        else:
+            est.fit(fed)
         e = est.estimate_
+        if tuning is not None:
+            e = dataclasses.replace(e, extra={**e.extra, "lr_tuning": tuning})
         sens = est.sensitivity() if sensitivity else None
     if sens is not None:
         e = dataclasses.replace(e, extra={**e.extra, "sensitivity": sensitivity_to_json(e.clients, sens[2], *sens[:2])})

@@ -65,6 +65,18 @@ def test_the_training_flags_make_the_learners_protocol(tmp_path):
     assert read_estimate(out).extra["max_rounds"] == 7     # full batch, one local step a round
 
 
+def test_learn_tunes_a_personalised_learner_on_the_lr_grid(tmp_path):
+    from coalitions.estimate import read_estimate
+
+    out = tmp_path / "e.json"
+    assert cli.main(["learn", "synthetic", "--method", "fedavg", *SMALL, "--steps", "5", "--lr-grid", "0.001,0.1",
+                     "-o", str(out)]) == 0
+    e = read_estimate(out)
+    rec = e.extra["lr_tuning"]
+    assert rec["grid"] == [0.001, 0.1] and len(rec["val_loss"]) == 2
+    assert rec["chosen"] == rec["grid"][rec["val_loss"].index(min(rec["val_loss"]))] == e.config["protocol"]["lr"]
+
+
 def test_a_seed_shared_by_the_data_and_the_learner_is_reported_as_seed(capsys, tmp_path):
     rc = cli.main(["learn", "synthetic", "--method", "spo", *SMALL, "--seed", "-1", "-o", str(tmp_path / "e.json")])
     err = capsys.readouterr().err
