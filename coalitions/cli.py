@@ -593,6 +593,44 @@ TRAINING_KEYS = tuple(flag.replace("-", "_") for flag, _, _ in _TRAINING_FLAGS)
 TRAINING_FLAG_OF = {"hidden": "--mlp-hidden", **{k: "--" + k.replace("_", "-") for k in TRAINING_KEYS if k != "mlp_hidden"}}
 
 
+class _Sectioned(click.Command):
+    """A command whose ``--help`` groups its options: the training protocol, each method's own, the dataset, the run.
+
+    ``learn`` takes some eighty flags (every registered method's options); one flat list hides
+    which apply to the method at hand.  The sections follow the methods registry: an option
+    appears under the methods that take it.
+    """
+
+    def format_options(self, ctx, formatter):
+        records = {p.name: p.get_help_record(ctx) for p in self.get_params(ctx) if p.get_help_record(ctx)}
+        sections: list[tuple[str, list[str]]] = []
+        training = [k for k in TRAINING_KEYS if k in records]
+        data = [k for k in DATASET_OPTIONS if k in records]
+        placed = set(training) | set(data)
+        if "method" in records:
+            sections.append(("Method", ["method"]))
+            placed.add("method")
+        if training:
+            sections.append(("Training protocol (one set of flags, docs/cli.md)", training))
+        if self.name == "learn":
+            shared = [o.key for o in METHODS["fedavg"].options if o.key in records and o.key not in placed]
+            sections.append(("Every personalised learner", shared))
+            placed |= set(shared)
+            for method in METHODS.values():
+                own = [o.key for o in method.options if o.key in records and o.key not in placed]
+                if own:
+                    users = [m for m, other in METHODS.items() if set(own) <= set(other.keys)]
+                    sections.append((", ".join(users), own))
+                    placed |= set(own)
+        if data:
+            sections.append(("Dataset", data))
+        rest = [k for k in records if k not in placed and k not in data]
+        sections.append(("Run", rest))
+        for title, keys in sections:
+            with formatter.section(title):
+                formatter.write_dl([records[k] for k in keys])
+
+
 def _threads(threads: int | None) -> None:
     """Apply the thread policy (docs/performance.md) with ``--threads`` as its override."""
     from coalitions.learners.training.threads import configure
@@ -628,7 +666,7 @@ def load_federation(dataset: str, opts: dict):
         return load(dataset, **given)
 
 
-@cli.command()
+@cli.command(cls=_Sectioned)
 @click.argument("dataset", type=click.Choice(DATASETS))
 @dataset_options
 @training_options
@@ -815,7 +853,7 @@ def _method_options(f):
     return f
 
 
-@cli.command()
+@cli.command(cls=_Sectioned)
 @click.argument("dataset", type=click.Choice(DATASETS))
 @click.option("--method", required=True, type=click.Choice(list(METHODS)),
               help="The learner (see docs/learners-spo.md).")
