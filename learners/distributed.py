@@ -42,6 +42,7 @@ import socket
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from coalitions.errors import InputError
 
@@ -107,7 +108,7 @@ def _single_machine() -> None:
     import sys
 
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    constants = sys.modules.get("ray._private.ray_constants")
+    constants: Any = sys.modules.get("ray._private.ray_constants")   # Ray's module (its constants are not typed)
     if constants is not None:
         constants.ENABLE_RAY_CLUSTER = False
 

@@ -452,7 +452,7 @@ class ExhaustiveOracle:
 
         ckpt = None
         shape = (n, 1 << n)
-        arrays = {"val": shape, "test": shape}
+        arrays: dict[str, tuple[int, ...]] = {"val": shape, "test": shape}
         if draws is not None:
             arrays["replicates"] = (len(draws[0]),) + shape
         if cfg.get("loss_game"):

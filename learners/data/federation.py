@@ -188,7 +188,10 @@ class Federation:
     @property
     def n_outputs(self) -> int:
         """Model outputs: 1 for regression and binary (a logit), ``n_classes`` for multiclass."""
-        return self.n_classes if self.task == "multiclass" else 1
+        if self.task == "multiclass":
+            assert self.n_classes is not None  # __post_init__ rejects it (every label is outside 0..-1)
+            return self.n_classes
+        return 1
 
     def sizes(self, part: str = "train") -> np.ndarray:
         """Sample count of each client's ``part`` split."""

@@ -13,15 +13,23 @@ import time
 
 import numpy as np
 
+from coalitions.errors import InputError
 from coalitions.learners.experiments.catalogue import Experiment, get_experiment
 from coalitions.learners.experiments.spo_column import fit_spo
 from coalitions.learners.experiments.statistics import separate_seeds
 
 __all__ = ["compute_piece", "compute_named_piece", "with_records", "learner_outputs", "lr_tuning", "stopping_record",
-           "REPLICATES"]
+           "oracle_settings", "REPLICATES"]
 
 #: Bootstrap replicates of the validation sets recorded with every exact game (the CE's support).
 REPLICATES = 50
+
+
+def oracle_settings(exp: Experiment) -> dict:
+    """``exp``'s exhaustive-oracle options; an experiment without an exact game has none to give."""
+    if exp.oracle is None:
+        raise InputError(f"experiment {exp.name!r} has no exact game (its oracle settings are None)")
+    return exp.oracle
 
 
 def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, progress=None):

@@ -212,6 +212,7 @@ def convergence_series(reg: dict, steps_per_client: int | None = None) -> dict[s
         if not hist or not hist.get("mean"):
             continue
         y = [float(v) for v in hist["mean"]]
+        x: list[float]
         if "steps" in hist:
             x = [int(v) for v in hist["steps"]]
         elif steps_per_client:

@@ -70,7 +70,7 @@ class PieceProgress:
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
         self._shown = 0          # characters of the status line on screen
         self._last = -math.inf   # when it was drawn
-        self._piece = None       # the piece it shows
+        self._piece: str | None = None   # the piece it shows
 
     def line(self, text: str) -> None:
         """A finished piece: its own line (above the status line on a terminal)."""

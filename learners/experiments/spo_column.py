@@ -7,6 +7,8 @@ and reports its utilities in its own CE beside the exact one.
 
 from __future__ import annotations
 
+from typing import Any
+
 from coalitions.learners.experiments.agreement import _mean
 
 __all__ = ["fit_spo", "ce_ours", "rules_summary"]
@@ -21,7 +23,7 @@ def fit_spo(fed, options: dict, grid, seed: int, device: str, progress=None):
     from coalitions.learners.methods.registry import create
 
     options = dict(options)
-    own = {"lr_grid": tuple(grid)} if grid else {}
+    own: dict[str, Any] = {"lr_grid": tuple(grid)} if grid else {}
     if options.get("patience") is not None:
         own["patience"] = int(options.pop("patience"))
     options.pop("patience", None)

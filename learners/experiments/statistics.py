@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -573,7 +574,7 @@ def seed_level_test(a, b, sense: str = "max", alpha: float = 0.05, min_seeds: in
     diff = np.where(keep, a - b, np.nan) * (1.0 if sense == "max" else -1.0)
     d = np.array([np.nanmean(diff[:, s]) for s in seeds])
     S = int(seeds.size)
-    rec = {"test": "paired t-test over seeds of the client-mean difference, two-sided", "n_seeds": S,
+    rec: dict[str, Any] = {"test": "paired t-test over seeds of the client-mean difference, two-sided", "n_seeds": S,
            "n_pairs": int(keep.sum()), "n_tied": int(tied.sum()), "missing": int((~keep).sum()),
            "mean_difference": float(d.mean()), "seed_differences": [float(x) for x in d], "statistic": None,
            "p": None, "alpha": alpha}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from coalitions.learners.experiments.catalogue import (
 )
 from coalitions.learners.experiments.columns import (
     lr_tuning,
+    oracle_settings,
 )
 from coalitions.learners.experiments.results import (
     Comparison,
@@ -61,6 +63,7 @@ def exact_summary(game: co.Game, test_game: co.Game, metric: str | None,
     from coalitions.support import support
 
     eq = co.solve(game) if eq is None else eq
+    cert = eq.certificate if eq.certificate is not None else co.certify(game, eq.partition, eq.semantics, eq.tol)
     sup = None if replicates is None else support_to_json(game, support(eq.partition, replicates, eq.semantics,
                                                                         eq.tol))
     bg = co.ExactOracle(game).benefit_graph(game.grand)
@@ -74,7 +77,7 @@ def exact_summary(game: co.Game, test_game: co.Game, metric: str | None,
             "all": {c: float(raw[i, game.grand]) for i, c in enumerate(game.clients)},
         }
     return ExactSummary(
-        metric=metric, partition=_blocks(game, eq.partition), certificate=bool(eq.certificate.holds),
+        metric=metric, partition=_blocks(game, eq.partition), certificate=bool(cert.holds),
         found_by=eq.found_by, rounds=[[_names(game, k) for k in r] for r in eq.rounds],
         ocs={game.clients[i]: _names(game, c) for i, c in bg.collaborators},
         ambiguous=sorted(game.clients[i] for i in bg.ambiguous),
@@ -113,7 +116,7 @@ def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Eq
     want = {"local": [1 << i for i in range(n)], "ce": [int(u) for u in used], "all": [int(game.grand)] * n}
     path = where.with_name(where.name + "-exact-outputs.npz")
     stamp = np.array([fed.options.get("seed", -1), init_seed], dtype=np.int64)
-    stored: dict[str, np.ndarray] = {}
+    stored: dict[str, Any] = {}   # arrays (Any: numpy's savez stub would also match **stored against allow_pickle)
     if path.exists():
         with np.load(path) as z:
             if "seeds" in z.files and np.array_equal(z["seeds"], stamp):
@@ -128,7 +131,8 @@ def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Eq
 
         # ``options``: the oracle's (Experiment.oracle_options), whose protocol holds the oracle's protocol fields
         rows = ExhaustiveOracle(device=device, seed=init_seed,
-                                **(options if options is not None else exp.oracle)).subset_outputs(fed, missing, "test")
+                                **(options if options is not None else oracle_settings(exp))).subset_outputs(
+            fed, missing, "test")
         for m, row in zip(missing, rows, strict=True):
             for i, o in enumerate(row):
                 if o is not None:

@@ -477,6 +477,7 @@ def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, su
             return federate_simulation(dataset, options, protocol, out, checkpoint=ckpt, semantics=semantics,
                                        tol=tol, threads=threads, progress=progress, method=method,
                                        method_options=method_options, exclude_bad_sites=exclude_bad_sites)
+        assert sites is not None   # counted above when not given
         return federate_superlink(superlink, sites, protocol, out, dataset=dataset, data_options=options,
                                   checkpoint=ckpt, semantics=semantics, tol=tol, threads=threads, wait_s=wait_s,
                                   method=method, method_options=method_options, insecure=insecure,

@@ -40,12 +40,17 @@ not differentially private.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
 from coalitions.errors import InputError
 from coalitions.learners.methods.spo import SPO
 from coalitions.learners.methods.spo.search import DirectionSearch
+
+if TYPE_CHECKING:
+    from coalitions.learners.training.engine import Padded
 
 __all__ = ["RemoteLoss", "RemoteSearch", "FederatedSPO", "spo_site", "index_split"]
 
@@ -88,7 +93,7 @@ class RemoteLoss(torch.autograd.Function):
         return g.reshape(grads.shape[0], -1, grads.shape[-1]).sum(1), None
 
 
-def index_split(sizes) -> object:
+def index_split(sizes) -> Padded:
     """A stand-in for the federation's padded training split that holds sample *indices*, not data.
 
     :meth:`Padded.sample <coalitions.learners.training.engine.Padded.sample>` run

@@ -33,6 +33,7 @@ import hashlib
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -130,7 +131,8 @@ def save_state(path, key: str, progress: int, state: dict, meta: dict | None = N
     path = Path(path)
     arrays: list[np.ndarray] = []
     skeleton = json.dumps(_pack(state, arrays))
-    fields = {"format": np.array(CHECKPOINT_FORMAT), "key": np.array(key), "progress": np.array(int(progress)),
+    # Any: numpy's savez stub would also match the ``**fields`` against its ``allow_pickle: bool``
+    fields: dict[str, Any] = {"format": np.array(CHECKPOINT_FORMAT), "key": np.array(key), "progress": np.array(int(progress)),
               "skeleton": np.array(skeleton), "meta": np.array(json.dumps(meta or {})),
               **{f"a{i}": a for i, a in enumerate(arrays)}}
     fields["checksum"] = np.array(_checksum(fields))

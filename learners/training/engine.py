@@ -48,6 +48,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -140,8 +141,8 @@ class Padded:
         """
         if batch is None or batch >= self.X.shape[1]:
             return self.X, self.y, self.m
-        idx = np.floor(rng.random((len(self.sizes), batch)) * self.sizes[:, None]).astype(np.int64)
-        idx = torch.as_tensor(idx, device=self.X.device)
+        draws = np.floor(rng.random((len(self.sizes), batch)) * self.sizes[:, None]).astype(np.int64)
+        idx = torch.as_tensor(draws, device=self.X.device)
         rows = torch.arange(len(self.sizes), device=self.X.device)[:, None]
         return self.X[rows, idx], self.y[rows, idx], torch.ones_like(idx, dtype=self.m.dtype)
 
@@ -201,7 +202,7 @@ class SGD:
     def init(self, params: dict) -> dict:
         m = next(iter(params.values())).shape[0]
         dev = next(iter(params.values())).device
-        state = {"t": torch.zeros(m, dtype=torch.int64, device=dev)}
+        state: dict[str, Any] = {"t": torch.zeros(m, dtype=torch.int64, device=dev)}
         if self.momentum:
             state["buf"] = tree_map(torch.zeros_like, params)
         return state
@@ -296,7 +297,7 @@ class Engine:
         self.device_ = device if isinstance(device, torch.device) else resolve_device(device)
         self.path = path
         self.chunk = None if chunk is None else int(chunk)
-        self.choice_ = None
+        self.choice_: tuple[str, int | None] | None = None
         if path == "sequential":
             self.choice_ = ("sequential", None)
         elif path == "batched" or self.device_.type != "cpu":
@@ -341,7 +342,7 @@ class Engine:
                                 for i in range(m)])
         use = [True] * m if active is None else active.tolist()
         grads = {k: torch.zeros_like(v) for k, v in params.items()}
-        values = [None] * m
+        values: list[torch.Tensor | None] = [None] * m
         for i in range(m):
             if not use[i]:
                 continue
@@ -350,8 +351,8 @@ class Engine:
                 grads[k][i] = gi[k]
             values[i] = vi
         ref = next(v for v in values if v is not None) if any(use) else torch.zeros(())
-        values = torch.stack([torch.zeros_like(ref) if v is None else v for v in values])
-        return grads, values
+        stacked = torch.stack([torch.zeros_like(ref) if v is None else v for v in values])
+        return grads, stacked
 
     # -- the path on "auto": a rule on shapes (paths.py), decided once
     def _ensure_choice(self, params, args) -> None:

@@ -26,7 +26,9 @@ Examples
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from coalitions.errors import InputError
 from coalitions.learners.data.datasets.synthetic import synthetic
@@ -35,24 +37,33 @@ from coalitions.learners.data.federation import Federation
 __all__ = ["load", "LOADERS", "loader_options", "synthetic", "LoaderOption", "OPTIONS"]
 
 
-def _lazy(module: str, func: str):
-    def call(**options):
+class _Lazy:
+    """The loader ``func`` of the sub-module ``module``, imported on its first call.
+
+    The heavy loaders import their packages (scikit-learn, mlxtend, ...) only when asked for.
+    """
+
+    def __init__(self, module: str, func: str) -> None:
+        self.module, self.func = module, func
+        self.__name__ = func
+
+    def target(self) -> Callable[..., Federation]:
+        """The loader itself (importing its module)."""
         from importlib import import_module
 
-        return getattr(import_module(f"{__name__}.{module}"), func)(**options)
+        return getattr(import_module(f"{__name__}.{self.module}"), self.func)
 
-    call.__name__ = func
-    call._target = (module, func)
-    return call
+    def __call__(self, **options: Any) -> Federation:
+        return self.target()(**options)
 
 
-LOADERS = {
+LOADERS: dict[str, Callable[..., Federation]] = {
     "synthetic": synthetic,
-    "heart": _lazy("heart", "heart"),
-    "digits": _lazy("label_skew", "digits"),
-    "mnist": _lazy("label_skew", "mnist"),
-    "adult": _lazy("adult", "adult"),
-    "fashion": _lazy("fashion", "fashion"),
+    "heart": _Lazy("heart", "heart"),
+    "digits": _Lazy("label_skew", "digits"),
+    "mnist": _Lazy("label_skew", "mnist"),
+    "adult": _Lazy("adult", "adult"),
+    "fashion": _Lazy("fashion", "fashion"),
 }
 
 
@@ -97,14 +108,9 @@ OPTIONS = (
 )
 
 
-def _target(name: str):
+def _target(name: str) -> Callable[..., Federation]:
     f = LOADERS[name]
-    if hasattr(f, "_target"):
-        from importlib import import_module
-
-        module, func = f._target
-        return getattr(import_module(f"{__name__}.{module}"), func)
-    return f
+    return f.target() if isinstance(f, _Lazy) else f
 
 
 def loader_options(name: str) -> tuple[str, ...]:

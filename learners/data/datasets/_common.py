@@ -86,6 +86,7 @@ def split_indices(n: int, fractions: tuple[float, float, float], rng: np.random.
     """
     f = np.asarray(fractions, dtype=float)
     f = f / f.sum()
+    order: list[int] | np.ndarray
     if labels is None:
         groups = [rng.permutation(n)]
         order = [0]
@@ -94,7 +95,7 @@ def split_indices(n: int, fractions: tuple[float, float, float], rng: np.random.
         classes, counts = np.unique(labels, return_counts=True)
         groups = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
         order = np.argsort(-counts, kind="stable")  # allocate the larger classes first
-    parts = ([], [], [])
+    parts: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
     held = [0, 0]  # classes held so far by validation and test
     for g in order:
         idx = groups[g]
@@ -120,7 +121,8 @@ def split_indices(n: int, fractions: tuple[float, float, float], rng: np.random.
         parts[0].append(idx[:n_train])
         parts[1].append(idx[n_train:n_train + n_val])
         parts[2].append(idx[n_train + n_val:])
-    return tuple(np.sort(np.concatenate(p)).astype(np.int64) for p in parts)
+    train, val, test = (np.sort(np.concatenate(p)).astype(np.int64) for p in parts)
+    return train, val, test
 
 
 @dataclass(frozen=True, eq=False)

@@ -229,7 +229,7 @@ def cap_counts(counts, samples: int, rng: np.random.Generator) -> np.ndarray:
 def assign(labels, counts, rng) -> list[np.ndarray]:
     """Disjoint sample indices per client: ``counts[k, c]`` samples of class ``c`` to client ``k``."""
     classes = np.unique(labels)
-    out = [[] for _ in range(counts.shape[0])]
+    out: list[list[np.ndarray]] = [[] for _ in range(counts.shape[0])]
     for ci, c in enumerate(classes):
         idx = rng.permutation(np.flatnonzero(labels == c))
         cuts = np.concatenate([[0], np.cumsum(counts[:, ci])])
