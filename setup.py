@@ -15,5 +15,7 @@ setup(
     packages=find_packages(include=["coalitions", "coalitions.*"])
     + [f"coalitions.{name}" for name in find_packages(include=["learners", "learners.*"])],
     # PEP 561: the installed package carries its annotations (mypy -p coalitions reads them).
-    package_data={"coalitions": ["py.typed"]},
+    package_data={"coalitions": ["py.typed"],
+                  # the CSV example federation (coalitions.learners.data.csv_sites.EXAMPLE)
+                  "coalitions.learners.data": ["examples/heart-csv/*"]},
 )

