@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from coalitions.learners.experiments.figures import column_style, draw_convergence
+from coalitions.learners.experiments.figures import column_style, convergence_series, draw_convergence, main
 
 plt = pytest.importorskip("matplotlib.pyplot")
 
@@ -50,3 +52,44 @@ def test_a_label_skew_regime_is_named_for_its_split():
     for name, partition, title in skewed:
         assert name == partition, (name, title)
         assert ("twins" in title) == (partition == "twins"), (name, title)
+
+
+# --------------------------------------------------------------------------- redrawn from results.json
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results" / "synthetic" / "results.json"
+
+
+def test_kept_curves_are_the_estimates_curves():
+    """What results.json keeps (``convergence_curves``) gives back the series drawn from the estimates."""
+    from coalitions.learners.experiments.results import RegimeResult
+
+    reg = _reg(3)
+    live = convergence_series(reg, steps_per_client=50)
+    kept = {label: {"x": x, "y": y} for label, (x, y) in live.items()}
+    regime = RegimeResult("r", "t", {}, [], [], None, {}, curves=kept)
+    back = RegimeResult.from_json(json.loads(json.dumps(regime.to_json())))
+    assert back.curves == kept
+    plain = {"runs": [{"seed": 0, "methods": {m: {} for m in reg["runs"][0]["methods"]}}],
+             "convergence_curves": back.curves}
+    assert convergence_series(plain, steps_per_client=50) == live
+
+
+def test_redraw_from_results_json_trains_nothing(tmp_path, capsys):
+    data = json.loads(RESULTS.read_text())
+    first, second = (r["name"] for r in data["regimes"])
+    data["regimes"][0]["convergence_curves"] = {"FedAvg": {"x": [10, 20, 30], "y": [1.0, 0.5, 0.25]}}
+    data["regimes"][1].pop("convergence_curves", None)   # a file written before the curves were kept
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    assert main([str(path)]) == 0
+    drawn = {p.name for p in tmp_path.glob("*.png")}
+    assert drawn == {f"{r}-{kind}.png" for r in (first, second) for kind in ("benefit-graph", "weights", "utilities")
+                     } | {f"convergence_{first}.png"}
+    assert f"kept convergence_{second}.png" in capsys.readouterr().out
+
+
+def test_redraw_of_a_bad_file_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "results.json"
+    bad.write_text("{")
+    assert main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("figures: ") and str(bad) in err

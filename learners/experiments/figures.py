@@ -17,20 +17,28 @@ Per regime (first seed):
 
 matplotlib is an optional extra (``pip install 'collaboration-equilibrium[plot]'``); without it
 only the DOT files are written and :func:`write_figures` returns a hint.
+
+The PNGs need nothing but ``results.json`` (the convergence curves are kept there, as
+``convergence_curves``), so they can be drawn again without training (:func:`redraw`)::
+
+    python -m coalitions.learners.experiments.figures docs/results/heart/results.json
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
 
+from coalitions.errors import InputError
 from coalitions.files import write_file, write_text
 from coalitions.learners.experiments.catalogue import METHOD_LABELS
 from coalitions.render import equilibrium_dot, graph_dot
 
-__all__ = ["write_figures", "PLOT_HINT", "convergence_series", "draw_convergence", "column_style", "PALETTE"]
+__all__ = ["write_figures", "redraw", "PLOT_HINT", "convergence_series", "draw_convergence", "column_style",
+           "PALETTE"]
 
 #: Colours of the columns, in order: matplotlib's ``tab20`` dark shades (``tab10``), then its light ones.
 #: Column ``k`` and ``k + 10`` share a hue; their line style, marker and (bars) hatch tell them apart.
@@ -204,8 +212,10 @@ def convergence_series(reg: dict, steps_per_client: int | None = None) -> dict[s
     client: SPO's own steps; round ``r`` of a learner that ran ``R`` rounds is at
     ``r·steps_per_client/R`` when the regime has a matched budget (``steps_per_client``),
     else at ``r`` (rounds).  Methods without a history (Local in closed form) are left out.
+    Without estimates (``reg`` read back from ``results.json``), the curves kept there
+    (``convergence_curves``), already in these units; ``{}`` when the file has none.
     """
-    out = {}
+    out: dict[str, tuple[list, list]] = {}
     for m, s in reg["runs"][0]["methods"].items():
         est = s.get("_estimate")
         hist = (est.extra or {}).get("val_loss_history") if est is not None else None
@@ -221,6 +231,9 @@ def convergence_series(reg: dict, steps_per_client: int | None = None) -> dict[s
             x = list(range(1, len(y) + 1))
         label = METHOD_LABELS.get(m, m)
         out[f"{label} (16 fixed directions)" if "steps" in hist else label] = (x, y)
+    if not out and not any("_estimate" in s for s in reg["runs"][0]["methods"].values()):
+        kept = reg.get("convergence_curves") or {}
+        out = {label: (list(c["x"]), [float(v) for v in c["y"]]) for label, c in kept.items()}
     return out
 
 
@@ -272,6 +285,12 @@ def write_figures(results: dict, out: str | Path) -> tuple[list[str], str | None
     plt = _pyplot()
     if plt is None:
         return files, PLOT_HINT
+    return files + _draw_pngs(plt, results, out), None
+
+
+def _draw_pngs(plt, results: dict, out: Path) -> list[str]:
+    """Draw every PNG figure of ``results`` (its JSON suffices) into ``out``; the file names written."""
+    files: list[str] = []
     for reg in results["regimes"]:
         if "exact" in reg["runs"][0]:
             name = f"{reg['name']}-benefit-graph.png"
@@ -287,4 +306,59 @@ def write_figures(results: dict, out: str | Path) -> tuple[list[str], str | None
         name = f"convergence_{reg['name']}.png"
         if draw_convergence(plt, reg, out / name, budget.get("steps_per_client")):
             files.append(name)
-    return files, None
+    return files
+
+
+def redraw(results_path, out=None) -> list[str]:
+    """Draw the PNG figures of a finished reproduction again from its ``results.json``, training nothing.
+
+    Parameters
+    ----------
+    results_path : path-like
+        A ``results.json`` (:func:`~coalitions.learners.experiments.results.read_results`).
+    out : path-like, optional
+        Where to write; by default the folder of ``results_path``.
+
+    Returns
+    -------
+    list of str
+        The file names written.  A regime's ``convergence_<regime>.png`` is left as it is when
+        the file keeps no curves (written before ``convergence_curves`` existed).
+
+    Raises
+    ------
+    InputError
+        For an unreadable or malformed file, or without matplotlib.
+    """
+    from coalitions.learners.experiments.results import read_results
+
+    results = read_results(results_path).to_json()
+    plt = _pyplot()
+    if plt is None:
+        raise InputError("matplotlib is not installed: pip install 'collaboration-equilibrium[plot]'")
+    return _draw_pngs(plt, results, Path(results_path).parent if out is None else Path(out))
+
+
+def main(argv=None) -> int:
+    """``python -m coalitions.learners.experiments.figures RESULTS.json ...``: redraw each file's PNGs beside it."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args or any(a.startswith("-") for a in args):
+        print("usage: python -m coalitions.learners.experiments.figures RESULTS.json ...", file=sys.stderr)
+        return 2
+    from coalitions.learners.experiments.results import read_results
+
+    for path in args:
+        try:
+            files = redraw(path)
+        except InputError as e:
+            print(f"figures: {e}", file=sys.stderr)
+            return 2
+        kept = [name for name in (f"convergence_{r.name}.png" for r in read_results(path).regimes)
+                if name not in files]
+        print(f"{path}: drew {', '.join(files)}" + (f"; kept {', '.join(kept)} (no curves in the file)"
+                                                    if kept else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

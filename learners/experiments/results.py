@@ -225,6 +225,9 @@ class RegimeResult:
     summary: dict
     #: The report's sentence on the learners' convergence (``report.convergence_note``), or None.
     convergence: str | None = None
+    #: The first run's validation-loss curves, ``{label: {"x": [...], "y": [...]}}``
+    #: (``figures.convergence_series``), kept so that the figures can be redrawn from the file.
+    curves: dict | None = None
 
     def to_json(self) -> dict:
         out = {"name": self.name, "title": self.title, "options": self.options,
@@ -232,13 +235,16 @@ class RegimeResult:
                "summary": self.summary}
         if self.convergence is not None:
             out["convergence"] = self.convergence
+        if self.curves is not None:
+            out["convergence_curves"] = self.curves
         return out
 
     @classmethod
     def from_json(cls, data) -> RegimeResult:
         _need(data, ("name", "title", "options", "runs", "clients", "metric", "summary"), "a regime")
         return cls(data["name"], data["title"], data["options"], [Run.from_json(r) for r in data["runs"]],
-                   data["clients"], data["metric"], data["summary"], data.get("convergence"))
+                   data["clients"], data["metric"], data["summary"], data.get("convergence"),
+                   data.get("convergence_curves"))
 
 
 @dataclass

@@ -251,10 +251,14 @@ def reproduce(name: str, out: str | Path, *, quick: bool = False, device: str = 
     out = Path(out)
     live = _with_objects(results)
     files, hint = write_figures(live, out) if figures else ([], None)
+    from coalitions.learners.experiments.figures import convergence_series
     from coalitions.learners.experiments.report import convergence_note
 
     for reg, reg_json in zip(results.regimes, live["regimes"], strict=True):
-        reg.convergence = convergence_note(reg_json, (live.get("budget") or {}).get(reg.name) or {}) or None
+        budget = (live.get("budget") or {}).get(reg.name) or {}
+        reg.convergence = convergence_note(reg_json, budget) or None
+        curves = convergence_series(reg_json, budget.get("steps_per_client"))
+        reg.curves = {label: {"x": x, "y": y} for label, (x, y) in curves.items()} or None
     results.figures = files
     results.plot_hint = hint
     write_results(results, out / "results.json")
