@@ -92,3 +92,11 @@ def test_the_linkless_wheel_installs_and_runs(linkless_wheel, tmp_path):
 def test_core_import_does_not_import_torch():
     code = "import coalitions, coalitions.estimate, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_ci_types_the_whole_installed_package():
+    """.ci/run's mypy step checks ``-p coalitions`` on an install, where coalitions.learners exists."""
+    run = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert ".ci/mypy" in run
+    script = (ROOT / ".ci" / "mypy").read_text()
+    assert "--target" in script and "-m mypy" in script and "-p coalitions" in script
