@@ -365,7 +365,7 @@ class ExhaustiveOracle:
         draws = bootstrap_draws(fed, self.replicates, self.seed) if self.replicates else None
         self.chunks_trained_ = 0
         self.chunks_resumed_ = 0
-        self.lr_chosen_ = None
+        self.lr_chosen_: np.ndarray | None = None
         loss = reps_loss = None
         if cfg["solver"] == "closed-form":
             self.method_ = "closed-form"
