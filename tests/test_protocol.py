@@ -299,3 +299,25 @@ def test_subset_outputs_of_a_tuned_game_are_its_models_at_their_chosen_rates():
             if m >> i & 1:
                 assert evaluate(fed.metric, fed.clients[i].test.y, out) == pytest.approx(tuned.values_test_[i, m],
                                                                                          abs=1e-12)
+
+
+@pytest.mark.parametrize("method", ["local", "fedavg", "fedprox", "ditto", "fedper", "lg-fedavg", "qffl", "afl",
+                                    "per-fedavg", "pfedme", "pfedhn", "fedamp", "fedamp-heuristic", "federico",
+                                    "superfed-mm", "superfed-lm"])
+def test_every_learner_trains_under_the_protocol(method):
+    """Each of the sixteen takes the protocol: its rounds from the budget, its rate, its patience, on record."""
+    from learner_fixtures import blobs
+
+    from coalitions.learners.methods.registry import create
+
+    fed = blobs()
+    p = TrainingProtocol(model="mlp", hidden=4, lr=0.01, steps=6, patience=2, weight_decay=1e-3)
+    learner = create(method, {"inner_steps": 3} if method == "pfedme" else {}, device="cpu", seed=0)
+    learner.set_params(protocol=p).fit(fed)
+    per_round = learner.steps_per_round_
+    assert learner.rounds_ == -(-p.steps // per_round) and learner.lr_ == p.lr
+    assert learner.stopped_at_ == learner.rounds_run_ * per_round <= learner.rounds_ * per_round
+    assert learner.hit_max_ == (learner.rounds_run_ == learner.rounds_)
+    e = learner.estimate_
+    assert e.config["protocol"] == p.to_json() and "lr" not in e.config and "rounds" not in e.config
+    assert e.extra["patience"] == 2 and e.extra["lr"] == p.lr

@@ -529,7 +529,7 @@ class PersonalizedLearner(Learner):
             else:
                 self.progress(1, 1)
         run = self.rounds_run_ = len(self.val_loss_history_)
-        self.hit_max_ = not stopper.stopped
+        self.hit_max_ = run == self.rounds_   # ran the whole budget (a stop due on the last round saves nothing)
         self.best_round_ = stopper.best_round if patience is not None else run
         self.steps_per_round_ = self._steps_per_round(fed)
         self.stopped_at_ = run * self.steps_per_round_
