@@ -59,3 +59,15 @@ def test_training_moves_the_embeddings_and_fits_the_clients():
     before = sum(start.utilities_["val"].values())
     after = sum(m.utilities_["val"].values())
     assert after > before
+
+
+def test_the_inner_loop_starts_afresh_every_round_with_the_schedule_running_on():
+    """pFedHN's local descent estimates Δθ at the freshly generated θ_k: no optimiser state carried over."""
+    from coalitions.learners.training.protocol import TrainingProtocol
+
+    fed = blobs()
+    p = TrainingProtocol(model="mlp", hidden=4, steps=4, lr=0.01)
+    m = PFedHN(protocol=p, device="cpu", seed=0).fit(fed)
+    assert "site_opt" not in m.state_                       # nothing kept from the round's inner loop
+    fresh = m._fresh_inner_state({k: v[:1] for k, v in m.params_.items()}, 3)["site_opt"]
+    assert int(fresh["schedule_step"]) == 3 * m.steps_per_round_ and float(fresh["m"]["w1"].abs().sum()) == 0.0
