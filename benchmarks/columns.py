@@ -58,6 +58,8 @@ def main(argv=None) -> None:
     ap.add_argument("--regime", default=None, help="the regime's name [the experiment's first]")
     ap.add_argument("--quick-settings", action="store_true", help="the experiment's --quick budget")
     ap.add_argument("--before", default=None, help="a recorded results.json to print beside")
+    ap.add_argument("--steps", type=int, default=None, help="override the protocol's step budget")
+    ap.add_argument("--patience", type=int, default=None, help="override the protocol's patience (rounds)")
     ap.add_argument("--quick", action="store_true", help="heart, local and fedavg, seed 0 (what CI runs)")
     args = ap.parse_args(argv)
     if args.quick or args.experiment is None:
@@ -72,6 +74,8 @@ def main(argv=None) -> None:
     before = before_means(args.before, regime.name, seeds) if args.before else {}
     quick = bool(args.quick_settings or args.quick)
     p = exp.protocol_for(quick, regime)
+    changes = {k: v for k, v in (("steps", args.steps), ("patience", args.patience)) if v is not None}
+    p = p.with_(**changes)
     print(f"{exp.name} ({regime.name}), seeds {seeds}: {p.optimizer} lr {p.lr} grid {p.lr_grid} steps {p.steps} "
           f"batch {p.batch_size} patience {p.patience} model {p.model}")
     print(f"{'column':18s} {'lr':>8s} {'stopped':>8s} {'hit max':>8s} {'test':>7s} {'before':>7s}")
@@ -80,8 +84,12 @@ def main(argv=None) -> None:
         for seed in seeds:
             pair = separate_seeds(seed)
             fed = load(exp.dataset, seed=pair.data, **regime.options)
-            est = compute_piece(fed, exp, m, budgeted_options(exp, quick, m, fed.sizes("train"), regime),
-                                pair.init, "cpu")
+            opts = budgeted_options(exp, quick, m, fed.sizes("train"), regime)
+            if changes and "protocol" in opts:
+                opts["protocol"] = opts["protocol"].with_(**changes)
+            elif changes:   # SPO: its steps and patience
+                opts.update(changes)
+            est = compute_piece(fed, exp, m, opts, pair.init, "cpu")
             stop = (est.extra or {}).get("stopping") or {}
             rows.append((stop.get("lr"), stop.get("stopped_at"), stop.get("hit_max"),
                          float(np.mean(list(est.utilities["test"].values())))))
