@@ -13,6 +13,37 @@ from coalitions.learners.game.masks import membership
 from coalitions.learners.game.stepper import SubsetStepper
 
 
+def scaled_gradient(x, scale):
+    """``x`` in the forward pass; ``scale · grad`` in the backward pass (``scale`` broadcast, no gradient).
+
+    >>> import torch
+    >>> x = torch.tensor([1.0, 2.0], requires_grad=True)
+    >>> (scaled_gradient(x, torch.tensor([3.0, 0.5])) * 2).sum().backward()
+    >>> x.grad.tolist()
+    [6.0, 1.0]
+    """
+    global _SCALED
+    if _SCALED is None:   # built on first use: the module imports without PyTorch
+        import torch
+
+        class ScaledGradient(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, scale):
+                ctx.save_for_backward(scale)
+                return x.view_as(x)
+
+            @staticmethod
+            def backward(ctx, grad):
+                (scale,) = ctx.saved_tensors
+                return grad * scale, None
+
+        _SCALED = ScaledGradient
+    return _SCALED.apply(x, scale)
+
+
+_SCALED = None
+
+
 def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
                            lr: float, l2: float = 0.0, batch_size: int | None = None, seed: int = 0,
                            progress: Callable[[int], None] | None = None, protocol=None) -> dict:
@@ -31,9 +62,9 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
     ``L_i + (l2/2)‖W_head_i‖²``, with ``L_i`` the mean over client ``i``'s samples in the
     batch of the per-sample loss (every member's mean weighted by its whole data share, as
     the full-batch mean over the union is, renormalised over the members present in a
-    minibatch).  One scalar carries both: the heads enter the forward pass as
-    ``h + (h − sg(h))·(n_S/n_i − 1)`` (``sg``: stop-gradient), equal to ``h`` in value
-    and scaling ``h``'s gradient by ``n_S/n_i``.  So a subset trains exactly as FedPer
+    minibatch).  One scalar carries both: the heads enter the forward pass through
+    :func:`scaled_gradient`, the identity in value whose backward multiplies ``h``'s
+    gradient by ``n_S/n_i`` (no copy of the heads in the forward pass).  So a subset trains exactly as FedPer
     (Arivazhagan et al. 2019) restricted to it would with one full-batch SGD step per
     round: the average of the members' body steps is the pooled step, each head takes its
     own client's step (tests/test_fedper.py).  A non-member's head appears in no term: its
@@ -82,9 +113,8 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
             w = share * present
             w = w / w.sum(1, keepdim=True).clamp(min=torch.finfo(dtype).tiny)
             # each head's gradient scaled by 1/w_i: its own client's mean loss, not its share of the pooled one
-            boost = torch.where(w > 0, 1.0 / w.clamp(min=torch.finfo(dtype).tiny), torch.zeros_like(w)) - 1.0
-            seen = {k: (v if k not in spec.head else
-                        v + (v - v.detach()) * boost.view(*boost.shape, *([1] * (v.dim() - 2))))
+            scale = torch.where(w > 0, 1.0 / w.clamp(min=torch.finfo(dtype).tiny), torch.zeros_like(w))
+            seen = {k: (v if k not in spec.head else scaled_gradient(v, scale.view(*scale.shape, *([1] * (v.dim() - 2)))))
                     for k, v in params.items()}
             per_sample = loss(stacked_personal_forward(spec, seen, xb, counts.tolist()), yb)     # (M, b)
             oh = torch.nn.functional.one_hot(ob, n_clients).to(dtype)
