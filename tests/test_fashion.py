@@ -211,13 +211,13 @@ def test_fashion_experiment_is_the_table_3_stand_in():
     for quick in (True, False):
         p = exp.protocol_for(quick)
         spo = budgeted_options(exp, quick, "spo", sizes)
-        assert spo["heads"] == "personal" and spo["model"] == "mlp" and spo["steps"] == p.steps
+        assert spo["heads"] == "personal" and spo["model"] == "mlp" and spo["protocol"] == p   # SPO: the protocol too
         assert spo["mlp_hidden"] == p.hidden and p.model == "mlp"
         assert budgeted_options(exp, quick, "pfedhn", sizes)["protocol"] == p   # every learner: the protocol itself
         assert budgeted_options(exp, quick, "local", sizes) == {"protocol": p}
         oracle = exp.oracle_options(quick)
         assert oracle["heads"] == "personal" and oracle["protocol"] == p.with_(lr_grid=None)  # its rate is fixed
-        assert spo["lr_grid"] == list(p.lr_grid) == list(budgeted_options(exp, quick, "fedamp", sizes)["protocol"].lr_grid)
+        assert spo["protocol"].lr_grid == p.lr_grid == budgeted_options(exp, quick, "fedamp", sizes)["protocol"].lr_grid
     assert exp.protocol_for(True).steps < exp.protocol_for(False).steps
     assert exp.published["table"] == "Table 3"
 

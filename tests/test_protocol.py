@@ -228,8 +228,8 @@ def test_quick_synthetic_budget_is_matched():
     exp = EXPERIMENTS["synthetic"]
     rec = budget_record(exp, True, exp.methods, [10] * 6)
     steps = rec["steps_per_client"]
-    assert rec["protocol"]["closed_form"] and rec["methods"]["spo"]["steps"] == steps
-    assert all(rec["methods"][m] == {"protocol": "the protocol"} for m in exp.methods if m != "spo")
+    assert rec["protocol"]["closed_form"] and exp.protocol_for(True).steps == steps
+    assert all(rec["methods"][m] == {"protocol": "the protocol"} for m in exp.methods)   # SPO included
     p = exp.protocol_for(True).with_(steps=20)
     fed = load("synthetic", seed=0)
     federico = FedeRiCo(protocol=p, device="cpu").fit(fed)

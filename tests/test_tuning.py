@@ -11,6 +11,7 @@ from learner_fixtures import blobs
 from coalitions.learners.experiments.runner import compute_piece, lr_tuning
 from coalitions.learners.training.protocol import TrainingProtocol
 from coalitions.learners.training.tuning import tune_lr
+from coalitions.params import ParameterError
 
 pytest.importorskip("torch")
 
@@ -64,11 +65,16 @@ def test_report_names_the_columns_that_hit_the_maximum():
 
 def test_spo_column_gets_the_protocols_patience_and_grid():
     from coalitions.learners.experiments.catalogue import HEART, budgeted_options
+    from coalitions.learners.methods.spo import SPO
 
     exp = dataclasses.replace(HEART, protocol=HEART.protocol.with_(patience=3))
     opts = budgeted_options(exp, True, "spo", [50, 60])
-    assert opts["patience"] == 3 and opts["lr_grid"] == list(HEART.protocol.lr_grid)
-    assert "patience" not in budgeted_options(HEART, True, "spo", [50, 60])
+    assert opts == {"protocol": exp.protocol_for(True)}     # the protocol itself, as every column
+    spo = SPO(protocol=opts["protocol"])
+    assert (spo._budget("patience"), spo._budget("lr_grid"), spo._budget("steps")) == \
+        (3, HEART.protocol.lr_grid, exp.protocol_for(True).steps)
+    with pytest.raises(ParameterError, match="steps comes from the protocol"):
+        SPO(protocol=opts["protocol"], steps=7).check_params()
 
 
 def test_fit_spo_hands_patience_and_grid_to_the_estimator_not_to_its_options(monkeypatch):

@@ -188,12 +188,12 @@ def budgeted_options(exp: Experiment, quick: bool, method: str, sizes, regime: R
     """``method``'s options in ``exp`` under the experiment's training protocol.
 
     Without a protocol, the settings' options (:meth:`Settings.options_for`).
-    With one, every personalised learner gets the protocol itself (the object,
-    :class:`~coalitions.learners.methods.base.PersonalizedLearner`'s ``protocol``:
-    model, optimiser, rate and schedule, batch, weight decay, patience and the
-    budget, from which it derives its rounds on the data it is given); SPO
-    ``steps = protocol.steps``, the protocol's batch, grid and patience.  The
-    settings' method-specific options are applied last.  ``sizes`` (the
+    With one, every column gets the protocol itself (the object): a personalised
+    learner (:class:`~coalitions.learners.methods.base.PersonalizedLearner`'s
+    ``protocol``: model, optimiser, rate and schedule, batch, weight decay,
+    patience and the budget, from which it derives its rounds on the data it is
+    given) and SPO (its steps, rate, grid, batch and patience; its target model
+    is its own option).  The settings' method-specific options are applied last.  ``sizes`` (the
     clients' training-set sizes) is kept for callers; the learners read them
     off the federation.
     """
@@ -203,10 +203,6 @@ def budgeted_options(exp: Experiment, quick: bool, method: str, sizes, regime: R
     if p is None:
         return base
     own = dict(settings.method_options.get(method, {}))
-    if method == "spo":   # SPO's own loop: the same steps, batch, grid and patience
-        grid = {"lr_grid": list(p.lr_grid)} if p.lr_grid else {}
-        stop = {"patience": p.patience} if p.patience is not None else {}
-        return {"steps": p.steps, "batch_size": p.batch_size, **grid, **stop, **own}
     return {"protocol": p, **own}
 
 

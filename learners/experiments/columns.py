@@ -69,7 +69,7 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
         return learner.fit(fed)
 
     if what == "spo":   # SPO tunes its own rate on the same grid and rule, and stops on the same patience
-        return with_records(fit_spo(fed, options, grid, seed, device, progress), fed)
+        return with_records(fit_spo(fed, options, grid, seed, device, progress, protocol=protocol), fed)
     if not grid:
         return with_records(fit_one(None), fed)
     from coalitions.learners.training.tuning import tune_lr

@@ -14,14 +14,17 @@ from coalitions.learners.experiments.agreement import _mean
 __all__ = ["fit_spo", "ce_ours", "rules_summary"]
 
 
-def fit_spo(fed, options: dict, grid, seed: int, device: str, progress=None):
+def fit_spo(fed, options: dict, grid, seed: int, device: str, progress=None, protocol=None):
     """SPO fitted on ``fed`` with ``options``, choosing its rate from ``grid`` on validation itself (its ``lr_grid``).
 
-    The protocol's settings that SPO's command-line options do not take (``patience``; the grid) go to
-    the estimator as parameters, as the protocol goes to the other learners.
+    With a ``protocol`` SPO takes it whole (its steps, rate, grid, batch and patience), as every
+    other column does; without one the grid and ``patience`` go to the estimator as parameters.
     """
     from coalitions.learners.methods.registry import create
 
+    if protocol is not None:
+        return create("spo", options, device=device, seed=seed, progress=progress).set_params(
+            protocol=protocol).fit(fed)
     options = dict(options)
     own: dict[str, Any] = {"lr_grid": tuple(grid)} if grid else {}
     if options.get("patience") is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Callable
@@ -29,7 +30,15 @@ from coalitions.params import ParameterError, check_param
 from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds
 
-__all__ = ["SPO", "VARIANTS"]
+__all__ = ["SPO", "VARIANTS", "FROM_PROTOCOL"]
+
+#: SPO's training budget that a :class:`~coalitions.learners.training.protocol.TrainingProtocol` fixes:
+#: parameter -> the protocol's field.  The target model, its hidden units and its ridge stay SPO's own
+#: (what the hypernetwork emits is the method's choice), and so does ``lr``: the protocol's rate is the
+#: target models' step, not a hypernetwork's (on synthetic regime II the protocol's 0.1 made SPO's
+#: test MSE 5 to 8 where its own 0.01 gives 0.003 to 0.05); the protocol's ``lr_grid``, when it has one,
+#: is SPO's grid as every column's.
+FROM_PROTOCOL = {"steps": "steps", "lr_grid": "lr_grid", "batch_size": "batch_size", "patience": "patience"}
 
 #: Training steps between two evaluations of the validation loss (history and early stopping).
 EVAL_EVERY = 50
@@ -109,6 +118,11 @@ class SPO(Learner):
         Train once per learning rate and keep the rate whose kept hypernetwork has the lowest
         validation loss (same measure); ``None``: ``lr`` alone.  The protocol's ``lr_grid``.
         Both only with ``variant="ours"``.
+    protocol : TrainingProtocol or None
+        The comparison's training protocol (docs/learners-protocol.md): when given it fixes
+        ``steps``, ``lr_grid``, ``batch_size`` and ``patience`` (:data:`FROM_PROTOCOL`;
+        setting one of them as well is an error naming it); the hypernetwork's ``lr`` (used
+        without a grid), the target model, its hidden units and its ridge stay SPO's own.
     front_steps, direction_steps : int
         ``variant="paper"``: the alternation (the code's 5 and 1).
     direction_lr : float
@@ -176,7 +190,7 @@ class SPO(Learner):
                  device: str = "auto", seed: int = 0, progress: Callable | None = None, heads: str = "shared",
                  target_hidden: int = 64, variant: str = "ours", front_steps: int = 5, direction_steps: int = 1,
                  direction_lr: float = 0.01, momentum: float = 0.5, patience: int | None = None,
-                 lr_grid: tuple[float, ...] | None = None):
+                 lr_grid: tuple[float, ...] | None = None, protocol=None):
         self._store(locals())
 
     # -- configuration
@@ -219,13 +233,33 @@ class SPO(Learner):
                                           "every client's gradients into each head)")
         check_param("device", self.device, "choice", choices=("auto", "cpu", "cuda"))
         check_param("progress", self.progress, "callable", allow_none=True)
+        if self.protocol is not None:
+            from coalitions.learners.training.protocol import TrainingProtocol
+
+            if not isinstance(self.protocol, TrainingProtocol):
+                raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
+                                                 f"{type(self.protocol).__name__}")
+            defaults = inspect.signature(type(self).__init__).parameters
+            for name, field in FROM_PROTOCOL.items():
+                if getattr(self, name) != defaults[name].default:
+                    raise ParameterError(name, f"{{name}} comes from the protocol when one is given "
+                                               f"(protocol.{field}); set it there")
+            if self.variant == "paper" and (self.protocol.patience is not None or self.protocol.lr_grid is not None):
+                raise ParameterError("variant", "{name} paper runs the code's fixed schedule: a protocol without "
+                                                "patience or lr_grid")
+
+    def _budget(self, name: str):
+        """The training setting ``name``: the protocol's when one is given and fixes it (:data:`FROM_PROTOCOL`)."""
+        if self.protocol is None or name not in FROM_PROTOCOL:
+            return getattr(self, name)
+        return getattr(self.protocol, FROM_PROTOCOL[name])
 
     # -- training
     def _step_macs(self, fed: Federation) -> float:
         """Work of one training step: the hypernetwork and the target model, for every direction."""
         spec = make_model(self.model or default_model(fed, images="logistic"),
                           fed.input_shape, fed.n_outputs, hidden=self.target_hidden)
-        batch = int(fed.sizes("train").max()) if self.batch_size is None else int(self.batch_size)
+        batch = int(fed.sizes("train").max()) if self._budget("batch_size") is None else int(self._budget("batch_size"))
         hyper = self.hidden * (self.embed + self.hidden * (self.layers - 1) + spec.n_params)
         return self.directions * (hyper + step_macs(spec, batch, fed.n))
 
@@ -270,7 +304,7 @@ class SPO(Learner):
 
     def _train_tuned(self, fed: Federation) -> None:
         """Train at every rate of ``lr_grid`` (or at ``lr``) and keep the run with the lowest validation loss."""
-        grid = [float(self.lr)] if self.lr_grid is None else [float(r) for r in self.lr_grid]
+        grid = [float(self._budget("lr"))] if self._budget("lr_grid") is None else [float(r) for r in self._budget("lr_grid")]
         best = None
         self.lr_losses_: dict[float, float] = {}
         for k, rate in enumerate(grid):
@@ -292,10 +326,10 @@ class SPO(Learner):
         self.history_ = []
         self.val_loss_steps_, self.val_loss_clients_ = [], []
         search = PaperSearch(self.spec_, self.loss_, self.train_, self.val_, self.device_, self.seed,
-                             rounds=max(1, self.steps // self.front_steps), front_steps=self.front_steps,
-                             direction_steps=self.direction_steps, lr=self.lr, momentum=self.momentum,
+                             rounds=max(1, self._budget("steps") // self.front_steps), front_steps=self.front_steps,
+                             direction_steps=self.direction_steps, lr=self._budget("lr"), momentum=self.momentum,
                              direction_lr=self.direction_lr, hidden=self.hidden, layers=self.layers,
-                             batch_size=self.batch_size)
+                             batch_size=self._budget("batch_size"))
         self._conclude(fed, lambda: search, t0, 0.0)
         self.epo_fallbacks_ = search.epo_fallbacks_
         return self
@@ -334,6 +368,11 @@ class SPO(Learner):
     def estimate_config(self) -> dict:
         fed = self.federation_
         params = {k: v for k, v in self.get_params().items() if k != "progress"}
+        if self.protocol is not None:   # its fields stand for the budget it fixes
+            params = {k: v for k, v in params.items() if k not in FROM_PROTOCOL}
+            params["protocol"] = self.protocol.to_json()
+        else:
+            params.pop("protocol", None)
         return {"method": "spo", **params, "dataset": fed.name, "data_options": dict(fed.options),
                 "device_used": str(self.device_),
                 "rules_reported": [self.rule] + (["ratio"] if self.rule != "ratio" else [])}
@@ -363,8 +402,8 @@ class SPO(Learner):
             "epo_fallbacks": self.epo_fallbacks_,
             "training": ({"variant": "paper"} if self.variant == "paper" else
                          {"variant": self.variant, "lr": self.lr_, "stopped_at": self.stopped_at_,
-                          "best_step": self.best_step_, "hit_max": self.hit_max_, "max_steps": self.steps,
-                          "patience": self.patience,
+                          "best_step": self.best_step_, "hit_max": self.hit_max_, "max_steps": self._budget("steps"),
+                          "patience": self._budget("patience"),
                           "lr_losses": {repr(k): v for k, v in getattr(self, "lr_losses_", {}).items()}}),
         }
 
@@ -423,20 +462,21 @@ class SPO(Learner):
         return self._loss_matrix(params, self.val_.X, self.val_.y, self.val_.m)
 
     def _train(self, fed: Federation, lr: float | None = None) -> list[float]:
-        """Train ``hypernet_`` (Adam at ``lr``, default ``self.lr``); early stopping under ``patience``.
+        """Train ``hypernet_`` (Adam at ``lr``, default the budget's rate); early stopping under ``patience``.
 
         Sets ``val_loss_steps_``, ``val_loss_clients_``, ``best_val_`` (the kept network's mean
         validation loss), ``stopped_at_`` and ``hit_max_``; returns the training-loss history.
         """
         net = self.hypernet_
+        steps, batch, patience = self._budget("steps"), self._budget("batch_size"), self._budget("patience")
         dev = self.device_
         rng = np.random.default_rng(self.seed)
-        self.lr_ = float(self.lr if lr is None else lr)
+        self.lr_ = float(self._budget("lr") if lr is None else lr)
         opt = torch.optim.Adam(net.parameters(), lr=self.lr_)
-        self.best_val_, self.best_step_, self.stopped_at_, self.hit_max_ = math.inf, self.steps, self.steps, True
+        self.best_val_, self.best_step_, self.stopped_at_, self.hit_max_ = math.inf, steps, steps, True
         best_state, bad = None, 0
         sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * min(s, self.steps) / max(self.steps, 1))))
+            opt, lambda s: 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1))))
         history, running = [], []
         # validation loss per evaluation (issue 9): each client's validation loss under h(d) for 16 fixed
         # directions, weighted by its share d_j (the training objective's terms, on validation data)
@@ -444,10 +484,10 @@ class SPO(Learner):
                                                   self.alpha, self.faces), dtype=torch.float32, device=dev)
         self.val_loss_steps_: list[int] = []
         self.val_loss_clients_: list[list[float]] = []
-        for step in range(self.steps):
+        for step in range(steps):
             D = torch.as_tensor(sample_directions(rng, fed.n, self.directions, self.alpha, self.faces),
                                 dtype=torch.float32, device=dev)
-            X, y, m = self.train_.sample(self.batch_size, rng)
+            X, y, m = self.train_.sample(batch, rng)
             params = net(D)
             if net.personal:  # the bodies' ridge included
                 f, L = self._personal_objective(D, params, X, y, m)
@@ -464,7 +504,7 @@ class SPO(Learner):
             opt.step()
             sched.step()
             running.append(float((D * L.detach()).sum(dim=1).mean()))
-            if (step + 1) % EVAL_EVERY == 0 or step + 1 == self.steps:
+            if (step + 1) % EVAL_EVERY == 0 or step + 1 == steps:
                 history.append(float(np.mean(running)))
                 running = []
                 with torch.no_grad():
@@ -473,16 +513,16 @@ class SPO(Learner):
                 self.val_loss_steps_.append(step + 1)
                 self.val_loss_clients_.append([float(x) for x in per.double().cpu().numpy()])
                 if self.progress is not None:
-                    self.progress(step + 1, self.steps)
+                    self.progress(step + 1, steps)
                 mean_val = float(np.mean(self.val_loss_clients_[-1]))
-                if self.patience is None:
+                if patience is None:
                     self.best_val_, self.best_step_ = mean_val, step + 1   # no early stopping: the last is kept
                 elif mean_val < self.best_val_:
                     self.best_val_, self.best_step_, bad = mean_val, step + 1, 0
                     best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
                 else:
                     bad += 1
-                    if bad >= self.patience:
+                    if bad >= patience:
                         self.stopped_at_, self.hit_max_ = step + 1, False
                         break
         if best_state is not None:
