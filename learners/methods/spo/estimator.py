@@ -6,6 +6,7 @@ import inspect
 import math
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,6 +30,9 @@ from coalitions.learners.training.threads import applied, step_macs
 from coalitions.params import ParameterError, check_param
 from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds
+
+if TYPE_CHECKING:
+    from coalitions.learners.training.protocol import TrainingProtocol
 
 __all__ = ["SPO", "VARIANTS", "FROM_PROTOCOL"]
 
@@ -180,6 +184,44 @@ class SPO(Learner):
     """
 
     method = "spo"
+
+    # The parameters (kept by __init__ under their own names) and what fit() sets, declared for the
+    # type checker.
+    hidden: int
+    embed: int
+    layers: int
+    steps: int
+    lr: float
+    directions: int
+    alpha: float
+    faces: float
+    log_loss: bool
+    l2: float | None
+    log_eps: float | None
+    batch_size: int | None
+    rule: str
+    threshold: float
+    tol: float
+    min_weight: float
+    epo: bool
+    search_steps: int
+    starts: int
+    line_search: int
+    model: str | None
+    device: str
+    seed: int
+    progress: Callable[..., Any] | None
+    heads: str
+    target_hidden: int
+    variant: str
+    front_steps: int
+    direction_steps: int
+    direction_lr: float
+    momentum: float
+    patience: int | None
+    lr_grid: tuple[float, ...] | None
+    protocol: TrainingProtocol | None
+    oracle_: SPOOracle
 
     def __init__(self, hidden: int = 200, embed: int = 64, layers: int = 3, steps: int = 3000,
                  lr: float = 0.01, directions: int = 64, alpha: float = 0.5, faces: float = 0.5,
