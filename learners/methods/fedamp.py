@@ -309,7 +309,7 @@ class FedAMP(PersonalizedLearner):
 
     def rule_weights(self) -> np.ndarray:
         """The matrix the weight rule reads: ``affinity_`` (``graph="affinity"``) or ``ξ``."""
-        return self.affinity_ if self.graph == "affinity" else self.weights_
+        return self.affinity_ if self.graph == "affinity" else super().rule_weights()
 
     def estimate_extra(self, peeling):
         return {**super().estimate_extra(peeling), "guarded_rows": self.guarded_rows_}

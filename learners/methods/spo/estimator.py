@@ -225,6 +225,7 @@ class SPO(Learner):
     lr_grid: tuple[float, ...] | None
     protocol: TrainingProtocol | None
     oracle_: SPOOracle
+    weights_: np.ndarray   # always a matrix after fit: each client's best direction, as weights
     best_val_: float
     stopped_at_: int
     hit_max_: bool
