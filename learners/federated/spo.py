@@ -184,7 +184,7 @@ class FederatedSPO(SPO):
     def predict_params_tensor(self, D) -> dict:
         d = torch.as_tensor(np.atleast_2d(np.asarray(D, dtype=np.float64)), dtype=torch.float32)
         with torch.no_grad():
-            return self.hypernet_(d)
+            return self._hypernet()(d)
 
     # -- fitting from the server
     def fit_remote(self, sites: list[dict], ask, dataset: str | None, data_options: dict) -> FederatedSPO:

@@ -147,7 +147,7 @@ class SPO(Learner):
 
     Attributes
     ----------
-    hypernet_ : ParetoHypernetwork
+    hypernet_ : ParetoHypernetwork or None
     oracle_ : SPOOracle
     weights_ : ndarray (N, N)
         Row ``i``: client ``i``'s best direction within all clients (rows sum to 1).
@@ -225,6 +225,7 @@ class SPO(Learner):
     lr_grid: tuple[float, ...] | None
     protocol: TrainingProtocol | None
     oracle_: SPOOracle
+    hypernet_: ParetoHypernetwork | None   # None under variant="paper" (one network per search)
     weights_: np.ndarray   # always a matrix after fit: each client's best direction, as weights
     best_val_: float
     stopped_at_: int
@@ -299,6 +300,12 @@ class SPO(Learner):
                 raise ParameterError("variant", "{name} paper runs the code's fixed schedule: a protocol without "
                                                 "patience or lr_grid")
 
+    def _hypernet(self) -> ParetoHypernetwork:
+        """The shared hypernetwork (``variant="ours"``); the paper's variant trains one per search instead."""
+        if self.hypernet_ is None:
+            raise AttributeError("SPO(variant='paper') has no shared hypernetwork: each search trained its own")
+        return self.hypernet_
+
     def _budget(self, name: str):
         """The training setting ``name``: the protocol's when one is given and fixes it (:data:`FROM_PROTOCOL`)."""
         if self.protocol is None or name not in FROM_PROTOCOL:
@@ -341,7 +348,7 @@ class SPO(Learner):
         self._train_tuned(fed)
         t_train = time.perf_counter() - t_train
         search = HeadsDirectionSearch if self.heads == "personal" else DirectionSearch
-        return self._conclude(fed, lambda: search(self.hypernet_, self.spec_, self.loss_, self.val_, self.device_,
+        return self._conclude(fed, lambda: search(self._hypernet(), self.spec_, self.loss_, self.val_, self.device_,
                                                   self.seed, self.search_steps, self.starts, self.line_search),
                               t0, t_train)
 
@@ -508,7 +515,7 @@ class SPO(Learner):
         With personal heads ``params`` is the generated body and client ``j`` predicts through its own head.
         """
         if self.heads == "personal":
-            return personal_loss_matrix(self.spec_, self.loss_, params, dict(self.hypernet_.client_heads),
+            return personal_loss_matrix(self.spec_, self.loss_, params, dict(self._hypernet().client_heads),
                                         self.val_.X, self.val_.y, self.val_.m)
         return self._loss_matrix(params, self.val_.X, self.val_.y, self.val_.m)
 
@@ -518,7 +525,7 @@ class SPO(Learner):
         Sets ``val_loss_steps_``, ``val_loss_clients_``, ``best_val_`` (the kept network's mean
         validation loss), ``stopped_at_`` and ``hit_max_``; returns the training-loss history.
         """
-        net = self.hypernet_
+        net = self._hypernet()
         steps, batch, patience = self._budget("steps"), self._budget("batch_size"), self._budget("patience")
         dev = self.device_
         rng = np.random.default_rng(self.seed)
@@ -584,7 +591,7 @@ class SPO(Learner):
         """``(f, L)`` with personal heads: each direction's scalarised loss (ridge on the body and on
         each head included) and the loss matrix.  The heads' gradient through direction ``b`` is
         rescaled by ``f_b`` under ``log_loss``, so a head learns from its own client's loss alone (:mod:`.heads`)."""
-        heads = dict(self.hypernet_.client_heads)
+        heads = dict(self._hypernet().client_heads)
         scale: list | None = [None] if self.log_loss else None   # f_b, set once f is known (before backward)
         L = personal_loss_matrix(self.spec_, self.loss_, body, heads, X, y, m, scale)
         f = (D * L).sum(dim=1)
@@ -597,7 +604,7 @@ class SPO(Learner):
 
     def _epo_weights(self, D, X, y, m, L) -> torch.Tensor:
         """Per-direction EPO weights ``N·α`` (PHN-EPO), from gradients w.r.t. the hypernetwork."""
-        net = self.hypernet_
+        net = self._hypernet()
         hp = {k: v.detach() for k, v in net.named_parameters()}
 
         def loss_vec(p, d):
@@ -623,9 +630,9 @@ class SPO(Learner):
         if self.variant == "paper":
             return self.search_.scores(D, split)
         with torch.no_grad():
-            params = self.hypernet_(torch.as_tensor(D, dtype=torch.float32, device=self.device_))
+            params = self._hypernet()(torch.as_tensor(D, dtype=torch.float32, device=self.device_))
             out = []
-            params = self.hypernet_.member_params(params, torch.arange(len(D), device=self.device_))
+            params = self._hypernet().member_params(params, torch.arange(len(D), device=self.device_))
             for i, X in enumerate(split.raw_X):
                 p = {k: v[i] for k, v in params.items()}
                 s = self.spec_.forward(p, torch.tensor(X, device=self.device_))
@@ -661,5 +668,5 @@ class SPO(Learner):
             raise InputError("spo: variant paper has no single hypernetwork (one per searched client and face)")
         d = np.atleast_2d(np.asarray(d, dtype=np.float64))
         with torch.no_grad():
-            p = self.hypernet_(torch.as_tensor(d, dtype=torch.float32, device=self.device_))
+            p = self._hypernet()(torch.as_tensor(d, dtype=torch.float32, device=self.device_))
         return {k: v.cpu().numpy() for k, v in p.items()}
