@@ -23,7 +23,7 @@ PERSONAL = {"local": "local", "fedavg": "fedavg", "fedprox": "fedprox", "ditto":
 #: site: method -> (the state key the average lands in, the state keys a site keeps).  With the averaged
 #: key among the kept ones (FedPer, LG-FedAvg) only its shared parameters (``learner._shared_names()``)
 #: are averaged; otherwise all of it is (the global model of FedAvg, FedProx, Ditto, SuPerFed).
-AVERAGED = {"fedavg": ("global", ()), "fedprox": ("global", ()), "ditto": ("global", ("personal",)),
+AVERAGED = {"ditto": ("global", ("personal",)),
             "superfed": ("global", ("local",)), "superfed-lm": ("global", ("local",)),
             "fedper": ("params", ("params",)), "lg-fedavg": ("params", ("params",))}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from coalitions.errors import InputError
+from coalitions.learners.federated.personal.engine import step_site, step_site_state, uses_steps
 from coalitions.learners.federated.personal.learners import (
     AVERAGED,
     PERSONAL,
@@ -92,6 +93,8 @@ def site_train(method: str, learner, cfg: dict, received: dict, kept: dict | Non
     """
     sizes = [int(x) for x in cfg["sizes"]]
     site, r = int(cfg["site-index"]), int(cfg["round"])
+    if uses_steps(learner):
+        return step_site(learner, cfg, received, kept)
     if method == "federico":
         return federico_site(learner, cfg, received, kept)
     if method != "local":
@@ -181,7 +184,9 @@ def site_finish(method: str, learner, received: dict, kept: dict | None) -> dict
 
     kept = kept or {}
     state: dict
-    if method == "local":
+    if uses_steps(learner):
+        state = step_site_state(learner, received, kept)
+    elif method == "local":
         state = {"params": _tensors(kept["model"])}
     elif method in AVERAGED:
         state = _averaged_state(method, received, kept)

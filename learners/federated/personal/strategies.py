@@ -23,7 +23,7 @@ from coalitions.learners.federated.personal.randomness import _epoch_steps
 from coalitions.learners.federated.replies import BadReply, check_losses, check_metrics, check_number, reply_json
 
 __all__ = ["PersonalStrategy", "LocalStrategy", "AveragedStrategy", "SuPerFedStrategy", "FedAMPStrategy", "FedeRiCoStrategy",
-           "STRATEGIES", "run_personal"]
+           "METHOD_STRATEGIES", "run_personal"]
 
 # --------------------------------------------------------------------------- the server's half: Flower strategies
 try:
@@ -449,7 +449,9 @@ class FedeRiCoStrategy(PersonalStrategy):
                              "neighbours": self.nb_history})
 
 
-STRATEGIES = {"local": LocalStrategy, **{m: AveragedStrategy for m in AVERAGED}, "superfed": SuPerFedStrategy,
+#: The per-method servers of the methods not yet written as a site step and a server step
+#: (:data:`coalitions.learners.federated.personal.engine.STRATEGIES` is the table in use).
+METHOD_STRATEGIES = {"local": LocalStrategy, **{m: AveragedStrategy for m in AVERAGED}, "superfed": SuPerFedStrategy,
               "superfed-lm": SuPerFedStrategy, "fedamp": FedAMPStrategy, "fedamp-heuristic": FedAMPStrategy,
               "federico": FedeRiCoStrategy}
 
@@ -474,6 +476,8 @@ def run_personal(grid, settings, method: str, params: dict, log=print):
     link.discover(settings.sites, time.monotonic() + settings.wait_s)
     sites = _check_sites(link.descriptions)
     learner = server_learner(method, params, sites, settings.dataset, settings.data_options)
+    from coalitions.learners.federated.personal.engine import STRATEGIES
+
     strategy = STRATEGIES[method](method, learner, sites, dict(link.nodes), link._data_config(), log=log)
     strategy.start(grid, ArrayRecord(), num_rounds=strategy.exchanges(),
                    timeout=settings.round_timeout_s or 3600.0)

@@ -1,0 +1,98 @@
+"""One generic round over Flower for every method written as a site step and a server step.
+
+A method declares which state keys a site uploads (``up``), which the server sends down
+(``down``) and which a site keeps besides its optimiser states (``kept``), and writes
+:meth:`site_step <coalitions.learners.methods.base.PersonalizedLearner.site_step>` and
+:meth:`server_step <coalitions.learners.methods.base.PersonalizedLearner.server_step>` on
+stacked tensors.  In process ``train_round`` is the one after the other over all ``N``
+clients; here :class:`StepStrategy` (the server) stacks the sites' uploads, calls
+``server_step`` and sends each site its row of the down keys, and :func:`step_site`
+(the ClientApp) merges the message into the state its ``Context`` kept, calls
+``site_step`` on its one-row state and replies with the up keys.  Nothing here names a method.
+"""
+
+from __future__ import annotations
+
+from coalitions.learners.federated.personal.learners import (
+    PERSONAL,
+    _numpy,
+    _rows,
+    _tensors,
+    kept_optimisers,
+    restored_optimisers,
+)
+from coalitions.learners.federated.personal.randomness import SiteGenerator, _epoch_steps
+from coalitions.learners.federated.personal.strategies import METHOD_STRATEGIES, PersonalStrategy
+
+__all__ = ["StepStrategy", "STRATEGIES", "step_site", "step_site_state", "uses_steps"]
+
+
+def uses_steps(learner) -> bool:
+    """Whether the learner's round is written as a site step and a server step."""
+    return bool(getattr(learner, "up", ()))
+
+
+def _row(value, i: int, n: int) -> dict:
+    """Site ``i``'s share of a down key: its row when the tensors hold one row per site, else all of it."""
+    return _rows(value, i) if next(iter(value.values())).shape[0] == n else dict(value)
+
+
+def step_site_state(learner, received: dict, kept: dict | None) -> dict:
+    """The site's one-row state: what it kept (or, before its first round, its row of the initial state) and the message."""
+    state = {k: _tensors(kept[k] if kept else received[k]) for k in learner.kept}
+    state.update(restored_optimisers(kept))
+    state.update({k: _tensors(received[k]) for k in learner.down if k in received})
+    return state
+
+
+def step_site(learner, cfg: dict, received: dict, kept: dict | None):
+    """A ``train`` message at a site: ``site_step`` on its one-row state; returns ``(reply, metrics, kept)``."""
+    sizes = [int(x) for x in cfg["sizes"]]
+    site, r, seed = int(cfg["site-index"]), int(cfg["round"]), int(learner.seed)
+    steps = _epoch_steps(sizes, learner._batch(), site)
+
+    def rng(stream):   # stream 1 draws once per minibatch step (SuPerFed's mixing coefficients)
+        return SiteGenerator(seed, r, stream, site, sizes, steps if stream == 1 else None)
+
+    state, info = learner.site_step(step_site_state(learner, received, kept), r, rng)
+    reply = {k: _numpy(state[k]) for k in learner.up}
+    keep = {**{k: _numpy(state[k]) for k in learner.kept}, **kept_optimisers(state)}
+    return reply, {"losses": [float(info["loss"])]}, keep or None
+
+
+class StepStrategy(PersonalStrategy):
+    """The server of every method written as two steps: stack the uploads, ``server_step``, send the rows down.
+
+    Round ``r``'s message to site ``i`` holds its row of each :attr:`down` key (a
+    key with one row goes to every site alike) and, in round 0, its row of the
+    :attr:`kept` keys of the initial state (the site's personal parameters start
+    where the in-process learner starts them).  The replies' :attr:`up` keys,
+    stacked in site order, go through ``server_step``.
+    """
+
+    def payload(self, r, i):
+        n = len(self.names)
+        out = {k: _numpy(_row(self.state[k], i, n)) for k in self.learner.down if k in self.state}
+        if r == 0:
+            out.update({k: _numpy(_rows(self.state[k], i)) for k in self.learner.kept})
+        return out
+
+    def absorb(self, r, replies):
+        import torch
+
+        up = {k: {p: torch.cat([_tensors(rep[k])[p] for rep in replies]) for p in replies[0][k]}
+              for k in self.learner.up}
+        self.state = self.learner.server_step({**self.state, **up}, r)
+
+    def final_payload(self, i):
+        return {k: _numpy(_row(self.state[k], i, len(self.names))) for k in self.learner.down if k in self.state}
+
+
+def _stepped(method: str) -> bool:
+    from coalitions.learners.methods.registry import METHODS
+
+    return uses_steps(METHODS[PERSONAL[method]].estimator_class())
+
+
+#: The server of each federated method: the generic one for every method written as two steps.
+STRATEGIES = {m: StepStrategy if _stepped(m) else METHOD_STRATEGIES[m] for m in PERSONAL}
