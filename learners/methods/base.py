@@ -649,6 +649,10 @@ class PersonalizedLearner(Learner):
         state, info = self.site_step(state, r, rng)
         return self.server_step(state, r), info
 
+    def record_names(self, key: str) -> list[str] | None:
+        """The parameters an :attr:`up` or :attr:`down` record ``key`` holds (``None``: all of the model's)."""
+        return None
+
     def site_step(self, state: dict, r: int, rng: Callable) -> tuple[dict, dict]:
         """What every client does in round ``r`` with its own data and its own kept state.
 

@@ -72,7 +72,7 @@ class StepStrategy(PersonalStrategy):
 
     def payload(self, r, i):
         n = len(self.names)
-        out = {k: _numpy(_row(self.state[k], i, n)) for k in self.learner.down if k in self.state}
+        out = {k: _numpy(_row(self.state[k], i, n)) for k in self.learner.down if self.state.get(k)}
         if r == 0:
             out.update({k: _numpy(_rows(self.state[k], i)) for k in self.learner.kept})
         return out
@@ -85,7 +85,10 @@ class StepStrategy(PersonalStrategy):
         self.state = self.learner.server_step({**self.state, **up}, r)
 
     def final_payload(self, i):
-        return {k: _numpy(_row(self.state[k], i, len(self.names))) for k in self.learner.down if k in self.state}
+        return {k: _numpy(_row(self.state[k], i, len(self.names))) for k in self.learner.down if self.state.get(k)}
+
+    def reply_names(self, key):
+        return self.learner.record_names(key)
 
 
 def _stepped(method: str) -> bool:

@@ -23,9 +23,7 @@ PERSONAL = {"local": "local", "fedavg": "fedavg", "fedprox": "fedprox", "ditto":
 #: site: method -> (the state key the average lands in, the state keys a site keeps).  With the averaged
 #: key among the kept ones (FedPer, LG-FedAvg) only its shared parameters (``learner._shared_names()``)
 #: are averaged; otherwise all of it is (the global model of FedAvg, FedProx, Ditto, SuPerFed).
-AVERAGED = {"ditto": ("global", ("personal",)),
-            "superfed": ("global", ("local",)), "superfed-lm": ("global", ("local",)),
-            "fedper": ("params", ("params",)), "lg-fedavg": ("params", ("params",))}
+AVERAGED = {"superfed": ("global", ("local",)), "superfed-lm": ("global", ("local",))}
 
 #: Learner parameters that are not the method's (the server's business, or meaningless at a site).
 _NOT_SENT = ("progress", "checkpoint", "device")
