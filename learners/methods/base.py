@@ -649,9 +649,12 @@ class PersonalizedLearner(Learner):
         state, info = self.site_step(state, r, rng)
         return self.server_step(state, r), info
 
-    def record_names(self, key: str) -> list[str] | None:
-        """The parameters an :attr:`up` or :attr:`down` record ``key`` holds (``None``: all of the model's)."""
-        return None
+    def server_finish(self, state: dict) -> None:
+        """Set what the server alone knows at the end (its own state's record: AFL's ``λ``); nothing by default."""
+
+    def record_shapes(self, key: str) -> dict:
+        """What a site's upload ``key`` holds: ``{name: shape of one row}`` (default: the whole model)."""
+        return dict(self.spec_.shapes)
 
     def site_step(self, state: dict, r: int, rng: Callable) -> tuple[dict, dict]:
         """What every client does in round ``r`` with its own data and its own kept state.

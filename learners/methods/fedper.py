@@ -67,9 +67,9 @@ class PartialAverage(PersonalizedLearner):
 
     up, down, kept = ("models",), ("shared",), ("params",)
 
-    def record_names(self, key: str):
+    def record_shapes(self, key: str) -> dict:
         """The uploads hold the shared part only."""
-        return list(self._shared_names()) if key == "models" else None
+        return {k: v for k, v in self.spec_.shapes.items() if k in set(self._shared_names())}
 
     @staticmethod
     def _with_shared(state) -> dict:

@@ -84,11 +84,27 @@ class StepStrategy(PersonalStrategy):
               for k in self.learner.up}
         self.state = self.learner.server_step({**self.state, **up}, r)
 
+    def finish_weights(self):
+        """Keep the server's final state (``server_state_``); the weights of a method that has them."""
+        self.learner.server_state_ = self.state
+        super().finish_weights()
+        self.learner.server_finish(self.state)
+
     def final_payload(self, i):
         return {k: _numpy(_row(self.state[k], i, len(self.names))) for k in self.learner.down if self.state.get(k)}
 
-    def reply_names(self, key):
-        return self.learner.record_names(key)
+    def _arrays(self, rep, key: str, rows: int = 1, names=None) -> dict:
+        """Upload ``key`` of a reply as ``{name: (1, ...)}``, checked against the method's :meth:`record_shapes`."""
+        from coalitions.learners.federated.replies import BadReply, check_arrays
+        from coalitions.learners.federated.server import _arrays
+
+        if key not in self.learner.up:
+            raise BadReply(self._name(rep), f"its reply holds a record {key!r}, expected {list(self.learner.up)}")
+        shapes = self.learner.record_shapes(key)
+        name = self._name(rep)
+        arrays = check_arrays(_arrays(rep, key, name, rep.metadata.src_node_id),
+                              [(rows, *s) for s in shapes.values()], name, key)
+        return dict(zip(shapes, arrays, strict=True))
 
 
 def _stepped(method: str) -> bool:
