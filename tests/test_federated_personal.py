@@ -164,7 +164,7 @@ def test_method_options_are_checked_before_anything_starts():
     with pytest.raises(InputError, match="refit"):
         P.check_method("local", p, {"refit": True})
     with pytest.raises(InputError, match="federated personalised methods"):
-        P.check_method("pfedme", p, {})
+        P.check_method("nosuch", p, {})
     assert P.method_params(p, {"lr": 0.05})["lr"] == 0.05 and P.method_params(p)["rounds"] == 2
 
 

@@ -635,6 +635,9 @@ class PersonalizedLearner(Learner):
     up: tuple[str, ...] = ()
     down: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()
+    #: Random draws per local step on a stream other than 0 (``{stream: draws}``; SuPerFed's mixing
+    #: coefficient, Per-FedAvg's two minibatches): a Flower site skips the steps of larger clients.
+    step_draws: ClassVar[dict[int, int]] = {}
 
     def train_round(self, state: dict, r: int, rng: Callable) -> tuple[dict, dict]:
         """Round ``r``: the new state and ``info`` (``{"loss": ...}``); ``rng(stream)`` draws this round's randomness.

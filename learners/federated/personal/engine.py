@@ -49,10 +49,11 @@ def step_site(learner, cfg: dict, received: dict, kept: dict | None):
     """A ``train`` message at a site: ``site_step`` on its one-row state; returns ``(reply, metrics, kept)``."""
     sizes = [int(x) for x in cfg["sizes"]]
     site, r, seed = int(cfg["site-index"]), int(cfg["round"]), int(learner.seed)
-    steps = _epoch_steps(sizes, learner._batch(), site)
+    total, mine = _epoch_steps(sizes, learner._batch(), site)
 
-    def rng(stream):   # stream 1 draws once per minibatch step (SuPerFed's mixing coefficients)
-        return SiteGenerator(seed, r, stream, site, sizes, steps if stream == 1 else None)
+    def rng(stream):   # a stream drawn per minibatch step skips the steps of larger clients
+        k = learner.step_draws.get(stream)
+        return SiteGenerator(seed, r, stream, site, sizes, None if k is None else (k * total, k * mine))
 
     state, info = learner.site_step(step_site_state(learner, received, kept), r, rng)
     reply = {k: _numpy(state[k]) for k in learner.up}
