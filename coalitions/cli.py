@@ -700,8 +700,7 @@ def oracle(dataset, chunk_size, memory_mb, device, threads, checkpoint, replicat
 
     option_checks.distinct_outputs(output=output, checkpoint=checkpoint)
     training = _training(opts)
-    for key, why in (("patience", "trains every subset model for the whole budget (no early stopping)"),
-                     ("local_steps", "has no communication rounds")):
+    for key, why in (("local_steps", "has no communication rounds"),):
         if key in training:
             raise co.InputError(f"--{key.replace('_', '-')}: the exact game {why}")
     data_opts = opts

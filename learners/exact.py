@@ -173,8 +173,8 @@ class ExhaustiveOracle:
         it replaces ``model``, ``epochs``, ``lr``, ``l2``, ``ridge``,
         ``batch_size`` and ``hidden`` (setting one of those as well is an error).
         With an ``lr_grid`` every subset model trains once per rate and keeps the one with
-        the lowest pooled validation loss (``lr_chosen_``); a ``patience`` is refused (the
-        subset models train the whole budget).  Its model, weight decay, optimiser,
+        the lowest pooled validation loss (``lr_chosen_``); with a ``patience`` every subset
+        model stops on its own pooled validation loss (``stopped_at_``).  Its model, weight decay, optimiser,
         schedule and batch train every subset model, for
         ``protocol.epochs_for(n)`` epochs over the ``n`` training samples of
         all clients (``protocol.steps`` optimiser steps); with ``closed_form``
@@ -204,6 +204,11 @@ class ExhaustiveOracle:
     replicates_ : coalitions.replicates.Replicates or None
         The game on each bootstrap resample of the validation sets (None
         when ``replicates`` is 0).
+    stopped_at_ : ndarray of shape (2**N,) or None
+        Under a protocol with ``patience``: the local step at which each subset model stopped
+        (:mod:`coalitions.learners.game.stopping`: its pooled validation loss had not improved for
+        ``patience`` evaluations, one per epoch; it keeps its best parameters); the game's
+        provenance summarises them (``model.stopping``).  ``None`` otherwise.
     lr_chosen_ : ndarray of shape (2**N,) or None
         Under a protocol with an ``lr_grid``: the rate each subset model kept, chosen on its
         pooled validation loss (:mod:`coalitions.learners.game.chunks`; index 0, the empty set,
@@ -336,9 +341,7 @@ class ExhaustiveOracle:
             for name, default in own.items():
                 if getattr(self, name) != default:
                     raise ParameterError(name, "{name} comes from the protocol when one is given; set it there")
-            if self.protocol.patience is not None:
-                raise ParameterError("protocol", "{name}: the exact game trains every subset model for the whole "
-                                                 "budget (per-subset early stopping is not implemented: no patience)")
+
 
     # -------------------------------------------------------------- fitting
     def fit(self, federation: Federation) -> ExhaustiveOracle:
@@ -366,6 +369,7 @@ class ExhaustiveOracle:
         self.chunks_trained_ = 0
         self.chunks_resumed_ = 0
         self.lr_chosen_: np.ndarray | None = None
+        self.stopped_at_: np.ndarray | None = None
         loss = reps_loss = None
         if cfg["solver"] == "closed-form":
             self.method_ = "closed-form"
@@ -390,6 +394,11 @@ class ExhaustiveOracle:
             if self.lr_chosen_ is not None:   # how many subset models kept each rate of the grid
                 rates, counts = np.unique(self.lr_chosen_[1:], return_counts=True)
                 cfg = {**cfg, "lr_chosen": {f"{r:g}": int(c) for r, c in zip(rates, counts, strict=True)}}
+            if self.stopped_at_ is not None:  # where the subset models stopped, in local steps
+                steps = self.stopped_at_[1:]
+                cfg = {**cfg, "stopping": {"min": int(steps.min()), "median": float(np.median(steps)),
+                                           "max": int(steps.max()),
+                                           "hit_max": int((steps >= int(self.protocol.steps)).sum())}}
         self.values_val_, self.values_test_ = val, test
         self.config_ = cfg
         self.game_ = co.Game.from_array(val, fed.names, fed.sense, self._provenance(fed, cfg, "val"))
@@ -462,6 +471,8 @@ class ExhaustiveOracle:
         grid = self.protocol.lr_grid if self.protocol is not None else None
         if grid:
             arrays["lr"] = (1 << n,)
+        if self.protocol is not None and self.protocol.patience is not None:
+            arrays["stopped_at"] = (1 << n,)
         if self.checkpoint is not None:
             what = {"config": cfg, "chunk": chunk, "device": self.device_, "dataset": fed.name,
                     "options": fed.options}
@@ -487,8 +498,9 @@ class ExhaustiveOracle:
             for part in ("val", "test", "val_loss"):
                 if part in results:
                     results[part][:, chunks[k]] = blocks[part]
-            if "lr" in results:
-                results["lr"][chunks[k]] = blocks["lr"]
+            for part in ("lr", "stopped_at"):
+                if part in results:
+                    results[part][chunks[k]] = blocks[part]
             for part in ("replicates", "replicates_loss"):
                 if part in results:
                     results[part][:, :, chunks[k]] = blocks[part]
@@ -518,6 +530,7 @@ class ExhaustiveOracle:
 
                     store(k, trainer(chunks[k], progress=tick))
         self.lr_chosen_ = results.get("lr")
+        self.stopped_at_ = results.get("stopped_at")
         return (results["val"], results["test"], results.get("replicates"), results.get("val_loss"),
                 results.get("replicates_loss"))
 

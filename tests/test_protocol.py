@@ -280,8 +280,6 @@ def test_the_exact_game_tunes_every_subset_models_rate_on_validation():
         np.testing.assert_array_equal(tuned.values_test_[members, m], single[best].values_test_[members, m])
     assert sum(tuned.config_["lr_chosen"].values()) == (1 << fed.n) - 1
     assert len(set(tuned.lr_chosen_[1:])) > 1          # the choice really varies across subsets here
-    with pytest.raises(ParameterError, match="no patience"):
-        ExhaustiveOracle(protocol=p.with_(patience=3), device="cpu").fit(fed)
     with pytest.raises(ParameterError, match="epochs comes from the protocol"):
         ExhaustiveOracle(protocol=p, epochs=5, device="cpu").fit(fed)
 
@@ -321,3 +319,23 @@ def test_every_learner_trains_under_the_protocol(method):
     e = learner.estimate_
     assert e.config["protocol"] == p.to_json() and "lr" not in e.config and "rounds" not in e.config
     assert e.extra["patience"] == 2 and e.extra["lr"] == p.lr
+
+
+def test_every_subset_model_of_the_exact_game_stops_on_its_own_validation_loss():
+    """Per-subset early stopping: each model keeps its best evaluation; the chunking changes nothing."""
+    fed = load("heart", seed=0)
+    p = DEFAULT_PROTOCOLS[("binary", "logistic")].with_(steps=200, schedule="constant", patience=4)
+    game = ExhaustiveOracle(protocol=p, device="cpu", loss_game=True).fit(fed)
+    chunked = ExhaustiveOracle(protocol=p, device="cpu", loss_game=True, chunk_size=3).fit(fed)
+    np.testing.assert_array_equal(game.stopped_at_, chunked.stopped_at_)
+    np.testing.assert_array_equal(np.nan_to_num(game.values_val_), np.nan_to_num(chunked.values_val_))
+    stopped = game.stopped_at_[1:]
+    assert stopped.max() < p.steps and len(set(stopped)) > 1      # they stop, each at its own step
+    assert game.config_["stopping"]["hit_max"] == 0
+    for m in (1, 6, 15):
+        members = [i for i in range(fed.n) if m >> i & 1]
+        # the kept model is the model after its best evaluation: with a constant rate, full batch, that is
+        # the same subset trained for best = stopped - patience steps (one evaluation per step)
+        best = int(game.stopped_at_[m]) - p.patience
+        short = ExhaustiveOracle(protocol=p.with_(steps=best, patience=None), device="cpu").fit(fed)
+        np.testing.assert_array_equal(game.values_val_[members, m], short.values_val_[members, m])

@@ -171,9 +171,9 @@ class Experiment:
         names = {f.name for f in fields(TrainingProtocol)}
         own = {k: v for k, v in mine.items() if k not in names}
         # the exact game tunes every subset model's rate on the protocol's grid (learners/game/chunks.py) unless
-        # the experiment fixes it (``oracle["lr_grid"] = None``), and every subset model trains the whole budget
-        # (per-subset early stopping is not implemented; the budget record shows the oracle's protocol)
-        return {**own, "protocol": p.with_(patience=None, **{k: v for k, v in mine.items() if k in names})}
+        # the experiment fixes it (``oracle["lr_grid"] = None``), and every subset model stops on the protocol's
+        # patience (learners/game/stopping.py)
+        return {**own, "protocol": p.with_(**{k: v for k, v in mine.items() if k in names})}
 
 
 _SEEDS = (0, 1, 2, 3, 4)

@@ -72,6 +72,32 @@ class ChunkTrainer:
             self.init = personal_init(self.spec, self.init, fed.n)
         n = self.X.shape[0]
         self.step_samples = n if cfg["batch_size"] is None else min(n, cfg["batch_size"])
+        self.val_y = torch.as_tensor(cat("val", "y"), device=device).to(y_dtype)
+        self.val_owner = torch.as_tensor(np.repeat(np.arange(fed.n), fed.sizes("val")), device=device)
+        self.n_val = torch.as_tensor(fed.sizes("val"), device=device).to(self.dtype)
+
+    def _early(self, ms, protocol):
+        """Per-subset early stopping under ``protocol``'s patience (:mod:`.stopping`), or None without one."""
+        if protocol is None or protocol.patience is None:
+            return None
+        import torch
+
+        from coalitions.learners.data.metrics import loss_function
+        from coalitions.learners.game.stopping import SubsetEarlyStop, pooled_validation_loss
+        from coalitions.learners.training.models import stacked_forward, stacked_personal_forward
+
+        loss = loss_function(self.fed.task)
+        member = torch.as_tensor(membership(ms, self.fed.n), device=self.X.device).to(self.dtype)
+        onehot = torch.nn.functional.one_hot(self.val_owner, self.fed.n).to(self.dtype)
+        counts = self.fed.sizes("val").tolist()
+
+        def evaluate(params):
+            out = (stacked_personal_forward(self.spec, params, self.evals["val"], counts) if self.personal
+                   else stacked_forward(self.spec, params, self.evals["val"]))
+            per_client = (loss(out, self.val_y) @ onehot) / self.n_val.clamp(min=1)       # (M, N) mean losses
+            return pooled_validation_loss(per_client, member, self.n_val)
+
+        return SubsetEarlyStop(protocol.patience, len(ms), self.X.device), evaluate
 
     @property
     def grid(self) -> tuple[float, ...] | None:
@@ -115,19 +141,26 @@ class ChunkTrainer:
         return best
 
     def _train_and_score(self, ms, progress, protocol, loss: bool) -> dict:
-        """Train the subset models ``ms`` under ``protocol`` and score them (``loss``: also the validation loss)."""
+        """Train the subset models ``ms`` under ``protocol`` and score them (``loss``: also the validation loss).
+
+        Under a protocol with ``patience`` each model stops on its own pooled validation loss and
+        keeps its best parameters; ``"stopped_at"`` ``(len(ms),)`` records the step where it stopped.
+        """
         fed, cfg = self.fed, self.cfg
+        early = self._early(ms, protocol)
         if self.personal:
             params = train_subsets_personal(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
                                             epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
                                             batch_size=cfg["batch_size"], seed=self.seed, progress=progress,
-                                            protocol=protocol)
+                                            protocol=protocol, early=early)
         else:
             params = train_subsets(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
                                    epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"], batch_size=cfg["batch_size"],
-                                   seed=self.seed, progress=progress, protocol=protocol)
+                                   seed=self.seed, progress=progress, protocol=protocol, early=early)
         member = membership(ms, fed.n)
         out = {}
+        if early is not None:
+            out["stopped_at"] = early[0].stopped_at.cpu().numpy().astype(np.float64)
         if loss:
             out["val_loss"] = np.full((fed.n, len(ms)), np.nan)
         if self.draws is not None:

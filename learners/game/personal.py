@@ -46,7 +46,7 @@ _SCALED = None
 
 def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
                            lr: float, l2: float = 0.0, batch_size: int | None = None, seed: int = 0,
-                           progress: Callable[[int], None] | None = None, protocol=None) -> dict:
+                           progress: Callable[[int], None] | None = None, protocol=None, early=None) -> dict:
     """Train one body and a head per member for each mask, all masks at once (module docstring).
 
     Parameters as :func:`train_subsets`, except that ``X, y, owner`` must be
@@ -69,7 +69,7 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
     round: the average of the members' body steps is the pooled step, each head takes its
     own client's step (tests/test_fedper.py).  A non-member's head appears in no term: its
     gradient is exactly zero and the optimiser leaves it at ``init``.
-    ``protocol`` as in :func:`train_subsets`: its stacked optimiser and schedule
+    ``protocol`` and ``early`` as in :func:`train_subsets`: its stacked optimiser and schedule
     replace PyTorch's Adam and cosine schedule, so that the model of ``{i}``
     (body and ``i``'s head) is the model Local trains for client ``i``.
 
@@ -99,6 +99,7 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
     steps_per_epoch = math.ceil(n / bs)
     stepper = SubsetStepper(params, lr, epochs * steps_per_epoch, protocol)
     gen = torch.Generator().manual_seed(int(seed))
+    active = None
     for _epoch in range(epochs):
         order = None if batch_size is None else torch.randperm(n, generator=gen).to(device)
         for b in range(steps_per_epoch):
@@ -125,9 +126,16 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
                     total = total + 0.5 * l2 * params[k].pow(2).flatten(1).sum(1)
                 for k in head_decay:   # each member's head its own decay (a non-member's: none)
                     total = total + 0.5 * l2 * (W * params[k].pow(2).flatten(2).sum(2)).sum(1)
-            params = stepper.step(params, total.sum())
+            params = stepper.step(params, total.sum(), active)
         if progress is not None:
             progress(_epoch + 1)
+        if early is not None:
+            with torch.no_grad():
+                active = early[0].update(early[1](params), params, (_epoch + 1) * steps_per_epoch)
+            if not bool(active.any()):
+                break
+    if early is not None:
+        params = early[0].best_params(params)
     return {k: v.detach() for k, v in params.items()}
 
 

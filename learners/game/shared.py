@@ -15,7 +15,7 @@ from coalitions.learners.game.stepper import SubsetStepper
 
 def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
                   lr: float, l2: float = 0.0, batch_size: int | None = None, seed: int = 0,
-                  progress: Callable[[int], None] | None = None, protocol=None) -> dict:
+                  progress: Callable[[int], None] | None = None, protocol=None, early=None) -> dict:
     """Train one model per mask, all at once; returns stacked parameters ``(M, ...)``.
 
     Parameters
@@ -44,6 +44,11 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
         model of client ``i`` are the same computation (``epochs``, ``lr``,
         ``l2`` and ``batch_size`` are then the protocol's, as
         :meth:`ExhaustiveOracle.config` sets them).
+    early : (SubsetEarlyStop, callable) or None
+        Early stopping (protocol only): after every epoch ``early[1](params)`` gives each
+        model's pooled validation loss ``(M,)`` and ``early[0]``
+        (:class:`~coalitions.learners.game.stopping.SubsetEarlyStop`) freezes the models that
+        stopped; the best parameters of every model are returned.
 
     Returns
     -------
@@ -68,6 +73,7 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
     steps_per_epoch = math.ceil(n / bs)
     stepper = SubsetStepper(params, lr, epochs * steps_per_epoch, protocol)
     gen = torch.Generator().manual_seed(int(seed))
+    active = None
     from coalitions.learners.training.models import stacked_forward
 
     for epoch in range(epochs):
@@ -81,9 +87,16 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
             mean = (W * per_client).sum(1) / count.clamp(min=1)
             if l2 and decay:
                 mean = mean + 0.5 * l2 * sum(params[k].pow(2).flatten(1).sum(1) for k in decay)
-            params = stepper.step(params, mean.sum())
+            params = stepper.step(params, mean.sum(), active)
         if progress is not None:
             progress(epoch + 1)
+        if early is not None:
+            with torch.no_grad():
+                active = early[0].update(early[1](params), params, (epoch + 1) * steps_per_epoch)
+            if not bool(active.any()):
+                break
+    if early is not None:
+        params = early[0].best_params(params)
     return {k: v.detach() for k, v in params.items()}
 
 

@@ -27,8 +27,12 @@ class SubsetStepper:
             first = next(iter(params.values()))
             self.every = torch.ones(first.shape[0], dtype=torch.bool, device=first.device)
 
-    def step(self, params: dict, loss) -> dict:
-        """One step on the scalar ``loss`` (the sum of every subset's objective); the parameters after it."""
+    def step(self, params: dict, loss, active=None) -> dict:
+        """One step on the scalar ``loss`` (the sum of every subset's objective); the parameters after it.
+
+        ``active`` (bool ``(M,)``, protocol only): the models that move; the others keep their
+        parameters and optimiser state (early stopping, :mod:`coalitions.learners.game.stopping`).
+        """
         import torch
 
         if self.protocol is None:
@@ -40,5 +44,5 @@ class SubsetStepper:
         grads = dict(zip(params, torch.autograd.grad(loss, list(params.values())), strict=True))
         with torch.no_grad():
             new, self.state = self.stacked.step({k: v.detach() for k, v in params.items()}, grads, self.state,
-                                                self.every)
+                                                self.every if active is None else active)
         return {k: v.requires_grad_(True) for k, v in new.items()}
