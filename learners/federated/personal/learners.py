@@ -18,7 +18,8 @@ __all__ = ["PERSONAL", "AVERAGED", "averaged_names", "learner_params", "method_p
 PERSONAL = {"local": "local", "fedavg": "fedavg", "fedprox": "fedprox", "ditto": "ditto", "fedper": "fedper",
             "lg-fedavg": "lg-fedavg", "fedamp": "fedamp", "fedamp-heuristic": "fedamp-heuristic",
             "federico": "federico", "superfed": "superfed-mm", "superfed-lm": "superfed-lm", "qffl": "qffl",
-            "afl": "afl", "per-fedavg": "per-fedavg", "pfedme": "pfedme"}
+            "afl": "afl", "per-fedavg": "per-fedavg", "pfedme": "pfedme",
+            "pfedhn": "pfedhn"}
 
 #: Methods whose server step is FedAvg's weighted average of part of the state, the rest staying at the
 #: site: method -> (the state key the average lands in, the state keys a site keeps).  With the averaged
