@@ -62,7 +62,7 @@ server, its parameters), :mod:`.randomness` (a site's row of the in-process draw
 (the ClientApp's half) and :mod:`.strategies` (the ServerApp's half, Flower strategies).
 """
 
-from coalitions.learners.federated.personal.engine import STRATEGIES, StepStrategy, step_site
+from coalitions.learners.federated.personal.engine import STRATEGIES, StepStrategy, SuPerFedStrategy, step_site
 from coalitions.learners.federated.personal.learners import (
     PERSONAL,
     check_method,
@@ -75,16 +75,14 @@ from coalitions.learners.federated.personal.learners import (
 from coalitions.learners.federated.personal.randomness import SiteGenerator
 from coalitions.learners.federated.personal.site import federico_site, site_finish, site_round, site_train
 from coalitions.learners.federated.personal.strategies import (
-    AveragedStrategy,
     FedAMPStrategy,
     FedeRiCoStrategy,
     LocalStrategy,
     PersonalStrategy,
-    SuPerFedStrategy,
     run_personal,
 )
 
 __all__ = ["PERSONAL", "method_params", "check_method", "SiteGenerator", "site_learner", "server_learner",
            "learner_params", "initial_state", "site_round", "site_train", "site_finish", "PersonalStrategy",
-           "AveragedStrategy", "LocalStrategy", "FedAMPStrategy", "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES",
+           "LocalStrategy", "FedAMPStrategy", "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES",
            "StepStrategy", "step_site", "federico_site", "run_personal"]

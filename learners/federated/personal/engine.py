@@ -13,6 +13,8 @@ clients; here :class:`StepStrategy` (the server) stacks the sites' uploads, call
 
 from __future__ import annotations
 
+import numpy as np
+
 from coalitions.learners.federated.personal.learners import (
     PERSONAL,
     _numpy,
@@ -23,8 +25,9 @@ from coalitions.learners.federated.personal.learners import (
 )
 from coalitions.learners.federated.personal.randomness import SiteGenerator, _epoch_steps
 from coalitions.learners.federated.personal.strategies import METHOD_STRATEGIES, PersonalStrategy
+from coalitions.learners.federated.replies import BadReply, check_arrays, check_metrics, check_number
 
-__all__ = ["StepStrategy", "STRATEGIES", "step_site", "step_site_state", "uses_steps"]
+__all__ = ["StepStrategy", "SuPerFedStrategy", "STRATEGIES", "step_site", "step_site_state", "uses_steps"]
 
 
 def uses_steps(learner) -> bool:
@@ -96,7 +99,6 @@ class StepStrategy(PersonalStrategy):
 
     def _arrays(self, rep, key: str, rows: int = 1, names=None) -> dict:
         """Upload ``key`` of a reply as ``{name: (1, ...)}``, checked against the method's :meth:`record_shapes`."""
-        from coalitions.learners.federated.replies import BadReply, check_arrays
         from coalitions.learners.federated.server import _arrays
 
         if key not in self.learner.up:
@@ -108,6 +110,25 @@ class StepStrategy(PersonalStrategy):
         return dict(zip(shapes, arrays, strict=True))
 
 
+class SuPerFedStrategy(StepStrategy):
+    """SuPerFed: the global (federated) model averaged as in FedAvg; each site's local model stays there."""
+
+    def check_extra(self, name, res):
+        if set(res) != {"lambda", "val_curve"}:
+            raise BadReply(name, f"its evaluation holds fields {sorted(res)}, expected lambda and val_curve")
+        return {"lambda": check_number(res["lambda"], name, "its lambda", 0.0, 1.0),
+                "val_curve": [float(x) for x in check_metrics(res["val_curve"], self.learner.federation_.metric,
+                                                                 name, len(self.learner.lambda_grid),
+                                                                 "validation curve")]}
+
+    def finish(self, seconds):
+        lr = super().finish(seconds)
+        names = self.names
+        lr.lambda_ = np.array([self.site_extra[n]["lambda"] for n in names])
+        lr.val_curve_ = np.array([self.site_extra[n]["val_curve"] for n in names])
+        return lr
+
+
 def _stepped(method: str) -> bool:
     from coalitions.learners.methods.registry import METHODS
 
@@ -115,4 +136,5 @@ def _stepped(method: str) -> bool:
 
 
 #: The server of each federated method: the generic one for every method written as two steps.
-STRATEGIES = {m: StepStrategy if _stepped(m) else METHOD_STRATEGIES[m] for m in PERSONAL}
+STRATEGIES = {**{m: StepStrategy if _stepped(m) else METHOD_STRATEGIES[m] for m in PERSONAL},
+              "superfed": SuPerFedStrategy, "superfed-lm": SuPerFedStrategy}

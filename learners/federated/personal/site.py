@@ -10,15 +10,13 @@ import numpy as np
 from coalitions.errors import InputError
 from coalitions.learners.federated.personal.engine import step_site, step_site_state, uses_steps
 from coalitions.learners.federated.personal.learners import (
-    AVERAGED,
     PERSONAL,
     _numpy,
     _tensors,
-    averaged_names,
     kept_optimisers,
     restored_optimisers,
 )
-from coalitions.learners.federated.personal.randomness import SiteGenerator, _epoch_steps
+from coalitions.learners.federated.personal.randomness import SiteGenerator
 
 __all__ = ["site_round", "site_train", "federico_site", "site_finish"]
 
@@ -53,36 +51,10 @@ def site_round(method: str, learner, r: int, site: int, sizes, received: dict, k
         params = _tensors(kept["model"] if kept else received["model"])
         state, info = learner.train_round({"params": params, **restored_optimisers(kept)}, r, rng)
         return {}, float(info["loss"]), {"model": _numpy(state["params"]), **kept_optimisers(state)}
-    if method in AVERAGED:
-        steps = _epoch_steps(sizes, learner.batch_size, site)
-
-        def srng(stream):   # stream 1 draws once per minibatch step (SuPerFed's mixing coefficients)
-            return SiteGenerator(seed, r, stream, site, sizes, steps if stream == 1 else None)
-
-        key = AVERAGED[method][0]
-        state, info = learner.train_round(_averaged_state(method, received, kept), r, srng)
-        names = averaged_names(method, learner)
-        return ({"model": _numpy({n: state[key][n] for n in names})}, float(info["loss"]),
-                {**{k: _numpy(state[k]) for k in AVERAGED[method][1]}, **kept_optimisers(state)} or None)
     if method in ("fedamp", "fedamp-heuristic"):
         new, mine, losses = learner.local_step(_tensors(received["model"]), rng(0), sizes, restored_optimisers(kept))
         return {"model": _numpy(new)}, float(np.mean(losses)), kept_optimisers(mine) or None
     raise InputError(f"--method {method}: not a federated personalised method ({', '.join(PERSONAL)})")
-
-
-def _averaged_state(method: str, received: dict, kept: dict | None) -> dict:
-    """The learner's state at a site of an :data:`AVERAGED` method, from the server's average and what it kept.
-
-    The kept keys come from the site's previous round, or in round 0 from the
-    server's initial state (its row); the averaged parameters from the
-    server's last average (``received["model"]``; FedPer's round 0 has none).
-    """
-    key, keys = AVERAGED[method]
-    state = {k: _tensors(kept[k] if kept else received[k]) for k in keys}
-    state.update(restored_optimisers(kept))
-    if "model" in received:
-        state[key] = {**state.get(key, {}), **_tensors(received["model"])}
-    return state
 
 
 def site_train(method: str, learner, cfg: dict, received: dict, kept: dict | None):
@@ -188,8 +160,6 @@ def site_finish(method: str, learner, received: dict, kept: dict | None) -> dict
         state = step_site_state(learner, received, kept)
     elif method == "local":
         state = {"params": _tensors(kept["model"])}
-    elif method in AVERAGED:
-        state = _averaged_state(method, received, kept)
     elif method in ("fedamp", "fedamp-heuristic"):
         state = {"params": _tensors(received["model"]), "history": [], "guarded": 0}
     elif method == "federico":   # every model, mixed by the site's own posterior row

@@ -10,11 +10,9 @@ import numpy as np
 
 from coalitions.errors import InputError
 from coalitions.learners.federated.personal.learners import (
-    AVERAGED,
     _numpy,
     _rows,
     _tensors,
-    averaged_names,
     initial_state,
     learner_params,
     server_learner,
@@ -22,7 +20,7 @@ from coalitions.learners.federated.personal.learners import (
 from coalitions.learners.federated.personal.randomness import _epoch_steps
 from coalitions.learners.federated.replies import BadReply, check_losses, check_metrics, check_number, reply_json
 
-__all__ = ["PersonalStrategy", "LocalStrategy", "AveragedStrategy", "SuPerFedStrategy", "FedAMPStrategy", "FedeRiCoStrategy",
+__all__ = ["PersonalStrategy", "LocalStrategy", "FedAMPStrategy", "FedeRiCoStrategy",
            "METHOD_STRATEGIES", "run_personal"]
 
 # --------------------------------------------------------------------------- the server's half: Flower strategies
@@ -252,65 +250,6 @@ class LocalStrategy(PersonalStrategy):
         return 1
 
 
-class AveragedStrategy(PersonalStrategy):
-    """FedAvg's server step for every :data:`~.learners.AVERAGED` method: the size-weighted average.
-
-    Each round every site receives the last average (``"model"``) and, in
-    round 0, its row of the state it keeps (Ditto's personal model,
-    SuPerFed's local model, FedPer's and LG-FedAvg's whole model); it returns
-    the averaged part after its local training — the whole global model, or
-    only the shared part of a partly personal model (FedPer's body,
-    LG-FedAvg's head) — and keeps the rest.
-    """
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.key, self.kept = AVERAGED[self.method]
-        self.shared = averaged_names(self.method, self.learner)
-        self.average = None if self.key in self.kept else self.state[self.key]
-
-    def payload(self, r, i):
-        out = {} if self.average is None else {"model": _numpy(self.average)}
-        if r == 0:
-            out.update({k: _numpy(_rows(self.state[k], i)) for k in self.kept})
-        return out
-
-    def reply_names(self, key):
-        return self.shared
-
-    def absorb(self, r, replies):
-        import torch
-
-        from coalitions.learners.methods.baselines import weighted_average
-
-        stacked = {k: torch.cat([_tensors(rep["model"])[k] for rep in replies]) for k in self.shared}
-        # nothing shared (FedPer on a model without a body) leaves every site on its own, as in process
-        self.average = weighted_average(stacked, np.asarray(self.sizes)) if stacked else {}
-
-    def final_payload(self, i):
-        return {"model": _numpy(self.average)}
-
-
-
-class SuPerFedStrategy(AveragedStrategy):
-    """SuPerFed: the global (federated) model averaged as in FedAvg; each site's local model stays there."""
-
-    def check_extra(self, name, res):
-        if set(res) != {"lambda", "val_curve"}:
-            raise BadReply(name, f"its evaluation holds fields {sorted(res)}, expected lambda and val_curve")
-        return {"lambda": check_number(res["lambda"], name, "its lambda", 0.0, 1.0),
-                "val_curve": [float(x) for x in check_metrics(res["val_curve"], self.learner.federation_.metric,
-                                                                 name, len(self.learner.lambda_grid),
-                                                                 "validation curve")]}
-
-    def finish(self, seconds):
-        lr = super().finish(seconds)
-        names = self.names
-        lr.lambda_ = np.array([self.site_extra[n]["lambda"] for n in names])
-        lr.val_curve_ = np.array([self.site_extra[n]["val_curve"] for n in names])
-        return lr
-
-
 class FedAMPStrategy(PersonalStrategy):
     """FedAMP: the server computes ``ξ`` from the uploaded models and sends each site its cloud model ``u_i``."""
 
@@ -451,8 +390,7 @@ class FedeRiCoStrategy(PersonalStrategy):
 
 #: The per-method servers of the methods not yet written as a site step and a server step
 #: (:data:`coalitions.learners.federated.personal.engine.STRATEGIES` is the table in use).
-METHOD_STRATEGIES = {"local": LocalStrategy, **{m: AveragedStrategy for m in AVERAGED}, "superfed": SuPerFedStrategy,
-              "superfed-lm": SuPerFedStrategy, "fedamp": FedAMPStrategy, "fedamp-heuristic": FedAMPStrategy,
+METHOD_STRATEGIES = {"local": LocalStrategy, "fedamp": FedAMPStrategy, "fedamp-heuristic": FedAMPStrategy,
               "federico": FedeRiCoStrategy}
 
 
