@@ -221,6 +221,7 @@ def test_strategy_over_a_memory_grid_equals_the_inprocess_learner(heart, method)
     optimiser = {k for k in kept if k.startswith("kept-site_opt")}    # the site's own optimiser state persists
     assert bool(optimiser) == (method != "federico")                   # (FedeRiCo's models are stepped by the server)
     assert kept - optimiser == {"local": {"kept-model"}, "superfed": {"kept-local"}, "federico": {"kept-row"},
+                                "fedamp": {"kept-params"},
                                 "ditto": {"kept-personal"}, "fedper": {"kept-params"},
                                 "lg-fedavg": {"kept-params"}}.get(method, set())
 

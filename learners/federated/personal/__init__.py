@@ -75,7 +75,6 @@ from coalitions.learners.federated.personal.learners import (
 from coalitions.learners.federated.personal.randomness import SiteGenerator
 from coalitions.learners.federated.personal.site import federico_site, site_finish, site_round, site_train
 from coalitions.learners.federated.personal.strategies import (
-    FedAMPStrategy,
     FedeRiCoStrategy,
     LocalStrategy,
     PersonalStrategy,
@@ -84,5 +83,5 @@ from coalitions.learners.federated.personal.strategies import (
 
 __all__ = ["PERSONAL", "method_params", "check_method", "SiteGenerator", "site_learner", "server_learner",
            "learner_params", "initial_state", "site_round", "site_train", "site_finish", "PersonalStrategy",
-           "LocalStrategy", "FedAMPStrategy", "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES",
+           "LocalStrategy", "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES",
            "StepStrategy", "step_site", "federico_site", "run_personal"]

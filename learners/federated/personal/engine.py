@@ -52,6 +52,7 @@ def step_site(learner, cfg: dict, received: dict, kept: dict | None):
     """A ``train`` message at a site: ``site_step`` on its one-row state; returns ``(reply, metrics, kept)``."""
     sizes = [int(x) for x in cfg["sizes"]]
     site, r, seed = int(cfg["site-index"]), int(cfg["round"]), int(learner.seed)
+    learner.train_sizes_ = np.asarray(sizes, dtype=np.int64)    # every site's, as the server's message says
     total, mine = _epoch_steps(sizes, learner._batch(), site)
 
     def rng(stream):   # a stream drawn per minibatch step skips the steps of larger clients
@@ -91,7 +92,10 @@ class StepStrategy(PersonalStrategy):
     def finish_weights(self):
         """Keep the server's final state (``server_state_``); the weights of a method that has them."""
         self.learner.server_state_ = self.state
-        super().finish_weights()
+        if self.learner.has_weights:    # learned from the uploads, which the server holds
+            self.learner.finish(self.state)
+        else:
+            super().finish_weights()
         self.learner.server_finish(self.state)
 
     def final_payload(self, i):

@@ -51,9 +51,6 @@ def site_round(method: str, learner, r: int, site: int, sizes, received: dict, k
         params = _tensors(kept["model"] if kept else received["model"])
         state, info = learner.train_round({"params": params, **restored_optimisers(kept)}, r, rng)
         return {}, float(info["loss"]), {"model": _numpy(state["params"]), **kept_optimisers(state)}
-    if method in ("fedamp", "fedamp-heuristic"):
-        new, mine, losses = learner.local_step(_tensors(received["model"]), rng(0), sizes, restored_optimisers(kept))
-        return {"model": _numpy(new)}, float(np.mean(losses)), kept_optimisers(mine) or None
     raise InputError(f"--method {method}: not a federated personalised method ({', '.join(PERSONAL)})")
 
 
@@ -160,8 +157,6 @@ def site_finish(method: str, learner, received: dict, kept: dict | None) -> dict
         state = step_site_state(learner, received, kept)
     elif method == "local":
         state = {"params": _tensors(kept["model"])}
-    elif method in ("fedamp", "fedamp-heuristic"):
-        state = {"params": _tensors(received["model"]), "history": [], "guarded": 0}
     elif method == "federico":   # every model, mixed by the site's own posterior row
         state = {"phi": _tensors(received["models"]), "history": [], "ema_history": [], "neighbours": [],
                  **{key: torch.as_tensor(np.asarray(v, dtype=np.float64)) for key, v in kept["row"].items()}}

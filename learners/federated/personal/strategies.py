@@ -20,7 +20,7 @@ from coalitions.learners.federated.personal.learners import (
 from coalitions.learners.federated.personal.randomness import _epoch_steps
 from coalitions.learners.federated.replies import BadReply, check_losses, check_metrics, check_number, reply_json
 
-__all__ = ["PersonalStrategy", "LocalStrategy", "FedAMPStrategy", "FedeRiCoStrategy",
+__all__ = ["PersonalStrategy", "LocalStrategy", "FedeRiCoStrategy",
            "METHOD_STRATEGIES", "run_personal"]
 
 # --------------------------------------------------------------------------- the server's half: Flower strategies
@@ -250,34 +250,6 @@ class LocalStrategy(PersonalStrategy):
         return 1
 
 
-class FedAMPStrategy(PersonalStrategy):
-    """FedAMP: the server computes ``ξ`` from the uploaded models and sends each site its cloud model ``u_i``."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.history: list = []
-        self.learner._guarded = 0
-
-    def payload(self, r, i):
-        if i == 0:
-            self._xi, self._u = self.learner.message_passing(self.state["params"])
-            self.history.append(self._xi.cpu())
-        return {"model": _numpy(_rows(self._u, i))}
-
-    def absorb(self, r, replies):
-        import torch
-
-        self.state = {**self.state, "params": {k: torch.cat([_tensors(rep["model"])[k] for rep in replies])
-                                               for k in self.learner.spec_.shapes}}
-
-    def final_payload(self, i):
-        return {"model": _numpy(_rows(self.state["params"], i))}
-
-    def finish_weights(self):
-        self.learner.finish({"params": self.state["params"], "history": self.history,
-                             "guarded": self.learner._guarded})
-
-
 class FedeRiCoStrategy(PersonalStrategy):
     """FedeRiCo: models travel through the server; each site keeps and computes its own posterior row.
 
@@ -390,8 +362,7 @@ class FedeRiCoStrategy(PersonalStrategy):
 
 #: The per-method servers of the methods not yet written as a site step and a server step
 #: (:data:`coalitions.learners.federated.personal.engine.STRATEGIES` is the table in use).
-METHOD_STRATEGIES = {"local": LocalStrategy, "fedamp": FedAMPStrategy, "fedamp-heuristic": FedAMPStrategy,
-              "federico": FedeRiCoStrategy}
+METHOD_STRATEGIES = {"local": LocalStrategy, "federico": FedeRiCoStrategy}
 
 
 def run_personal(grid, settings, method: str, params: dict, log=print):
