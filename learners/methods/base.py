@@ -630,8 +630,8 @@ class PersonalizedLearner(Learner):
     #: The round as a site step and a server step (:meth:`site_step`, :meth:`server_step`): the state
     #: keys a site uploads (stacked, one row per site), the keys the server sends down (a tensor with
     #: one row per site: each site its row; with one row: the same to every site), and the keys each
-    #: site keeps between rounds besides its optimiser states (its personal parameters).  Empty
-    #: ``up``: the method is not (yet) written as two steps and :meth:`train_round` is its own.
+    #: site keeps between rounds besides its optimiser states (its personal parameters).  Nothing
+    #: up (Local): the sites run all their rounds without an exchange.
     up: tuple[str, ...] = ()
     down: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()
@@ -647,8 +647,6 @@ class PersonalizedLearner(Learner):
         over Flower one generic strategy and one site handler call the same two
         functions (:mod:`coalitions.learners.federated.personal.engine`).
         """
-        if not self.up:
-            raise NotImplementedError(f"{type(self).__name__} defines neither train_round nor site_step")
         state, info = self.site_step(state, r, rng)
         return self.server_step(state, r), info
 

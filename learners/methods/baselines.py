@@ -114,9 +114,16 @@ class Local(PersonalizedLearner):
         return {"weight": torch.as_tensor(W[:, :-1, None], device=dev, dtype=dtype),
                 "bias": torch.as_tensor(W[:, -1:], device=dev, dtype=dtype)}
 
-    def train_round(self, state, r, rng):
+    kept = ("params",)      # nothing goes up or down: over Flower one message starts every site's rounds
+
+    def site_step(self, state, r, rng):
+        """Each site: its local epochs on its own model (its optimiser state continued)."""
         params, kept, loss = self._site_steps(state, state["params"], self._task_loss, rng(0))
-        return {"params": params, **kept}, {"loss": float(np.mean(loss))}
+        return {**state, "params": params, **kept}, {"loss": float(np.mean(loss))}
+
+    def server_step(self, state, r):
+        """No server: the models never leave their clients."""
+        return state
 
     def finish(self, state):
         self.params_ = {k: v.detach().cpu() for k, v in state["params"].items()}

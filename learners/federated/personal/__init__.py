@@ -73,15 +73,14 @@ from coalitions.learners.federated.personal.learners import (
     site_learner,
 )
 from coalitions.learners.federated.personal.randomness import SiteGenerator
-from coalitions.learners.federated.personal.site import federico_site, site_finish, site_round, site_train
+from coalitions.learners.federated.personal.site import federico_site, site_finish, site_train
 from coalitions.learners.federated.personal.strategies import (
     FedeRiCoStrategy,
-    LocalStrategy,
     PersonalStrategy,
     run_personal,
 )
 
 __all__ = ["PERSONAL", "method_params", "check_method", "SiteGenerator", "site_learner", "server_learner",
-           "learner_params", "initial_state", "site_round", "site_train", "site_finish", "PersonalStrategy",
-           "LocalStrategy", "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES",
+           "learner_params", "initial_state", "site_train", "site_finish", "PersonalStrategy",
+           "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES",
            "StepStrategy", "step_site", "federico_site", "run_personal"]

@@ -31,8 +31,11 @@ __all__ = ["StepStrategy", "SuPerFedStrategy", "STRATEGIES", "step_site", "step_
 
 
 def uses_steps(learner) -> bool:
-    """Whether the learner's round is written as a site step and a server step."""
-    return bool(getattr(learner, "up", ()))
+    """Whether the learner (or its class) writes its round as a site step and a server step."""
+    from coalitions.learners.methods.base import PersonalizedLearner
+
+    cls = learner if isinstance(learner, type) else type(learner)
+    return cls.site_step is not PersonalizedLearner.site_step
 
 
 def _row(value, i: int, n: int) -> dict:
@@ -51,18 +54,25 @@ def step_site_state(learner, received: dict, kept: dict | None) -> dict:
 def step_site(learner, cfg: dict, received: dict, kept: dict | None):
     """A ``train`` message at a site: ``site_step`` on its one-row state; returns ``(reply, metrics, kept)``."""
     sizes = [int(x) for x in cfg["sizes"]]
-    site, r, seed = int(cfg["site-index"]), int(cfg["round"]), int(learner.seed)
+    site, first, seed = int(cfg["site-index"]), int(cfg["round"]), int(learner.seed)
     learner.train_sizes_ = np.asarray(sizes, dtype=np.int64)    # every site's, as the server's message says
     total, mine = _epoch_steps(sizes, learner._batch(), site)
 
-    def rng(stream):   # a stream drawn per minibatch step skips the steps of larger clients
-        k = learner.step_draws.get(stream)
-        return SiteGenerator(seed, r, stream, site, sizes, None if k is None else (k * total, k * mine))
+    def rng_of(r):
+        def rng(stream):   # a stream drawn per minibatch step skips the steps of larger clients
+            k = learner.step_draws.get(stream)
+            return SiteGenerator(seed, r, stream, site, sizes, None if k is None else (k * total, k * mine))
+        return rng
 
-    state, info = learner.site_step(step_site_state(learner, received, kept), r, rng)
+    state = step_site_state(learner, received, kept)
+    losses = []
+    # nothing goes up (Local): this one message runs all the site's rounds
+    for r in (range(first, first + 1) if learner.up else range(int(cfg["rounds"]))):
+        state, info = learner.site_step(state, r, rng_of(r))
+        losses.append(float(info["loss"]))
     reply = {k: _numpy(state[k]) for k in learner.up}
     keep = {**{k: _numpy(state[k]) for k in learner.kept}, **kept_optimisers(state)}
-    return reply, {"losses": [float(info["loss"])]}, keep or None
+    return reply, {"losses": losses}, keep or None
 
 
 class StepStrategy(PersonalStrategy):
@@ -88,6 +98,10 @@ class StepStrategy(PersonalStrategy):
         up = {k: {p: torch.cat([_tensors(rep[k])[p] for rep in replies]) for p in replies[0][k]}
               for k in self.learner.up}
         self.state = self.learner.server_step({**self.state, **up}, r)
+
+    def exchanges(self) -> int:
+        """A round per exchange; one exchange when nothing goes up (the sites run all their rounds)."""
+        return self.rounds if self.learner.up else 1
 
     def finish_weights(self):
         """Keep the server's final state (``server_state_``); the weights of a method that has them."""

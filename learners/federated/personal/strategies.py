@@ -11,7 +11,6 @@ import numpy as np
 from coalitions.errors import InputError
 from coalitions.learners.federated.personal.learners import (
     _numpy,
-    _rows,
     _tensors,
     initial_state,
     learner_params,
@@ -20,7 +19,7 @@ from coalitions.learners.federated.personal.learners import (
 from coalitions.learners.federated.personal.randomness import _epoch_steps
 from coalitions.learners.federated.replies import BadReply, check_losses, check_metrics, check_number, reply_json
 
-__all__ = ["PersonalStrategy", "LocalStrategy", "FedeRiCoStrategy",
+__all__ = ["PersonalStrategy", "FedeRiCoStrategy",
            "METHOD_STRATEGIES", "run_personal"]
 
 # --------------------------------------------------------------------------- the server's half: Flower strategies
@@ -50,7 +49,7 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
     Every message to site ``i`` carries ``config`` (the method, the learner's
     parameters as JSON, the round, ``i`` and every site's training-set size)
     and the arrays of :meth:`payload`; replies carry the arrays of the site's
-    half (:func:`site_round`) and its loss.  After the last round
+    half (:func:`~.site.site_train`) and its loss.  After the last round
     ``configure_evaluate`` asks each site for its utilities (:func:`site_finish`).
     Traffic is counted as in the exact game (the records' bytes).
     """
@@ -237,19 +236,6 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         self.learner.weights_history_ = []
 
 
-class LocalStrategy(PersonalStrategy):
-    """Local: no exchange.  One message starts every site on its own rounds (the initial model from the seed)."""
-
-    def payload(self, r, i):
-        return {"model": _numpy(_rows(self.state["params"], i))}
-
-    def absorb(self, r, replies):
-        pass
-
-    def exchanges(self) -> int:
-        return 1
-
-
 class FedeRiCoStrategy(PersonalStrategy):
     """FedeRiCo: models travel through the server; each site keeps and computes its own posterior row.
 
@@ -362,7 +348,7 @@ class FedeRiCoStrategy(PersonalStrategy):
 
 #: The per-method servers of the methods not yet written as a site step and a server step
 #: (:data:`coalitions.learners.federated.personal.engine.STRATEGIES` is the table in use).
-METHOD_STRATEGIES = {"local": LocalStrategy, "federico": FedeRiCoStrategy}
+METHOD_STRATEGIES = {"federico": FedeRiCoStrategy}
 
 
 def run_personal(grid, settings, method: str, params: dict, log=print):
