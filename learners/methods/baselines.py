@@ -60,7 +60,7 @@ def broadcast(params: dict, n: int) -> dict:
     return {k: v.expand(n, *v.shape[1:]).clone() for k, v in params.items()}
 
 
-def average_step(state: dict, sizes, up: str = "models", down: str = "global") -> dict:
+def average_step(state: dict, sizes, up: str = "model", down: str = "global") -> dict:
     """FedAvg's server step: ``state[down] = Σ_i n_i state[up]_i / Σ_i n_i``, the uploads dropped."""
     out = {k: v for k, v in state.items() if k != up}
     return {**out, down: weighted_average(state[up], sizes)}
@@ -156,7 +156,7 @@ class FedAvg(PersonalizedLearner):
                  patience=None):
         self._store(locals())
 
-    up, down = ("models",), ("global",)
+    up, down = ("model",), ("global",)
 
     def init_state(self, fed, gen, device):
         return {"global": self._init_params(gen, device, 1)}
@@ -165,7 +165,7 @@ class FedAvg(PersonalizedLearner):
         """Each site: its local epochs from the global model (its optimiser state continued); uploads its model."""
         params = broadcast(state["global"], self.federation_.n)
         params, kept, loss = self._site_steps(state, params, self._task_loss, rng(0))
-        return {**state, "models": params, **kept}, {"loss": float(np.mean(loss))}
+        return {**state, "model": params, **kept}, {"loss": float(np.mean(loss))}
 
     def server_step(self, state, r):
         """``w ← Σ_i n_i w_i / Σ_i n_i`` over the uploaded models."""

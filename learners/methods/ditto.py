@@ -79,7 +79,7 @@ class Ditto(PersonalizedLearner):
         glob = self._init_params(gen, device, 1)
         return {"global": glob, "personal": broadcast(glob, fed.n)}
 
-    up, down, kept = ("models",), ("global",), ("personal",)
+    up, down, kept = ("model",), ("global",), ("personal",)
 
     def site_step(self, state, r, rng):
         """Each site: the global model's local epochs and its personal model's, together; uploads the former."""
@@ -88,7 +88,7 @@ class Ditto(PersonalizedLearner):
         p, kept, loss = self._site_steps(state, p, self._loss, rng(0), args=(g,))
         w = {k[2:]: v for k, v in p.items() if k.startswith("w.")}
         personal = {k[2:]: v for k, v in p.items() if k.startswith("v.")}
-        return {**state, "models": w, "personal": personal, **kept}, {"loss": float(np.mean(loss))}
+        return {**state, "model": w, "personal": personal, **kept}, {"loss": float(np.mean(loss))}
 
     def server_step(self, state, r):
         """FedAvg's average of the uploaded global models (the personal ones never leave their sites)."""

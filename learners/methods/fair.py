@@ -132,7 +132,7 @@ class _OneGlobal(PersonalizedLearner):
         """Every site's local steps from ``w``, continuing the optimiser state it kept."""
         return self._site_steps(state, broadcast(w, self.federation_.n), self._task_loss, rng(0))
 
-    up, down = ("models", "stats"), ("global",)
+    up, down = ("model", "stats"), ("global",)
 
     def record_shapes(self, key: str) -> dict:
         return {"F": ()} if key == "stats" else dict(self.spec_.shapes)
@@ -142,13 +142,13 @@ class _OneGlobal(PersonalizedLearner):
         F = self._losses(state["global"])
         local, kept, loss = self._local(state, state["global"], rng)
         stats = {"F": torch.as_tensor(F, dtype=next(iter(local.values())).dtype)}
-        return {**state, "models": local, "stats": stats, **kept}, {"loss": float(np.mean(loss))}
+        return {**state, "model": local, "stats": stats, **kept}, {"loss": float(np.mean(loss))}
 
     @staticmethod
     def _uploads(state: dict) -> tuple[dict, dict, np.ndarray]:
         """The state without the uploads, the uploaded models and the sites' losses ``F``."""
-        rest = {k: v for k, v in state.items() if k not in ("models", "stats", "grads")}
-        return rest, state["models"], state["stats"]["F"].detach().double().cpu().numpy()
+        rest = {k: v for k, v in state.items() if k not in ("model", "stats", "grads")}
+        return rest, state["model"], state["stats"]["F"].detach().double().cpu().numpy()
 
     def init_state(self, fed, gen, device):
         return {"global": self._init_params(gen, device, 1)}
@@ -194,7 +194,7 @@ class QFFL(_OneGlobal):
     def init_state(self, fed, gen, device):
         return {**super().init_state(fed, gen, device), "L": []}
 
-    up = ("models", "stats", "grads")
+    up = ("model", "stats", "grads")
 
     def site_step(self, state, r, rng):
         """Each site: its loss ``F_k(w)``, its gradient ``∇F_k(w)`` and its local model ``w̄_k``; uploads the three."""

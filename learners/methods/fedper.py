@@ -65,7 +65,7 @@ class PartialAverage(PersonalizedLearner):
     def init_state(self, fed, gen, device):
         return {"params": self._init_params(gen, device, fed.n)}
 
-    up, down, kept = ("models",), ("shared",), ("params",)
+    up, down, kept = ("model",), ("shared",), ("params",)
 
     def record_shapes(self, key: str) -> dict:
         """The uploads hold the shared part only."""
@@ -81,13 +81,13 @@ class PartialAverage(PersonalizedLearner):
         """Each site: its local epochs from its own model with the last shared average; uploads the shared part."""
         p, kept, loss = self._site_steps(state, self._with_shared(state), self._task_loss, rng(0))
         shared = set(self._shared_names())
-        return ({**state, "params": p, "models": {k: v for k, v in p.items() if k in shared}, **kept},
+        return ({**state, "params": p, "model": {k: v for k, v in p.items() if k in shared}, **kept},
                 {"loss": float(np.mean(loss))})
 
     def server_step(self, state, r):
         """The size-weighted average of the uploaded shared parts (nothing shared: nothing to average)."""
-        if not state["models"]:
-            return {**{k: v for k, v in state.items() if k != "models"}, "shared": {}}
+        if not state["model"]:
+            return {**{k: v for k, v in state.items() if k != "model"}, "shared": {}}
         return average_step(state, self.train_sizes_, down="shared")
 
     def finish(self, state):

@@ -70,14 +70,14 @@ class FedProx(PersonalizedLearner):
     def init_state(self, fed, gen, device):
         return {"global": self._init_params(gen, device, 1)}
 
-    up, down = ("models",), ("global",)
+    up, down = ("model",), ("global",)
 
     def site_step(self, state, r, rng):
         """Each site: its local epochs on ``F_i(w) + μ/2‖w − w_g‖²`` from the global model; uploads its model."""
         g = broadcast(state["global"], self.federation_.n)
         p = {k: v.clone() for k, v in g.items()}
         p, kept, loss = self._site_steps(state, p, self._loss, rng(0), args=(g,))
-        return {**state, "models": p, **kept}, {"loss": float(np.mean(loss))}
+        return {**state, "model": p, **kept}, {"loss": float(np.mean(loss))}
 
     def server_step(self, state, r):
         """FedAvg's average of the uploaded models."""

@@ -88,7 +88,7 @@ class PerFedAvg(PersonalizedLearner):
     def init_state(self, fed, gen, device):
         return {"global": self._init_params(gen, device, 1)}
 
-    up, down = ("models",), ("global",)
+    up, down = ("model",), ("global",)
     step_draws = {1: 2}     # two minibatches (the inner and the outer step's) drawn per local step
 
     def site_step(self, state, r, rng):
@@ -103,7 +103,7 @@ class PerFedAvg(PersonalizedLearner):
             return (*data.sample(b, draw, longest), *data.sample(b, draw, longest))
 
         p, kept, loss = self._site_steps(state, p, self.meta_loss, rng(0), data=data, step_args=extra)
-        return {**state, "models": p, **kept}, {"loss": float(np.mean(loss))}
+        return {**state, "model": p, **kept}, {"loss": float(np.mean(loss))}
 
     def server_step(self, state, r):
         """FedAvg's average of the uploaded models."""

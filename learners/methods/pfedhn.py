@@ -130,26 +130,26 @@ class PFedHN(PersonalizedLearner):
         like = {k: torch.empty((1, *shape)) for k, shape in self.spec_.shapes.items()}  # shapes only
         return unflatten(generate({k: v[0] for k, v in phi.items()}), like)
 
-    up, down = ("models",), ("theta",)
+    up, down = ("model",), ("theta",)
 
     def site_step(self, state, r, rng):
         """Each site: its inner loop from its generated model ``θ_k`` (afresh each round); uploads where it ended."""
         p = {k: v.clone() for k, v in state["theta"].items()}
         fresh = self._fresh_inner_state(p, r)   # the inner loop starts afresh at θ_k (module docstring)
         p, _, loss = self._site_steps(fresh, p, self._task_loss, rng(0))
-        return {**state, "models": p}, {"loss": float(np.mean(loss))}
+        return {**state, "model": p}, {"loss": float(np.mean(loss))}
 
     def server_step(self, state, r):
         """The hypernetwork's Adam step on ``Σ_k ⟨Δθ_k, θ_k(φ)⟩`` (``Δθ_k = θ_k − θ̃_k``), then the new ``θ``."""
         phi = state["phi"]
-        delta = (flatten(state["theta"]) - flatten(state["models"])).detach()
+        delta = (flatten(state["theta"]) - flatten(state["model"])).detach()
         live = {k: v[0].detach().requires_grad_(True) for k, v in phi.items()}
         hypernet_surrogate(live, delta).backward()
         grads = {k: live[k].grad[None] for k in live}
         server = Adam(float(self.hn_lr))
         one = torch.ones(1, dtype=torch.bool, device=delta.device)
         phi, ost = server.step(phi, grads, state["opt"], one)
-        rest = {k: v for k, v in state.items() if k != "models"}
+        rest = {k: v for k, v in state.items() if k != "model"}
         return {**rest, "phi": phi, "opt": ost, "theta": self._theta(phi)}
 
     def _fresh_inner_state(self, params: dict, r: int) -> dict:

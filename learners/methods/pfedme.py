@@ -135,7 +135,7 @@ class PFedMe(PersonalizedLearner):
     def init_state(self, fed, gen, device):
         return {"global": self._init_params(gen, device, 1)}
 
-    up, down = ("models",), ("global",)
+    up, down = ("model",), ("global",)
 
     def site_step(self, state, r, rng):
         """Each site: its local steps on the Moreau envelope from the global model; uploads its local model."""
@@ -164,7 +164,7 @@ class PFedMe(PersonalizedLearner):
                 total += np.where(a, vals.detach().double().cpu().numpy(), 0.0)
                 count += a
         self.inner_residual_, self.inner_iterations_ = resid, iters
-        return {**state, "models": w, "site_opt": ost}, {"loss": float(np.mean(total / np.maximum(count, 1))),
+        return {**state, "model": w, "site_opt": ost}, {"loss": float(np.mean(total / np.maximum(count, 1))),
                                                          "inner_residual": resid}
 
     def server_step(self, state, r):

@@ -143,7 +143,7 @@ class SuPerFed(PersonalizedLearner):
         local = {k: v.to(device) for k, v in self.spec_.init(gen, fed.n).items()}
         return {"global": glob, "local": local}
 
-    up, down, kept = ("models",), ("global",), ("local",)
+    up, down, kept = ("model",), ("global",), ("local",)
     step_draws = {1: 1}     # phase 2: one mixing coefficient per client and local step
 
     def site_step(self, state, r, rng):
@@ -171,7 +171,7 @@ class SuPerFed(PersonalizedLearner):
                                              step_args=lam)
             f = {k[2:]: v for k, v in p.items() if k.startswith("f.")}
             local = {k[2:]: v for k, v in p.items() if k.startswith("l.")}
-        return ({**state, "models": f, "local": local, **kept},
+        return ({**state, "model": f, "local": local, **kept},
                 {"loss": float(np.mean(loss)), "phase": 2 if phase2 else 1})
 
     def server_step(self, state, r):
