@@ -34,15 +34,17 @@ def heart():
 
 @pytest.mark.usefixtures("flower_task")
 @pytest.mark.parametrize("method", STEPPED)
-def test_every_stepped_method_over_flower_equals_the_inprocess_learner(heart, method):
+def test_every_stepped_method_over_flower_equals_the_inprocess_learner(tmp_path, heart, method):
     from test_federated_personal import StatefulGrid
 
+    from coalitions.estimate import read_estimate
+    from coalitions.learners.federated.outputs import write_personal_outputs
     from coalitions.learners.federated.server import Settings
 
     grid = StatefulGrid([{"partition-id": k} for k in (1, 3, 0, 2)])
     settings = Settings(protocol=Protocol(rounds=ROUNDS), sites=4, dataset="heart", wait_s=5.0, round_timeout_s=5.0)
     params = P.method_params(settings.protocol)
-    got, _ = P.run_personal(grid, settings, method, params, log=lambda s: None)
+    got, record = P.run_personal(grid, settings, method, params, log=lambda s: None)
     ref = METHODS[P.PERSONAL[method]].estimator_class()(**{**params, "device": "cpu"}).fit(heart)
     e, r = got.estimate_, ref.estimate_
     assert e.utilities == r.utilities
@@ -52,6 +54,8 @@ def test_every_stepped_method_over_flower_equals_the_inprocess_learner(heart, me
         if key in r.extra:
             np.testing.assert_allclose(np.asarray(_values(e.extra[key]), dtype=float),
                                        np.asarray(_values(r.extra[key]), dtype=float), atol=TOL, rtol=0)
+    write_personal_outputs(got, record, settings, str(tmp_path))     # what `coalitions federate` writes
+    assert read_estimate(tmp_path / "estimate.json").utilities == r.utilities
     cls = type(ref)
     for key in cls.down:            # what the server holds at the end
         _close(got.server_state_[key], ref.state_[key])
