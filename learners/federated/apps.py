@@ -60,8 +60,7 @@ def _site(context: Context, cfg) -> SiteData:
 def _model(site: SiteData, protocol: Protocol):
     from coalitions.learners.training.models import make_model
 
-    n_outputs = site.n_classes if site.task == "multiclass" else 1
-    return make_model(protocol.model_kind(site.task), site.client.train.X.shape[1:], n_outputs,
+    return make_model(protocol.model_kind(site.task), site.client.train.X.shape[1:], site.n_outputs,
                       hidden=protocol.hidden)
 
 

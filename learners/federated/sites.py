@@ -58,6 +58,15 @@ class SiteData:
     def name(self) -> str:
         return self.client.name
 
+    @property
+    def n_outputs(self) -> int:
+        """Model outputs: ``n_classes`` for a multiclass task, else 1 (a logit, or the regression value)."""
+        if self.task != "multiclass":
+            return 1
+        if self.n_classes is None:
+            raise InputError(f"site {self.name!r}: a multiclass task needs n_classes")
+        return self.n_classes
+
 
 def describe(site: SiteData) -> dict:
     """What the site tells the server: name, task, metric, feature shape and split sizes (no data)."""

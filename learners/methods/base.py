@@ -56,10 +56,11 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -67,7 +68,7 @@ import torch
 from coalitions.bitmask import mask_of, members
 from coalitions.errors import InputError
 from coalitions.estimate import Estimate, build_estimate
-from coalitions.graph import BenefitGraph
+from coalitions.graph import BenefitGraph, BenefitOracle
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
 from coalitions.learners.training.checkpoint import federation_arrays, fingerprint, load_state, save_state
@@ -170,6 +171,13 @@ class Learner(ABC):
 
     #: The method's name in estimates and on the command line.
     method: ClassVar[str] = ""
+
+    # What fit() sets (the class docstring), declared for the type checker.
+    federation_: Federation
+    oracle_: BenefitOracle
+    utilities_: dict
+    weights_: np.ndarray | None
+    peeling_seconds_: float
 
     @classmethod
     def param_names(cls) -> tuple[str, ...]:
@@ -386,6 +394,31 @@ class PersonalizedLearner(Learner):
     #: Baselines: does the method train one shared model for everyone (FedAvg, SuPerFed)
     #: or a model per client alone (Local)?  Gives the structural graph.
     shares_model: ClassVar[bool] = True
+
+    # The parameters (COMMON_PARAMS, kept by __init__ under their own names) and what fit() sets,
+    # declared for the type checker.
+    protocol: TrainingProtocol | None
+    model: str | None
+    hidden: int
+    rounds: int
+    local_epochs: int
+    batch_size: int | None
+    optimizer: str
+    lr: float
+    momentum: float
+    weight_decay: float
+    rule: str
+    threshold: float | None
+    refit: bool
+    device: str
+    engine: str
+    chunk: int | None
+    seed: int
+    checkpoint: str | os.PathLike | None
+    progress: Callable[..., Any] | None
+    patience: int | None
+    params_: dict
+    weights_history_: list[np.ndarray]
 
     def __init__(self, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
                  optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
@@ -714,7 +747,7 @@ class PersonalizedLearner(Learner):
 
     def _site_steps(self, state: dict, params: dict, loss: Callable, rng: np.random.Generator, *,
                     key: str = "site_opt", data: Padded | None = None, epochs: int | None = None,
-                    batch_size: int | None | str = "default", opt=None, **kwargs) -> tuple[dict, dict, np.ndarray]:
+                    batch_size: int | None | Literal["default"] = "default", opt=None, **kwargs) -> tuple[dict, dict, np.ndarray]:
         """Every site's local steps of one round, continuing the optimiser state the site kept.
 
         Runs :func:`~coalitions.learners.training.engine.train_epochs` on
@@ -779,6 +812,8 @@ class PersonalizedLearner(Learner):
 
         FedAMP and HeurFedAMP read their self-referenced affinity (``docs/concepts.md`` §5).
         """
+        if self.weights_ is None:
+            raise InputError(f"{self.method} has no pairwise weights")
         return self.weights_
 
     def sensitivity(self, thresholds=None) -> tuple[str, float, tuple[SensitivityRow, ...]]:

@@ -217,6 +217,14 @@ class FedAMP(PersonalizedLearner):
 
     method = "fedamp"
 
+    # Its own parameters (kept by __init__ under their own names), declared for the type checker.
+    alpha_k: float
+    lam: float
+    sigma: float
+    local_steps: int
+    graph: str
+    distance: str
+
     def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 10.0, local_steps: int = 5,
                  graph: str = "affinity", distance: str = "sum", *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
                  lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
@@ -270,15 +278,15 @@ class FedAMP(PersonalizedLearner):
         return local_epochs_for(sizes, self._batch(), base, max(int(self.local_steps), self._min_local_steps()))
 
     def local_step(self, u: dict, rng: np.random.Generator, sizes, kept: dict | None = None
-                   ) -> tuple[dict, np.ndarray, dict]:
+                   ) -> tuple[dict, dict, np.ndarray]:
         """The clients' half: from ``u_i``, minimise ``F_i(w) + λ/(2α_k)·‖w − u_i‖²`` on ``train_data_``.
 
         ``sizes`` are the training-set sizes of the *whole* federation (they set
         the epochs, :func:`local_epochs_for`); ``rng`` draws the minibatch order;
         ``kept`` is what the sites kept from their previous round (their
         optimiser state, ``{"site_opt": ...}``; ``None`` in the first).
-        Returns the new stacked models, each model's mean loss and what the
-        sites keep for the next round.
+        Returns the new stacked models, what the sites keep for the next round
+        and each model's mean loss (in that order, as :meth:`_site_steps`).
         """
         coef = 0.0 if self.alpha_k == 0 else float(self.lam) / (2 * float(self.alpha_k))
         loss = self._task_loss if coef == 0 else proximal_loss(self._task_loss, coef)
@@ -312,7 +320,7 @@ class FedAMP(PersonalizedLearner):
 
     def rule_weights(self) -> np.ndarray:
         """The matrix the weight rule reads: ``affinity_`` (``graph="affinity"``) or ``ξ``."""
-        return self.affinity_ if self.graph == "affinity" else self.weights_
+        return self.affinity_ if self.graph == "affinity" else super().rule_weights()
 
     def estimate_extra(self, peeling):
         return {**super().estimate_extra(peeling), "guarded_rows": self.guarded_rows_}

@@ -104,7 +104,7 @@ def sample_neighbours(w: np.ndarray, k: int, eps: float, rng: np.random.Generato
     """
     n = w.shape[0]
     out = np.zeros((n, k), dtype=np.int64)
-    explore = rng.random(n) < eps
+    explore = np.asarray(rng.random(n) < eps)
     keys = rng.random((n, n))
     for i in range(n):  # N small rows of bookkeeping, not training
         others = np.delete(np.arange(n), i)
@@ -173,6 +173,14 @@ class FedeRiCo(PersonalizedLearner):
     """
 
     method = "federico"
+
+    # Its own parameters (kept by __init__ under their own names), declared for the type checker.
+    neighbours: int
+    eps: float
+    beta: float
+    accumulate: bool
+    weights: str
+    likelihood: str
 
     def __init__(self, neighbours: int = 3, eps: float = 0.3, beta: float = 0.6, accumulate: bool = False,
                  weights: str = "data", likelihood: str = "sum", *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="adam",

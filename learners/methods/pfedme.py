@@ -88,6 +88,13 @@ class PFedMe(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
+    # Its own parameters (kept by __init__ under their own names), declared for the type checker.
+    lam: float
+    beta: float
+    inner_lr: float
+    inner_steps: int
+    inner_tol: float
+
     def __init__(self, lam: float = 15.0, beta: float = 1.0, inner_lr: float = 0.05, inner_steps: int = 100,
                  inner_tol: float = 1e-3, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
                  optimizer="sgd", lr=0.01, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,

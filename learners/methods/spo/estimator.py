@@ -6,6 +6,7 @@ import inspect
 import math
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -30,6 +31,9 @@ from coalitions.params import ParameterError, check_param
 from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds
 
+if TYPE_CHECKING:
+    from coalitions.learners.training.protocol import TrainingProtocol
+
 __all__ = ["SPO", "VARIANTS", "FROM_PROTOCOL"]
 
 #: SPO's training budget that a :class:`~coalitions.learners.training.protocol.TrainingProtocol` fixes:
@@ -44,6 +48,9 @@ FROM_PROTOCOL = {"steps": "steps", "lr_grid": "lr_grid", "batch_size": "batch_si
 EVAL_EVERY = 50
 #: How the front is learned and searched: this project's one hypernetwork, or the paper's code's procedure.
 VARIANTS = ("ours", "paper")
+
+
+_SPO = TypeVar("_SPO", bound="SPO")   # _conclude returns the instance it was called on (FederatedSPO too)
 
 
 class SPO(Learner):
@@ -180,6 +187,50 @@ class SPO(Learner):
     """
 
     method = "spo"
+
+    # The parameters (kept by __init__ under their own names) and what fit() sets, declared for the
+    # type checker.
+    hidden: int
+    embed: int
+    layers: int
+    steps: int
+    lr: float
+    directions: int
+    alpha: float
+    faces: float
+    log_loss: bool
+    l2: float | None
+    log_eps: float | None
+    batch_size: int | None
+    rule: str
+    threshold: float
+    tol: float
+    min_weight: float
+    epo: bool
+    search_steps: int
+    starts: int
+    line_search: int
+    model: str | None
+    device: str
+    seed: int
+    progress: Callable[..., Any] | None
+    heads: str
+    target_hidden: int
+    variant: str
+    front_steps: int
+    direction_steps: int
+    direction_lr: float
+    momentum: float
+    patience: int | None
+    lr_grid: tuple[float, ...] | None
+    protocol: TrainingProtocol | None
+    oracle_: SPOOracle
+    weights_: np.ndarray   # always a matrix after fit: each client's best direction, as weights
+    best_val_: float
+    stopped_at_: int
+    hit_max_: bool
+    val_loss_steps_: list[int]
+    val_loss_clients_: list[list[float]]
 
     def __init__(self, hidden: int = 200, embed: int = 64, layers: int = 3, steps: int = 3000,
                  lr: float = 0.01, directions: int = 64, alpha: float = 0.5, faces: float = 0.5,
@@ -334,7 +385,7 @@ class SPO(Learner):
         self.epo_fallbacks_ = search.epo_fallbacks_
         return self
 
-    def _conclude(self, fed, make_search: Callable, t0: float, t_train: float) -> SPO:
+    def _conclude(self: _SPO, fed, make_search: Callable, t0: float, t_train: float) -> _SPO:
         """After training: freeze the hypernetwork, search every client's best direction on the
         grand coalition's face, read ``BG(all)`` and the utilities there, record the timings."""
         if self.hypernet_ is not None:
@@ -482,8 +533,8 @@ class SPO(Learner):
         # directions, weighted by its share d_j (the training objective's terms, on validation data)
         evals = torch.as_tensor(sample_directions(np.random.default_rng([int(self.seed), 0x7A1]), fed.n, 16,
                                                   self.alpha, self.faces), dtype=torch.float32, device=dev)
-        self.val_loss_steps_: list[int] = []
-        self.val_loss_clients_: list[list[float]] = []
+        self.val_loss_steps_ = []
+        self.val_loss_clients_ = []
         for step in range(steps):
             D = torch.as_tensor(sample_directions(rng, fed.n, self.directions, self.alpha, self.faces),
                                 dtype=torch.float32, device=dev)

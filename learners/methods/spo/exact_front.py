@@ -62,6 +62,11 @@ class ExactParetoFront(torch.nn.Module):
     gradients are exact.
     """
 
+    # Buffers registered in __init__ (register_buffer), declared for the type checker.
+    A: torch.Tensor
+    b: torch.Tensor
+    P: torch.Tensor
+
     def __init__(self, federation: Federation, l2: float, device="cpu", bias_decay: bool = False):
         super().__init__()
         if federation.task != "regression":

@@ -51,7 +51,7 @@ class ParetoHypernetwork(torch.nn.Module):
             raise ValueError(f"personal heads need a target with a body; the {spec.kind} model is all head")
         self.names = spec.body if self.personal else tuple(spec.shapes)
         self.shapes = tuple(tuple(spec.shapes[k]) for k in self.names)
-        self.sizes = tuple(math.prod(s) for s in self.shapes)
+        self.sizes: tuple[int, ...] = tuple(math.prod(s) for s in self.shapes)
         n_in = n_clients if log_eps is None else 2 * n_clients
         mods: list[torch.nn.Module] = [torch.nn.Linear(n_in, embed)]
         width = embed
@@ -87,5 +87,5 @@ class ParetoHypernetwork(torch.nn.Module):
             feats.append(torch.log(d.clamp(min=0) + self.log_eps))
         x = torch.cat(feats, dim=-1)
         flat = self.head(self.body(x))
-        parts = torch.split(flat, self.sizes, dim=-1)
+        parts = torch.split(flat, list(self.sizes), dim=-1)
         return {k: p.reshape(*d.shape[:-1], *s) for k, p, s in zip(self.names, parts, self.shapes, strict=True)}

@@ -112,7 +112,7 @@ class PaperSearch:
         self.hidden, self.layers, self.batch_size, self.progress = hidden, layers, batch_size, progress
         self.names = tuple(spec.shapes)
         self.shapes = tuple(tuple(spec.shapes[k]) for k in self.names)
-        self.sizes = tuple(math.prod(s) for s in self.shapes)
+        self.sizes: tuple[int, ...] = tuple(math.prod(s) for s in self.shapes)
         self.epo_fallbacks_ = 0
         #: ``{(target, face bitmask): (hypernetwork, direction)}`` of every row trained so far.
         self.trained_: dict[tuple[int, int], tuple[dict, torch.Tensor]] = {}
@@ -138,7 +138,7 @@ class PaperSearch:
             if layer < self.layers:
                 h = torch.nn.functional.leaky_relu(h, 0.2)
             h = h @ hp[f"w{layer}"] + hp[f"b{layer}"]
-        parts = torch.split(h, self.sizes)
+        parts = torch.split(h, list(self.sizes))
         return {k: p.reshape(s) for k, p, s in zip(self.names, parts, self.shapes, strict=True)}
 
     def _mean_loss(self, params, X, y, m):

@@ -116,8 +116,8 @@ class DirectionSearch:
         if warm is not None:
             starts.append(np.asarray(warm, dtype=np.float64))
         while len(starts) < self.starts:
-            g = rng.gamma(1.0, size=(B, n)) * fnp
-            starts.append(g / g.sum(1, keepdims=True))
+            draw = rng.gamma(1.0, size=(B, n)) * fnp
+            starts.append(draw / draw.sum(1, keepdims=True))
         K = len(starts)
         d = torch.as_tensor(np.stack(starts, axis=1).reshape(B * K, n), dtype=torch.float32, device=dev)
         fk = faceg.repeat_interleave(K, dim=0)
