@@ -132,7 +132,8 @@ class _OneGlobal(PersonalizedLearner):
         """Every site's local steps from ``w``, continuing the optimiser state it kept."""
         return self._site_steps(state, broadcast(w, self.federation_.n), self._task_loss, rng(0))
 
-    up, down = ("model", "stats"), ("global",)
+    up: tuple[str, ...] = ("model", "stats")
+    down = ("global",)
 
     def record_shapes(self, key: str) -> dict:
         return {"F": ()} if key == "stats" else dict(self.spec_.shapes)

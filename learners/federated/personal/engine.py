@@ -13,6 +13,8 @@ clients; here :class:`StepStrategy` (the server) stacks the sites' uploads, call
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from coalitions.learners.federated.personal.learners import (
@@ -34,7 +36,7 @@ def uses_steps(learner) -> bool:
     """Whether the learner (or its class) writes its round as a site step and a server step."""
     from coalitions.learners.methods.base import PersonalizedLearner
 
-    cls = learner if isinstance(learner, type) else type(learner)
+    cls: Any = learner if isinstance(learner, type) else type(learner)
     return cls.site_step is not PersonalizedLearner.site_step
 
 
