@@ -735,7 +735,8 @@ def oracle(dataset, chunk_size, memory_mb, device, threads, checkpoint, replicat
               help="Run on the SuperLink whose Control API listens at ADDR (e.g. 127.0.0.1:9093).")
 @click.option("--method", type=click.Choice(["exact", "spo", "local", "fedavg", "fedprox", "ditto", "fedper",
                                             "lg-fedavg", "fedamp", "fedamp-heuristic", "federico", "superfed",
-                                            "superfed-lm"]), default="exact",
+                                            "superfed-lm", "qffl", "afl", "per-fedavg", "pfedme", "pfedhn"]),
+              default="exact",
               show_default=True,
               help="exact: the game (a model per coalition, FedAvg among its members); spo: the Pareto "
                    "hypernetwork at the server, sites return losses and gradients; the others: that "

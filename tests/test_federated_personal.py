@@ -164,7 +164,7 @@ def test_method_options_are_checked_before_anything_starts():
     with pytest.raises(InputError, match="refit"):
         P.check_method("local", p, {"refit": True})
     with pytest.raises(InputError, match="federated personalised methods"):
-        P.check_method("pfedme", p, {})
+        P.check_method("nosuch", p, {})
     assert P.method_params(p, {"lr": 0.05})["lr"] == 0.05 and P.method_params(p)["rounds"] == 2
 
 
@@ -220,7 +220,8 @@ def test_strategy_over_a_memory_grid_equals_the_inprocess_learner(heart, method)
     kept = {k for c in grid.contexts.values() for k in c.state.array_records}
     optimiser = {k for k in kept if k.startswith("kept-site_opt")}    # the site's own optimiser state persists
     assert bool(optimiser) == (method != "federico")                   # (FedeRiCo's models are stepped by the server)
-    assert kept - optimiser == {"local": {"kept-model"}, "superfed": {"kept-local"}, "federico": {"kept-row"},
+    assert kept - optimiser == {"local": {"kept-params"}, "superfed": {"kept-local"}, "federico": {"kept-row"},
+                                "fedamp": {"kept-params"},
                                 "ditto": {"kept-personal"}, "fedper": {"kept-params"},
                                 "lg-fedavg": {"kept-params"}}.get(method, set())
 

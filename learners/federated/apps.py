@@ -113,7 +113,8 @@ def _personal(msg: Message, context: Context, kind: str) -> Message:
     cfg = msg.content["config"]
     site = _site(context, cfg)
     method = str(cfg["method"])
-    learner = site_learner(method, json.loads(str(cfg["params"])), site)
+    sizes = [int(x) for x in cast(list, cfg["sizes"])] if "sizes" in cfg else None
+    learner = site_learner(method, json.loads(str(cfg["params"])), site, sizes)   # every site's sizes: the schedule
     _threads(cfg)
     names = {k: list(learner.spec_.shapes) for k in msg.content.array_records}
     if "record-names" in cfg:    # records that hold some of the parameters (FedPer's shared body) name them

@@ -660,9 +660,48 @@ class PersonalizedLearner(Learner):
     def init_state(self, fed: Federation, gen: torch.Generator, device) -> dict:
         """The state before the first round (tensors, arrays, numbers, lists of them)."""
 
-    @abstractmethod
+    #: The round as a site step and a server step (:meth:`site_step`, :meth:`server_step`): the state
+    #: keys a site uploads (stacked, one row per site), the keys the server sends down (a tensor with
+    #: one row per site: each site its row; with one row: the same to every site), and the keys each
+    #: site keeps between rounds besides its optimiser states (its personal parameters).  Nothing
+    #: up (Local): the sites run all their rounds without an exchange.
+    up: tuple[str, ...] = ()
+    down: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    #: Random draws per local step on a stream other than 0 (``{stream: draws}``; SuPerFed's mixing
+    #: coefficient, Per-FedAvg's two minibatches): a Flower site skips the steps of larger clients.
+    step_draws: ClassVar[dict[int, int]] = {}
+
     def train_round(self, state: dict, r: int, rng: Callable) -> tuple[dict, dict]:
-        """Round ``r``: the new state and ``info`` (``{"loss": ...}``); ``rng(stream)`` draws this round's randomness."""
+        """Round ``r``: the new state and ``info`` (``{"loss": ...}``); ``rng(stream)`` draws this round's randomness.
+
+        ``server_step(site_step(state))``: every client's site step, batched over
+        the stacked clients, then the server's aggregation of what they upload;
+        over Flower one generic strategy and one site handler call the same two
+        functions (:mod:`coalitions.learners.federated.personal.engine`).
+        """
+        state, info = self.site_step(state, r, rng)
+        return self.server_step(state, r), info
+
+    def server_finish(self, state: dict) -> None:
+        """Set what the server alone knows at the end (its own state's record: AFL's ``λ``); nothing by default."""
+
+    def record_shapes(self, key: str) -> dict:
+        """What a site's upload ``key`` holds: ``{name: shape of one row}`` (default: the whole model)."""
+        return dict(self.spec_.shapes)
+
+    def site_step(self, state: dict, r: int, rng: Callable) -> tuple[dict, dict]:
+        """What every client does in round ``r`` with its own data and its own kept state.
+
+        Written on the stacked clients of ``state`` (``federation_.n`` rows: all
+        ``N`` in process, one at a Flower site); returns the state with the
+        :attr:`up` keys set, and ``info`` (``{"loss": mean over the rows}``).
+        """
+        raise NotImplementedError
+
+    def server_step(self, state: dict, r: int) -> dict:
+        """The server's aggregation of round ``r``: from the :attr:`up` keys (``N`` rows) to the :attr:`down` keys."""
+        raise NotImplementedError
 
     @abstractmethod
     def finish(self, state: dict) -> None:

@@ -45,7 +45,7 @@ import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner
 
-__all__ = ["Local", "FedAvg", "weighted_average", "broadcast"]
+__all__ = ["Local", "FedAvg", "weighted_average", "broadcast", "average_step"]
 
 
 def weighted_average(params: dict, sizes) -> dict:
@@ -58,6 +58,12 @@ def weighted_average(params: dict, sizes) -> dict:
 def broadcast(params: dict, n: int) -> dict:
     """A model with leading dimension 1 copied to ``n`` stacked models (the server's broadcast)."""
     return {k: v.expand(n, *v.shape[1:]).clone() for k, v in params.items()}
+
+
+def average_step(state: dict, sizes, up: str = "model", down: str = "global") -> dict:
+    """FedAvg's server step: ``state[down] = Σ_i n_i state[up]_i / Σ_i n_i``, the uploads dropped."""
+    out = {k: v for k, v in state.items() if k != up}
+    return {**out, down: weighted_average(state[up], sizes)}
 
 
 class Local(PersonalizedLearner):
@@ -108,9 +114,16 @@ class Local(PersonalizedLearner):
         return {"weight": torch.as_tensor(W[:, :-1, None], device=dev, dtype=dtype),
                 "bias": torch.as_tensor(W[:, -1:], device=dev, dtype=dtype)}
 
-    def train_round(self, state, r, rng):
+    kept = ("params",)      # nothing goes up or down: over Flower one message starts every site's rounds
+
+    def site_step(self, state, r, rng):
+        """Each site: its local epochs on its own model (its optimiser state continued)."""
         params, kept, loss = self._site_steps(state, state["params"], self._task_loss, rng(0))
-        return {"params": params, **kept}, {"loss": float(np.mean(loss))}
+        return {**state, "params": params, **kept}, {"loss": float(np.mean(loss))}
+
+    def server_step(self, state, r):
+        """No server: the models never leave their clients."""
+        return state
 
     def finish(self, state):
         self.params_ = {k: v.detach().cpu() for k, v in state["params"].items()}
@@ -143,14 +156,20 @@ class FedAvg(PersonalizedLearner):
                  patience=None):
         self._store(locals())
 
+    up, down = ("model",), ("global",)
+
     def init_state(self, fed, gen, device):
         return {"global": self._init_params(gen, device, 1)}
 
-    def train_round(self, state, r, rng):
-        n = self.federation_.n
-        params = {k: v.expand(n, *v.shape[1:]).clone() for k, v in state["global"].items()}
+    def site_step(self, state, r, rng):
+        """Each site: its local epochs from the global model (its optimiser state continued); uploads its model."""
+        params = broadcast(state["global"], self.federation_.n)
         params, kept, loss = self._site_steps(state, params, self._task_loss, rng(0))
-        return {"global": weighted_average(params, self.train_data_.sizes), **kept}, {"loss": float(np.mean(loss))}
+        return {**state, "model": params, **kept}, {"loss": float(np.mean(loss))}
+
+    def server_step(self, state, r):
+        """``w ← Σ_i n_i w_i / Σ_i n_i`` over the uploaded models."""
+        return average_step(state, self.train_sizes_)
 
     def finish(self, state):
         n = self.federation_.n

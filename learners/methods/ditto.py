@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from coalitions.learners.methods.base import PersonalizedLearner
-from coalitions.learners.methods.baselines import broadcast, weighted_average
+from coalitions.learners.methods.baselines import average_step, broadcast
 from coalitions.learners.methods.fedprox import proximal_term
 from coalitions.params import check_param
 
@@ -79,14 +79,20 @@ class Ditto(PersonalizedLearner):
         glob = self._init_params(gen, device, 1)
         return {"global": glob, "personal": broadcast(glob, fed.n)}
 
-    def train_round(self, state, r, rng):
+    up, down, kept = ("model",), ("global",), ("personal",)
+
+    def site_step(self, state, r, rng):
+        """Each site: the global model's local epochs and its personal model's, together; uploads the former."""
         g = broadcast(state["global"], self.federation_.n)
         p = {**{"w." + k: v.clone() for k, v in g.items()}, **{"v." + k: v for k, v in state["personal"].items()}}
         p, kept, loss = self._site_steps(state, p, self._loss, rng(0), args=(g,))
         w = {k[2:]: v for k, v in p.items() if k.startswith("w.")}
         personal = {k[2:]: v for k, v in p.items() if k.startswith("v.")}
-        return ({"global": weighted_average(w, self.train_data_.sizes), "personal": personal, **kept},
-                {"loss": float(np.mean(loss))})
+        return {**state, "model": w, "personal": personal, **kept}, {"loss": float(np.mean(loss))}
+
+    def server_step(self, state, r):
+        """FedAvg's average of the uploaded global models (the personal ones never leave their sites)."""
+        return average_step(state, self.train_sizes_)
 
     def finish(self, state):
         self.global_ = {k: v.detach().cpu() for k, v in state["global"].items()}

@@ -132,6 +132,25 @@ class _OneGlobal(PersonalizedLearner):
         """Every site's local steps from ``w``, continuing the optimiser state it kept."""
         return self._site_steps(state, broadcast(w, self.federation_.n), self._task_loss, rng(0))
 
+    up: tuple[str, ...] = ("model", "stats")
+    down = ("global",)
+
+    def record_shapes(self, key: str) -> dict:
+        return {"F": ()} if key == "stats" else dict(self.spec_.shapes)
+
+    def site_step(self, state, r, rng):
+        """Each site: its loss ``F_k(w)`` at the global model, then its local steps from it; uploads both."""
+        F = self._losses(state["global"])
+        local, kept, loss = self._local(state, state["global"], rng)
+        stats = {"F": torch.as_tensor(F, dtype=next(iter(local.values())).dtype)}
+        return {**state, "model": local, "stats": stats, **kept}, {"loss": float(np.mean(loss))}
+
+    @staticmethod
+    def _uploads(state: dict) -> tuple[dict, dict, np.ndarray]:
+        """The state without the uploads, the uploaded models and the sites' losses ``F``."""
+        rest = {k: v for k, v in state.items() if k not in ("model", "stats", "grads")}
+        return rest, state["model"], state["stats"]["F"].detach().double().cpu().numpy()
+
     def init_state(self, fed, gen, device):
         return {"global": self._init_params(gen, device, 1)}
 
@@ -176,21 +195,30 @@ class QFFL(_OneGlobal):
     def init_state(self, fed, gen, device):
         return {**super().init_state(fed, gen, device), "L": []}
 
-    def train_round(self, state, r, rng):
-        w = state["global"]
-        F = self._losses(w)
-        g = self._gradients(w)
-        local, kept, loss = self._local(state, w, rng)
-        sizes = self.train_data_.sizes
+    up = ("model", "stats", "grads")
+
+    def site_step(self, state, r, rng):
+        """Each site: its loss ``F_k(w)``, its gradient ``∇F_k(w)`` and its local model ``w̄_k``; uploads the three."""
+        g = self._gradients(state["global"])
+        state, info = super().site_step(state, r, rng)
+        return {**state, "grads": g}, info
+
+    def server_step(self, state, r):
+        """``L`` from the actual step, then q-FedAvg's update of the global model (module docstring)."""
+        rest, local, F = self._uploads(state)
+        w, sizes = state["global"], self.train_sizes_
         p = sizes / sizes.sum()
-        L = lipschitz_estimate(w, local, g, p)
+        L = lipschitz_estimate(w, local, state["grads"], p)
         new = w if L is None else qffl_step(w, local, F, p, float(self.q), L)
-        return ({"global": new, "L": [*state["L"], L if L is not None else float("nan")], **kept},
-                {"loss": float(np.mean(loss))})
+        return {**rest, "global": new, "L": [*state["L"], L if L is not None else float("nan")]}
 
     def finish(self, state):
         super().finish(state)
-        self.L_ = [float(x) for x in state["L"]]
+        self.server_finish(state)
+
+    def server_finish(self, state):
+        if "L" in state:    # the server's record (a Flower site has none)
+            self.L_ = [float(x) for x in state["L"]]
 
 
 class AFL(_OneGlobal):
@@ -228,19 +256,22 @@ class AFL(_OneGlobal):
         return {**super().init_state(fed, gen, device), "lam": np.full(fed.n, 1.0 / fed.n),
                 "lam_history": []}
 
-    def train_round(self, state, r, rng):
-        w, lam = state["global"], np.asarray(state["lam"], dtype=np.float64)
-        F = self._losses(w)
-        local, kept, loss = self._local(state, w, rng)
-        new = weighted_average(local, lam)
+    def server_step(self, state, r):
+        """The ``λ``-weighted average of the local models, then ``λ``'s projected ascent step on the losses."""
+        rest, local, F = self._uploads(state)
+        lam = np.asarray(state["lam"], dtype=np.float64)
         nxt = project_simplex(lam + float(self.lambda_lr) * F)
-        return ({"global": new, "lam": nxt, "lam_history": [*state["lam_history"], lam], **kept},
-                {"loss": float(np.mean(loss)), "lambda": nxt.tolist()})
+        return {**rest, "global": weighted_average(local, lam), "lam": nxt,
+                "lam_history": [*state["lam_history"], lam]}
 
     def finish(self, state):
         super().finish(state)
-        self.lambda_ = np.asarray(state["lam"], dtype=np.float64)
-        self.lambda_history_ = [np.asarray(x, dtype=np.float64) for x in state["lam_history"]]
+        self.server_finish(state)
+
+    def server_finish(self, state):
+        if "lam" in state:  # the server's weights (a Flower site has none)
+            self.lambda_ = np.asarray(state["lam"], dtype=np.float64)
+            self.lambda_history_ = [np.asarray(x, dtype=np.float64) for x in state["lam_history"]]
 
     def estimate_extra(self, peeling):
         names = self.federation_.names

@@ -247,9 +247,17 @@ class FedAMP(PersonalizedLearner):
         self._guarded = getattr(self, "_guarded", 0) + guarded
         return xi
 
+    up, down, kept = ("params",), ("u",), ("params",)
+
     def init_state(self, fed, gen, device):
+        params = self._init_params(gen, device, fed.n)
+        return {"params": params, "history": [], "guarded": 0, **self._passing(params)}
+
+    def _passing(self, params: dict) -> dict:
+        """The server's message passing on ``params``: ``ξ``, the cloud models ``u`` and its guarded rows."""
         self._guarded = 0
-        return {"params": self._init_params(gen, device, fed.n), "history": [], "guarded": 0}
+        xi, u = self.message_passing(params)
+        return {"xi": xi, "u": u, "pending_guarded": self._guarded}
 
     def message_passing(self, params: dict) -> tuple[torch.Tensor, dict]:
         """The server's half of a round: ``ξ`` from the stacked models and every cloud model ``u_i = Σ_j ξ_ij w_j``.
@@ -287,21 +295,24 @@ class FedAMP(PersonalizedLearner):
         epochs = self._epochs_for(sizes)
         return self._site_steps(kept or {}, start, loss, rng, epochs=epochs, args=args)
 
-    def train_round(self, state, r, rng):
-        self._guarded = int(state["guarded"])
-        xi, u = self.message_passing(state["params"])
-        new, kept, losses = self.local_step(u, rng(0), self.train_data_.sizes, state)
-        history = list(state["history"]) + [xi.cpu()]
-        info = {"loss": float(np.mean(losses)), "self_weight": float(torch.diagonal(xi).mean())}
-        return {"params": new, "history": history, "guarded": self._guarded, **kept}, info
+    def site_step(self, state, r, rng):
+        """Each site: from its cloud model ``u_i``, its local steps; it keeps and uploads its model ``w_i``."""
+        new, kept, losses = self.local_step(state["u"], rng(0), self.train_sizes_, state)
+        return {**state, "params": new, **kept}, {"loss": float(np.mean(losses))}
+
+    def server_step(self, state, r):
+        """The round's ``ξ`` goes to the record; ``ξ`` and every ``u_i`` of the next round from the uploaded models."""
+        history = [*state["history"], state["xi"].cpu()]
+        guarded = int(state["guarded"]) + int(state["pending_guarded"])
+        return {**state, "history": history, "guarded": guarded, **self._passing(state["params"])}
 
     def finish(self, state):
         self.params_ = {k: v.detach().cpu() for k, v in state["params"].items()}
-        self._guarded = int(state["guarded"])
+        self._guarded = int(state.get("guarded", 0))     # a Flower site has no record (the server's)
         xi = self._attention(flatten(self.params_)).numpy()
         self.guarded_rows_ = self._guarded
         self.weights_ = xi / xi.sum(axis=1, keepdims=True)
-        self.weights_history_ = [np.asarray(h, dtype=np.float64) for h in state["history"]]
+        self.weights_history_ = [np.asarray(h, dtype=np.float64) for h in state.get("history", [])]
         self.affinity_ = self._affinity(flatten(self.params_))
 
     def _affinity(self, W: torch.Tensor) -> np.ndarray:

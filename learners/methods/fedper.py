@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from coalitions.learners.methods.base import PersonalizedLearner
-from coalitions.learners.methods.baselines import weighted_average
+from coalitions.learners.methods.baselines import average_step
 
 __all__ = ["PartialAverage", "FedPer", "LGFedAvg"]
 
@@ -65,17 +65,34 @@ class PartialAverage(PersonalizedLearner):
     def init_state(self, fed, gen, device):
         return {"params": self._init_params(gen, device, fed.n)}
 
-    def train_round(self, state, r, rng):
-        p, kept, loss = self._site_steps(state, state["params"], self._task_loss, rng(0))
+    up, down, kept = ("model",), ("shared",), ("params",)
+
+    def record_shapes(self, key: str) -> dict:
+        """The uploads hold the shared part only."""
+        return {k: v for k, v in self.spec_.shapes.items() if k in set(self._shared_names())}
+
+    @staticmethod
+    def _with_shared(state) -> dict:
+        """Each site's parameters with the server's average of the shared part in place."""
+        shared = state.get("shared") or {}
+        return {k: (shared[k].expand_as(v).clone() if k in shared else v) for k, v in state["params"].items()}
+
+    def site_step(self, state, r, rng):
+        """Each site: its local epochs from its own model with the last shared average; uploads the shared part."""
+        p, kept, loss = self._site_steps(state, self._with_shared(state), self._task_loss, rng(0))
         shared = set(self._shared_names())
-        if shared:
-            avg = weighted_average({k: v for k, v in p.items() if k in shared}, self.train_data_.sizes)
-            p = {k: (avg[k].expand_as(v).clone() if k in shared else v) for k, v in p.items()}
-        return {"params": p, **kept}, {"loss": float(np.mean(loss))}
+        return ({**state, "params": p, "model": {k: v for k, v in p.items() if k in shared}, **kept},
+                {"loss": float(np.mean(loss))})
+
+    def server_step(self, state, r):
+        """The size-weighted average of the uploaded shared parts (nothing shared: nothing to average)."""
+        if not state["model"]:
+            return {**{k: v for k, v in state.items() if k != "model"}, "shared": {}}
+        return average_step(state, self.train_sizes_, down="shared")
 
     def finish(self, state):
         self.shared_ = self._shared_names()
-        self.params_ = {k: v.detach().cpu() for k, v in state["params"].items()}
+        self.params_ = {k: v.detach().cpu() for k, v in self._with_shared(state).items()}
         self.weights_ = None
         self.weights_history_ = []
 

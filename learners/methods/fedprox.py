@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from coalitions.learners.methods.base import PersonalizedLearner
-from coalitions.learners.methods.baselines import broadcast, weighted_average
+from coalitions.learners.methods.baselines import average_step, broadcast
 from coalitions.params import check_param
 
 __all__ = ["FedProx", "proximal_term"]
@@ -70,11 +70,18 @@ class FedProx(PersonalizedLearner):
     def init_state(self, fed, gen, device):
         return {"global": self._init_params(gen, device, 1)}
 
-    def train_round(self, state, r, rng):
+    up, down = ("model",), ("global",)
+
+    def site_step(self, state, r, rng):
+        """Each site: its local epochs on ``F_i(w) + μ/2‖w − w_g‖²`` from the global model; uploads its model."""
         g = broadcast(state["global"], self.federation_.n)
         p = {k: v.clone() for k, v in g.items()}
         p, kept, loss = self._site_steps(state, p, self._loss, rng(0), args=(g,))
-        return {"global": weighted_average(p, self.train_data_.sizes), **kept}, {"loss": float(np.mean(loss))}
+        return {**state, "model": p, **kept}, {"loss": float(np.mean(loss))}
+
+    def server_step(self, state, r):
+        """FedAvg's average of the uploaded models."""
+        return average_step(state, self.train_sizes_)
 
     def finish(self, state):
         self.global_ = {k: v.detach().cpu() for k, v in state["global"].items()}

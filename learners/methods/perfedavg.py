@@ -33,7 +33,7 @@ import numpy as np
 from torch.func import grad
 
 from coalitions.learners.methods.base import PersonalizedLearner
-from coalitions.learners.methods.baselines import broadcast, weighted_average
+from coalitions.learners.methods.baselines import average_step, broadcast
 from coalitions.params import check_param
 
 __all__ = ["PerFedAvg"]
@@ -88,16 +88,26 @@ class PerFedAvg(PersonalizedLearner):
     def init_state(self, fed, gen, device):
         return {"global": self._init_params(gen, device, 1)}
 
-    def train_round(self, state, r, rng):
+    up, down = ("model",), ("global",)
+    step_draws = {1: 2}     # two minibatches (the inner and the outer step's) drawn per local step
+
+    def site_step(self, state, r, rng):
+        """Each site: its local meta-steps from the global model (its optimiser state continued); uploads its model."""
         p = broadcast(state["global"], self.federation_.n)
         draw = rng(1)
         data = self.train_data_
 
+        b, longest = self._batch(), int(self.train_sizes_.max())
+
         def extra(step):
-            return (*data.sample(self._batch(), draw), *data.sample(self._batch(), draw))
+            return (*data.sample(b, draw, longest), *data.sample(b, draw, longest))
 
         p, kept, loss = self._site_steps(state, p, self.meta_loss, rng(0), data=data, step_args=extra)
-        return {"global": weighted_average(p, data.sizes), **kept}, {"loss": float(np.mean(loss))}
+        return {**state, "model": p, **kept}, {"loss": float(np.mean(loss))}
+
+    def server_step(self, state, r):
+        """FedAvg's average of the uploaded models."""
+        return average_step(state, self.train_sizes_)
 
     def finish(self, state):
         self.global_ = {k: v.detach().cpu() for k, v in state["global"].items()}

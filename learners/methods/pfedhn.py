@@ -115,27 +115,42 @@ class PFedHN(PersonalizedLearner):
                "w2": u((H, H), 1 / math.sqrt(H)), "b2": u((H,), 1 / math.sqrt(H)),
                "wo": u((H, P), 0.01 / math.sqrt(H)), "bo": flatten(target)[0].clone()}
         stacked = {k: v[None] for k, v in phi.items()}
-        return {"phi": stacked, "opt": Adam(float(self.hn_lr)).init(stacked)}
+        return {"phi": stacked, "opt": Adam(float(self.hn_lr)).init(stacked), "theta": self._theta(stacked)}
+
+    def server_finish(self, state):
+        if "phi" in state:   # the server's hypernetwork (a Flower site holds its own θ_k only)
+            self.hypernet_ = {k: v[0].detach().cpu() for k, v in state["phi"].items()}
+
+    def _theta(self, phi: dict) -> dict:
+        """Every client's generated model ``θ_k = h(v_k; φ)``, the server's message."""
+        with torch.no_grad():
+            return {k: v.to(phi["bo"].device) for k, v in self._generated(phi).items()}
 
     def _generated(self, phi: dict) -> dict:
         like = {k: torch.empty((1, *shape)) for k, shape in self.spec_.shapes.items()}  # shapes only
         return unflatten(generate({k: v[0] for k, v in phi.items()}), like)
 
-    def train_round(self, state, r, rng):
-        phi = state["phi"]
-        with torch.no_grad():
-            theta = {k: v.to(phi["bo"].device) for k, v in self._generated(phi).items()}
-        p = {k: v.clone() for k, v in theta.items()}
+    up, down = ("model",), ("theta",)
+
+    def site_step(self, state, r, rng):
+        """Each site: its inner loop from its generated model ``θ_k`` (afresh each round); uploads where it ended."""
+        p = {k: v.clone() for k, v in state["theta"].items()}
         fresh = self._fresh_inner_state(p, r)   # the inner loop starts afresh at θ_k (module docstring)
         p, _, loss = self._site_steps(fresh, p, self._task_loss, rng(0))
-        delta = (flatten(theta) - flatten(p)).detach()
+        return {**state, "model": p}, {"loss": float(np.mean(loss))}
+
+    def server_step(self, state, r):
+        """The hypernetwork's Adam step on ``Σ_k ⟨Δθ_k, θ_k(φ)⟩`` (``Δθ_k = θ_k − θ̃_k``), then the new ``θ``."""
+        phi = state["phi"]
+        delta = (flatten(state["theta"]) - flatten(state["model"])).detach()
         live = {k: v[0].detach().requires_grad_(True) for k, v in phi.items()}
         hypernet_surrogate(live, delta).backward()
         grads = {k: live[k].grad[None] for k in live}
         server = Adam(float(self.hn_lr))
         one = torch.ones(1, dtype=torch.bool, device=delta.device)
         phi, ost = server.step(phi, grads, state["opt"], one)
-        return {"phi": phi, "opt": ost}, {"loss": float(np.mean(loss))}
+        rest = {k: v for k, v in state.items() if k != "model"}
+        return {**rest, "phi": phi, "opt": ost, "theta": self._theta(phi)}
 
     def _fresh_inner_state(self, params: dict, r: int) -> dict:
         """A new optimiser state for round ``r``'s inner loop; under a protocol its schedule at the round's first step."""
@@ -145,8 +160,7 @@ class PFedHN(PersonalizedLearner):
         return {"site_opt": state}
 
     def finish(self, state):
-        self.hypernet_ = {k: v[0].detach().cpu() for k, v in state["phi"].items()}
-        with torch.no_grad():
-            self.params_ = {k: v.detach().cpu() for k, v in self._generated(state["phi"]).items()}
+        self.server_finish(state)
+        self.params_ = {k: v.detach().cpu() for k, v in state["theta"].items()}    # θ_k = h(v_k; φ)
         self.weights_ = None
         self.weights_history_ = []

