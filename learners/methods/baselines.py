@@ -109,6 +109,8 @@ class Local(PersonalizedLearner):
 
         from coalitions.learners.exact import closed_form_weights
 
+        if self.protocol is None:   # _closed_form() holds only under a protocol
+            raise RuntimeError("Local's closed form needs a training protocol (closed_form=True)")
         W = closed_form_weights(fed, self.protocol.weight_decay)[[1 << i for i in range(fed.n)]]  # (N, d+1)
         dev, dtype = like["weight"].device, like["weight"].dtype
         return {"weight": torch.as_tensor(W[:, :-1, None], device=dev, dtype=dtype),

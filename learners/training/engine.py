@@ -48,7 +48,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -95,6 +95,16 @@ def masked_mean(per_sample: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- data
+class Draws(Protocol):
+    """What the batch plans read from a random source: ``random(shape)`` uniform on [0, 1).
+
+    A :class:`numpy.random.Generator`, or a Flower site's row of the federation's draws
+    (:class:`~coalitions.learners.federated.personal.randomness.SiteGenerator`).
+    """
+
+    def random(self, size=None) -> np.ndarray: ...
+
+
 class Padded:
     """One split of every client, padded to a common length, on a device.
 
@@ -132,7 +142,7 @@ class Padded:
     def __len__(self) -> int:
         return len(self.sizes)
 
-    def sample(self, batch: int | None, rng: np.random.Generator, longest: int | None = None):
+    def sample(self, batch: int | None, rng: Draws, longest: int | None = None):
         """``X, y, m``: ``batch`` samples per client drawn with replacement, or the whole split.
 
         With ``batch`` of ``None`` or at least the longest split (``longest``: the
@@ -154,7 +164,7 @@ class Padded:
         return self.X[rows[:, None], idx], self.y[rows[:, None], idx]
 
 
-def epoch_plan(sizes: np.ndarray, batch_size: int | None, rng: np.random.Generator):
+def epoch_plan(sizes: np.ndarray, batch_size: int | None, rng: Draws):
     """Minibatches of one local epoch for every client, padded and masked.
 
     Client ``i`` visits a fresh permutation of its ``n_i`` samples in
@@ -380,7 +390,7 @@ def _stack_tree(outs):
 
 # --------------------------------------------------------------------------- local training
 def train_epochs(engine: Engine, loss: Callable, params: dict, optimizer, opt_state: dict, data: Padded,
-                 epochs: int, batch_size: int | None, rng: np.random.Generator, args: tuple = (),
+                 epochs: int, batch_size: int | None, rng: Draws, args: tuple = (),
                  step_args: Callable | None = None, shared: tuple = (), enabled: torch.Tensor | None = None):
     """Local training of every model on its own client's data, all models per step.
 

@@ -85,7 +85,7 @@ def federico_site(learner, cfg: dict, received: dict, kept: dict | None):
     gen = SiteGenerator(int(learner.seed), r, 0, site, sizes)
     data = learner.train_data_
     for _ in range(epoch + 1):
-        idx, mask, active = epoch_plan(data.sizes, learner.batch_size, gen)
+        idx, mask, active = epoch_plan(data.sizes, learner._batch(), gen)
     weight = row["w"][0, mod_t].to(next(iter(models.values())).dtype)
     if step < idx.shape[0]:
         idx_t = torch.as_tensor(idx[step])

@@ -328,8 +328,9 @@ class FedeRiCoStrategy(PersonalStrategy):
                     isinstance(j, int) and not isinstance(j, bool) and 0 <= j < n and j != i for j in nb):
                 raise BadReply(name, f"neighbours {nb!r} are not {self.k} distinct other sites of 0..{n - 1}")
             return {"neighbours": nb}
-        out = {"active": check_number(m.get("active"), name, "active", 0, 1),
-               "own-loss": check_number(m.get("own-loss"), name, "its own loss", 0.0)}
+        out: dict[str, float | list[float]] = {
+            "active": check_number(m.get("active"), name, "active", 0, 1),
+            "own-loss": check_number(m.get("own-loss"), name, "its own loss", 0.0)}
         if first:
             w = check_losses(m.get("w", []), name, "posterior row", n)
             if any(x > 1.0 for x in w) or abs(sum(w) - 1.0) > 1e-4:
