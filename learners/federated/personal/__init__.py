@@ -55,8 +55,8 @@ McMahan et al. (2017), *Communication-efficient learning of deep networks from d
 
 The package splits the two halves: :mod:`.learners` (the method's learner at a site and at the
 server, its parameters), :mod:`.randomness` (a site's row of the in-process draws), :mod:`.site`
-(the ClientApp's half), :mod:`.engine` (the generic strategy and site step) and :mod:`.strategies`
-(the strategy base and FedeRiCo's).
+(the ClientApp's half), :mod:`.engine` (the generic strategy and site step), :mod:`.strategies`
+(the strategy base and FedeRiCo's) and :mod:`.serve` (the ServerApp's run of a method).
 """
 
 from coalitions.learners.federated.personal.engine import STRATEGIES, StepStrategy, SuPerFedStrategy, step_site
@@ -70,12 +70,9 @@ from coalitions.learners.federated.personal.learners import (
     site_learner,
 )
 from coalitions.learners.federated.personal.randomness import SiteGenerator
+from coalitions.learners.federated.personal.serve import run_personal
 from coalitions.learners.federated.personal.site import federico_site, site_finish, site_train
-from coalitions.learners.federated.personal.strategies import (
-    FedeRiCoStrategy,
-    PersonalStrategy,
-    run_personal,
-)
+from coalitions.learners.federated.personal.strategies import FedeRiCoStrategy, PersonalStrategy
 
 __all__ = ["PERSONAL", "method_params", "check_method", "SiteGenerator", "site_learner", "server_learner",
            "learner_params", "initial_state", "site_train", "site_finish", "PersonalStrategy",

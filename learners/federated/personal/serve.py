@@ -1,0 +1,50 @@
+"""The ServerApp's run of a personalised method over Flower: discover the sites, run the method's strategy.
+
+The strategy comes from :data:`~coalitions.learners.federated.personal.engine.STRATEGIES` (the
+generic :class:`~coalitions.learners.federated.personal.engine.StepStrategy` for every method
+written as a site step and a server step, FedeRiCo's own otherwise).
+"""
+
+from __future__ import annotations
+
+import time
+
+from coalitions.errors import InputError
+from coalitions.learners.federated.personal.engine import STRATEGIES
+from coalitions.learners.federated.personal.learners import server_learner
+
+__all__ = ["run_personal"]
+
+
+def run_personal(grid, settings, method: str, params: dict, log=print):
+    """The ServerApp's work for a personalised ``method``: discover the sites, run the strategy, build the learner.
+
+    Returns ``(learner, record)``: the server's learner, fitted as far as the
+    server can fit it (its :attr:`estimate_` is the estimate), and the run
+    record (sites, traffic, seconds).
+    """
+    import flwr
+    from flwr.app import ArrayRecord
+
+    from coalitions.learners.federated.server import _check_sites, _Link
+
+    t0 = time.perf_counter()
+    if params.get("refit"):
+        raise InputError(f"--method {method}: refit trains the method again on every set peeling asks about; "
+                         "it is not offered over Flower")
+    link = _Link(grid, settings, log)
+    link.discover(settings.sites, time.monotonic() + settings.wait_s)
+    sites = _check_sites(link.descriptions)
+    learner = server_learner(method, params, sites, settings.dataset, settings.data_options)
+    strategy = STRATEGIES[method](method, learner, sites, dict(link.nodes), link._data_config(), log=log)
+    strategy.start(grid, ArrayRecord(), num_rounds=strategy.exchanges(),
+                   timeout=settings.round_timeout_s or 3600.0)
+    if len(strategy.utilities["val"]) != len(sites):
+        raise InputError("the sites' final evaluation did not come back (see the log above)")
+    seconds = time.perf_counter() - t0
+    learner = strategy.finish(seconds)
+    record = {"method": method, "sites": [{k: d[k] for k in ("name", "n-train", "n-val", "n-test")} for d in sites],
+              "rounds": learner.rounds, "communication_rounds": strategy.exchanges() + 2,
+              "bytes_sent": link.sent + strategy.sent, "bytes_received": link.received + strategy.received,
+              "messages": link.messages + strategy.messages, "seconds": seconds, "flower_version": flwr.__version__}
+    return learner, record
