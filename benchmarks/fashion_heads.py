@@ -16,6 +16,11 @@ prints:
 
 Run:  python benchmarks/fashion_heads.py   (``--quick``: 4 clients, 3 epochs, seconds; CI runs it)
 
+``--game issue22`` trains the game that issue 22 measured before its changes (the federation of
+``reproduce fashion`` until issue 19: pathological label skew, 10 clients, 100 samples each, 60 of
+them for training; Adam at lr 0.01, weight decay 1e-3, 100 full-batch steps; accuracy game only),
+so that this code and an older checkout can be timed on the same game.
+
 Without the Debian package ``dataset-fashion-mnist`` it says so and exits 0 (nothing to measure).
 Timings depend on the load of the machine; the load average is printed with them.
 """
@@ -42,6 +47,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu-tflops", type=float, default=20.0, help="assumed sustained FP32 TFLOP/s of a GPU")
     ap.add_argument("--epochs", type=int, default=None,
                     help="override the experiment's epochs (a shorter run; the cost per subset model-step is the same)")
+    ap.add_argument("--game", choices=("current", "issue22"), default="current",
+                    help="current: today's fashion experiment; issue22: the game issue 22 measured before its changes")
     args = ap.parse_args(argv)
 
     import torch
@@ -56,6 +63,13 @@ def main(argv=None) -> int:
     exp = get_experiment("fashion")
     data = dict(exp.regimes[0].options)
     opts = {"replicates": REPLICATES, **exp.oracle_options(False)}
+    if args.game == "issue22":
+        from coalitions.learners.training.protocol import TrainingProtocol
+
+        data = {"clients": 10, "partition": "pathological", "samples": 100}
+        opts = {"replicates": REPLICATES, "heads": "personal",
+                "protocol": TrainingProtocol(model="mlp", hidden=32, optimizer="adam", lr=0.01,
+                                             weight_decay=1e-3, steps=100)}
     if args.quick:   # (the oracle's own ``epochs`` beside a protocol was ignored before; now it is refused)
         data.update(clients=4, samples=30)
         args.epochs = 3 if args.epochs is None else args.epochs
