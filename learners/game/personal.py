@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from coalitions.learners.game.masks import membership
-from coalitions.learners.game.stepper import SubsetStepper
+from coalitions.learners.game.stepper import SubsetStepper, decay_gradient
 
 
 def scaled_gradient(x, scale):
@@ -81,7 +81,7 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
     import torch
 
     from coalitions.learners.data.metrics import loss_function
-    from coalitions.learners.training.models import stacked_personal_forward
+    from coalitions.learners.training.models import product_major, stack_init, stacked_personal_forward
 
     loss = loss_function(task)
     device = X.device
@@ -90,8 +90,7 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
     W = torch.as_tensor(membership(masks, n_clients), device=device).to(dtype)   # (M, N) membership
     sizes = torch.bincount(owner, minlength=n_clients).to(dtype)                  # n_i
     share = W * sizes / (W @ sizes).clamp(min=1)[:, None]                         # (M, N): n_i / n_S
-    params = {k: v.detach().unsqueeze(0).repeat((M,) + (1,) * v.dim()).requires_grad_(True)
-              for k, v in init.items()}
+    params = stack_init(init, M, product_major(spec) if spec.body else ())   # the first layer product-major (no copy per step)
     body_decay = [k for k in spec.body if init[k].dim() >= 2]
     head_decay = [k for k in spec.head if init[k].dim() >= 3]    # a head weight: (N, f, k)
     n = X.shape[0]
@@ -121,12 +120,9 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
             oh = torch.nn.functional.one_hot(ob, n_clients).to(dtype)
             client_mean = (per_sample @ oh) / counts.clamp(min=1).to(dtype)                      # (M, N)
             total = (w * client_mean).sum(1)
-            if l2:
-                for k in body_decay:
-                    total = total + 0.5 * l2 * params[k].pow(2).flatten(1).sum(1)
-                for k in head_decay:   # each member's head its own decay (a non-member's: none)
-                    total = total + 0.5 * l2 * (W * params[k].pow(2).flatten(2).sum(2)).sum(1)
-            params = stepper.step(params, total.sum(), active)
+            # + (l2/2)·‖W_body‖² + Σ_{i∈S} (l2/2)·‖W_head_i‖², entered as its gradient (a non-member's head: none)
+            decay = {**decay_gradient(params, body_decay, l2), **decay_gradient(params, head_decay, l2, W)}
+            params = stepper.step(params, total.sum(), active, decay)
         if progress is not None:
             progress(_epoch + 1)
         if early is not None:

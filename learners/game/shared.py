@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from coalitions.learners.game.masks import membership
-from coalitions.learners.game.stepper import SubsetStepper
+from coalitions.learners.game.stepper import SubsetStepper, decay_gradient
 
 
 def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
@@ -58,6 +58,7 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
     import torch
 
     from coalitions.learners.data.metrics import loss_function
+    from coalitions.learners.training.models import product_major, stack_init
 
     loss = loss_function(task)
     device = X.device
@@ -65,8 +66,7 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
     dtype = next(iter(init.values())).dtype
     W = torch.as_tensor(membership(masks, n_clients), device=device).to(dtype)   # (M, N) membership
     onehot = torch.nn.functional.one_hot(owner, n_clients).to(W.dtype)
-    params = {k: v.detach().unsqueeze(0).repeat((M,) + (1,) * v.dim()).requires_grad_(True)
-              for k, v in init.items()}
+    params = stack_init(init, M, product_major(spec))   # the first layer product-major (no copy per step)
     decay = [k for k, v in init.items() if v.dim() >= 2]
     n = X.shape[0]
     bs = n if batch_size is None else max(1, min(int(batch_size), n))
@@ -85,9 +85,8 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
             per_client = per_sample @ oh                             # (M, N) loss sums
             count = W @ oh.sum(0)                                    # member samples in batch
             mean = (W * per_client).sum(1) / count.clamp(min=1)
-            if l2 and decay:
-                mean = mean + 0.5 * l2 * sum(params[k].pow(2).flatten(1).sum(1) for k in decay)
-            params = stepper.step(params, mean.sum(), active)
+            # + (l2/2)·‖W‖² over the weights, entered as its gradient
+            params = stepper.step(params, mean.sum(), active, decay_gradient(params, decay, l2))
         if progress is not None:
             progress(epoch + 1)
         if early is not None:

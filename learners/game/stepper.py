@@ -9,7 +9,9 @@ class SubsetStepper:
 
     Without a protocol: PyTorch's Adam on all stacked parameters with a cosine-decayed learning
     rate over ``total`` steps.  With one: the protocol's stacked optimiser and schedule
-    (:class:`~coalitions.learners.training.protocol.Scheduled`), the update Local applies.
+    (:class:`~coalitions.learners.training.protocol.Scheduled`), the update Local applies; Adam's
+    step runs in place (:meth:`~coalitions.learners.training.engine.Adam.step_`), the same bits
+    without a new set of parameter-sized tensors per step.
     """
 
     def __init__(self, params: dict, lr: float, total: int, protocol=None):
@@ -27,22 +29,58 @@ class SubsetStepper:
             first = next(iter(params.values()))
             self.every = torch.ones(first.shape[0], dtype=torch.bool, device=first.device)
 
-    def step(self, params: dict, loss, active=None) -> dict:
+    def step(self, params: dict, loss, active=None, decay: dict | None = None) -> dict:
         """One step on the scalar ``loss`` (the sum of every subset's objective); the parameters after it.
 
         ``active`` (bool ``(M,)``, protocol only): the models that move; the others keep their
         parameters and optimiser state (early stopping, :mod:`coalitions.learners.game.stopping`).
+        ``decay``: gradients added to the loss's, parameter by parameter (the weight decay's
+        ``l2·W``, :func:`decay_gradient`, which autograd would otherwise derive through a square,
+        a sum and their backward passes over every weight: the same bits, fewer passes).
         """
         import torch
 
         if self.protocol is None:
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
+            with torch.no_grad():
+                for k, d in (decay or {}).items():
+                    params[k].grad.add_(d)
             self.opt.step()
             self.sched.step()
             return params
         grads = dict(zip(params, torch.autograd.grad(loss, list(params.values())), strict=True))
+        for k, d in (decay or {}).items():
+            grads[k] = grads[k] + d
+        if self.stacked.in_place:   # Adam: the parameters and moments are updated where they lie (same bits)
+            with torch.no_grad():
+                self.stacked.step_({k: v.detach() for k, v in params.items()}, grads, self.state,
+                                   self.every if active is None else active)
+            return params
         with torch.no_grad():
             new, self.state = self.stacked.step({k: v.detach() for k, v in params.items()}, grads, self.state,
                                                 self.every if active is None else active)
         return {k: v.requires_grad_(True) for k, v in new.items()}
+
+
+def decay_gradient(params: dict, names, l2: float, member=None) -> dict:
+    """The gradient of ``(l2/2)·‖W‖²`` for each stacked weight ``W = params[k]``, ``k`` in ``names``: ``l2·W``.
+
+    With ``member`` (``(M, N)`` 0/1) the weights are personal heads ``(M, N, ...)`` and only a
+    member's head is decayed (``member[m, i]·l2·W[m, i]``).  Autograd's derivative of the same term,
+    ``(l2/2)·2W``, is this product exactly (the factor 2 is exact in binary floating point), so a
+    trainer that adds these to its loss's gradient steps to the same bits as one that adds the
+    term to its loss (``tests/test_stepper.py``).
+    """
+    import torch
+
+    if not l2:
+        return {}
+    out = {}
+    with torch.no_grad():
+        for k in names:
+            d = torch.mul(params[k].detach(), l2)
+            if member is not None:
+                d = d * member.view(*member.shape, *([1] * (d.dim() - 2)))
+            out[k] = d
+    return out

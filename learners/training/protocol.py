@@ -345,6 +345,18 @@ class Scheduled:
         new["schedule_step"] = state["schedule_step"] + 1
         return params, new
 
+    @property
+    def in_place(self) -> bool:
+        """Whether :meth:`step_` is available (the inner optimiser has an in-place step: Adam)."""
+        return hasattr(self.inner, "step_")
+
+    def step_(self, params: dict, grads: dict, state: dict, active) -> None:
+        """:meth:`step` in place (:meth:`Adam.step_ <coalitions.learners.training.engine.Adam.step_>`)."""
+        t = int(state["schedule_step"])
+        self.inner.lr = self.protocol.lr * lr_factor(self.protocol.schedule, t, self.total)
+        self.inner.step_(params, grads, state, active)
+        state["schedule_step"] = state["schedule_step"] + 1
+
 
 def decayed(params: dict, weight_decay: float, names) -> object:
     """``weight_decay/2·Σ‖p‖²`` over the parameters ``names`` (one model's weights; 0 when off)."""
