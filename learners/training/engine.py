@@ -320,8 +320,9 @@ class Adam:
 #: Elements per block of :meth:`Adam.step_`: 256 Ki float32, 1 MiB a tensor, so that the update's
 #: half-dozen live tensors stay in a core's share of the last-level cache while Python's per-call
 #: overhead stays small.  On this 2-core EPYC (1 MiB L2, 32 MiB L3), one step on a 40 × 784 × 32
-#: parameter, best of 20: whole tensor 3.9–7.0 ms (it varies with what else holds the L3),
-#: 2^20 2.7–7.4, 2^18 2.5–2.6, 2^17 2.6–3.0, 2^16 4.1–4.8 ms.  ``python benchmarks/adam_blocks.py``.
+#: parameter, best of 20 (several runs, quiet machine): whole tensor 3.9–8.7 ms (it varies with what
+#: else holds the L3), 2^20 2.7–7.4, 2^18 2.5–3.3, 2^17 2.6–3.0, 2^16 4.1–4.8 ms.
+#: ``python benchmarks/adam_blocks.py`` times the whole tensor against this block.
 BLOCK = 1 << 18
 
 
