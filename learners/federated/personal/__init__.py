@@ -59,22 +59,35 @@ server, its parameters), :mod:`.randomness` (a site's row of the in-process draw
 (the strategy base and FedeRiCo's) and :mod:`.serve` (the ServerApp's run of a method).
 """
 
-from coalitions.learners.federated.personal.engine import STRATEGIES, StepStrategy, SuPerFedStrategy, step_site
-from coalitions.learners.federated.personal.learners import (
-    PERSONAL,
-    check_method,
-    initial_state,
-    learner_params,
-    method_params,
-    server_learner,
-    site_learner,
-)
-from coalitions.learners.federated.personal.randomness import SiteGenerator
-from coalitions.learners.federated.personal.serve import run_personal
-from coalitions.learners.federated.personal.site import federico_site, site_finish, site_train
-from coalitions.learners.federated.personal.strategies import FedeRiCoStrategy, PersonalStrategy
+import importlib
+
+#: Where each public name lives: the package imports a submodule when one of its names is first
+#: asked for (PEP 562), so that ``coalitions federate`` checks its options (``PERSONAL``,
+#: ``check_method``) before PyTorch and Flower load.
+_HOMES = {
+    "engine": ("STRATEGIES", "StepStrategy", "SuPerFedStrategy", "step_site"),
+    "learners": ("PERSONAL", "check_method", "initial_state", "learner_params", "method_params", "server_learner",
+                 "site_learner"),
+    "randomness": ("SiteGenerator",),
+    "serve": ("run_personal",),
+    "site": ("federico_site", "site_finish", "site_train"),
+    "strategies": ("FedeRiCoStrategy", "PersonalStrategy"),
+}
+_WHERE = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = ["PERSONAL", "method_params", "check_method", "SiteGenerator", "site_learner", "server_learner",
            "learner_params", "initial_state", "site_train", "site_finish", "PersonalStrategy",
            "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES",
            "StepStrategy", "step_site", "federico_site", "run_personal"]
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})
