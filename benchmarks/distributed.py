@@ -4,9 +4,11 @@ Prints, in one run:
 
 1. The N = 12 logistic oracle (``synthetic`` with labels ``y > 0``, 100 samples
    per client, 500 epochs: all 4095 subset models) in this process (the local
-   backend, one chunk) and on a local Ray with 2 workers (16 chunks, one
-   thread per task), wall time and ratio, and whether the two games are equal
-   to the bit.  Ray is started and its workers warmed up (PyTorch imported)
+   backend: one chunk, then its cache-aware default), and then at equal
+   chunking (Ray's default of 16 chunks on both sides) in this process and on
+   a local Ray with 2 workers (one thread per task), in ``--repeats``
+   interleaved pairs: wall times, the median ratio and its range, and whether
+   the games are equal to the bit.  Ray is started and its workers warmed up (PyTorch imported)
    before the clock starts: a cluster is started once, not per run.
 2. The measured cost per subset model-epoch of both runs and a projection of
    N = 20 (1,048,575 models, 100 samples per client) on 64 workers, and on
@@ -16,7 +18,7 @@ Prints, in one run:
    workers; it assumes the workers are as fast as this machine's cores and
    that the 1,024 chunks at N = 20 keep all of them busy.
 
-Run:  python benchmarks/distributed.py [--quick] [--workers 2]
+Run:  python benchmarks/distributed.py [--quick] [--workers 2] [--repeats 3]
 
 ``--quick``: N = 8 and 50 epochs (CI).  Timings depend on the machine's load,
 which is printed; without Ray it prints that it was not run.
@@ -60,6 +62,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="N = 8, 50 epochs (CI)")
     ap.add_argument("--workers", type=int, default=2, help="CPUs of the local Ray [2]")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved local/Ray pairs at equal chunking [3; quick 1]")
     ap.add_argument("--project", type=int, default=64, help="workers of the N = 20 projection [64]")
     args = ap.parse_args(argv)
     try:
@@ -74,6 +77,7 @@ def main(argv=None) -> None:
     from coalitions.learners import distributed
 
     n, epochs = (8, 50) if args.quick else (12, 500)
+    repeats = 1 if args.quick else args.repeats
     samples = 100
     fed = binary_federation(n, samples=samples, seed=0)
     models = (1 << n) - 1
@@ -99,14 +103,28 @@ def main(argv=None) -> None:
     pids = set(ray.get([warm.remote() for _ in range(4 * args.workers)]))
     print(f"   (Ray started and {len(pids)} workers warmed up in {time.perf_counter() - t:.1f} s, not counted; "
           f"load average {_load()})")
-    t_ray, on_ray = timed_fit(fed, "ray", "cpu", epochs, chunk_size=chunk)  # equal chunking
-    same = np.array_equal(local.values_val_, on_ray.values_val_, equal_nan=True) and \
-        np.array_equal(local.values_test_, on_ray.values_test_, equal_nan=True)
-    print(f"   ray backend, {args.workers} workers, 1 thread each: {t_ray:7.2f} s ({on_ray.chunks_trained_} chunks, as local); "
-          f"speed-up {t_local / t_ray:.2f}x; same game to the bit: {'yes' if same else 'NO'}", flush=True)
+    # Equal chunking: both backends train Ray's default chunks (ceil(models / MIN_CHUNKS) models each,
+    # enough chunks to keep the workers evenly busy), local and Ray runs interleaved, `repeats` pairs;
+    # the median of the pairs' ratios is the figure (this virtual machine's speed drifts between runs).
+    ray_chunk = distributed.oracle_chunk_size(models, models)
+    pairs = []
+    for k in range(repeats):
+        t_eq, local_eq = timed_fit(fed, "local", "cpu", epochs, chunk_size=ray_chunk)
+        t_ray, on_ray = timed_fit(fed, "ray", "cpu", epochs, chunk_size=ray_chunk)
+        same = np.array_equal(local_eq.values_val_, on_ray.values_val_, equal_nan=True) and \
+            np.array_equal(local_eq.values_test_, on_ray.values_test_, equal_nan=True) and \
+            np.array_equal(local.values_val_, on_ray.values_val_, equal_nan=True)
+        pairs.append((t_eq, t_ray))
+        print(f"   pair {k + 1}/{repeats}, {on_ray.chunks_trained_} chunks of <= {ray_chunk} on both: local {t_eq:7.2f} s, "
+              f"ray ({args.workers} workers, 1 thread each) {t_ray:7.2f} s, {t_eq / t_ray:.2f}x; "
+              f"same game to the bit: {'yes' if same else 'NO'} (load average {_load()})", flush=True)
+    ratios = sorted(a / b for a, b in pairs)
+    t_eq, t_ray = sorted(pairs, key=lambda p: p[0] / p[1])[len(pairs) // 2]
+    print(f"   ray speed-up at equal chunking: median {np.median(ratios):.2f}x over {repeats} pair(s) "
+          f"(range {ratios[0]:.2f}-{ratios[-1]:.2f}x)", flush=True)
 
     print(f"\n2. projection of N = 20 ({(1 << 20) - 1:,} models, {samples} samples per client, {epochs} epochs)")
-    per_local = t_local / (models * epochs)
+    per_local = t_eq / (models * epochs)
     per_ray = t_ray * args.workers / (models * epochs)  # per worker
     scale = 20 / n  # samples grow with the clients; the step is a product over all samples
     for label, per in (("local measurement", per_local), ("ray measurement, per worker", per_ray)):
