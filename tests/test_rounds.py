@@ -78,3 +78,44 @@ def _close(got: dict, want: dict):
     assert set(got) == set(want)
     for k, v in want.items():
         np.testing.assert_allclose(np.asarray(got[k]), v.detach().cpu().numpy(), atol=TOL, rtol=0)
+
+
+@pytest.mark.usefixtures("flower_task")
+@pytest.mark.parametrize("method, rounds, patience", [*((m, 8, 2) for m in STEPPED), ("fedavg", 3, 5), ("fedamp", 3, 5)])
+def test_early_stopping_over_flower_equals_the_inprocess_learner(heart, method, rounds, patience):
+    """Patience over Flower (:mod:`~coalitions.learners.federated.personal.stopping`) stops where ``fit`` stops.
+
+    At rate 0.5 the validation loss turns up within eight rounds, so most methods stop early (the round
+    the sites ran past the stop is discarded); with three rounds and patience 5 the run ends at its
+    budget and the final evaluation picks between the last and the best round.
+    """
+    from test_federated_personal import StatefulGrid
+
+    from coalitions.learners.federated.server import Settings
+
+    grid = StatefulGrid([{"partition-id": k} for k in (1, 3, 0, 2)])
+    settings = Settings(protocol=Protocol(rounds=rounds, lr=0.5), sites=4, dataset="heart", wait_s=5.0,
+                        round_timeout_s=5.0)
+    params = {**P.method_params(settings.protocol), "patience": patience}
+    got, _ = P.run_personal(grid, settings, method, params, log=lambda s: None)
+    ref = METHODS[P.PERSONAL[method]].estimator_class()(**{**params, "device": "cpu"}).fit(heart)
+    for attr in ("rounds_run_", "best_round_", "hit_max_", "stopped_at_"):
+        assert getattr(got, attr) == getattr(ref, attr), attr
+    assert got.utilities_ == ref.utilities_
+    e, r = got.estimate_, ref.estimate_
+    assert e.partition == r.partition and e.benefit_graph == r.benefit_graph
+    np.testing.assert_allclose(got.val_loss_history_, ref.val_loss_history_, atol=TOL, rtol=0)
+    np.testing.assert_allclose(got.val_loss_clients_, ref.val_loss_clients_, atol=TOL, rtol=0)
+    np.testing.assert_allclose(got.loss_history_, ref.loss_history_, atol=TOL, rtol=0)
+    if ref.weights_ is not None:
+        np.testing.assert_allclose(got.weights_, ref.weights_, atol=TOL, rtol=0)
+    # one train message per site and round, and one more that reported the loss which stopped the run
+    trains = ref.rounds_run_ + (0 if ref.hit_max_ else 1)
+    assert grid.types.count("train") == 4 * trains and grid.types.count("evaluate") == 4
+
+
+def test_federico_refuses_patience_over_flower():
+    from coalitions.errors import InputError
+
+    with pytest.raises(InputError, match="--method federico: early stopping"):
+        P.check_method("federico", Protocol(rounds=2), {"patience": 2})

@@ -136,7 +136,7 @@ def _personal(msg: Message, context: Context, kind: str) -> Message:
         for key, arrays in reply.items():
             content[key] = ArrayRecord([np.asarray(a) for a in arrays.values()])
         return Message(content, reply_to=msg)
-    result = site_finish(method, learner, received, kept)
+    result = site_finish(method, learner, received, kept, dict(cfg))
     return Message(RecordDict({"result": ConfigRecord({"json": json.dumps(result)})}), reply_to=msg)
 
 

@@ -43,7 +43,8 @@ seed): the same weights, utilities and equilibrium, parameters within
 ``1e-5``.
 
 What leaves a site: its split sizes, its ``up`` keys each round, its mean
-training loss per round and, at the end, its validation and test metric
+training loss per round (with early stopping, its mean validation loss too:
+:mod:`.stopping`) and, at the end, its validation and test metric
 (docs/federated.md has the table per method).  Unlike the exact game, these
 runs are not checkpointed: an interrupted run starts again.
 
@@ -55,8 +56,9 @@ McMahan et al. (2017), *Communication-efficient learning of deep networks from d
 
 The package splits the two halves: :mod:`.learners` (the method's learner at a site and at the
 server, its parameters), :mod:`.randomness` (a site's row of the in-process draws), :mod:`.site`
-(the ClientApp's half), :mod:`.engine` (the generic strategy and site step), :mod:`.strategies`
-(the strategy base and FedeRiCo's) and :mod:`.serve` (the ServerApp's run of a method).
+(the ClientApp's half), :mod:`.engine` (the generic strategy and site step), :mod:`.stopping`
+(early stopping split between the sites and the server), :mod:`.strategies` (the strategy base and
+FedeRiCo's) and :mod:`.serve` (the ServerApp's run of a method).
 """
 
 import importlib

@@ -26,6 +26,7 @@ from coalitions.learners.federated.personal.learners import (
     restored_optimisers,
 )
 from coalitions.learners.federated.personal.randomness import SiteGenerator, _epoch_steps
+from coalitions.learners.federated.personal.stopping import ServerStopper, early, flat, site_validation
 from coalitions.learners.federated.personal.strategies import METHOD_STRATEGIES, PersonalStrategy
 from coalitions.learners.federated.replies import BadReply, check_arrays, check_metrics, check_number
 
@@ -68,13 +69,16 @@ def step_site(learner, cfg: dict, received: dict, kept: dict | None):
 
     state = step_site_state(learner, received, kept)
     losses = []
-    # nothing goes up (Local): this one message runs all the site's rounds
-    for r in (range(first, first + 1) if learner.up else range(int(cfg["rounds"]))):
+    metrics: dict = {}
+    copies = site_validation(learner, cfg, state, kept, metrics) if early(cfg) else {}
+    # nothing goes up (Local) and no early stopping: this one message runs all the site's rounds
+    per_round = bool(learner.up) or early(cfg)
+    for r in (range(first, first + 1) if per_round else range(int(cfg["rounds"]))):
         state, info = learner.site_step(state, r, rng_of(r))
         losses.append(float(info["loss"]))
     reply = {k: _numpy(state[k]) for k in learner.up}
-    keep = {**{k: _numpy(state[k]) for k in learner.kept}, **kept_optimisers(state)}
-    return reply, {"losses": losses}, keep or None
+    keep = {**{k: _numpy(state[k]) for k in learner.kept}, **kept_optimisers(state), **flat(copies)}
+    return reply, {"losses": losses, **metrics}, keep or None
 
 
 class StepStrategy(PersonalStrategy):
@@ -86,6 +90,55 @@ class StepStrategy(PersonalStrategy):
     where the in-process learner starts them).  The replies' :attr:`up` keys,
     stacked in site order, go through ``server_step``.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        patience = self.learner._patience_for()
+        #: Early stopping over Flower (:mod:`.stopping`), or None without patience.
+        self.stopper = None if patience is None else ServerStopper(patience)
+
+    def configure_train(self, server_round, arrays, config, grid):
+        if self.stopper is None:
+            return super().configure_train(server_round, arrays, config, grid)
+        if self.stopper.stopped:     # the rule stopped: the remaining Flower rounds send nothing
+            return []
+        r = int(server_round) - 1
+        extra = {"early": 1, "validate": int(r >= 1), "promote": int(self.stopper.verdict)}
+        return [self._message(i, "train", r, self.payload(r, i), grid, extra) for i in range(len(self.names))]
+
+    def aggregate_train(self, server_round, replies):
+        if self.stopper is not None and self.stopper.stopped:
+            return None, None
+        return super().aggregate_train(server_round, replies)
+
+    def admit(self, r, reps) -> bool:
+        """With early stopping: the sites' losses of round ``r − 1``; round ``r`` counts unless the rule stopped."""
+        if self.stopper is None or r == 0:
+            return True
+        losses = self.stopper.losses(self.names, [self._metrics(rep).get("val-loss") for rep in reps])
+        self.stopper.update(losses, self.state)
+        return not self.stopper.stopped
+
+    def final_extra(self) -> dict:
+        if self.stopper is None:
+            return {}
+        return {"early": 1, "promote": int(self.stopper.verdict), "validate-last": int(not self.stopper.stopped)}
+
+    def final_results(self, results: list[dict]) -> list[dict]:
+        if self.stopper is None:
+            return results
+        chosen, self.state = self.stopper.final_results(self.names, results, self.state)
+        return chosen
+
+    def exchanges(self) -> int:
+        """A round per exchange; one exchange when nothing goes up (the sites run all their rounds)."""
+        return self.rounds if self.learner.up or self.stopper is not None else 1
+
+    def finish(self, seconds):
+        learner = super().finish(seconds)
+        if self.stopper is not None:
+            self.stopper.record(learner)
+        return learner
 
     def payload(self, r, i):
         n = len(self.names)
@@ -100,10 +153,6 @@ class StepStrategy(PersonalStrategy):
         up = {k: {p: torch.cat([_tensors(rep[k])[p] for rep in replies]) for p in replies[0][k]}
               for k in self.learner.up}
         self.state = self.learner.server_step({**self.state, **up}, r)
-
-    def exchanges(self) -> int:
-        """A round per exchange; one exchange when nothing goes up (the sites run all their rounds)."""
-        return self.rounds if self.learner.up else 1
 
     def finish_weights(self):
         """Keep the server's final state (``server_state_``); the weights of a method that has them."""

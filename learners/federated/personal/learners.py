@@ -61,6 +61,10 @@ def check_method(method: str, protocol, options: dict | None) -> None:
     from coalitions.params import ParameterError
 
     params = method_params(protocol, options)
+    if method == "federico" and _patience(params) is not None:
+        raise InputError("--method federico: early stopping (patience) is not offered over Flower; FedeRiCo's own "
+                         "strategy has no validation exchange (the methods written as a site step and a server "
+                         "step have one)")
     if params.get("refit"):
         raise InputError(f"--method-option refit: --method {method} over Flower reads BG(R) off the learned "
                          "weights (refit would train again on every set peeling asks about)")
@@ -70,6 +74,16 @@ def check_method(method: str, protocol, options: dict | None) -> None:
         raise InputError(f"--method {method}: {e}") from None
     except TypeError as e:
         raise InputError(f"--method-option: {e}") from None
+
+
+def _patience(params: dict):
+    """The patience a learner built from ``params`` would stop with (its own, or its protocol's)."""
+    protocol = params.get("protocol")
+    if isinstance(protocol, dict):
+        return protocol.get("patience")
+    if protocol is not None:
+        return protocol.patience
+    return params.get("patience")
 
 
 def _create(method: str, params: dict):

@@ -15,6 +15,7 @@ from coalitions.learners.federated.personal.learners import (
     _tensors,
 )
 from coalitions.learners.federated.personal.randomness import SiteGenerator
+from coalitions.learners.federated.personal.stopping import early, site_val_loss, stashed
 
 __all__ = ["site_train", "federico_site", "site_finish"]
 
@@ -100,11 +101,12 @@ def federico_site(learner, cfg: dict, received: dict, kept: dict | None):
     return {"grads": _numpy(grads)}, metrics, kept
 
 
-def site_finish(method: str, learner, received: dict, kept: dict | None) -> dict:
+def site_finish(method: str, learner, received: dict, kept: dict | None, cfg: dict | None = None) -> dict:
     """The site's final model, scored on its own validation and test splits (the learner's ``finish``).
 
     Returns ``{"val": x, "test": y}`` and, for SuPerFed, ``"lambda"`` and
-    ``"val_curve"`` (its ``λ*`` and the validation metric along the grid).
+    ``"val_curve"`` (its ``λ*`` and the validation metric along the grid).  Under early stopping
+    (``cfg``'s ``early`` flag) the last and the best state's results (:mod:`.stopping`).
     """
     import torch
 
@@ -112,11 +114,20 @@ def site_finish(method: str, learner, received: dict, kept: dict | None) -> dict
     state: dict
     if uses_steps(learner):
         state = step_site_state(learner, received, kept)
+        if early(cfg or {}):
+            return _final_with_patience(method, learner, cfg or {}, state, kept)
     elif method == "federico":   # every model, mixed by the site's own posterior row
         state = {"phi": _tensors(received["models"]), "history": [], "ema_history": [], "neighbours": [],
                  **{key: torch.as_tensor(np.asarray(v, dtype=np.float64)) for key, v in kept["row"].items()}}
     else:
         raise InputError(f"--method {method}: not a federated personalised method ({', '.join(PERSONAL)})")
+    return _scores(method, learner, state)
+
+
+def _scores(method: str, learner, state: dict) -> dict:
+    """The utilities of the site's model under ``state`` (and SuPerFed's ``λ*`` and validation curve)."""
+    import torch
+
     learner.finish(state)
     u = learner._utilities(learner.federation_, torch.device("cpu"))
     name = learner.federation_.names[0]
@@ -124,6 +135,19 @@ def site_finish(method: str, learner, received: dict, kept: dict | None) -> dict
     if method in ("superfed", "superfed-lm"):
         out["lambda"] = float(learner.lambda_[0])
         out["val_curve"] = [float(x) for x in learner.val_curve_[0]]
+    return out
+
+
+def _final_with_patience(method: str, learner, cfg: dict, state: dict, kept: dict) -> dict:
+    """The final evaluation under early stopping (:mod:`.stopping`, move 3): the best state's scores and,
+    unless the run stopped early, the last state's with its validation loss."""
+    best = stashed(kept, "pending" if int(cfg["promote"]) else "best")
+    out: dict = {}
+    if int(cfg["validate-last"]):
+        out["val-loss"] = site_val_loss(learner, state)
+        out["last"] = _scores(method, learner, state)
+    if best:
+        out["best"] = _scores(method, learner, step_site_state(learner, best, best))
     return out
 
 

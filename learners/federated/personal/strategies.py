@@ -89,6 +89,18 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         """Training exchanges (Flower rounds)."""
         return self.rounds
 
+    def admit(self, r: int, reps: list) -> bool:
+        """Whether round ``r``'s replies count (all do, but under early stopping: :class:`~.engine.StepStrategy`)."""
+        return True
+
+    def final_extra(self) -> dict:
+        """What the final evaluation message carries besides the data settings (nothing by default)."""
+        return {}
+
+    def final_results(self, results: list[dict]) -> list[dict]:
+        """The sites' evaluation results (site order) the utilities come from (as they are, by default)."""
+        return results
+
     # -- messages
     def _message(self, i: int, kind: str, r: int, arrays: dict, grid, extra: dict | None = None):
         from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
@@ -161,6 +173,8 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
 
         r = int(server_round) - 1
         reps = self._replies(replies, f"train round {server_round}")
+        if not self.admit(r, reps):     # the round does not count (early stopping decided before it)
+            return None, None
         n_losses = self.rounds if self.exchanges() == 1 else 1
         losses = np.array([check_losses(self._metrics(rep).get("losses", []), self._name(rep), n=n_losses)
                            for rep in reps], dtype=np.float64)
@@ -173,7 +187,7 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
     def configure_evaluate(self, server_round, arrays, config, grid):
         if int(server_round) < self.exchanges():
             return []
-        return [self._message(i, "evaluate", int(server_round), self.final_payload(i), grid)
+        return [self._message(i, "evaluate", int(server_round), self.final_payload(i), grid, self.final_extra())
                 for i in range(len(self.names))]
 
     def aggregate_evaluate(self, server_round, replies):
@@ -184,10 +198,12 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
             return None
         reps = self._replies(replies, "evaluate")
         metric = self.learner.federation_.metric
+        results = []
         for name, rep in zip(self.names, reps, strict=True):
             if "result" not in rep.content.config_records or "json" not in rep.content["result"]:
                 raise BadReply(name, "its evaluation holds no result record", rep.metadata.src_node_id)
-            res = reply_json(rep.content["result"]["json"], name)
+            results.append(reply_json(rep.content["result"]["json"], name))
+        for name, res in zip(self.names, self.final_results(results), strict=True):
             for part in ("val", "test"):
                 self.utilities[part][name] = float(check_metrics(res.pop(part, None), metric, name, 1,
                                                                  f"{part} utility")[0])
@@ -216,8 +232,9 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         lr.loss_history_ = list(self.loss_history)
         lr.resumed_from_ = 0
         lr.rounds_ = int(self.rounds)
-        # The validation loss per round is not collected over Flower (a site would have to score
-        # every round's model on its validation split); the estimate says so by empty series.
+        # Without early stopping the validation loss per round is not collected over Flower (a site
+        # would have to score every round's model on its validation split); the estimate says so by
+        # empty series.  With it, StepStrategy.finish records the sites' losses (.stopping).
         lr.val_loss_history_, lr.val_loss_clients_ = [], []
         lr.fit_seconds_ = float(seconds)
         lr.utilities_ = {part: dict(v) for part, v in self.utilities.items()}
