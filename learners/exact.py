@@ -95,8 +95,8 @@ from coalitions.learners.game.closed_form import (
 )
 from coalitions.learners.game.masks import membership, subset_sums
 from coalitions.learners.game.memory import activation_floats, cache_chunk, eval_batch, memory_chunk
-from coalitions.learners.game.personal import _scores_personal, train_subsets_personal
-from coalitions.learners.game.shared import _scores, train_subsets
+from coalitions.learners.game.personal import train_subsets_personal
+from coalitions.learners.game.shared import train_subsets
 from coalitions.learners.training.threads import step_macs, using
 from coalitions.params import ParameterError, check_param
 
@@ -544,8 +544,11 @@ class ExhaustiveOracle:
         everyone).  A subset's model does not depend on the other subsets trained
         beside it (same initial parameters, same batch order: see
         :class:`ChunkTrainer`), so training only ``masks`` with this oracle's
-        settings and seed gives the models of :meth:`fit` again; the closed form
-        solves the same normal equations.  Needs no prior :meth:`fit`.
+        settings and seed (each model at the rate :meth:`fit` kept for it and, under
+        a protocol's ``patience``, stopped where its own pooled validation loss stopped
+        it, with its best parameters: :meth:`ChunkTrainer.train`) gives the models of
+        :meth:`fit` again; the closed form solves the same normal equations.  Needs no
+        prior :meth:`fit`.
 
         Parameters
         ----------
@@ -578,15 +581,14 @@ class ExhaustiveOracle:
         trainer = ChunkTrainer(self, fed, cfg, str(resolve_device(self.device)))
         with using(step_macs(trainer.spec, trainer.step_samples, max(1, len(ms))), self.threads):
             if trainer.grid is None:
-                scores = self._subset_scores(trainer, fed, cfg, ms, self.protocol, part)
+                scores = trainer.scores(ms, self.protocol, part)
             else:   # every model at the rate fit() kept for it: the lowest pooled validation loss (ChunkTrainer)
                 chosen = trainer(ms)["lr"]
                 scores = None
                 for rate in trainer.grid:
                     at = chosen == rate
                     if at.any():
-                        got = self._subset_scores(trainer, fed, cfg, ms[at], self.protocol.with_(lr=rate, lr_grid=None),
-                                                  part)
+                        got = trainer.scores(ms[at], self.protocol.with_(lr=rate, lr_grid=None), part)
                         scores = np.zeros((len(ms), *got.shape[1:]), dtype=got.dtype) if scores is None else scores
                         scores[at] = got
         if scores.ndim == 3 and scores.shape[2] == 1:
@@ -594,20 +596,6 @@ class ExhaustiveOracle:
         lo = trainer.bounds[part]
         return [[scores[k, lo[i]:lo[i + 1]] if (m >> i) & 1 else None for i in range(fed.n)]
                 for k, m in enumerate(ms)]
-
-    def _subset_scores(self, trainer: ChunkTrainer, fed: Federation, cfg: dict, ms, protocol, part: str):
-        """The models of ``ms`` trained under ``protocol``: their scores on every client's ``part`` split."""
-        if trainer.personal:  # each member through its own head
-            params = train_subsets_personal(trainer.spec, fed.task, trainer.X, trainer.y, trainer.owner, ms,
-                                            fed.n, trainer.init, epochs=cfg["epochs"], lr=cfg["lr"],
-                                            l2=cfg["l2"], batch_size=cfg["batch_size"], seed=trainer.seed,
-                                            protocol=protocol)
-            return _scores_personal(trainer.spec, params, trainer.evals[part], fed.sizes(part),
-                                    self._eval_batch(trainer.spec, len(ms)))
-        params = train_subsets(trainer.spec, fed.task, trainer.X, trainer.y, trainer.owner, ms, fed.n,
-                               trainer.init, epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
-                               batch_size=cfg["batch_size"], seed=trainer.seed, protocol=protocol)
-        return _scores(trainer.spec, params, trainer.evals[part], self._eval_batch(trainer.spec, len(ms)))
 
     # -------------------------------------------------------------- benefit oracle protocol
     @property

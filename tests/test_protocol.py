@@ -299,6 +299,30 @@ def test_subset_outputs_of_a_tuned_game_are_its_models_at_their_chosen_rates():
                                                                                          abs=1e-12)
 
 
+@pytest.mark.parametrize("heads", ["shared", "personal"])
+def test_subset_outputs_of_a_stopped_game_are_its_models_where_they_stopped(heads):
+    """Under patience every model stops on its own pooled validation loss; its outputs are those of that model.
+
+    (Before, ``subset_outputs`` trained the whole budget: the reports' CE intervals came from other
+    models than the ones the game scored, ``outputs_check`` 0.13 on heart.)
+    """
+    from coalitions.learners.data.metrics import evaluate
+
+    fed = load("heart", seed=1)
+    p = DEFAULT_PROTOCOLS[("binary", "logistic")].with_(steps=8, lr=1.5, patience=2, lr_grid=(0.15, 1.5))
+    kw = {"protocol": p, "device": "cpu", **({"heads": "personal"} if heads == "personal" else {})}
+    game = ExhaustiveOracle(**kw).fit(fed)
+    stopped = np.asarray(game.stopped_at_)[1:]
+    assert (stopped < p.steps).any() and (stopped == p.steps).any()   # both kinds of model are checked
+    masks = [0b0001, 0b0010, 0b0110, 0b1011, 0b1111]
+    for part, values in (("val", game.values_val_), ("test", game.values_test_)):
+        for m, row in zip(masks, ExhaustiveOracle(**kw).subset_outputs(fed, masks, part), strict=True):
+            for i, out in enumerate(row):
+                if m >> i & 1:
+                    assert evaluate(fed.metric, getattr(fed.clients[i], part).y, out) == \
+                        pytest.approx(values[i, m], abs=1e-12)
+
+
 @pytest.mark.parametrize("method", ["local", "fedavg", "fedprox", "ditto", "fedper", "lg-fedavg", "qffl", "afl",
                                     "per-fedavg", "pfedme", "pfedhn", "fedamp", "fedamp-heuristic", "federico",
                                     "superfed-mm", "superfed-lm"])

@@ -140,11 +140,14 @@ class ChunkTrainer:
         best["lr"] = chosen
         return best
 
-    def _train_and_score(self, ms, progress, protocol, loss: bool) -> dict:
-        """Train the subset models ``ms`` under ``protocol`` and score them (``loss``: also the validation loss).
+    def train(self, ms, protocol, progress: Callable[[int], None] | None = None):
+        """The trained parameters of the subset models ``ms`` under ``protocol`` and their early stop.
 
-        Under a protocol with ``patience`` each model stops on its own pooled validation loss and
-        keeps its best parameters; ``"stopped_at"`` ``(len(ms),)`` records the step where it stopped.
+        Returns ``(params, early)``: the stacked parameters (under a protocol with ``patience``
+        each model's best, where it stopped on its own pooled validation loss) and the
+        ``(SubsetEarlyStop, evaluate)`` pair that stopped them (``None`` without patience).
+        The models :meth:`__call__` scores, and the ones
+        :meth:`~coalitions.learners.exact.ExhaustiveOracle.subset_outputs` trains again.
         """
         fed, cfg = self.fed, self.cfg
         early = self._early(ms, protocol)
@@ -157,6 +160,24 @@ class ChunkTrainer:
             params = train_subsets(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
                                    epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"], batch_size=cfg["batch_size"],
                                    seed=self.seed, progress=progress, protocol=protocol, early=early)
+        return params, early
+
+    def scores(self, ms, protocol, part: str):
+        """The models of ``ms`` trained as :meth:`train` trains them: their scores on every client's ``part`` split."""
+        params, _ = self.train(ms, protocol)
+        if self.personal:  # each member through its own head
+            return _scores_personal(self.spec, params, self.evals[part], self.fed.sizes(part),
+                                    self._eval_batch(self.spec, len(ms)))
+        return _scores(self.spec, params, self.evals[part], self._eval_batch(self.spec, len(ms)))
+
+    def _train_and_score(self, ms, progress, protocol, loss: bool) -> dict:
+        """Train the subset models ``ms`` under ``protocol`` and score them (``loss``: also the validation loss).
+
+        Under a protocol with ``patience`` each model stops on its own pooled validation loss and
+        keeps its best parameters; ``"stopped_at"`` ``(len(ms),)`` records the step where it stopped.
+        """
+        fed = self.fed
+        params, early = self.train(ms, protocol, progress)
         member = membership(ms, fed.n)
         out = {}
         if early is not None:
