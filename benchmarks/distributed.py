@@ -4,7 +4,8 @@ Prints, in one run:
 
 1. The N = 12 logistic oracle (``synthetic`` with labels ``y > 0``, 100 samples
    per client, 500 epochs: all 4095 subset models) in this process (the local
-   backend: one chunk, then its cache-aware default), and then at equal
+   backend: one chunk against its cache-aware default, in ``--repeats`` interleaved
+   pairs, the median ratio and its range), and then at equal
    chunking (Ray's default of 16 chunks on both sides) in this process and on
    a local Ray with 2 workers (one thread per task), in ``--repeats``
    interleaved pairs: wall times, the median ratio and its range, and whether
@@ -81,7 +82,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="N = 8, 50 epochs (CI)")
     ap.add_argument("--workers", type=int, default=2, help="CPUs of the local Ray [2]")
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved local/Ray pairs at equal chunking [3; quick 1]")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved pairs of each comparison [3; quick 1]")
     ap.add_argument("--project", type=int, default=64, help="workers of the N = 20 projection [64]")
     args = ap.parse_args(argv)
     try:
@@ -102,13 +103,18 @@ def main(argv=None) -> None:
     models = (1 << n) - 1
     print(f"# torch {torch.__version__}, {os.cpu_count()} CPUs, load average {_load()}")
     print(f"1. logistic oracle, N = {n} ({models} subset models, {samples} samples per client, {epochs} epochs)")
-    t_one, _ = timed_fit(fed, "local", "cpu", epochs, chunk_size=models)
-    print(f"   local backend, one chunk of {models} (the memory budget's, before cache-aware chunking): {t_one:7.2f} s",
-          flush=True)
-    t_local, local = timed_fit(fed, "local", "cpu", epochs)
-    chunk = -(-models // local.chunks_trained_)
-    print(f"   local backend, 1 process, 1 thread:  {t_local:7.2f} s ({local.chunks_trained_} chunk(s) of <= {chunk}); "
-          f"cache-aware chunking {t_one / t_local:.2f}x faster", flush=True)
+    # The old chunking (one chunk) and the cache-aware default, in `repeats` interleaved pairs (before Ray starts).
+    gains = []
+    for k in range(repeats):
+        t_one, _ = timed_fit(fed, "local", "cpu", epochs, chunk_size=models)
+        t_local, local = timed_fit(fed, "local", "cpu", epochs)
+        chunk = -(-models // local.chunks_trained_)
+        gains.append(t_one / t_local)
+        print(f"   pair {k + 1}/{repeats}: one chunk of {models} (the memory budget's, before cache-aware chunking) "
+              f"{t_one:7.2f} s; default, {local.chunks_trained_} chunk(s) of <= {chunk}, 1 process, 1 thread "
+              f"{t_local:7.2f} s; {t_one / t_local:.2f}x (load average {_load()})", flush=True)
+    print(f"   cache-aware chunking: median {np.median(gains):.2f}x faster over {repeats} pair(s) "
+          f"(range {min(gains):.2f}-{max(gains):.2f}x)", flush=True)
     t = time.perf_counter()
     ray = distributed.init(num_cpus=args.workers)
 
