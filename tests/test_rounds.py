@@ -119,3 +119,34 @@ def test_federico_refuses_patience_over_flower():
 
     with pytest.raises(InputError, match="--method federico: early stopping"):
         P.check_method("federico", Protocol(rounds=2), {"patience": 2})
+
+
+@pytest.mark.parametrize("value", [None, "0.5", float("nan"), -1.0, True])
+def test_a_bad_validation_loss_from_a_site_is_refused_naming_it(value):
+    from coalitions.learners.federated.personal.stopping import ServerStopper
+    from coalitions.learners.federated.replies import BadReply
+
+    stopper = ServerStopper(2)
+    with pytest.raises(BadReply, match="site 'b': its validation loss"):
+        stopper.losses(["a", "b"], [0.3, value])
+    assert stopper.losses(["a", "b"], [0.3, 0]) == [0.3, 0.0]
+
+
+def test_a_final_evaluation_without_the_result_the_rule_picks_is_refused():
+    from coalitions.learners.federated.personal.stopping import ServerStopper
+    from coalitions.learners.federated.replies import BadReply
+
+    stopper = ServerStopper(3)
+    stopper.update([1.0, 1.0], {"model": 0})
+    good = {"best": {"val": 0.5, "test": 0.5}, "last": {"val": 0.6, "test": 0.6}, "val-loss": 2.0}
+    with pytest.raises(BadReply, match="site 'b': its evaluation holds no 'best' result"):    # 2.0 did not improve: best is picked
+        stopper.final_results(["a", "b"], [good, {"last": good["last"], "val-loss": 2.0}], {"model": 1})
+    stopper = ServerStopper(3)
+    stopper.update([1.0, 1.0], {"model": 0})
+    better = dict(good, **{"val-loss": 0.5})                          # mean 0.5 < 1.0: the last state is picked
+    chosen, state = stopper.final_results(["a", "b"], [better, better], {"model": 1})
+    assert chosen == [good["last"]] * 2 and state == {"model": 1}
+    stopper = ServerStopper(3)
+    stopper.update([1.0, 1.0], {"model": 0})
+    chosen, state = stopper.final_results(["a", "b"], [good, good], {"model": 1})   # mean 2.0: the best one
+    assert chosen == [good["best"]] * 2 and state == {"model": 0}

@@ -131,7 +131,8 @@ class StepStrategy(PersonalStrategy):
         return chosen
 
     def exchanges(self) -> int:
-        """A round per exchange; one exchange when nothing goes up (the sites run all their rounds)."""
+        """A round per exchange; one exchange when nothing goes up and nothing stops early (the sites run all
+        their rounds in it)."""
         return self.rounds if self.learner.up or self.stopper is not None else 1
 
     def finish(self, seconds):

@@ -37,10 +37,6 @@ from coalitions.learners.federated.replies import BadReply, check_number
 
 __all__ = ["early", "site_validation", "stashed", "site_val_loss", "snapshot", "ServerStopper"]
 
-#: The site's copies, kept in its ``Context`` under ``<tag>__<state key>``.
-TAGS = ("pending", "best")
-
-
 def early(cfg) -> bool:
     """Whether a message belongs to a run with early stopping (its ``early`` flag)."""
     return bool(int(cfg.get("early", 0)))
@@ -52,7 +48,8 @@ def snapshot(learner, state: dict) -> dict:
 
 
 def stashed(kept: dict | None, tag: str) -> dict:
-    """The copy ``tag`` (``"pending"`` or ``"best"``) a site kept, or ``{}``."""
+    """The copy ``tag`` (``"pending"`` or ``"best"``) a site kept (in its ``Context``, under
+    ``<tag>__<state key>``), or ``{}``."""
     prefix = f"{tag}__"
     return {k[len(prefix):]: v for k, v in (kept or {}).items() if k.startswith(prefix)}
 
