@@ -112,13 +112,11 @@ class HeadsDirectionSearch(DirectionSearch):
 
     hypernet: ParetoHypernetwork
 
-    def own_loss(self, d: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Validation loss of client ``targets[r]`` with ``h(d[r])`` and its own head, for every row; chunked."""
-        split = self.val
-        out = []
-        chunk = 2048
-        for s in range(0, d.shape[0], chunk):
-            dd, tt = d[s:s + chunk], targets[s:s + chunk]
-            params = self.hypernet.member_params(self.hypernet(dd), tt)
-            out.append(vmap(self._single_loss)(params, split.X[tt], split.y[tt], split.m[tt]))
-        return torch.cat(out)
+    def row_params(self, d: torch.Tensor, targets: torch.Tensor) -> dict:
+        """Row ``r``'s parameters: the body ``h(d[r])`` with client ``targets[r]``'s own head.
+
+        The base class's :meth:`~.DirectionSearch.own_loss` then groups the rows by target, so
+        each client's validation set enters once per batch instead of being copied once per row
+        (the copy took about 40 % of a Fashion-MNIST search; the losses are the same bits).
+        """
+        return self.hypernet.member_params(self.hypernet(d), targets)

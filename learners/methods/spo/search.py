@@ -66,19 +66,25 @@ class DirectionSearch:
         chunk = 2048
         for s in range(0, d.shape[0], chunk):
             dd, tt = d[s:s + chunk], targets[s:s + chunk]
-            params = self.hypernet(dd)
-            # one batched call per target client, its validation data shared by all its rows
+            # the rows sorted by target client, then one batched call per client on slices (views, no
+            # copy of the generated parameters) with its validation data shared by all its rows
             # (gathering ``split.X[tt]`` would copy the whole validation set once per row)
-            parts, order = [], []
-            for c in torch.unique(tt).tolist():
-                rows = torch.nonzero(tt == c)[:, 0]
-                p = {k: v[rows] for k, v in params.items()}
+            order = torch.argsort(tt, stable=True)
+            sorted_t = tt[order]
+            params = self.row_params(dd[order], sorted_t)
+            clients, counts = torch.unique_consecutive(sorted_t, return_counts=True)
+            parts, start = [], 0
+            for c, k in zip(clients.tolist(), counts.tolist(), strict=True):
+                p = {name: v[start:start + k] for name, v in params.items()}
                 parts.append(vmap(self._single_loss, in_dims=(0, None, None, None))(
                     p, split.X[c], split.y[c], split.m[c]))
-                order.append(rows)
-            flat = torch.cat(parts)
-            out.append(flat[torch.argsort(torch.cat(order))])
+                start += k
+            out.append(torch.cat(parts)[torch.argsort(order)])
         return torch.cat(out)
+
+    def row_params(self, d: torch.Tensor, targets: torch.Tensor) -> dict:
+        """Target-model parameters of each row ``(B, *shape)``: the hypernetwork's output at ``d[r]``."""
+        return self.hypernet(d)
 
     def _single_loss(self, params, X, y, m):
         per = self.loss(self.spec.forward(params, X), y)
