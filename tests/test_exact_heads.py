@@ -17,7 +17,14 @@ from coalitions.learners.exact import (  # noqa: E402
     personal_from_singletons,
     train_subsets_personal,
 )
-from coalitions.learners.training.models import make_model, personal_init, stacked_personal_forward  # noqa: E402
+from coalitions.learners.training.models import (  # noqa: E402
+    make_model,
+    member_personal_outputs,
+    personal_init,
+    product_major,
+    stack_init,
+    stacked_personal_forward,
+)
 
 
 def stacked_data(fed, dtype=torch.float64):
@@ -45,6 +52,35 @@ def test_personal_forward_uses_each_clients_own_head():
         for s, i in enumerate(owner):
             one = {"w1": params["w1"][m], "b1": params["b1"][m], "w2": params["w2"][m, i], "b2": params["b2"][m, i]}
             assert torch.allclose(out[m, s], spec.forward(one, X[s:s + 1])[0])
+
+
+@pytest.mark.parametrize("kind", ["mlp", "logistic"])
+def test_member_outputs_are_the_stacked_forwards_member_rows(kind):
+    # the exact game's validation (learners/game/chunks.py) computes only each client's member models; its
+    # patience must read the values the whole stack gives (BLAS may round a block of fewer rows differently
+    # in the last bit, so to float32 rounding; on Fashion-MNIST's shapes they were the same bits)
+    spec = make_model(kind, (6,), 3, hidden=5)
+    counts = [4, 0, 3, 5]
+    N, M = len(counts), 7
+    gen = torch.Generator().manual_seed(2)
+    init = personal_init(spec, {k: v[0] for k, v in spec.init(gen, 1).items()}, N)
+    params = stack_init(init, M, product_major(spec))
+    with torch.no_grad():
+        for v in params.values():
+            v.add_(torch.randn(v.shape, generator=gen) * 0.3)
+    X = torch.randn(sum(counts), 6, generator=gen)
+    member = torch.tensor([[1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 1, 0], [0, 1, 0, 0],
+                           [1, 0, 0, 0], [0, 0, 1, 0], [1, 1, 1, 0]])           # client 3 in no model
+    members = [torch.nonzero(member[:, i])[:, 0] for i in range(N)]
+    full = stacked_personal_forward(spec, params, X, counts)
+    got = member_personal_outputs(spec, params, X, counts, members)
+    lo = np.concatenate([[0], np.cumsum(counts)])
+    for i in range(N):
+        if not len(members[i]) or not counts[i]:
+            assert got[i] is None
+            continue
+        torch.testing.assert_close(got[i], full[members[i], lo[i]:lo[i + 1]], rtol=1e-6, atol=1e-6)
+    assert got[1] is None and got[3] is None
 
 
 def test_bodyless_model_gives_every_member_its_value_alone():

@@ -138,3 +138,34 @@ def test_benchmark_quick_run_writes_json_that_combine_reads(tmp_path, capsys):
     assert b.main(["--variants", "theirs"]) == 2
     assert b.main(["--combine", str(tmp_path / "missing.json")]) == 2
     assert "--combine" in capsys.readouterr().err
+
+
+
+def test_personal_head_search_gives_each_row_its_clients_body_and_head():
+    # HeadsDirectionSearch uses the base class's grouped evaluation: row r is h(d[r]) with client
+    # targets[r]'s own head, scored on that client's validation data (rows interleaved, heads all different)
+    from coalitions.learners.methods.spo.heads import HeadsDirectionSearch
+    from coalitions.learners.methods.spo.hypernetwork import ParetoHypernetwork
+
+    fed = load("digits", clients=4, seed=1)
+    spec = make_model("mlp", fed.input_shape, fed.n_outputs, hidden=8)
+    torch.manual_seed(0)
+    net = ParetoHypernetwork(fed.n, spec, hidden=16, embed=8, heads="personal")
+    with torch.no_grad():
+        for v in net.client_heads.values():
+            v.add_(torch.randn_like(v))
+    val = Padded(fed, "val", torch.device("cpu"))
+    loss = loss_function(fed.task)
+    search = HeadsDirectionSearch(net, spec, loss, val, torch.device("cpu"), 0, 1, 2, 2)
+    rng = np.random.default_rng(4)
+    d = torch.tensor(rng.dirichlet(np.ones(fed.n), size=11), dtype=torch.float32)
+    targets = torch.tensor(rng.integers(0, fed.n, size=11))
+    with torch.no_grad():
+        got = search.own_loss(d, targets)
+        body = net(d)
+        for r in range(11):
+            c = int(targets[r])
+            one = {k: (net.client_heads[k][c] if k in spec.head else body[k][r]) for k in spec.shapes}
+            n = int(val.sizes[c])
+            want = loss(spec.forward(one, val.X[c, :n]), val.y[c, :n]).mean()
+            assert float(got[r]) == pytest.approx(float(want), rel=1e-5)

@@ -84,17 +84,25 @@ class ChunkTrainer:
 
         from coalitions.learners.data.metrics import loss_function
         from coalitions.learners.game.stopping import SubsetEarlyStop, pooled_validation_loss
-        from coalitions.learners.training.models import stacked_forward, stacked_personal_forward
+        from coalitions.learners.training.models import member_personal_outputs, stacked_forward
 
         loss = loss_function(self.fed.task)
         member = torch.as_tensor(membership(ms, self.fed.n), device=self.X.device).to(self.dtype)
         onehot = torch.nn.functional.one_hot(self.val_owner, self.fed.n).to(self.dtype)
         counts = self.fed.sizes("val").tolist()
+        members = [torch.nonzero(member[:, i])[:, 0] for i in range(self.fed.n)]
+        lo = self.bounds["val"]
+        X, y = self.evals["val"], self.val_y
 
         def evaluate(params):
-            out = (stacked_personal_forward(self.spec, params, self.evals["val"], counts) if self.personal
-                   else stacked_forward(self.spec, params, self.evals["val"]))
-            per_client = (loss(out, self.val_y) @ onehot) / self.n_val.clamp(min=1)       # (M, N) mean losses
+            if self.personal:   # only members' samples: ℓ_S reads no other (half the products)
+                per_sample = X.new_zeros((len(ms), X.shape[0]))
+                for i, out in enumerate(member_personal_outputs(self.spec, params, X, counts, members)):
+                    if out is not None:
+                        per_sample[:, lo[i]:lo[i + 1]].index_copy_(0, members[i], loss(out, y[lo[i]:lo[i + 1]]))
+            else:
+                per_sample = loss(stacked_forward(self.spec, params, X), y)
+            per_client = (per_sample @ onehot) / self.n_val.clamp(min=1)       # (M, N) mean losses of members
             return pooled_validation_loss(per_client, member, self.n_val)
 
         return SubsetEarlyStop(protocol.patience, len(ms), self.X.device), evaluate

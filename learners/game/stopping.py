@@ -72,9 +72,9 @@ class SubsetEarlyStop:
         for k, v in params.items():
             kept = self._best.get(k)
             if kept is None:
-                kept = self._best[k] = v.detach().clone()
-            else:
-                kept[improved] = v.detach()[improved]
+                self._best[k] = v.detach().clone()
+            else:   # an elementwise select, not a boolean index (which scatters across a product-major layout)
+                self._best[k] = torch.where(improved.view(-1, *([1] * (v.dim() - 1))), v.detach(), kept)
         self.stopped_at = torch.where(self.active, torch.full_like(self.stopped_at, step), self.stopped_at)
         self.active = self.active & (self.bad < self.patience)
         return self.active
