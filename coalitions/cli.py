@@ -756,17 +756,7 @@ def oracle(dataset, chunk_size, memory_mb, device, threads, checkpoint, replicat
 @click.option("--site-schema", "schemas", multiple=True, type=click.Path(dir_okay=False),
               help="Dataset csv in the simulation engine: a site's schema file (repeat per site).")
 @dataset_options
-@click.option("--model", type=click.Choice(["auto", "linear", "logistic", "mlp"]), default="auto", show_default=True,
-              help="auto: linear for regression, logistic otherwise.")
-@click.option("--hidden", type=click.IntRange(1), default=64, show_default=True, help="MLP hidden units.")
-@click.option("--rounds", type=click.IntRange(1), default=50, show_default=True, help="FedAvg rounds.")
-@click.option("--local-epochs", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True)
-@click.option("--full-batch", is_flag=True, help="One step per local epoch on all of a site's data.")
-@click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default="sgd", show_default=True)
-@click.option("--lr", type=float, default=0.1, show_default=True)
-@click.option("--momentum", type=float, default=0.9, show_default=True)
-@click.option("--weight-decay", type=float, default=0.0, show_default=True)
+@training_options
 @threads_option
 @click.option("--wait", type=NON_NEGATIVE, default=120.0, show_default=True,
               help="Seconds to wait for the sites to connect.")
@@ -777,28 +767,28 @@ def oracle(dataset, chunk_size, memory_mb, device, threads, checkpoint, replicat
 @click.option("-o", "--output", required=True, type=OUTPUT_FOLDER,
               help="Folder: game.json, game-test.json, equilibrium.json, run.json.")
 def federate(dataset, simulation, superlink, method, method_option, root_certificates, insecure, exclude_bad_sites,
-             sites, schemas, model, hidden, rounds,
-             local_epochs, batch_size, full_batch, optimizer, lr, momentum, weight_decay, threads, wait, checkpoint,
-             semantics, tol, output, **data_opts):
+             sites, schemas, threads, wait, checkpoint, semantics, tol, output, **opts):
     """Measure DATASET's exact game with Flower, the data staying at the sites (docs/federated.md).
 
-    For every coalition S, S's model is trained by federated averaging among
-    S's members only; each member reports its validation metric.  The server
-    writes the game (coalitions/game@1), solves and certifies it.  Dataset csv:
-    each site reads its own CSV file described by a schema file.  With a
+    For every coalition S, S's model is trained among S's members only: each
+    takes local steps on its data, the server applies the training protocol's
+    optimiser to the members' average change (FedOpt); each member reports its
+    validation metric.  The training flags are learn's and oracle's: the sites'
+    task's default protocol with the flags given changed.  The server writes
+    the game (coalitions/game@1), solves and certifies it.  Dataset csv: each
+    site reads its own CSV file described by a schema file.  With a
     personalised --method (local, fedavg, fedamp, superfed, ...) the server
-    runs that learner's strategy instead and writes OUT/estimate.json.
+    runs that learner's strategy under the same protocol and writes
+    OUT/estimate.json.
     """
-    from coalitions.learners.federated.protocol import Protocol
     from coalitions.learners.federated.run import federate as run_federate
+    from coalitions.learners.training.protocol import FLAG_FIELDS
 
     if simulation and superlink:
         raise co.InputError("--simulation and --superlink exclude each other")
     option_checks.distinct_outputs(output=output, checkpoint=checkpoint)
-    protocol = Protocol(model=None if model == "auto" else model, hidden=hidden, rounds=rounds,
-                        local_epochs=local_epochs, batch_size=None if full_batch else batch_size,
-                        optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                        seed=data_opts.get("seed") or 0)
+    training = {FLAG_FIELDS[k]: v for k, v in _training(opts).items()}
+    data_opts = opts
     given = {k: v for k, v in data_opts.items() if v is not None}
     options = {}
     for item in method_option:
@@ -809,12 +799,13 @@ def federate(dataset, simulation, superlink, method, method_option, root_certifi
             options[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:
             options[key.strip()] = raw
-    rec = run_federate(dataset, given, protocol, output, superlink=superlink, sites=sites, schemas=schemas,
-                       checkpoint=checkpoint, semantics=semantics, tol=_tol(tol), threads=threads or 1, wait_s=wait,
-                       progress=_progress("FedAvg rounds, all coalitions at once") if sys.stderr.isatty() else None,
-                       method=method,
-                       method_options=options, insecure=insecure, root_certificates=root_certificates,
-                       exclude_bad_sites=exclude_bad_sites)
+    with _flags(TRAINING_FLAG_OF):
+        rec = run_federate(dataset, given, training, output, seed=data_opts.get("seed") or 0, superlink=superlink,
+                           sites=sites, schemas=schemas, checkpoint=checkpoint, semantics=semantics, tol=_tol(tol),
+                           threads=threads or 1, wait_s=wait,
+                           progress=_progress("rounds, all coalitions at once") if sys.stderr.isatty() else None,
+                           method=method, method_options=options, insecure=insecure,
+                           root_certificates=root_certificates, exclude_bad_sites=exclude_bad_sites)
     if method != "exact":
         eq = " | ".join(",".join(b) for b in rec["equilibrium"])
         unit = "hypernetwork steps" if method == "spo" else "rounds"

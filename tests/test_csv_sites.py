@@ -80,7 +80,7 @@ def test_example_command_runs(tmp_path, capsys):
     words = shlex.split(capsys.readouterr().out)
     assert words[:3] == ["coalitions", "federate", "csv"] and words[-2] == "-o"
     out = tmp_path / "heart-game"
-    r = subprocess.run([sys.executable, "-m", "coalitions.cli", *words[1:-1], str(out), "--rounds", "2"],
+    r = subprocess.run([sys.executable, "-m", "coalitions.cli", *words[1:-1], str(out), "--steps", "2"],
                        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     game = json.loads((out / "game.json").read_text())

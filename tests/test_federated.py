@@ -35,20 +35,25 @@ from coalitions.errors import InputError  # noqa: E402
 from coalitions.learners.data.datasets import load  # noqa: E402
 from coalitions.learners.data.federation import Federation  # noqa: E402
 from coalitions.learners.federated.protocol import (  # noqa: E402
-    Protocol,
     aggregate,
+    check_training,
+    federated_protocol,
+    game_rounds,
     inprocess_game,
     local_round,
     site_masks,
 )
 from coalitions.learners.training.models import make_model  # noqa: E402
+from coalitions.learners.training.protocol import TrainingProtocol  # noqa: E402
 
 #: Federated values equal the in-process ones to this absolute tolerance.  Both run the same float32
 #: operations in the same order (one thread), so in practice they agree exactly; the tolerance
 #: leaves room for a BLAS that reduces in another order, far below one validation sample (1/7).
 TOL = 1e-6
 
-FAST = Protocol(rounds=2, local_epochs=1, batch_size=32, seed=0)
+#: Two rounds of one minibatch step each (the training flags --steps 2 --batch-size 32), seed 0.
+FAST = {"steps": 2, "batch_size": 32}
+FAST_P = federated_protocol("binary", FAST)
 
 
 @pytest.fixture(scope="module")
@@ -58,17 +63,26 @@ def heart():
 
 @pytest.fixture(scope="module")
 def reference(heart):
-    return inprocess_game(heart, FAST)
+    return inprocess_game(heart, FAST_P, seed=0)
 
 
 # --------------------------------------------------------------------------- the protocol, in process
-def test_protocol_checks_its_settings():
-    for bad in ({"rounds": 0}, {"lr": 0.0}, {"momentum": 1.0}, {"optimizer": "rmsprop"}, {"model": "cnn"},
-                {"batch_size": 0}, {"weight_decay": float("nan")}):
-        with pytest.raises(InputError):
-            Protocol(**bad)
+def test_training_settings_are_checked_naming_the_flag():
+    for bad, flag in (({"steps": 0}, "--steps"), ({"lr": 0.0}, "--lr"), ({"momentum": 1.0}, "--momentum"),
+                      ({"optimizer": "rmsprop"}, "--optimizer"), ({"model": "cnn"}, "--model cnn"),
+                      ({"batch_size": 0}, "--batch-size"), ({"weight_decay": float("nan")}, "--weight-decay"),
+                      ({"hidden": 0}, "--mlp-hidden"), ({"lr_grid": (0.1, 0.01)}, "--lr-grid"),
+                      ({"local_steps": 0}, "--local-steps")):
+        with pytest.raises(InputError, match=flag):
+            check_training(bad)
     with pytest.raises(InputError, match="regression"):
-        Protocol(model="linear").model_kind("binary")
+        federated_protocol("binary", {"model": "linear"})
+    # the task's default protocol (learn's and oracle's), never solved in closed form: the game iterates
+    p = federated_protocol("regression", {"lr": 0.02})
+    assert p.model == "linear" and p.lr == 0.02 and not p.closed_form
+    assert federated_protocol("binary") == TrainingProtocol(model="logistic", optimizer="adam", lr=0.05,
+                                                            weight_decay=1e-3, steps=50)
+    assert game_rounds(TrainingProtocol(steps=10, local_steps=3)) == 4
 
 
 def test_site_masks_are_the_coalitions_containing_the_site():
@@ -86,7 +100,8 @@ def test_aggregate_is_the_sample_weighted_mean():
     want = sum(s * u["w"].astype(np.float64) for u, s in zip(ups, sizes, strict=True)) / sum(sizes)
     np.testing.assert_allclose(aggregate(ups, sizes)["w"], want, rtol=1e-6)
     same = [{"w": ups[0]["w"]}] * 3
-    np.testing.assert_array_equal(aggregate(same, sizes)["w"], ups[0]["w"])
+    assert aggregate(same, sizes)["w"].dtype == np.float64         # the server's pseudo-gradient needs the digits
+    np.testing.assert_array_equal(aggregate(same, sizes)["w"].astype(np.float32), ups[0]["w"])
 
 
 from hypothesis import given, settings  # noqa: E402
@@ -111,7 +126,7 @@ def test_aggregate_properties(case):
     np.testing.assert_allclose(permuted["w"], avg["w"], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(aggregate(ups, [scale * n for n in sizes])["w"], avg["w"], rtol=1e-6, atol=1e-7)
     tied = aggregate([ups[0]] * len(ups), sizes)
-    np.testing.assert_array_equal(tied["w"], ups[0]["w"])
+    np.testing.assert_array_equal(tied["w"].astype(np.float32), ups[0]["w"])
 
 
 def test_stacked_local_training_equals_each_model_alone(heart):
@@ -120,42 +135,41 @@ def test_stacked_local_training_equals_each_model_alone(heart):
     spec = make_model("mlp", heart.input_shape, 1, hidden=8)
     gen = torch.Generator().manual_seed(3)
     stack = {k: v.numpy() for k, v in spec.init(gen, 4).items()}   # four different models
-    p = Protocol(model="mlp", hidden=8, local_epochs=2, batch_size=16, optimizer="adam", lr=0.01)
-    together = local_round(spec, "binary", stack, c.train.X, c.train.y, p, 5, 0)
+    p = TrainingProtocol(model="mlp", hidden=8, local_steps=40, batch_size=16, lr=0.01)   # past an epoch
+    together = local_round(spec, "binary", stack, c.train.X, c.train.y, p, 5, 0, seed=1)
     for m in range(4):
         alone = local_round(spec, "binary", {k: v[m:m + 1] for k, v in stack.items()}, c.train.X, c.train.y,
-                            p, 5, 0)
+                            p, 5, 0, seed=1)
         for k in stack:
             np.testing.assert_allclose(together[k][m], alone[k][0], rtol=1e-5, atol=1e-6)
 
 
-def test_inprocess_game_equals_the_fedavg_learner_on_each_coalition(heart):
-    """Independent check: the toolkit's ``fedavg`` learner fitted on the members of S gives S's model.
+@pytest.mark.parametrize("optimizer, patience", [("adam", None), ("sgd", 3)])
+def test_one_full_batch_step_per_round_is_the_exact_games_shared_head_training(heart, optimizer, patience):
+    """The issue's equality: FedOpt within a coalition, one full-batch local step a round, is the exact game.
 
-    Full batch, so the minibatch order (drawn differently by the two) does not matter.  Plain SGD:
-    the learner's sites keep their optimiser state across rounds while the federated game's sites
-    start each round afresh (so that a resumed or re-measured game equals the uninterrupted one,
-    docs/federated.md); without momentum there is no state and the two are the same computation.
+    The server's pseudo-gradient is the members' size-weighted gradients, ``∇F_S``: the in-process exact
+    game (:class:`~coalitions.learners.exact.ExhaustiveOracle`, shared heads, the same protocol and seed)
+    trains every subset model on exactly that, with the same optimiser, schedule, weight decay and
+    per-subset patience.  Both give the same validation-loss game to float32 rounding.
     """
-    from coalitions.learners.methods.baselines import FedAvg
+    from coalitions.learners.exact import ExhaustiveOracle
 
-    p = Protocol(rounds=3, batch_size=None, seed=2, momentum=0.0)
-    val, _, params = inprocess_game(heart, p)
-    names = heart.names
-    for mask in (0b0001, 0b0100, 0b0011, 0b1010, 0b1111):
-        members = [i for i in range(heart.n) if mask >> i & 1]
-        sub = Federation(heart.name, heart.task, heart.metric, tuple(heart.clients[i] for i in members),
-                         heart.n_classes, None, heart.options)
-        learner = FedAvg(rounds=3, batch_size=None, seed=2, momentum=0.0, device="cpu", engine="sequential").fit(sub)
-        for k, v in learner.global_.items():
-            np.testing.assert_allclose(params[k][mask - 1], v[0].numpy(), rtol=1e-4, atol=1e-5)
-        for i in members:   # the same model up to rounding: at most one validation prediction may flip
-            assert abs(val[i, mask] - learner.utilities_["val"][names[i]]) <= 1.0 / len(heart.clients[i].val) \
-                + 1e-12, (mask, names[i])
+    p = federated_protocol("binary", {"steps": 30, "lr": 0.05 if optimizer == "adam" else 0.5,
+                                      "optimizer": optimizer, "momentum": 0.5 if optimizer == "sgd" else 0.0,
+                                      "patience": patience})
+    fed = inprocess_game(heart, p, seed=3)
+    oracle = ExhaustiveOracle(protocol=p, seed=3, device="cpu", threads=1, loss_game=True).fit(heart)
+    np.testing.assert_allclose(fed["val_loss"], oracle.loss_game_.raw_values(), atol=2e-5, rtol=0)
+    agree = np.isclose(fed["val"], oracle.game_.raw_values(), atol=1e-9, equal_nan=True)
+    assert agree.mean() > 0.98          # accuracy: a prediction on the boundary may flip with the last bit
+    if patience is not None:            # the coalitions stop where the in-process subset models stop
+        stopped = np.asarray(fed["stopped_at"])
+        assert stopped.min() < 30 and np.mean(stopped == oracle.stopped_at_[1:]) > 0.98
 
 
 def test_inprocess_game_is_a_game_with_a_certified_equilibrium(reference, heart):
-    val, test, _ = reference
+    val = reference["val"]
     inside = np.array([[m >> i & 1 for m in range(16)] for i in range(4)], dtype=bool)
     assert np.all(np.isfinite(val[inside])) and np.all(np.isnan(val[~inside]))
     assert np.all((val[inside] >= 0) & (val[inside] <= 1))
@@ -236,7 +250,8 @@ class MemoryGrid:
 def _settings(**kw):
     from coalitions.learners.federated.server import Settings
 
-    base = dict(protocol=FAST, sites=4, dataset="heart", data_options={}, wait_s=5.0, retries=1, round_timeout_s=0.5)
+    base = dict(training=FAST, seed=0, sites=4, dataset="heart", data_options={}, wait_s=5.0, retries=1,
+                round_timeout_s=0.5)
     return Settings(**{**base, **kw})
 
 
@@ -249,13 +264,13 @@ def test_server_over_memory_grid_equals_inprocess(reference, heart):
 
     res = measure_game(MemoryGrid(HEART_NODES), _settings(), log=lambda s: None)
     assert res["names"] == list(heart.names)
-    val, test, _ = reference
-    np.testing.assert_allclose(res["val"], val, atol=TOL)
-    np.testing.assert_allclose(res["test"], test, atol=TOL)
+    np.testing.assert_allclose(res["val"], reference["val"], atol=TOL)
+    np.testing.assert_allclose(res["test"], reference["test"], atol=TOL)
+    np.testing.assert_allclose(res["val_loss"], reference["val_loss"], atol=TOL)
     # traffic: every round each site receives and returns its 8 coalitions' logistic models (14 floats)
     per_round = 4 * 8 * 14 * 4
     assert res["bytes_sent"] > 2 * per_round and res["bytes_received"] > 2 * per_round
-    assert res["communication_rounds"] == FAST.rounds + 2
+    assert res["rounds"] == 2 and res["communication_rounds"] == 2 + 2
 
 
 @needs_flwr
@@ -269,12 +284,38 @@ def test_server_resumes_from_its_checkpoint_after_a_crash(tmp_path, reference):
     grid = MemoryGrid(HEART_NODES)
     res = measure_game(grid, _settings(checkpoint=str(ckpt)), log=lambda s: None)
     assert res["resumed_from"] == 1
-    assert grid.train_exchanges == FAST.rounds - 1
-    np.testing.assert_allclose(res["val"], reference[0], atol=TOL)
+    assert grid.train_exchanges == 2 - 1
+    np.testing.assert_allclose(res["val"], reference["val"], atol=TOL)
     # another run's checkpoint is refused
     with pytest.raises(InputError, match="different run"):
-        measure_game(MemoryGrid(HEART_NODES), _settings(checkpoint=str(ckpt), protocol=Protocol(rounds=3)),
+        measure_game(MemoryGrid(HEART_NODES), _settings(checkpoint=str(ckpt), training={**FAST, "steps": 3}),
                      log=lambda s: None)
+
+
+@needs_flwr
+def test_patience_over_flower_equals_the_inprocess_game_and_resumes(tmp_path, heart):
+    """Each coalition stops on its members' pooled validation loss at the server, in a resumed run too.
+
+    At rate 0.5 heart's validation losses turn up within a few steps: coalitions stop at different
+    server steps (some at the budget), the round the sites ran past a stop is discarded, and the final
+    evaluation scores each coalition's best models.  The early stop's record is in the checkpoint.
+    """
+    from coalitions.learners.federated.server import measure_game
+
+    training = {"steps": 12, "lr": 0.5, "patience": 2}
+    ref = inprocess_game(heart, federated_protocol("binary", training), seed=0)
+    stopped = np.asarray(ref["stopped_at"])
+    assert stopped.min() < 12 and len(set(stopped.tolist())) > 1
+    ckpt = tmp_path / "ckpt.npz"
+    with pytest.raises(KeyboardInterrupt):
+        measure_game(MemoryGrid(HEART_NODES, crash_after=3), _settings(training=training, checkpoint=str(ckpt)),
+                     log=lambda s: None)
+    res = measure_game(MemoryGrid(HEART_NODES), _settings(training=training, checkpoint=str(ckpt)),
+                       log=lambda s: None)
+    assert res["resumed_from"] == 3
+    assert res["stopped_at"] == ref["stopped_at"] and res["rounds"] == ref["rounds"]
+    for key in ("val", "test", "val_loss"):
+        np.testing.assert_allclose(res[key], ref[key], atol=TOL)
 
 
 @needs_flwr
@@ -295,7 +336,7 @@ def test_a_site_that_drops_a_reply_is_asked_again(reference):
     grid.push_messages = lossy
     logs = []
     res = measure_game(grid, _settings(), log=logs.append)
-    np.testing.assert_allclose(res["val"], reference[0], atol=TOL)
+    np.testing.assert_allclose(res["val"], reference["val"], atol=TOL)
     assert any("Cleveland" in s and "asking again" in s for s in logs)
 
 
@@ -430,16 +471,17 @@ def test_csv_sites_over_memory_grid_equal_inprocess(tmp_path, how):
     paths = [_write_site(tmp_path, name, seed=k, standardize=True) for k, name in enumerate(("Cy", "Ax", "Bz"))]
     sites = sorted((from_schema(p) for p in paths), key=lambda s: s.name)      # the server orders by name
     fed = Federation("csv", "binary", "accuracy", tuple(s.client for s in sites), 2, None, {})
-    p = Protocol(rounds=3, batch_size=8, seed=4)
+    training = {"steps": 3, "batch_size": 8}
     if how == "site-schema":
         grid, options = MemoryGrid([{"site-schema": str(x)} for x in paths]), {}
     else:
         grid, options = MemoryGrid([{"partition-id": k} for k in range(3)]), {"schemas": [str(x) for x in paths]}
-    res = measure_game(grid, _settings(protocol=p, sites=3, dataset="csv", data_options=options), log=lambda s: None)
+    res = measure_game(grid, _settings(training=training, seed=4, sites=3, dataset="csv", data_options=options),
+                       log=lambda s: None)
     assert res["names"] == ["Ax", "Bz", "Cy"]
-    val, test, _ = inprocess_game(fed, p)
-    np.testing.assert_allclose(res["val"], val, atol=TOL)
-    np.testing.assert_allclose(res["test"], test, atol=TOL)
+    ref = inprocess_game(fed, federated_protocol("binary", training), seed=4)
+    np.testing.assert_allclose(res["val"], ref["val"], atol=TOL)
+    np.testing.assert_allclose(res["test"], ref["test"], atol=TOL)
 
 
 # --------------------------------------------------------------------------- Flower's simulation engine
@@ -451,7 +493,7 @@ def _run_cli(args, timeout=600, env=None):
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
     out = tmp_path_factory.mktemp("sim")
-    r = _run_cli(["federate", "heart", "--simulation", "--rounds", str(FAST.rounds), "-o", str(out)])
+    r = _run_cli(["federate", "heart", "--simulation", "--steps", "2", "--batch-size", "32", "-o", str(out)])
     assert r.returncode == 0, r.stderr[-3000:]
     return out, r
 
@@ -461,13 +503,15 @@ def simulated(tmp_path_factory):
 def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulated, reference, heart):
     out, r = simulated
     game = co.read_game(out / "game.json")
-    val, test, _ = reference
+    val, test = reference["val"], reference["test"]
     assert game.clients == heart.names
     np.testing.assert_allclose(game.raw_values(), val, atol=TOL)
     np.testing.assert_allclose(co.read_game(out / "game-test.json").raw_values(), test, atol=TOL)
     prov = game.provenance
-    assert prov["rounds"] == FAST.rounds and prov["flower_version"] == flwr.__version__
-    assert prov["protocol"]["aggregation"] == "fedavg-within-coalition"
+    assert prov["rounds"] == 2 and prov["flower_version"] == flwr.__version__
+    assert prov["protocol"]["aggregation"] == "fedopt-within-coalition"
+    assert TrainingProtocol.from_json({k: v for k, v in prov["protocol"].items()
+                                       if k not in ("aggregation", "seed")}) == FAST_P
     assert [s["name"] for s in prov["sites"]] == list(heart.names)
     same = co.solve(co.Game.from_array(val, heart.names, "max"))
     fed_eq = json.loads((out / "equilibrium.json").read_text())
@@ -482,7 +526,7 @@ def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulate
     # not on a terminal, every round is one line with its time and traffic
     assert "deprecat" not in r.stderr.lower() and "Traceback" not in r.stderr
     rounds = [line for line in r.stderr.splitlines() if line.startswith("round ")]
-    assert [line.split(":")[0] for line in rounds] == [f"round {k}/{FAST.rounds}" for k in range(1, FAST.rounds + 1)]
+    assert [line.split(":")[0] for line in rounds] == [f"round {k}/2" for k in range(1, 3)]
     assert all(" s, " in line and "bytes sent" in line for line in rounds), rounds
 
 
@@ -503,7 +547,10 @@ def test_a_simulated_federation_with_fewer_sites_fails_naming_them(tmp_path):
     (["heart", "--site-schema", "x.json"], "--site-schema goes with dataset csv"),
     (["heart", "--hospitals", "Mars"], "unknown hospital 'Mars'"),
     (["heart", "--sites", "3"], "--sites is for --superlink"),
-    (["heart", "--momentum", "1.5"], "--momentum must be below 1"),
+    (["heart", "--momentum", "1.5"], "--momentum must be"),
+    (["heart", "--model", "cnn"], "--model cnn: the sites ship flat features"),
+    (["heart", "--lr-grid", "0.1,0.01"], "--lr-grid: a federated run trains at one rate"),
+    (["heart", "--method", "spo", "--steps", "3"], "--steps: --method spo over Flower trains with its own"),
     (["heart", "--insecure"], "--insecure and --root-certificates are for --superlink"),
     (["heart", "--superlink", "127.0.0.1:9", "--insecure", "--root-certificates", __file__],
      "--insecure and --root-certificates exclude each other"),
@@ -655,7 +702,7 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
                    "--host", "127.0.0.1", "--port", str(port), "--node-config", f"partition-id={partition}"], name)
         out = tmp_path / "out"
         base = [sys.executable, "-m", "coalitions.cli", "federate", "heart", "--hospitals", hospitals,
-                "--superlink", address, "--rounds", "1", "--wait", "60"]
+                "--superlink", address, "--steps", "1", "--batch-size", "32", "--wait", "60"]
         r = subprocess.run([*base, "--insecure", "-o", str(tmp_path / "plain")], capture_output=True, text=True,
                            timeout=120, env=env)
         assert r.returncode == 2 and r.stderr.splitlines()[0].startswith("coalitions: warning: --insecure")
@@ -678,9 +725,8 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=10)
-    val, _, _ = inprocess_game(load("heart", hospitals=hospitals), Protocol(rounds=1, batch_size=FAST.batch_size,
-                                                                             seed=FAST.seed))
-    np.testing.assert_allclose(co.read_game(out / "game.json").raw_values(), val, atol=TOL)
+    ref = inprocess_game(load("heart", hospitals=hospitals), federated_protocol("binary", {"steps": 1, "batch_size": 32}))
+    np.testing.assert_allclose(co.read_game(out / "game.json").raw_values(), ref["val"], atol=TOL)
     run = json.loads((out / "run.json").read_text())
     assert [s["name"] for s in run["sites"]] == hospitals.split(",") and run["certificate_holds"] is True
 
@@ -725,15 +771,18 @@ def test_federated_app_folder_is_the_generated_one_and_flower_accepts_it():
 def test_run_config_round_trips_to_the_server_settings():
     from coalitions.learners.federated.apps import RUN_CONFIG, settings_from_run_config
 
-    settings, out = settings_from_run_config({**RUN_CONFIG, "rounds": 7, "batch-size": 0, "model": "mlp",
-                                              "data-options": '{"hospitals": "Cleveland,VA"}'})
-    assert settings.protocol == Protocol(model="mlp", rounds=7, batch_size=None)
+    settings, out = settings_from_run_config({**RUN_CONFIG, "seed": 3, "data-options": '{"hospitals": "Cleveland,VA"}',
+                                              "training": '{"model": "mlp", "steps": 7, "batch_size": null}'})
+    assert settings.training == {"model": "mlp", "steps": 7, "batch_size": None} and settings.seed == 3
+    assert settings.protocol_for("binary") == TrainingProtocol(model="mlp", lr=0.01, weight_decay=1e-3, steps=7)
     assert settings.dataset == "heart" and settings.data_options == {"hospitals": "Cleveland,VA"}
     assert out == {"output": "federated-game", "semantics": "personalized", "tol": 1e-9}
     default, _ = settings_from_run_config({})
-    assert default.protocol == Protocol() and default.sites == 4
+    assert default.training == {} and default.seed == 0 and default.sites == 4
     with pytest.raises(InputError, match="data-options is not JSON"):
         settings_from_run_config({"data-options": "{hospitals"})
+    with pytest.raises(InputError, match="training must be a JSON object"):
+        settings_from_run_config({"training": "[1]"})
 
 
 def test_flwr_run_stream_becomes_rounds_lines_and_one_error(tmp_path, capsys):

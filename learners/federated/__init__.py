@@ -2,7 +2,8 @@
 
 Sites that cannot share data each run a Flower ClientApp holding their own
 data; a ServerApp, which never sees a row, trains the model of every
-coalition ``S`` by federated averaging among ``S``'s members only, collects
+coalition ``S`` among ``S``'s members only (local steps at the sites, the
+run's training protocol's optimiser at the server: FedOpt), collects
 each member's validation metric ``v_i(S)``, and writes the exact game
 (``coalitions/game@1``), its collaboration equilibrium and its certificate
 (Cui et al. 2022, §6: an impartial third party learns the benefit graph
@@ -11,8 +12,9 @@ without access to the data).
 Modules
 -------
 :mod:`~coalitions.learners.federated.protocol`
-    FedAvg within each coalition, and :func:`inprocess_game`, the same
-    protocol in one process (the reference the federated game must equal).
+    FedOpt within each coalition under the run's ``TrainingProtocol``, and
+    :func:`inprocess_game`, the same protocol in one process (the reference
+    the federated game must equal).
     Needs PyTorch only.
 :mod:`~coalitions.learners.federated.sites`
     A site's data: a loader and a partition id, or a CSV with a schema file.

@@ -16,7 +16,7 @@ config, into a temporary folder and runs them with ``flwr run``.
 
 Examples
 --------
->>> files = app_files({"rounds": 50})
+>>> files = app_files({"seed": 0})
 >>> sorted(files)[:2]
 ['README.md', 'coalitions_federate/__init__.py']
 >>> print(files["coalitions_federate/client_app.py"].splitlines()[-3])
@@ -40,9 +40,10 @@ with the run-config key `method` (spo, local, fedavg, fedamp, federico, superfed
 that learner trained over Flower and its estimate (`method-options`: its own parameters, JSON).
 
 * `{APP_PACKAGE}/server_app.py`: the ServerApp (the server's steps of the installed
-  `coalitions` package: every coalition's FedAvg, the game, its equilibrium).
+  `coalitions` package: every coalition's server optimiser, the game, its equilibrium).
 * `{APP_PACKAGE}/client_app.py`: the ClientApp (a site's steps: describe, train, evaluate).
-* `pyproject.toml`: the dependencies and the run config (`[tool.flwr.app.config]`).
+* `pyproject.toml`: the dependencies and the run config (`[tool.flwr.app.config]`; `training`:
+  the training protocol's fields to change, JSON, e.g. `{{"steps": 100, "lr": 0.01}}`).
 
 Simulation with one virtual SuperNode per hospital of `heart`:
 

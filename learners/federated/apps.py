@@ -4,10 +4,12 @@
     Runs on each site's SuperNode.  It finds the site's data from its node
     config (``site-schema``, or ``partition-id`` with the loader the server
     names; :mod:`coalitions.learners.federated.sites`) and answers three
-    message types: ``query`` (describe the site), ``train`` (local training of
-    the site's coalition models, :func:`~coalitions.learners.federated.protocol.local_round`)
-    and ``evaluate`` (the metric of each coalition model on the site's
-    validation and test splits).  It keeps no state between messages.
+    message types: ``query`` (describe the site), ``train`` (local steps on
+    the site's coalition models, :func:`~coalitions.learners.federated.protocol.local_round`,
+    after scoring them on validation data under patience) and ``evaluate``
+    (the metric of each coalition model on the site's validation and test
+    splits, and its validation loss).  For the game it keeps no state between
+    messages (the protocol's optimiser runs at the server).
 ``server_app``
     The ``flwr run`` entry (``[tool.flwr.app.components]`` in pyproject.toml):
     reads its settings from the run config (:data:`RUN_CONFIG`, overridable
@@ -30,8 +32,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from coalitions.errors import InputError
-from coalitions.learners.federated.protocol import Protocol, evaluate_models, local_round
-from coalitions.learners.federated.server import Settings, measure_game, protocol_config, protocol_from_config
+from coalitions.learners.federated.protocol import evaluate_models, local_round, validation_losses
+from coalitions.learners.federated.server import Settings, measure_game
 from coalitions.learners.federated.sites import SiteData, describe, from_loader, from_schema
 
 __all__ = ["client_app", "server_app", "make_server_app", "RUN_CONFIG", "settings_from_run_config"]
@@ -40,8 +42,7 @@ __all__ = ["client_app", "server_app", "make_server_app", "RUN_CONFIG", "setting
 RUN_CONFIG = {"sites": 4, "dataset": "heart", "data-options": "{}", "output": "federated-game",
               "checkpoint": "", "semantics": "personalized", "tol": 1e-9, "wait-s": 120.0,
               "round-timeout-s": 600.0, "retries": 2, "threads": 1, "method": "exact", "method-options": "{}",
-              "exclude-bad-sites": False,
-              **protocol_config(Protocol())}
+              "exclude-bad-sites": False, "training": "{}", "seed": 0}
 
 
 # --------------------------------------------------------------------------- the site
@@ -57,11 +58,20 @@ def _site(context: Context, cfg) -> SiteData:
     return from_loader(dataset, json.loads(str(cfg.get("data-options", "{}"))), int(node["partition-id"]))
 
 
-def _model(site: SiteData, protocol: Protocol):
+def _protocol(cfg):
+    """The training protocol a server message carries (JSON), checked like any input."""
+    from coalitions.learners.training.protocol import TrainingProtocol
+
+    try:
+        return TrainingProtocol.from_json(json.loads(str(cfg["protocol"])))
+    except (KeyError, json.JSONDecodeError, TypeError) as e:
+        raise InputError(f"the server's message holds no usable training protocol ({type(e).__name__})") from None
+
+
+def _model(site: SiteData, protocol):
     from coalitions.learners.training.models import make_model
 
-    return make_model(protocol.model_kind(site.task), site.client.train.X.shape[1:], site.n_outputs,
-                      hidden=protocol.hidden)
+    return make_model(protocol.model, site.client.train.X.shape[1:], site.n_outputs, hidden=protocol.hidden)
 
 
 def _threads(cfg):
@@ -148,14 +158,19 @@ def _train(msg: Message, context: Context) -> Message:
     if "method" in cfg:
         return _personal(msg, context, "train")
     site = _site(context, cfg)
-    protocol = protocol_from_config(cfg)
+    protocol = _protocol(cfg)
     spec = _model(site, protocol)
     _threads(cfg)
     params = _params(spec, msg)
     c = site.client
+    content = RecordDict()
+    if bool(cfg.get("score-val", False)):    # patience: the models received, scored before the local steps
+        losses = validation_losses(spec, site.task, params, c.val.X, c.val.y)
+        content["metrics"] = MetricRecord({"val-loss": [float(x) for x in losses]})
     out = local_round(spec, site.task, params, c.train.X, c.train.y, protocol, int(str(cfg["round"])),
-                      int(str(cfg["site-index"])))
-    return Message(RecordDict({"models": ArrayRecord([out[k] for k in spec.shapes])}), reply_to=msg)
+                      int(str(cfg["site-index"])), int(str(cfg["seed"])))
+    content["models"] = ArrayRecord([out[k] for k in spec.shapes])
+    return Message(content, reply_to=msg)
 
 
 @client_app.evaluate()
@@ -164,16 +179,17 @@ def _evaluate(msg: Message, context: Context) -> Message:
     if "method" in cfg:
         return _personal(msg, context, "evaluate")
     site = _site(context, cfg)
-    spec = _model(site, protocol_from_config(cfg))
+    spec = _model(site, _protocol(cfg))
     _threads(cfg)
     params = _params(spec, msg)
     c = site.client
-    val = evaluate_models(spec, site.metric, params, c.val.X, c.val.y)
-    test = evaluate_models(spec, site.metric, params, c.test.X, c.test.y)
+    val, val_loss = evaluate_models(spec, site.task, site.metric, params, c.val.X, c.val.y)
+    test, _ = evaluate_models(spec, site.task, site.metric, params, c.test.X, c.test.y)
     for part, v in (("validation", val), ("test", test)):
         if not np.all(np.isfinite(v)):
             raise InputError(f"site {c.name!r}: the {site.metric} of its {part} split is undefined (a single class?)")
-    record = MetricRecord({"val": [float(x) for x in val], "test": [float(x) for x in test]})
+    record = MetricRecord({"val": [float(x) for x in val], "test": [float(x) for x in test],
+                           "val-loss": [float(x) for x in val_loss]})
     return Message(RecordDict({"metrics": record}), reply_to=msg)
 
 
@@ -191,8 +207,16 @@ def settings_from_run_config(rc) -> tuple[Settings, dict]:
         raise InputError(f"run config method-options is not JSON ({e.msg})") from None
     if not isinstance(method_options, dict):
         raise InputError("run config method-options must be a JSON object")
+    try:
+        training = json.loads(str(c["training"]))
+    except json.JSONDecodeError as e:
+        raise InputError(f"run config training is not JSON ({e.msg})") from None
+    if not isinstance(training, dict):
+        raise InputError("run config training must be a JSON object (training protocol field -> value)")
+    if isinstance(training.get("lr_grid"), list):
+        training["lr_grid"] = tuple(training["lr_grid"])
     timeout = float(c["round-timeout-s"])
-    settings = Settings(protocol=protocol_from_config(c), sites=int(c["sites"]), dataset=str(c["dataset"]) or None,
+    settings = Settings(training=training, seed=int(c["seed"]), sites=int(c["sites"]), dataset=str(c["dataset"]) or None,
                         data_options=options, checkpoint=str(c["checkpoint"]) or None, wait_s=float(c["wait-s"]),
                         round_timeout_s=timeout if timeout > 0 else None, retries=int(c["retries"]),
                         threads=int(c["threads"]), method=str(c["method"]), method_options=method_options,
@@ -245,12 +269,11 @@ def _measure_once(grid: Grid, settings: Settings, output: str, semantics: str, t
 
         learner, record = run_spo(grid, settings, log=log)
         return write_personal_outputs(learner, record, settings, output)
-    from coalitions.learners.federated.personal import PERSONAL, method_params, run_personal
+    from coalitions.learners.federated.personal import PERSONAL, run_personal
 
     if settings.method not in PERSONAL:
         raise InputError(f"method {settings.method!r}: choose exact or one of {', '.join(PERSONAL)}")
-    params = method_params(settings.protocol, settings.method_options)
-    learner, record = run_personal(grid, settings, settings.method, params, log=log)
+    learner, record = run_personal(grid, settings, settings.method, None, log=log)
     return write_personal_outputs(learner, record, settings, output)
 
 

@@ -35,15 +35,15 @@ def write_outputs(result: dict, settings: Settings, output, semantics: str = "pe
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
-    p = settings.protocol
     traffic = {"rounds": result["rounds"], "communication_rounds": result["communication_rounds"],
                "bytes_sent": result["bytes_sent"], "bytes_received": result["bytes_received"],
                "messages": result["messages"]}
     sites = [{k: d[k] for k in ("name", "n-train", "n-val", "n-test")} for d in result["sites"]]
-    base = {"source": "coalitions federate (FedAvg within each coalition, measured over Flower; docs/federated.md)",
+    base = {"source": "coalitions federate (FedOpt within each coalition: the training protocol's optimiser at the "
+                      "server, measured over Flower; docs/federated.md)",
             "dataset": settings.dataset or "site CSV files", "options": dict(settings.data_options),
             "task": result["task"], "metric": result["metric"], "sites": sites,
-            "protocol": {**p.to_dict(), "model": result["model"], "aggregation": "fedavg-within-coalition"},
+            "protocol": {**result["protocol"], "seed": result["seed"], "aggregation": "fedopt-within-coalition"},
             **traffic, "flower_version": result["flower_version"], "version": co.__version__,
             **_excluded(settings)}
     sense = METRIC_SENSE[result["metric"]]
@@ -54,6 +54,9 @@ def write_outputs(result: dict, settings: Settings, output, semantics: str = "pe
     record = {**traffic, "sites": sites, "seconds": round(result["seconds"], 3),
               "resumed_from_round": result["resumed_from"], "flower_version": result["flower_version"],
               "protocol": base["protocol"], "semantics": semantics, "files": list(FILES), **_excluded(settings)}
+    if result.get("stopped_at") is not None:    # patience: the server step where each coalition stopped
+        record["stopped_at"] = {",".join(result["names"][i] for i in co.bitmask.members(k + 1)): int(s)
+                                for k, s in enumerate(result["stopped_at"])}
     try:
         eq = co.solve(game, semantics, tol)
         cio.write_json(cio.equilibrium_to_json(eq), out / "equilibrium.json")

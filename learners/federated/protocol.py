@@ -1,127 +1,114 @@
-"""FedAvg within every coalition: the training protocol of the federated game.
+"""FedOpt within every coalition: how the federated game trains its coalition models.
 
-The exact game (docs/concepts.md §1, §5) needs, for every coalition ``S``, a model trained
-on the data of ``S`` and its metric on each member's validation data.  Where
-the data may not leave the sites, ``S``'s model is trained by federated
-averaging (McMahan et al. 2017) among ``S``'s members only, with the protocol
-of the toolkit's ``fedavg`` learner (:class:`coalitions.learners.methods.baselines.FedAvg`):
+The exact game (docs/concepts.md §1, §5) needs, for every coalition ``S``, a model trained on the
+data of ``S`` and its metric on each member's validation data.  Where the data may not leave the
+sites, ``S``'s model is trained among ``S``'s members only, under the **same**
+:class:`~coalitions.learners.training.protocol.TrainingProtocol` as every other column (the
+in-process exact game, Local, the learners): its model, optimiser, learning rate and schedule,
+batch, weight decay, budget of local steps and patience.  The protocol's optimiser runs at the
+server, one state per coalition (FedOpt, Reddi et al. 2021):
 
 * every coalition model starts from the same initial parameters, drawn from
   ``torch.Generator().manual_seed(seed)`` (PyTorch's default initialisation,
   :func:`coalitions.learners.training.models.make_model`);
-* in round ``r`` member ``i`` of ``S`` starts from ``w_S``, runs
-  ``local_epochs`` epochs of a *fresh* optimiser (SGD with momentum or Adam,
-  weight decay on every parameter) on its training data, minimising the mean
-  per-sample loss of each minibatch, and returns ``w_S^i``;
-* the server averages ``w_S ← Σ_{i∈S} n_i w_S^i / Σ_{i∈S} n_i`` (``n_i``
-  training samples of ``i``);
-* after ``rounds`` rounds ``v_i(S)`` is the metric of ``w_S`` on ``i``'s
-  validation split (the test split is scored alongside, for reporting).
+* in round ``r`` member ``i`` of ``S`` starts from ``w_S`` and takes ``local_steps`` plain
+  gradient steps at the protocol's rate ``η`` on its own objective
+  ``F_i(w) = mean loss + (weight_decay/2)·‖weights‖²`` (minibatches of ``batch_size``, or all its
+  data), and returns ``w_S^i`` (:func:`local_round`; a site keeps no state);
+* the server forms the coalition's pseudo-gradient
+  ``g_S = (w_S − Σ_{i∈S} n_i w_S^i / Σ_{i∈S} n_i) / η`` and applies the protocol's optimiser
+  (Adam, or SGD with momentum) at ``η·s(r/R)`` with the protocol's schedule ``s`` over the
+  ``R = ⌈steps / local_steps⌉`` rounds (:class:`GameServer`).  Its state (moments, step counts)
+  lives with the coalition models at the server and goes into the checkpoint: a resumed game
+  equals an uninterrupted one.
 
-A site serves every coalition it belongs to at once: the ``2^{N-1}`` models of
-its coalitions are stacked (leading dimension = coalition) and trained in one
-batched step per minibatch, all on the same minibatches.  The minibatch order
-of site ``i`` in round ``r`` comes from ``numpy.random.default_rng([seed, r, i])``
-(:func:`coalitions.learners.training.engine.epoch_plan`), so it does not depend
-on which coalitions are trained together, where the site's process runs, or
-whether the run was resumed.  Hence the federated game
-(:mod:`coalitions.learners.federated.server`) and :func:`inprocess_game`, the
-in-process reference that calls the same :func:`local_round` and
-:func:`aggregate` without any network, compute the same models.
+With ``local_steps = 1`` and full batch, ``g_S = Σ_{i∈S} (n_i/n_S)·∇F_i(w_S) = ∇F_S(w_S)``, the
+gradient of ``S``'s pooled objective: the federated game is then the in-process exact game's
+shared-head training of every subset (:class:`~coalitions.learners.exact.ExhaustiveOracle`),
+the same model up to floating-point rounding (``tests/test_federated.py``).  With more local
+steps it is FedAvg's local work under a server optimiser (Reddi et al.'s FedAdam / FedAvgM).
+
+**Early stopping** (``patience``): every round's message finds the sites with the coalition models
+of the previous server step; each scores them on its validation data (mean loss) and the server
+pools the members' losses, ``ℓ_S = Σ_{i∈S} n_i^val·L_i / Σ_{i∈S} n_i^val``, as the in-process
+game does after every step (:mod:`coalitions.learners.game.stopping`).  A coalition whose
+``ℓ_S`` has not improved for ``patience`` evaluations stops (the server no longer applies its
+updates) and keeps its best parameters, which the final evaluation scores.
+
+A site serves every coalition it belongs to at once: the ``2^{N-1}`` models of its coalitions are
+stacked (leading dimension = coalition) and trained in one batched step per minibatch, all on the
+same minibatches.  The minibatch order of site ``i`` in round ``r`` comes from
+``numpy.random.default_rng([seed, r, i])`` (:func:`coalitions.learners.training.engine.epoch_plan`),
+so it does not depend on which coalitions are trained together, where the site's process runs, or
+whether the run was resumed.  Hence the federated game (:mod:`coalitions.learners.federated.server`)
+and :func:`inprocess_game`, the in-process reference that calls the same :func:`local_round` and
+:class:`GameServer` without any network, compute the same models.
 
 References
 ----------
-McMahan, Moore, Ramage, Hampson, Agüera y Arcas (2017), *Communication-efficient
-learning of deep networks from decentralized data*, AISTATS.
-Mohri et al. / the CE paper (Cui et al. 2022, §6): an impartial third party
-learns the benefit graph without direct access to the data; docs/federated.md.
+Reddi, Charles, Zaheer, Garrett, Rush, Konečný, Kumar, McMahan (2021), *Adaptive federated
+optimization*, ICLR.
+McMahan, Moore, Ramage, Hampson, Agüera y Arcas (2017), *Communication-efficient learning of deep
+networks from decentralized data*, AISTATS.
+Cui et al. 2022, §6: an impartial third party learns the benefit graph without direct access to the
+data; docs/federated.md.
 """
 
 from __future__ import annotations
-
-import math
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from coalitions.errors import InputError
 
-__all__ = ["Protocol", "coalition_masks", "site_masks", "initial_params", "local_round", "aggregate",
-           "evaluate_models", "inprocess_game", "payload_bytes"]
+__all__ = ["federated_protocol", "check_training", "game_rounds", "coalition_masks", "site_masks",
+           "initial_params", "local_round", "aggregate", "GameServer", "evaluate_models", "inprocess_game",
+           "payload_bytes"]
+
+#: The models a site can train from flat features (no image shape reaches the server).
+FLAT_MODELS = ("linear", "logistic", "mlp")
 
 
-@dataclass(frozen=True)
-class Protocol:
-    """Settings of FedAvg within each coalition (defaults: the ``fedavg`` learner's).
+def check_training(changes: dict) -> None:
+    """Refuse training settings no federated run can use, before anything starts (one line naming the flag).
 
-    Parameters
-    ----------
-    model : {"linear", "logistic", "mlp"} or None
-        ``None``: linear for regression, logistic otherwise.
-    hidden : int
-        MLP hidden units.
-    rounds : int
-        Communication rounds (>= 1).
-    local_epochs : int
-        Passes over a site's training data per round.
-    batch_size : int or None
-        Minibatch size (``None``: full batch).
-    optimizer : {"sgd", "adam"}
-    lr, momentum, weight_decay : float
-    seed : int
-        Seeds the initial parameters and every site's minibatch order.
+    ``changes``: :class:`~coalitions.learners.training.protocol.TrainingProtocol` field -> value (the
+    training flags given).  Each is checked as the protocol checks it; ``model`` must be one the
+    sites can train on flat features.
     """
+    from coalitions.learners.training.protocol import TrainingProtocol
+    from coalitions.params import ParameterError
 
-    model: str | None = None
-    hidden: int = 64
-    rounds: int = 50
-    local_epochs: int = 1
-    batch_size: int | None = 32
-    optimizer: str = "sgd"
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    seed: int = 0
+    if changes.get("lr_grid") is not None:
+        raise InputError("--lr-grid: a federated run trains at one rate; choose it in process on data like the "
+                         "sites' (coalitions oracle or learn --lr-grid) and give it as --lr")
+    model = changes.get("model")
+    if model is not None and model not in FLAT_MODELS:
+        raise InputError(f"--model {model}: the sites ship flat features; choose {', '.join(FLAT_MODELS)}")
+    try:
+        TrainingProtocol(**{k: v for k, v in changes.items() if k != "model"})
+    except ParameterError as e:
+        raise InputError(e.phrase({"hidden": "--mlp-hidden"}.get(e.param, "--" + e.param.replace("_", "-")))) from None
+    except TypeError as e:
+        raise InputError(f"training settings: {e}") from None
 
-    def __post_init__(self):
-        def integer(name, lo, allow_none=False):
-            v = getattr(self, name)
-            if allow_none and v is None:
-                return
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-                raise InputError(f"--{name.replace('_', '-')} must be an integer >= {lo}, got {v!r}")
 
-        integer("rounds", 1)
-        integer("local_epochs", 1)
-        integer("hidden", 1)
-        integer("seed", 0)
-        integer("batch_size", 1, allow_none=True)
-        for name, strict in (("lr", True), ("momentum", False), ("weight_decay", False)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
-                    or (strict and v == 0):
-                raise InputError(f"--{name.replace('_', '-')} must be a number {'>' if strict else '>='} 0, "
-                                 f"got {v!r}")
-        if self.momentum >= 1:
-            raise InputError(f"--momentum must be below 1, got {self.momentum!r}")
-        if self.model is not None and self.model not in ("linear", "logistic", "mlp"):
-            raise InputError(f"--model must be linear, logistic or mlp, got {self.model!r}")
-        if self.optimizer not in ("sgd", "adam"):
-            raise InputError(f"--optimizer must be sgd or adam, got {self.optimizer!r}")
+def federated_protocol(task: str, changes: dict | None = None):
+    """The protocol a federated run trains with: the task's default with ``changes`` (the one rule,
+    :func:`~coalitions.learners.training.protocol.protocol_with`; flat features: no CNN).
+    """
+    from coalitions.learners.training.protocol import protocol_with
 
-    def to_dict(self) -> dict:
-        """JSON-ready settings (the game's provenance)."""
-        return asdict(self)
+    changes = dict(changes or {})
+    check_training(changes)
+    protocol = protocol_with(task, (), changes)
+    if protocol.model == "linear" and task != "regression":
+        raise InputError(f"--model linear fits regression; the sites' task is {task} (use --model logistic)")
+    return protocol.with_(closed_form=False)    # the game iterates: no site sees the union it would solve for
 
-    def model_kind(self, task: str) -> str:
-        """The model trained for ``task``."""
-        if self.model is None:
-            from coalitions.learners.methods.base import default_kind
 
-            return default_kind(task)   # the sites ship flat features: no image shape, no CNN
-        if self.model == "linear" and task != "regression":
-            raise InputError(f"--model linear fits regression; the sites' task is {task} (use --model logistic)")
-        return self.model
+def game_rounds(protocol) -> int:
+    """Rounds of the federated game: ``⌈steps / local_steps⌉`` (each round ``local_steps`` local steps)."""
+    return max(1, -(-int(protocol.steps) // int(protocol.local_steps)))
 
 
 # --------------------------------------------------------------------------- coalitions
@@ -172,9 +159,9 @@ def initial_params(spec, seed: int, copies: int) -> dict:
     return {k: np.repeat(v.numpy().astype(np.float32), copies, axis=0) for k, v in one.items()}
 
 
-def local_round(spec, task: str, params: dict, X, y, protocol: Protocol, round_index: int,
-                site_index: int) -> dict:
-    """One site's local training of several coalition models on its own data.
+def local_round(spec, task: str, params: dict, X, y, protocol, round_index: int, site_index: int,
+                seed: int) -> dict:
+    """One site's local work on several coalition models: ``local_steps`` plain gradient steps each.
 
     Parameters
     ----------
@@ -184,54 +171,56 @@ def local_round(spec, task: str, params: dict, X, y, protocol: Protocol, round_i
         The current models of the ``M`` coalitions this site trains this round.
     X, y : ndarray
         The site's training split.
-    protocol : Protocol
-    round_index, site_index : int
+    protocol : coalitions.learners.training.protocol.TrainingProtocol
+        ``local_steps`` steps of ``w ← w − lr·∇F_i(w)``, ``F_i`` the mean per-sample loss of a
+        minibatch of ``batch_size`` (all the site's data when ``None``) plus
+        ``(weight_decay/2)·‖weights‖²`` (weights, not biases, as everywhere).
+    round_index, site_index, seed : int
         Select the minibatch order, ``default_rng([seed, round_index, site_index])``.
 
     Returns
     -------
     dict of str -> ndarray (M, ...)
-        The models after ``protocol.local_epochs`` epochs of a fresh optimiser.  Unlike the
-        personalised learners' sites, which keep their optimiser state across rounds
-        (:meth:`~coalitions.learners.methods.base.PersonalizedLearner._site_steps`), the game's
-        sites start each round afresh: a game resumed from the server's checkpoint, or
-        measured again without an excluded site, then equals the uninterrupted one (the
-        sites' state would be lost with a new Flower run).  With plain SGD (no momentum)
-        there is no state and the two agree.
-        Model ``m`` follows exactly the path it would follow alone: the loss
-        of the stack is the sum of the models' own losses, so each model's
-        gradient is its own.
+        The models after the local steps.  The site keeps nothing: the protocol's optimiser
+        (its moments, its schedule) runs at the server (:class:`GameServer`), so a game resumed
+        from the server's checkpoint, or measured again without an excluded site, equals the
+        uninterrupted one.  Model ``m`` follows exactly the path it would follow alone: the loss
+        of the stack is the sum of the models' own losses, so each model's gradient is its own.
     """
     import torch
 
     from coalitions.learners.data.metrics import loss_function
-    from coalitions.learners.training.engine import epoch_plan, make_optimizer
+    from coalitions.learners.training.engine import epoch_plan
     from coalitions.learners.training.models import stacked_forward
 
     loss = loss_function(task)
     p = {k: torch.as_tensor(np.array(v, dtype=np.float32)) for k, v in params.items()}
-    m = next(iter(p.values())).shape[0]
     Xt = torch.as_tensor(np.array(X, dtype=np.float32))
     yt = torch.as_tensor(np.array(y))
-    opt = make_optimizer(protocol.optimizer, protocol.lr, protocol.momentum, protocol.weight_decay)
-    state = opt.init(p)
-    active = torch.ones(m, dtype=torch.bool)
-    rng = np.random.default_rng([int(protocol.seed), int(round_index), int(site_index)])
-    sizes = np.array([len(Xt)], dtype=np.int64)
-    for _ in range(protocol.local_epochs):
-        idx, mask, _ = epoch_plan(sizes, protocol.batch_size, rng)
-        for s in range(idx.shape[0]):
-            rows = torch.as_tensor(idx[s, 0][mask[s, 0] > 0])
-            q = {k: v.detach().requires_grad_(True) for k, v in p.items()}
-            per_sample = loss(stacked_forward(spec, q, Xt[rows]), yt[rows])   # (M, b)
-            per_sample.mean(dim=1).sum().backward()
-            p, state = opt.step({k: v.detach() for k, v in q.items()}, {k: v.grad for k, v in q.items()},
-                                state, active)
-    return {k: v.detach().numpy().astype(np.float32) for k, v in p.items()}
+    weights = [k for k, shape in spec.shapes.items() if len(shape) >= 2]
+    batches: list = []
+    if protocol.batch_size is None:
+        batches = [None] * protocol.local_steps
+    else:
+        rng = np.random.default_rng([int(seed), int(round_index), int(site_index)])
+        sizes = np.array([len(Xt)], dtype=np.int64)
+        while len(batches) < protocol.local_steps:   # passes over the data until the round's steps are drawn
+            idx, mask, _ = epoch_plan(sizes, protocol.batch_size, rng)
+            batches += [torch.as_tensor(idx[s, 0][mask[s, 0] > 0]) for s in range(idx.shape[0])]
+    lr, decay = float(protocol.lr), float(protocol.weight_decay)
+    for rows in batches[:protocol.local_steps]:
+        q = {k: v.detach().requires_grad_(True) for k, v in p.items()}
+        xb, yb = (Xt, yt) if rows is None else (Xt[rows], yt[rows])
+        objective = loss(stacked_forward(spec, q, xb), yb).mean(dim=1).sum()
+        grads = dict(zip(q, torch.autograd.grad(objective, list(q.values())), strict=True))
+        with torch.no_grad():
+            p = {k: v.detach() - lr * (grads[k] + decay * v.detach() if k in weights and decay else grads[k])
+                 for k, v in q.items()}
+    return {k: v.numpy().astype(np.float32) for k, v in p.items()}
 
 
 def aggregate(updates: list, sizes) -> dict:
-    """FedAvg of one coalition's member models: ``Σ_i n_i w^i / Σ_i n_i`` (float64 sums, float32 out).
+    """The size-weighted average of one coalition's member models: ``Σ_i n_i w^i / Σ_i n_i`` (float64).
 
     ``updates`` holds one dict of unstacked arrays per member, in member order;
     ``sizes`` their training-sample counts.
@@ -239,59 +228,185 @@ def aggregate(updates: list, sizes) -> dict:
     w = np.asarray(sizes, dtype=np.float64)
     w = w / w.sum()
     return {k: np.tensordot(w, np.stack([np.asarray(u[k], dtype=np.float64) for u in updates]), axes=1)
-            .astype(np.float32) for k in updates[0]}
+            for k in updates[0]}
 
 
-def evaluate_models(spec, metric: str, params: dict, X, y) -> np.ndarray:
-    """The metric of each of ``M`` stacked models on one split ``(X, y)``: shape ``(M,)``."""
+class GameServer:
+    """The server's half of the federated game: the coalition models, their optimiser, their early stop.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+    protocol : TrainingProtocol
+    n : int
+        Sites; the coalitions are ``1 .. 2^n − 1`` (row ``k`` = coalition ``k + 1``).
+    sizes, val_sizes : sequence of int
+        Each site's training and validation sample counts.
+    seed : int
+        Draws the initial parameters (:func:`initial_params`).
+
+    Attributes
+    ----------
+    params : dict of str -> ndarray (2^n − 1, ...)
+        float32 coalition models after :attr:`round` server steps.
+    state : dict
+        The protocol's stacked optimiser state (:class:`~coalitions.learners.training.protocol.Scheduled`).
+    stop : SubsetEarlyStop or None
+        Per-coalition patience (``protocol.patience``).
+    """
+
+    def __init__(self, spec, protocol, n: int, sizes, val_sizes, seed: int):
+        import torch
+
+        from coalitions.learners.game.masks import membership
+        from coalitions.learners.game.stopping import SubsetEarlyStop
+        from coalitions.learners.training.protocol import Scheduled
+
+        self.spec, self.protocol, self.n = spec, protocol, int(n)
+        self.masks = coalition_masks(self.n)
+        self.sizes = [int(x) for x in sizes]
+        self.val_sizes = np.asarray(val_sizes, dtype=np.float64)
+        self.rounds = game_rounds(protocol)
+        self.round = 0
+        self.params = initial_params(spec, seed, len(self.masks))
+        self.optimizer = Scheduled(protocol, self.rounds)
+        self.state = self.optimizer.init({k: torch.as_tensor(v) for k, v in self.params.items()})
+        self.member = membership(self.masks, self.n).astype(np.float64)
+        self.stop = None if protocol.patience is None else SubsetEarlyStop(protocol.patience, len(self.masks))
+        self.active = np.ones(len(self.masks), dtype=bool)
+
+    # -- what the sites get
+    def site_params(self, i: int) -> dict:
+        """The current models of site ``i``'s coalitions, ``(2^{n-1}, ...)`` each."""
+        rows = site_masks(self.n, i) - 1
+        return {k: v[rows] for k, v in self.params.items()}
+
+    @property
+    def scores_losses(self) -> bool:
+        """Whether this round's sites score their coalitions' models on validation data first (patience)."""
+        return self.stop is not None and self.round > 0
+
+    @property
+    def finished(self) -> bool:
+        """Every round run, or every coalition stopped."""
+        return self.round >= self.rounds or not self.active.any()
+
+    # -- what the server does with the replies
+    def record_losses(self, losses: dict) -> None:
+        """Feed each coalition's pooled validation loss of the current models to its early stop.
+
+        ``losses``: site index -> ``(2^{n-1},)`` mean validation losses of its coalitions' models (as
+        :meth:`site_params` sent them).
+        """
+        import torch
+
+        from coalitions.learners.game.stopping import pooled_validation_loss
+
+        if self.stop is None:
+            raise ValueError("record_losses needs a protocol with patience")
+        per_client = np.zeros((len(self.masks), self.n))
+        for i, values in losses.items():
+            per_client[site_masks(self.n, i) - 1, i] = values
+        pooled = pooled_validation_loss(torch.as_tensor(per_client), torch.as_tensor(self.member),
+                                        torch.as_tensor(self.val_sizes))
+        active = self.stop.update(pooled, {k: torch.as_tensor(v) for k, v in self.params.items()}, self.round)
+        self.active = active.numpy().copy()
+
+    def apply(self, updates: dict) -> None:
+        """One server step from the sites' local models: ``updates[(mask, i)]`` = site ``i``'s model of ``mask``."""
+        import torch
+
+        averaged = {k: np.empty(v.shape, dtype=np.float64) for k, v in self.params.items()}
+        for row, mask in enumerate(self.masks):
+            members = [i for i in range(self.n) if mask >> i & 1]
+            avg = aggregate([updates[(int(mask), i)] for i in members], [self.sizes[i] for i in members])
+            for k in averaged:
+                averaged[k][row] = avg[k]
+        lr = float(self.protocol.lr)
+        params = {k: torch.as_tensor(v) for k, v in self.params.items()}
+        grads = {k: torch.as_tensor(((self.params[k] - averaged[k]) / lr).astype(np.float32)) for k in params}
+        new, self.state = self.optimizer.step(params, grads, self.state, torch.as_tensor(self.active))
+        self.params = {k: v.numpy().astype(np.float32) for k, v in new.items()}
+        self.round += 1
+
+    def final_params(self) -> dict:
+        """The models the game scores: each coalition's best under patience, else the last."""
+        import torch
+
+        if self.stop is None:
+            return self.params
+        best = self.stop.best_params({k: torch.as_tensor(v) for k, v in self.params.items()})
+        return {k: np.asarray(v.numpy(), dtype=np.float32) for k, v in best.items()}
+
+    def stopped_at(self) -> list | None:
+        """The server step at which each coalition stopped (``None`` without patience)."""
+        return None if self.stop is None else [int(x) for x in self.stop.stopped_at.tolist()]
+
+    # -- the checkpoint
+    def state_dict(self) -> dict:
+        """Everything a resumed server needs (arrays and tensors; :func:`~coalitions.learners.training.checkpoint.save_state`)."""
+        out = {"params": self.params, "optimizer": self.state, "active": self.active.astype(np.int64)}
+        if self.stop is not None:
+            s = self.stop
+            out["stop"] = {"best": s.best, "bad": s.bad, "active": s.active.to(dtype=s.bad.dtype),
+                           "stopped_at": s.stopped_at, "best_step": s.best_step, "kept": dict(s._best)}
+        return out
+
+    def load(self, rounds_done: int, state: dict) -> None:
+        """Continue after ``rounds_done`` server steps from :meth:`state_dict`'s content."""
+        import torch
+
+        self.round = int(rounds_done)
+        self.params = {k: np.asarray(v, dtype=np.float32) for k, v in state["params"].items()}
+        self.state = state["optimizer"]
+        self.active = np.asarray(state["active"]).astype(bool)
+        if self.stop is not None:
+            s, saved = self.stop, state["stop"]
+            s.best, s.bad, s.stopped_at, s.best_step = saved["best"], saved["bad"], saved["stopped_at"], saved["best_step"]
+            s.active = saved["active"].to(torch.bool)
+            s._best = dict(saved["kept"])
+
+
+def evaluate_models(spec, task: str, metric: str, params: dict, X, y) -> tuple[np.ndarray, np.ndarray]:
+    """The metric and the mean loss of each of ``M`` stacked models on one split ``(X, y)``: two ``(M,)`` arrays."""
     import torch
 
-    from coalitions.learners.data.metrics import evaluate_batch
+    from coalitions.learners.data.metrics import evaluate_batch, mean_loss_batch
     from coalitions.learners.training.models import stacked_forward
 
     with torch.no_grad():
         scores = stacked_forward(spec, {k: torch.as_tensor(np.asarray(v)) for k, v in params.items()},
-                                 torch.as_tensor(np.array(X, dtype=np.float32)))
-    return evaluate_batch(metric, y, scores.double().numpy())
+                                 torch.as_tensor(np.array(X, dtype=np.float32))).double().numpy()
+    return evaluate_batch(metric, y, scores), mean_loss_batch(task, y, scores)
 
 
-def run_round(spec, task: str, coalition_params: dict, train: list, protocol: Protocol, round_index: int) -> dict:
-    """One round of every coalition, in process: each site trains its coalitions, then FedAvg per coalition.
+def validation_losses(spec, task: str, params: dict, X, y) -> np.ndarray:
+    """Each stacked model's mean loss on a site's validation split (the early stop's evaluation)."""
+    import torch
 
-    ``coalition_params`` maps names to ``(2^N − 1, ...)`` arrays (row ``k`` =
-    coalition ``k + 1``); ``train`` holds each site's ``(X, y)``.
-    """
-    n = len(train)
-    masks = coalition_masks(n)
-    updates = {}
-    for i, (X, y) in enumerate(train):
-        mine = site_masks(n, i)
-        out = local_round(spec, task, {k: v[mine - 1] for k, v in coalition_params.items()}, X, y, protocol,
-                          round_index, i)
-        for j, mask in enumerate(mine):
-            updates[(int(mask), i)] = {k: v[j] for k, v in out.items()}
-    sizes = [len(y) for _, y in train]
-    new = {k: np.empty_like(v) for k, v in coalition_params.items()}
-    for mask in masks:
-        members = [i for i in range(n) if mask >> i & 1]
-        avg = aggregate([updates[(int(mask), i)] for i in members], [sizes[i] for i in members])
-        for k in new:
-            new[k][mask - 1] = avg[k]
-    return new
+    from coalitions.learners.data.metrics import loss_function
+    from coalitions.learners.training.models import stacked_forward
+
+    with torch.no_grad():
+        out = stacked_forward(spec, {k: torch.as_tensor(np.asarray(v)) for k, v in params.items()},
+                              torch.as_tensor(np.array(X, dtype=np.float32)))
+        return loss_function(task)(out, torch.as_tensor(np.array(y))).double().mean(dim=1).numpy()
 
 
-def inprocess_game(federation, protocol: Protocol = Protocol(), threads: int | None = 1):
-    """The FedAvg-within-coalition game computed in one process: the reference of the federated one.
+def inprocess_game(federation, protocol=None, seed: int = 0, threads: int | None = 1):
+    """The federated game computed in one process: the reference of the Flower one.
 
-    Same protocol, same functions (:func:`local_round`, :func:`aggregate`,
-    :func:`evaluate_models`) as the Flower app; only the network is missing.
+    Same protocol, same functions (:func:`local_round`, :class:`GameServer`,
+    :func:`validation_losses`, :func:`evaluate_models`) as the Flower app; only the network is
+    missing.  ``protocol``: a :class:`~coalitions.learners.training.protocol.TrainingProtocol`
+    (default: :func:`federated_protocol` of the federation's task).
 
     Returns
     -------
-    val, test : ndarray (N, 2^N)
-        ``v_i(S)`` on validation / test data (NaN where ``i ∉ S``).
-    params : dict of str -> ndarray (2^N − 1, ...)
-        The final coalition models (row ``k`` = coalition ``k + 1``).
+    dict
+        ``val``, ``test``, ``val_loss`` ``(N, 2^N)`` (NaN where ``i ∉ S``); ``params``
+        (``(2^N − 1, ...)``, row ``k`` = coalition ``k + 1``: the models scored); ``rounds``
+        (server steps run) and ``stopped_at`` (per coalition, or ``None`` without patience).
     """
     import torch
 
@@ -300,22 +415,39 @@ def inprocess_game(federation, protocol: Protocol = Protocol(), threads: int | N
     fed = federation
     if fed.n > 12:
         raise InputError(f"{fed.n} clients: the federated exact game trains 2^N - 1 models; use at most 12")
+    protocol = federated_protocol(fed.task) if protocol is None else protocol
     before = torch.get_num_threads()
     try:
         if threads is not None:
             torch.set_num_threads(int(threads))
-        spec = make_model(protocol.model_kind(fed.task), fed.input_shape, fed.n_outputs, hidden=protocol.hidden)
-        params = initial_params(spec, protocol.seed, (1 << fed.n) - 1)
-        train = [(c.train.X, c.train.y) for c in fed.clients]
-        for r in range(protocol.rounds):
-            params = run_round(spec, fed.task, params, train, protocol, r)
-        val = np.full((fed.n, 1 << fed.n), np.nan)
-        test = np.full((fed.n, 1 << fed.n), np.nan)
+        spec = make_model(protocol.model, fed.input_shape, fed.n_outputs, hidden=protocol.hidden)
+        flat = [(c.train.X, c.val.X, c.test.X) for c in fed.clients]
+        server = GameServer(spec, protocol, fed.n, fed.sizes("train"), fed.sizes("val"), seed)
+        while not server.finished:
+            if server.scores_losses:
+                server.record_losses({i: validation_losses(spec, fed.task, server.site_params(i), flat[i][1],
+                                                           c.val.y) for i, c in enumerate(fed.clients)})
+                if server.finished:
+                    break
+            updates = {}
+            for i, c in enumerate(fed.clients):
+                out = local_round(spec, fed.task, server.site_params(i), flat[i][0], c.train.y, protocol,
+                                  server.round, i, seed)
+                for j, mask in enumerate(site_masks(fed.n, i)):
+                    updates[(int(mask), i)] = {k: v[j] for k, v in out.items()}
+            server.apply(updates)
+        last = server.round
+        if server.stop is not None and server.active.any():   # the last step's models, scored as every step's
+            server.record_losses({i: validation_losses(spec, fed.task, server.site_params(i), flat[i][1], c.val.y)
+                                  for i, c in enumerate(fed.clients)})
+        final = server.final_params()
+        out = {key: np.full((fed.n, 1 << fed.n), np.nan) for key in ("val", "test", "val_loss")}
         for i, c in enumerate(fed.clients):
             mine = site_masks(fed.n, i)
-            sub = {k: v[mine - 1] for k, v in params.items()}
-            val[i, mine] = evaluate_models(spec, fed.metric, sub, c.val.X, c.val.y)
-            test[i, mine] = evaluate_models(spec, fed.metric, sub, c.test.X, c.test.y)
+            sub = {k: v[mine - 1] for k, v in final.items()}
+            out["val"][i, mine], out["val_loss"][i, mine] = evaluate_models(spec, fed.task, fed.metric, sub,
+                                                                            flat[i][1], c.val.y)
+            out["test"][i, mine], _ = evaluate_models(spec, fed.task, fed.metric, sub, flat[i][2], c.test.y)
     finally:
         torch.set_num_threads(before)
-    return val, test, params
+    return {**out, "params": final, "rounds": last, "stopped_at": server.stopped_at()}

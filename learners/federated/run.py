@@ -32,12 +32,10 @@ from pathlib import Path
 from coalitions.errors import InputError
 from coalitions.learners.federated.app_folder import write_app
 from coalitions.learners.federated.outputs import FILES, write_outputs
-from coalitions.learners.federated.protocol import Protocol
-from coalitions.learners.federated.server import protocol_config
 
 __all__ = ["federate", "write_outputs", "federate_simulation", "federate_superlink", "FILES"]
 
-def federate_simulation(dataset: str, data_options: dict, protocol: Protocol, output, *, checkpoint=None,
+def federate_simulation(dataset: str, data_options: dict, training: dict, output, *, seed: int = 0, checkpoint=None,
                         semantics: str = "personalized", tol: float = 1e-9, threads: int = 1,
                         cpus: int | None = None, log=None, progress=None, method: str = "exact",
                         method_options: dict | None = None, exclude_bad_sites: bool = False,
@@ -67,8 +65,8 @@ def federate_simulation(dataset: str, data_options: dict, protocol: Protocol, ou
         from coalitions.learners.data.datasets import load
 
         n = load(dataset, **data_options).n     # checks the options before anything starts
-    run_config = _run_config(protocol, n, dataset, data_options, output, checkpoint, semantics, tol, wait_s, threads,
-                             method, method_options, exclude_bad_sites)
+    run_config = _run_config(training, seed, n, dataset, data_options, output, checkpoint, semantics, tol, wait_s,
+                             threads, method, method_options, exclude_bad_sites)
     nodes = n if supernodes is None else int(supernodes)
     n_cpus = max(1, min(nodes, cpus or os.cpu_count() or 1))
     federation = f"num-supernodes={nodes} client-resources-num-cpus=1 client-resources-num-gpus=0 init-args-num-cpus={n_cpus}"
@@ -220,11 +218,16 @@ def _group_alive(group: int) -> bool:
     return False
 
 
-def _run_config(protocol: Protocol, sites: int, dataset: str | None, data_options: dict | None, output, checkpoint,
-                semantics: str, tol: float, wait_s: float, threads: int, method: str, method_options: dict | None,
-                exclude_bad_sites: bool) -> dict:
-    """The app's run config (``--run-config``) for these settings; paths made absolute."""
-    return {**protocol_config(protocol), "sites": int(sites), "dataset": dataset or "",
+def _run_config(training: dict, seed: int, sites: int, dataset: str | None, data_options: dict | None, output,
+                checkpoint, semantics: str, tol: float, wait_s: float, threads: int, method: str,
+                method_options: dict | None, exclude_bad_sites: bool) -> dict:
+    """The app's run config (``--run-config``) for these settings; paths made absolute.
+
+    ``training``: the training flags given (protocol field -> value), as JSON; the server turns
+    them into the run's protocol once the sites have told it their task.
+    """
+    return {"training": json.dumps(training, sort_keys=True), "seed": int(seed), "sites": int(sites),
+            "dataset": dataset or "",
             "data-options": json.dumps(data_options or {}, sort_keys=True), "output": str(Path(output).resolve()),
             "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else "", "semantics": semantics,
             "tol": float(tol), "wait-s": float(wait_s), "round-timeout-s": 600.0, "retries": 2,
@@ -361,7 +364,7 @@ def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None) -> tuple
     return proc.returncode, raised or " ".join(" ".join(box).split())
 
 
-def federate_superlink(address: str, sites: int, protocol: Protocol, output, *, dataset: str | None = None,
+def federate_superlink(address: str, sites: int, training: dict, output, *, seed: int = 0, dataset: str | None = None,
                        data_options: dict | None = None, checkpoint=None, semantics: str = "personalized",
                        tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, timeout_s: float | None = None,
                        insecure: bool = False, root_certificates=None, method: str = "exact",
@@ -382,7 +385,7 @@ def federate_superlink(address: str, sites: int, protocol: Protocol, output, *, 
               "or authenticated; use it only on loopback or a trusted network", file=sys.stderr)
     _reachable(address)
     out = Path(output).resolve()
-    run_config = _run_config(protocol, sites, dataset, data_options, out, checkpoint, semantics, tol, wait_s, threads,
+    run_config = _run_config(training, seed, sites, dataset, data_options, out, checkpoint, semantics, tol, wait_s, threads,
                              method, method_options, exclude_bad_sites)
     (out / "run.json").unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="coalitions-federate-") as tmp:
@@ -405,7 +408,7 @@ def federate_superlink(address: str, sites: int, protocol: Protocol, output, *, 
         raise InputError(f"--superlink {address}: {e}") from None
 
 
-def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, superlink: str | None = None,
+def federate(dataset: str, data_options: dict, training: dict, output, *, seed: int = 0, superlink: str | None = None,
              sites: int | None = None, schemas=(), checkpoint=None, semantics: str = "personalized",
              tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, progress=None, method: str = "exact",
              method_options: dict | None = None, insecure: bool = False, root_certificates=None,
@@ -419,9 +422,13 @@ def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, su
     checkpoint defaults to ``output/checkpoint.npz``: running the same
     command again resumes an interrupted run.  ``method`` other than
     ``"exact"``: a personalised learner over Flower (``estimate.json``; not
-    checkpointed).
+    checkpointed).  ``training``: the training flags given (:class:`~coalitions.learners.training.protocol.TrainingProtocol`
+    field -> value); every method trains under the sites' task's default protocol with these
+    changed (:meth:`~coalitions.learners.federated.server.Settings.protocol_for`), SPO with its own.
+    ``seed`` draws the initial models and the sites' minibatch orders.
     """
     from coalitions.learners.federated.personal import PERSONAL
+    from coalitions.learners.federated.protocol import check_training
 
     if method not in ("exact", "spo") and method not in PERSONAL:
         raise InputError(f"--method {method}: choose exact, spo or one of {', '.join(PERSONAL)}")
@@ -432,11 +439,13 @@ def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, su
     if method == "spo":
         from coalitions.learners.federated.spo import check_spo
 
-        check_spo(protocol, method_options)               # before Ray or a SuperLink starts
+        check_spo(training, method_options, seed)         # before Ray or a SuperLink starts
     elif method != "exact":
         from coalitions.learners.federated.personal import check_method
 
-        check_method(method, protocol, method_options)   # before Ray or a SuperLink starts
+        check_method(method, training, method_options)   # before Ray or a SuperLink starts
+    else:
+        check_training(training)
     options = dict(data_options)
     if dataset == "csv":
         if options:
@@ -474,11 +483,11 @@ def federate(dataset: str, data_options: dict, protocol: Protocol, output, *, su
         raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
     try:
         if superlink is None:
-            return federate_simulation(dataset, options, protocol, out, checkpoint=ckpt, semantics=semantics,
+            return federate_simulation(dataset, options, training, out, seed=seed, checkpoint=ckpt, semantics=semantics,
                                        tol=tol, threads=threads, progress=progress, method=method,
                                        method_options=method_options, exclude_bad_sites=exclude_bad_sites)
         assert sites is not None   # counted above when not given
-        return federate_superlink(superlink, sites, protocol, out, dataset=dataset, data_options=options,
+        return federate_superlink(superlink, sites, training, out, seed=seed, dataset=dataset, data_options=options,
                                   checkpoint=ckpt, semantics=semantics, tol=tol, threads=threads, wait_s=wait_s,
                                   method=method, method_options=method_options, insecure=insecure,
                                   root_certificates=root_certificates, exclude_bad_sites=exclude_bad_sites)

@@ -9,18 +9,22 @@ with three message types (Flower's Message API):
     all sites agree and orders them (by partition id, then name).
 ``train`` (one per site per round)
     The site receives the current models of the ``2^{N-1}`` coalitions it
-    belongs to (one stacked ``ArrayRecord``) and returns them after local
-    training (:func:`~coalitions.learners.federated.protocol.local_round`).
-    All coalitions of a round train concurrently: every site gets its message
-    at once, and each site trains its coalitions' models together.  The
-    server then averages each coalition's models over its members
-    (:func:`~coalitions.learners.federated.protocol.aggregate`).
+    belongs to (one stacked ``ArrayRecord``) and returns them after its local
+    steps (:func:`~coalitions.learners.federated.protocol.local_round`); under
+    patience it first scores the models it received on its validation data
+    (``val-loss``).  All coalitions of a round train concurrently: every site
+    gets its message at once, and each site trains its coalitions' models
+    together.  The server then averages each coalition's models over its
+    members and applies the training protocol's optimiser to the average
+    change (:class:`~coalitions.learners.federated.protocol.GameServer`).
 ``evaluate``
     Each site scores the final models of its coalitions on its validation and
-    test splits and returns the ``2 · 2^{N-1}`` numbers.
+    test splits and returns the ``3 · 2^{N-1}`` numbers (metric on both splits,
+    validation loss); under patience a first ``evaluate`` scores the last
+    step's models, then the best ones are scored.
 
-After every round the coalition models and the traffic counters are written
-to a checkpoint; a server started again with the same sites and settings
+After every round the coalition models, the optimiser's state, the early stop's
+record and the traffic counters are written to a checkpoint; a server started again with the same sites and settings
 resumes after the last finished round.  A site that does not answer (lost,
 restarting) is asked again, up to ``retries`` times, each time after looking
 for new SuperNodes that announce the site's name (a restarted SuperNode may
@@ -43,10 +47,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coalitions.errors import InputError
-from coalitions.learners.federated.protocol import Protocol, aggregate, coalition_masks, initial_params, site_masks
+from coalitions.learners.federated.protocol import GameServer, federated_protocol, site_masks
 from coalitions.learners.federated.replies import check_arrays, check_metrics
 
-__all__ = ["Settings", "Stopped", "measure_game", "round_line", "protocol_config", "protocol_from_config"]
+__all__ = ["Settings", "Stopped", "measure_game", "round_line"]
 
 
 @dataclass
@@ -55,7 +59,12 @@ class Settings:
 
     Parameters
     ----------
-    protocol : Protocol
+    training : dict
+        The training flags given: :class:`~coalitions.learners.training.protocol.TrainingProtocol`
+        field -> value.  The run trains under the sites' task's default protocol with these
+        changed (:meth:`protocol_for`), as ``learn`` and ``oracle`` do.
+    seed : int
+        Draws the initial parameters and every site's minibatch order.
     sites : int
         SuperNodes to wait for (one per site).
     dataset : str or None
@@ -81,7 +90,7 @@ class Settings:
         personalised learner (:data:`coalitions.learners.federated.personal.PERSONAL`).
     method_options : dict
         A personalised learner's own parameters (e.g. ``{"alpha_k": 0.5}``);
-        its common ones come from ``protocol``.
+        it trains under :meth:`protocol_for` (``learn``'s rule).
     exclude_bad_sites : bool
         A site whose reply fails its check (:mod:`~coalitions.learners.federated.replies`)
         is left out and the run starts again without it (``False``: the run
@@ -91,7 +100,8 @@ class Settings:
         description itself was refused) -> the reason; recorded in the outputs.
     """
 
-    protocol: Protocol = field(default_factory=Protocol)
+    training: dict = field(default_factory=dict)
+    seed: int = 0
     sites: int = 1
     dataset: str | None = None
     data_options: dict = field(default_factory=dict)
@@ -106,6 +116,10 @@ class Settings:
     exclude_bad_sites: bool = False
     excluded: dict = field(default_factory=dict)
     excluded_nodes: set = field(default_factory=set)
+
+    def protocol_for(self, task: str):
+        """The run's :class:`~coalitions.learners.training.protocol.TrainingProtocol` for the sites' ``task``."""
+        return federated_protocol(task, self.training)
 
     def exclude(self, fault) -> None:
         """Leave out the site of ``fault`` (a :class:`~coalitions.learners.federated.replies.BadReply`)."""
@@ -124,21 +138,6 @@ class Stopped(Exception):
 
 #: Seconds between two polls for replies.
 POLL_S = 0.1
-
-
-def protocol_config(p: Protocol) -> dict:
-    """The protocol as Flower config values (no ``None``: empty string / 0 stand for it)."""
-    return {"model": p.model or "", "hidden": p.hidden, "rounds": p.rounds, "local-epochs": p.local_epochs,
-            "batch-size": p.batch_size or 0, "optimizer": p.optimizer, "lr": float(p.lr),
-            "momentum": float(p.momentum), "weight-decay": float(p.weight_decay), "seed": p.seed}
-
-
-def protocol_from_config(c) -> Protocol:
-    """Inverse of :func:`protocol_config` (reads a ``ConfigRecord`` or run config)."""
-    return Protocol(model=str(c["model"]) or None, hidden=int(c["hidden"]), rounds=int(c["rounds"]),
-                    local_epochs=int(c["local-epochs"]), batch_size=int(c["batch-size"]) or None,
-                    optimizer=str(c["optimizer"]), lr=float(c["lr"]), momentum=float(c["momentum"]),
-                    weight_decay=float(c["weight-decay"]), seed=int(c["seed"]))
 
 
 def _value_bytes(v) -> int:
@@ -372,26 +371,57 @@ def round_line(done: int, total: int, seconds: float, sent: int, received: int) 
     return f"round {done}/{total}: {seconds:.2f} s, {int(sent):,} bytes sent, {int(received):,} received"
 
 
+def _site_config(link, protocol, seed: int, task: str, mine, **extra) -> dict:
+    """The configuration of one site's message: the data, the protocol (JSON), its coalitions."""
+    return {**link._data_config(), "protocol": json.dumps(protocol.to_json(), sort_keys=True), "seed": int(seed),
+            "masks": [int(m) for m in mine], "task": task, **extra}
+
+
+def _evaluate(link, names, server: GameServer, params: dict, protocol, seed: int, task: str, metric: str,
+              group: str) -> dict:
+    """One ``evaluate`` exchange of ``params``: ``val``, ``test`` and ``val_loss`` ``(N, 2^N)`` arrays."""
+    from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+    from coalitions.learners.federated.replies import check_losses
+
+    n = len(names)
+    contents = {}
+    for i, name in enumerate(names):
+        mine = site_masks(n, i)
+        contents[name] = RecordDict({"models": ArrayRecord([v[mine - 1] for v in params.values()]),
+                                     "config": ConfigRecord(_site_config(link, protocol, seed, task, mine,
+                                                                         metric=metric))})
+    replies = link.ask(contents, "evaluate", group)
+    out = {key: np.full((n, 1 << n), np.nan) for key in ("val", "test", "val_loss")}
+    for i, name in enumerate(names):
+        mine = site_masks(n, i)
+        rec = _record(replies[name], "metrics", name, link.nodes[name], "metric_records")
+        out["val"][i, mine] = check_metrics(rec.get("val", []), metric, name, len(mine), "validation values")
+        out["test"][i, mine] = check_metrics(rec.get("test", []), metric, name, len(mine), "test values")
+        out["val_loss"][i, mine] = np.array(check_losses(rec.get("val-loss", []), name, "validation losses", len(mine)))
+    return out
+
+
 def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
-    """Run the whole protocol on ``grid``; returns the game's values and the run's record.
+    """Run the whole game on ``grid``; returns the game's values and the run's record.
 
     Returns
     -------
     dict
-        ``names``, ``task``, ``metric``, ``val`` and ``test`` ``(N, 2^N)``
-        arrays, ``sites`` (their descriptions), ``rounds`` (training rounds),
+        ``names``, ``task``, ``metric``, ``val``, ``test`` and ``val_loss`` ``(N, 2^N)``
+        arrays, ``sites`` (their descriptions), ``protocol`` (the training protocol, JSON),
+        ``rounds`` (server steps run), ``stopped_at`` (per coalition under patience),
         ``communication_rounds`` (with the describe and evaluate exchanges),
-        ``bytes_sent``, ``bytes_received``, ``messages``, ``resumed_from``,
-        ``seconds``.
+        ``bytes_sent``, ``bytes_received``, ``messages``, ``resumed_from``, ``seconds``.
     """
     import flwr
     from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
+    from coalitions.learners.federated.replies import check_losses
     from coalitions.learners.training.checkpoint import fingerprint, load_state, save_state
     from coalitions.learners.training.models import make_model
 
     t0 = time.perf_counter()
-    p = settings.protocol
     link = _Link(grid, settings, log)
     link.discover(settings.sites, time.monotonic() + settings.wait_s)
     if len(link.descriptions) != settings.sites:
@@ -407,68 +437,64 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
     task, metric = first["task"], first["metric"]
     n_classes = first["n-classes"]
     n_outputs = n_classes if task == "multiclass" else 1
-    spec = make_model(p.model_kind(task), tuple(first["input-shape"]), n_outputs, hidden=p.hidden)
-    masks = coalition_masks(n)
-    params = initial_params(spec, p.seed, len(masks))
-    sizes = [d["n-train"] for d in sites]
+    p, seed = settings.protocol_for(task), int(settings.seed)
+    spec = make_model(p.model, tuple(first["input-shape"]), n_outputs, hidden=p.hidden)
+    server = GameServer(spec, p, n, [d["n-train"] for d in sites], [d["n-val"] for d in sites], seed)
     start = 0
-    key = fingerprint({"protocol": p.to_dict(), "sites": sites, "dataset": settings.dataset,
-                       "data_options": settings.data_options, "model": spec.kind})
+    key = fingerprint({"protocol": p.to_json(), "seed": seed, "sites": sites, "dataset": settings.dataset,
+                       "data_options": settings.data_options, "model": spec.kind, "game": "fedopt"})
     if settings.checkpoint:
         loaded = load_state(settings.checkpoint, key, "cpu")
         if loaded is not None:
             start, state, meta = loaded
-            params = {k: np.asarray(v) for k, v in state["params"].items()}
+            server.load(start, state)
             link.sent, link.received, link.messages = meta["sent"], meta["received"], meta["messages"]
-            log(f"resuming after round {start} of {p.rounds} from {settings.checkpoint}")
-    proto = protocol_config(p)
-    for r in range(start, p.rounds):
+            log(f"resuming after round {start} of {server.rounds} from {settings.checkpoint}")
+    exchanges = 0
+    while not server.finished:
+        r = server.round
         began, sent, received = time.perf_counter(), link.sent, link.received
+        scoring = server.scores_losses
         contents = {}
         for i, name in enumerate(names):
             mine = site_masks(n, i)
-            cfg = {**link._data_config(), **proto, "round": r, "site-index": i,
-                   "masks": [int(m) for m in mine], "task": task}
-            arrays = ArrayRecord([v[mine - 1] for v in params.values()])
+            cfg = _site_config(link, p, seed, task, mine, round=r, **{"site-index": i, "score-val": scoring})
+            arrays = ArrayRecord(list(server.site_params(i).values()))
             contents[name] = RecordDict({"models": arrays, "config": ConfigRecord(cfg)})
         replies = link.ask(contents, "train", f"round-{r + 1}")
-        updates = {}
+        exchanges += 1
+        updates, losses = {}, {}
         for i, name in enumerate(names):
             mine = site_masks(n, i)
             out = check_arrays(_arrays(replies[name], "models", name, link.nodes[name]),
-                               [(len(mine), *v.shape[1:]) for v in params.values()], name,
+                               [(len(mine), *v.shape[1:]) for v in server.params.values()], name,
                                f"round-{r + 1} models")
             for j, m in enumerate(mine):
-                updates[(int(m), i)] = {k: o[j] for k, o in zip(params, out, strict=True)}
-        new = {k: np.empty_like(v) for k, v in params.items()}
-        for m in masks:
-            members = [i for i in range(n) if m >> i & 1]
-            avg = aggregate([updates[(int(m), i)] for i in members], [sizes[i] for i in members])
-            for k in new:
-                new[k][m - 1] = avg[k]
-        params = new
+                updates[(int(m), i)] = {k: o[j] for k, o in zip(server.params, out, strict=True)}
+            if scoring:
+                rec = _record(replies[name], "metrics", name, link.nodes[name], "metric_records")
+                losses[i] = np.array(check_losses(rec.get("val-loss", []), name, f"round-{r + 1} validation losses", len(mine)))
+        if scoring:
+            server.record_losses(losses)    # the models of step r: the round the sites ran is discarded on a stop
+            if server.finished:
+                log(f"round {r + 1}: every coalition has stopped (patience {p.patience})")
+                break
+        server.apply(updates)
         if settings.checkpoint:
-            save_state(settings.checkpoint, key, r + 1, {"params": params},
+            save_state(settings.checkpoint, key, server.round, server.state_dict(),
                        {"sent": link.sent, "received": link.received, "messages": link.messages})
-        log(round_line(r + 1, p.rounds, time.perf_counter() - began, link.sent - sent, link.received - received))
+        log(round_line(server.round, server.rounds, time.perf_counter() - began, link.sent - sent,
+                       link.received - received))
         if progress is not None:
-            progress(r + 1, p.rounds)
-    contents = {}
-    for i, name in enumerate(names):
-        mine = site_masks(n, i)
-        cfg = {**link._data_config(), **proto, "masks": [int(m) for m in mine], "task": task, "metric": metric}
-        contents[name] = RecordDict({"models": ArrayRecord([v[mine - 1] for v in params.values()]),
-                                     "config": ConfigRecord(cfg)})
-    replies = link.ask(contents, "evaluate", "final")
-    val = np.full((n, 1 << n), np.nan)
-    test = np.full((n, 1 << n), np.nan)
-    for i, name in enumerate(names):
-        mine = site_masks(n, i)
-        rec = _record(replies[name], "metrics", name, link.nodes[name], "metric_records")
-        val[i, mine] = check_metrics(rec.get("val", []), metric, name, len(mine), "validation values")
-        test[i, mine] = check_metrics(rec.get("test", []), metric, name, len(mine), "test values")
-    return {"names": names, "task": task, "metric": metric, "val": val, "test": test, "sites": sites,
-            "rounds": p.rounds, "communication_rounds": p.rounds + 2, "bytes_sent": int(link.sent),
+            progress(server.round, server.rounds)
+    if server.stop is not None and server.active.any():    # the last step's models, scored as every step's
+        last = _evaluate(link, names, server, server.params, p, seed, task, metric, "last")
+        exchanges += 1
+        server.record_losses({i: last["val_loss"][i, site_masks(n, i)] for i in range(n)})
+    result = _evaluate(link, names, server, server.final_params(), p, seed, task, metric, "final")
+    return {"names": names, "task": task, "metric": metric, **result, "sites": sites,
+            "protocol": p.to_json(), "seed": seed, "rounds": server.round, "stopped_at": server.stopped_at(),
+            "communication_rounds": exchanges + 2, "bytes_sent": int(link.sent),
             "bytes_received": int(link.received), "messages": int(link.messages), "resumed_from": start,
             "seconds": time.perf_counter() - t0, "flower_version": flwr.__version__, "model": spec.kind,
             "n_params": spec.n_params, "n_classes": n_classes or None}

@@ -285,16 +285,25 @@ def spo_site(site, cfg: dict, arrays: dict) -> dict:
     return {"values": values.double().numpy()}
 
 
-def spo_params(protocol, options: dict | None) -> dict:
-    """SPO's parameters for ``federate --method spo``: its own defaults, ``seed`` from the protocol, then ``options``."""
-    return {"seed": protocol.seed, **dict(options or {})}
+def spo_params(seed: int, options: dict | None) -> dict:
+    """SPO's parameters for ``federate --method spo``: its own defaults, the run's ``seed``, then ``options``."""
+    return {"seed": int(seed), **dict(options or {})}
 
 
-def check_spo(protocol, options: dict | None) -> None:
-    """Refuse bad SPO options before anything starts."""
+def check_spo(training: dict, options: dict | None, seed: int = 0) -> None:
+    """Refuse bad SPO options before anything starts.
+
+    Over Flower SPO trains with its own settings (``--method-option steps=…``): the training
+    flags (``training``, protocol field -> value) set the game's and the personalised methods'
+    protocol, and one given here is refused rather than ignored.
+    """
     from coalitions.params import ParameterError
 
-    params = spo_params(protocol, options)
+    if training:
+        flag = next(iter(training)).replace("_", "-")
+        raise InputError(f"--{'mlp-hidden' if flag == 'hidden' else flag}: --method spo over Flower trains with "
+                         "its own settings; give them as --method-option (e.g. steps=200, lr=0.01)")
+    params = spo_params(seed, options)
     unknown = sorted(set(params) - set(SPO.param_names()))
     if unknown:
         raise InputError(f"--method-option {unknown[0]}: --method spo takes no such option "
@@ -357,7 +366,7 @@ def run_spo(grid, settings, log=print):
     link.discover(settings.sites, time.monotonic() + settings.wait_s)
     sites = _check_sites(link.descriptions)
     names = [d["name"] for d in sites]
-    params = spo_params(settings.protocol, settings.method_options)
+    params = spo_params(settings.seed, settings.method_options)
     learner = FederatedSPO(**{**params, "device": "cpu"})
     counter = {"exchanges": 0}
 

@@ -776,7 +776,10 @@ class PersonalizedLearner(Learner):
         params, opt_state, losses = train_epochs(
             self.engine_, self._decayed_loss(loss), params, opt, opt_state, self.train_data_ if data is None else data,
             self._epochs_per_round(self.federation_) if epochs is None else epochs,
-            self._batch() if batch_size == "default" else batch_size, rng, **kwargs)
+            self._batch() if batch_size == "default" else batch_size, rng,
+            # a Flower site alone: its schedule advances by the federation's epoch, as in process (train_epochs)
+            epoch_steps=self._steps_per_epoch() if (data is None or data is self.train_data_) and batch_size == "default"
+            else None, **kwargs)
         return params, {key: opt_state}, losses
 
     # -- scoring, the oracle and the estimate

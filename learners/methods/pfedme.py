@@ -46,7 +46,7 @@ import torch
 from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.methods.baselines import average_step, broadcast
 from coalitions.learners.methods.fedprox import proximal_term
-from coalitions.learners.training.engine import epoch_plan
+from coalitions.learners.training.engine import epoch_plan, skip_schedule
 from coalitions.params import check_param
 
 __all__ = ["PFedMe"]
@@ -170,6 +170,7 @@ class PFedMe(PersonalizedLearner):
                 a = act.cpu().numpy()        # each client's mean over its own steps (as train_epochs)
                 total += np.where(a, vals.detach().double().cpu().numpy(), 0.0)
                 count += a
+            ost = skip_schedule(ost, self._steps_per_epoch(), idx.shape[0])    # a Flower site alone: as in process
         self.inner_residual_, self.inner_iterations_ = resid, iters
         return {**state, "model": w, "site_opt": ost}, {"loss": float(np.mean(total / np.maximum(count, 1))),
                                                          "inner_residual": resid}

@@ -446,7 +446,8 @@ def _stack_tree(outs):
 # --------------------------------------------------------------------------- local training
 def train_epochs(engine: Engine, loss: Callable, params: dict, optimizer, opt_state: dict, data: Padded,
                  epochs: int, batch_size: int | None, rng: Draws, args: tuple = (),
-                 step_args: Callable | None = None, shared: tuple = (), enabled: torch.Tensor | None = None):
+                 step_args: Callable | None = None, shared: tuple = (), enabled: torch.Tensor | None = None,
+                 epoch_steps: int | None = None):
     """Local training of every model on its own client's data, all models per step.
 
     Model ``i`` trains on client ``i`` of ``data`` with
@@ -462,6 +463,13 @@ def train_epochs(engine: Engine, loss: Callable, params: dict, optimizer, opt_st
         (e.g. SuPerFed's mixing coefficient); ``step`` counts over all epochs.
     enabled : bool tensor (M,), optional
         Models that train at all this round (others keep parameters and state).
+    epoch_steps : int, optional
+        The steps of one epoch of the whole federation.  In process every step of the stack
+        advances a schedule's step counter (``opt_state["schedule_step"]``,
+        :class:`~coalitions.learners.training.protocol.Scheduled`), a client whose data ran out
+        included; a Flower site training its own data alone passes the federation's epoch length,
+        and its counter is moved on by the steps it did not take, so that its next step runs at the
+        rate it runs at in process.
 
     Returns
     -------
@@ -487,4 +495,18 @@ def train_epochs(engine: Engine, loss: Callable, params: dict, optimizer, opt_st
             total += torch.where(act, values.detach().to(torch.float64), torch.zeros_like(total))
             count += act.to(torch.float64)
             step += 1
+        opt_state = skip_schedule(opt_state, epoch_steps, idx.shape[0])
     return params, opt_state, (total / count.clamp(min=1)).cpu().numpy()
+
+
+def skip_schedule(opt_state: dict, epoch_steps: int | None, taken: int) -> dict:
+    """``opt_state`` with its schedule counter moved on by the ``epoch_steps − taken`` steps of an epoch not taken.
+
+    A Flower site trains its own data alone (``taken`` steps an epoch); in process the stack takes
+    the federation's ``epoch_steps`` and each advances the protocol's schedule
+    (:class:`~coalitions.learners.training.protocol.Scheduled`).  Unchanged without a schedule
+    counter, without ``epoch_steps``, or when nothing was skipped.
+    """
+    if epoch_steps is None or "schedule_step" not in opt_state or taken >= int(epoch_steps):
+        return opt_state
+    return {**opt_state, "schedule_step": opt_state["schedule_step"] + (int(epoch_steps) - int(taken))}

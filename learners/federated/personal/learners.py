@@ -35,32 +35,30 @@ def learner_params(learner) -> dict:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
 
 
-def method_params(protocol, options: dict | None = None) -> dict:
-    """A personalised learner's parameters: the common ones from the federate ``protocol``, then ``options``.
+def method_params(protocol, seed: int = 0, options: dict | None = None) -> dict:
+    """A personalised learner's parameters over Flower: the run's training ``protocol``, ``seed``, then ``options``.
 
-    A setting of ``protocol`` left at its default (:class:`~coalitions.learners.federated.protocol.Protocol`,
-    the exact game's: SGD, lr 0.1, momentum 0.9, batch 32, 50 rounds) leaves the
-    method's own default in place, as ``coalitions learn`` does (they agree
-    except for FedeRiCo's Adam with lr 1e-3); a changed one is passed on.
-    ``options`` holds the method's own parameters (``alpha_k``, ``mu``, …) by
-    their constructor names; one that names a common parameter (``lr``,
-    ``optimizer``) overrides it.
+    ``protocol`` is the :class:`~coalitions.learners.training.protocol.TrainingProtocol` of the run
+    (:meth:`Settings.protocol_for <coalitions.learners.federated.server.Settings.protocol_for>`: the
+    sites' task's default with the training flags given), as ``coalitions learn`` passes it, so a
+    method trains the same way in process and over Flower.  ``options`` holds the method's own
+    parameters (``alpha_k``, ``mu``, …) by their constructor names.
     """
-    from dataclasses import fields
-
-    from coalitions.learners.federated.protocol import Protocol
-
-    default = Protocol()
-    common = {f.name: getattr(protocol, f.name) for f in fields(Protocol)
-              if getattr(protocol, f.name) != getattr(default, f.name) or f.name in ("rounds", "seed")}
-    return {**common, **dict(options or {})}
+    return {"protocol": protocol, "seed": int(seed), **dict(options or {})}
 
 
-def check_method(method: str, protocol, options: dict | None) -> None:
-    """Refuse a bad method or option before anything starts (:class:`InputError` naming the option)."""
+def check_method(method: str, training: dict, options: dict | None) -> None:
+    """Refuse a bad method or option before anything starts (:class:`InputError` naming the option).
+
+    ``training``: the training flags given (protocol field -> value); the sites' task is not known
+    yet, so the learner is checked under the generic protocol with these changes.
+    """
+    from coalitions.learners.federated.protocol import check_training
+    from coalitions.learners.training.protocol import TrainingProtocol
     from coalitions.params import ParameterError
 
-    params = method_params(protocol, options)
+    check_training(training)
+    params = method_params(TrainingProtocol(**training), 0, options)
     if method == "federico" and _patience(params) is not None:
         raise InputError("--method federico: early stopping (patience) is not offered over Flower; FedeRiCo's own "
                          "strategy has no validation exchange (the methods written as a site step and a server "

@@ -11,13 +11,17 @@ import time
 
 from coalitions.errors import InputError
 from coalitions.learners.federated.personal.engine import STRATEGIES
-from coalitions.learners.federated.personal.learners import server_learner
+from coalitions.learners.federated.personal.learners import method_params, server_learner
 
 __all__ = ["run_personal"]
 
 
-def run_personal(grid, settings, method: str, params: dict, log=print):
+def run_personal(grid, settings, method: str, params: dict | None = None, log=print):
     """The ServerApp's work for a personalised ``method``: discover the sites, run the strategy, build the learner.
+
+    ``params``: the learner's parameters; ``None``: :func:`~.learners.method_params` of the run's
+    protocol for the sites' task (known once they have described themselves), its seed and
+    ``settings.method_options``.
 
     Returns ``(learner, record)``: the server's learner, fitted as far as the
     server can fit it (its :attr:`estimate_` is the estimate), and the run
@@ -29,12 +33,14 @@ def run_personal(grid, settings, method: str, params: dict, log=print):
     from coalitions.learners.federated.server import _check_sites, _Link
 
     t0 = time.perf_counter()
-    if params.get("refit"):
+    if params is not None and params.get("refit"):
         raise InputError(f"--method {method}: refit trains the method again on every set peeling asks about; "
                          "it is not offered over Flower")
     link = _Link(grid, settings, log)
     link.discover(settings.sites, time.monotonic() + settings.wait_s)
     sites = _check_sites(link.descriptions)
+    if params is None:
+        params = method_params(settings.protocol_for(sites[0]["task"]), settings.seed, settings.method_options)
     learner = server_learner(method, params, sites, settings.dataset, settings.data_options)
     strategy = STRATEGIES[method](method, learner, sites, dict(link.nodes), link._data_config(), log=log)
     strategy.start(grid, ArrayRecord(), num_rounds=strategy.exchanges(),
@@ -44,7 +50,7 @@ def run_personal(grid, settings, method: str, params: dict, log=print):
     seconds = time.perf_counter() - t0
     learner = strategy.finish(seconds)
     record = {"method": method, "sites": [{k: d[k] for k in ("name", "n-train", "n-val", "n-test")} for d in sites],
-              "rounds": learner.rounds, "communication_rounds": strategy.exchanges() + 2,
+              "rounds": learner.rounds_, "communication_rounds": strategy.exchanges() + 2,
               "bytes_sent": link.sent + strategy.sent, "bytes_received": link.received + strategy.received,
               "messages": link.messages + strategy.messages, "seconds": seconds, "flower_version": flwr.__version__}
     return learner, record

@@ -61,7 +61,7 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         self.sizes = [int(d["n-train"]) for d in sites]
         self.data_config = dict(data_config)
         self.log = log
-        self.rounds = int(learner.rounds)
+        self.rounds = int(learner.rounds_)   # under a protocol: derived from its steps (prepare)
         self.loss_history: list[float] = []
         self.utilities: dict = {"val": {}, "test": {}}
         self.site_extra: dict = {}
@@ -270,11 +270,13 @@ class FedeRiCoStrategy(PersonalStrategy):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         n = len(self.sites)
-        steps = _epoch_steps(self.sizes, self.learner.batch_size, 0)[0]
+        lr = self.learner   # its batch and epochs per round: its own, or its protocol's (as in process)
+        steps = _epoch_steps(self.sizes, lr._batch(), 0)[0]
+        epochs = int(lr._epochs_per_round(lr.federation_))
         self.schedule = []
         for r in range(self.rounds):
             self.schedule.append(("sample", r, 0, 0))
-            self.schedule += [("step", r, e, s) for e in range(int(self.learner.local_epochs)) for s in range(steps)]
+            self.schedule += [("step", r, e, s) for e in range(epochs) for s in range(steps)]
         self.k = min(int(self.learner.neighbours), n - 1)
         self.nb = np.zeros((n, self.k), dtype=np.int64)
         self.w_history: list = []
