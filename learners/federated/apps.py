@@ -194,25 +194,22 @@ def _evaluate(msg: Message, context: Context) -> Message:
 
 
 # --------------------------------------------------------------------------- the server
+def _json_object(c: dict, key: str, what: str = "") -> dict:
+    """Run-config value ``key``: a JSON object, or one line naming the key."""
+    try:
+        value = json.loads(str(c[key]))
+    except json.JSONDecodeError as e:
+        raise InputError(f"run config {key} is not JSON ({e.msg})") from None
+    if not isinstance(value, dict):
+        raise InputError(f"run config {key} must be a JSON object{what}")
+    return value
+
+
 def settings_from_run_config(rc) -> tuple[Settings, dict]:
     """Server settings and output options from a run config (missing keys take :data:`RUN_CONFIG`)."""
     c = {**RUN_CONFIG, **dict(rc)}
-    try:
-        options = json.loads(str(c["data-options"]))
-    except json.JSONDecodeError as e:
-        raise InputError(f"run config data-options is not JSON ({e.msg})") from None
-    try:
-        method_options = json.loads(str(c["method-options"]))
-    except json.JSONDecodeError as e:
-        raise InputError(f"run config method-options is not JSON ({e.msg})") from None
-    if not isinstance(method_options, dict):
-        raise InputError("run config method-options must be a JSON object")
-    try:
-        training = json.loads(str(c["training"]))
-    except json.JSONDecodeError as e:
-        raise InputError(f"run config training is not JSON ({e.msg})") from None
-    if not isinstance(training, dict):
-        raise InputError("run config training must be a JSON object (training protocol field -> value)")
+    options, method_options = _json_object(c, "data-options"), _json_object(c, "method-options")
+    training = _json_object(c, "training", " (training protocol field -> value)")
     if isinstance(training.get("lr_grid"), list):
         training["lr_grid"] = tuple(training["lr_grid"])
     timeout = float(c["round-timeout-s"])
