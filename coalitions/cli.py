@@ -738,7 +738,7 @@ def oracle(dataset, chunk_size, memory_mb, device, threads, checkpoint, replicat
                                             "superfed-lm", "qffl", "afl", "per-fedavg", "pfedme", "pfedhn"]),
               default="exact",
               show_default=True,
-              help="exact: the game (a model per coalition, FedAvg among its members); spo: the Pareto "
+              help="exact: the game (a model per coalition, trained among its members under the training protocol); spo: the Pareto "
                    "hypernetwork at the server, sites return losses and gradients; the others: that "
                    "personalised learner as a Flower strategy.  All but exact write estimate.json like `learn`.")
 @click.option("--method-option", "method_option", multiple=True, metavar="KEY=VALUE",

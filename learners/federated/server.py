@@ -86,7 +86,7 @@ class Settings:
         Set by the caller to stop the server while it waits for replies (an
         interrupted simulation); the server then raises :class:`Stopped`.
     method : str
-        ``"exact"`` (this module: the game, FedAvg within every coalition) or a
+        ``"exact"`` (this module: the game, FedOpt within every coalition) or a
         personalised learner (:data:`coalitions.learners.federated.personal.PERSONAL`).
     method_options : dict
         A personalised learner's own parameters (e.g. ``{"alpha_k": 0.5}``);
