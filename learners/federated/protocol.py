@@ -347,24 +347,18 @@ class GameServer:
         """Everything a resumed server needs (arrays and tensors; :func:`~coalitions.learners.training.checkpoint.save_state`)."""
         out = {"params": self.params, "optimizer": self.state, "active": self.active.astype(np.int64)}
         if self.stop is not None:
-            s = self.stop
-            out["stop"] = {"best": s.best, "bad": s.bad, "active": s.active.to(dtype=s.bad.dtype),
-                           "stopped_at": s.stopped_at, "best_step": s.best_step, "kept": dict(s._best)}
+            out["stop"] = self.stop.state_dict()
         return out
 
     def load(self, rounds_done: int, state: dict) -> None:
         """Continue after ``rounds_done`` server steps from :meth:`state_dict`'s content."""
-        import torch
 
         self.round = int(rounds_done)
         self.params = {k: np.asarray(v, dtype=np.float32) for k, v in state["params"].items()}
         self.state = state["optimizer"]
         self.active = np.asarray(state["active"]).astype(bool)
         if self.stop is not None:
-            s, saved = self.stop, state["stop"]
-            s.best, s.bad, s.stopped_at, s.best_step = saved["best"], saved["bad"], saved["stopped_at"], saved["best_step"]
-            s.active = saved["active"].to(torch.bool)
-            s._best = dict(saved["kept"])
+            self.stop.load_state_dict(state["stop"])
 
 
 def evaluate_models(spec, task: str, metric: str, params: dict, X, y) -> tuple[np.ndarray, np.ndarray]:

@@ -79,6 +79,20 @@ class SubsetEarlyStop:
         self.active = self.active & (self.bad < self.patience)
         return self.active
 
+    def state_dict(self) -> dict:
+        """The record as tensors (a checkpoint holds it; :meth:`load_state_dict` restores it)."""
+        return {"best": self.best, "bad": self.bad, "active": self.active.to(self.bad.dtype),
+                "stopped_at": self.stopped_at, "best_step": self.best_step, "kept": dict(self._best)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from :meth:`state_dict`'s content."""
+        import torch
+
+        self.best, self.bad = state["best"], state["bad"]
+        self.stopped_at, self.best_step = state["stopped_at"], state["best_step"]
+        self.active = state["active"].to(torch.bool)
+        self._best = dict(state["kept"])
+
     def best_params(self, params: dict) -> dict:
         """Every model's parameters at its best evaluation (``params`` when nothing was evaluated)."""
         return {k: self._best.get(k, v) for k, v in params.items()}
