@@ -157,6 +157,19 @@ def _metric(value):
     return tamper
 
 
+def _val_loss(value, kind_of="evaluate"):
+    """Tamper with the validation losses the site reports (``evaluate``; ``train`` under patience)."""
+    from flwr.app import MetricRecord
+
+    def tamper(kind, reply):
+        if kind == kind_of and "metrics" in reply.content.metric_records:
+            rec = dict(reply.content["metrics"])
+            n = len(rec["val-loss"])
+            rec["val-loss"] = [] if value is None else [value] * n
+            reply.content["metrics"] = MetricRecord(rec)
+    return tamper
+
+
 HOSTILE = {
     "NaN parameters": (_models(_nan), r"site 'Hungary': its round-1 models hold NaN or infinite values"),
     "Inf parameters": (_models(_inf), r"site 'Hungary': its round-1 models hold NaN or infinite"),
@@ -180,6 +193,9 @@ HOSTILE = {
     "accuracy 5.0": (_metric(5.0), r"site 'Hungary': its validation values \(accuracy\) 5.0 is not finite in \[0, 1\]"),
     "accuracy -1e300": (_metric(-1e300), r"site 'Hungary': its validation values \(accuracy\) -1e\+300"),
     "accuracy NaN": (_metric(float("nan")), r"site 'Hungary': its validation values \(accuracy\) nan"),
+    "validation loss NaN": (_val_loss(float("nan")), r"site 'Hungary': its validation losses nan"),
+    "validation loss -1": (_val_loss(-1.0), r"site 'Hungary': its validation losses -1.0"),
+    "validation losses missing": (_val_loss(None), r"site 'Hungary': 0 values for its validation losses, expected 8"),
 }
 
 
@@ -193,6 +209,14 @@ def test_every_bad_reply_stops_the_exact_game_naming_the_site(tmp_path, case):
     assert not (tmp_path / "out" / "game.json").exists()
     if "name" in case or "n-train" in case or case in ("order x", "task unknown", "input-shape string"):
         assert "train" not in grid.types          # refused at discovery, before any round
+
+
+def test_a_bad_validation_loss_under_patience_stops_the_game_before_it_reaches_the_early_stop(tmp_path):
+    """Under patience every round's train reply carries the site's validation losses: checked, naming the site."""
+    grid = HostileGrid(HEART, bad=VICTIM, tamper=_val_loss(float("inf"), "train"))
+    with pytest.raises(BadReply, match=r"site 'Hungary': its round-2 validation losses inf"):
+        _run(grid, tmp_path, training={"steps": 3, "patience": 2})
+    assert grid.types.count("train") == 4 * 2       # round 1 sends no losses (the initial models)
 
 
 def test_a_bad_site_is_left_out_with_the_option_and_the_game_says_so(tmp_path):
