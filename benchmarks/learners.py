@@ -22,7 +22,7 @@ Run::
 
     python benchmarks/learners.py timing [--device cuda] [--sizes 10,50,200] [--repeats 3]
     python benchmarks/learners.py --quick                   # a short timing run (CI)
-    python benchmarks/learners.py accuracy --seeds 0,1,2,3,4 --rounds 50 -o results.jsonl
+    python benchmarks/learners.py accuracy --seeds 0,1,2,3,4 --steps 200 -o results.jsonl
     python benchmarks/learners.py summary results.jsonl     # the tables of docs/learners-personalized.md
 """
 
@@ -193,6 +193,7 @@ def _labels(partition_masks, n):
 def accuracy(args) -> None:
     from coalitions.learners.data.datasets import load
     from coalitions.learners.methods.federico import data_weights
+    from coalitions.learners.training.protocol import protocol_with
 
     out = open(args.output, "a") if args.output else sys.stdout
     for partition in args.partitions.split(","):
@@ -205,7 +206,9 @@ def accuracy(args) -> None:
                 planted = _labels([sum(1 << idx[c] for c in g) for g in fed.planted_groups], fed.n)
             for method in args.methods.split(","):
                 t0 = time.perf_counter()
-                m = _make(method, rounds=args.rounds, seed=seed, engine=args.engine, device=args.device).fit(fed)
+                # every method under the same protocol: digits' default (the CNN), --steps its budget
+                protocol = protocol_with(fed.task, fed.input_shape, {"steps": args.steps} if args.steps else {})
+                m = _make(method, protocol=protocol, seed=seed, engine=args.engine, device=args.device).fit(fed)
                 test = np.array([m.utilities_["test"][c] for c in names])
                 row = {"partition": partition, "seed": seed, "method": method, "mean": float(test.mean()),
                        "worst": float(test.min()), "seconds": round(time.perf_counter() - t0, 1),
@@ -272,7 +275,7 @@ def main(argv=None) -> None:
     a.add_argument("--methods", default=",".join(METHODS))
     a.add_argument("--clients", type=int, default=9)
     a.add_argument("--groups", type=int, default=3)
-    a.add_argument("--rounds", type=int, default=50)
+    a.add_argument("--steps", type=int, default=None, help="local gradient steps per client [the protocol's]")
     a.add_argument("--engine", default="auto")
     a.add_argument("--device", default="auto")
     a.add_argument("-o", "--output", default=None)

@@ -1,15 +1,43 @@
-"""Tiny federations for the personalised-learner tests (CPU, seconds).
+"""Tiny federations for the personalised-learner tests (CPU, seconds), and a protocol that runs a given number of rounds.
 
 Not a test module: helpers imported by ``test_engine.py``, ``test_fedamp.py``,
-``test_federico.py``, ``test_superfed.py``, ``test_baselines.py`` and
-``test_personalized.py``.
+``test_federico.py``, ``test_superfed.py``, ``test_baselines.py``,
+``test_personalized.py`` and the other learner tests.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from coalitions.learners.data.federation import Client, Federation, Split
+from coalitions.learners.training.protocol import TrainingProtocol
+
+
+def sgd_protocol(rounds: int, sizes=(), *, batch_size: int | None = 32, local_epochs: int = 1, model=None, lr=0.1,
+                 momentum=0.9, optimizer="sgd", weight_decay=0.0, schedule="constant", **fields) -> TrainingProtocol:
+    """A training protocol that gives a federation of training-set ``sizes`` exactly ``rounds`` rounds.
+
+    Small, quick settings for tests: SGD at a constant rate 0.1 with momentum 0.9, no
+    weight decay, batch 32 unless changed.  A learner's rounds follow from the protocol
+    (:class:`~coalitions.learners.methods.base.PersonalizedLearner`): a round is the fewest
+    whole epochs giving the smallest client ``local_steps`` steps, and the rounds the fewest
+    giving the largest ``steps``; so ``local_steps = local_epochs·⌈n_min/b⌉`` and
+    ``steps = rounds·local_epochs·⌈n_max/b⌉`` give ``local_epochs`` epochs a round and
+    ``rounds`` rounds (in full batch a step is an epoch, and ``sizes`` is not needed).
+
+    >>> p = sgd_protocol(5, (9, 12, 7), batch_size=4)
+    >>> p.steps, p.local_steps
+    (15, 2)
+    """
+    if batch_size is None:
+        small = large = 1
+    else:
+        small, large = (math.ceil(int(n) / batch_size) for n in (min(sizes), max(sizes)))
+    return TrainingProtocol(model=model, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                            schedule=schedule, batch_size=batch_size, local_steps=local_epochs * small,
+                            steps=rounds * local_epochs * large, **fields)
 
 
 def blobs(sizes=(12, 20, 7, 16), groups=None, dim=5, classes=3, image=False, seed=0,

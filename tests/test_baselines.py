@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from learner_fixtures import binary, blobs, regression
+from learner_fixtures import binary, blobs, regression, sgd_protocol
 
 from coalitions.learners.methods.baselines import FedAvg, Local, weighted_average
 from coalitions.learners.training.engine import Padded, flatten
 
-KW = dict(model="mlp", rounds=3, batch_size=4, seed=0, engine="batched")
+KW = dict(protocol=sgd_protocol(3, (10, 13, 7, 12), model="mlp", batch_size=4), seed=0, engine="batched")
 
 
 def test_local_clients_do_not_influence_each_other():
@@ -37,10 +37,10 @@ def test_fedavg_averages_by_sample_count_and_shares_one_model():
 
 def test_fedavg_one_round_one_step_equals_a_step_on_the_average_gradient():
     fed = blobs(sizes=(8, 8, 8))
-    full = FedAvg(model="logistic", rounds=1, batch_size=None, momentum=0.0, lr=0.5, seed=1,
+    full = FedAvg(protocol=sgd_protocol(1, model="logistic", batch_size=None, momentum=0.0, lr=0.5), seed=1,
                   engine="sequential").fit(fed)
-    init = FedAvg(model="logistic", rounds=0, seed=1).fit(fed).global_
     spec = full.spec_
+    init = spec.init(torch.Generator().manual_seed(1), 1)   # every client's start (the learner's seed)
     w = {k: v[0].clone().requires_grad_(True) for k, v in init.items()}
     X = torch.cat([torch.tensor(c.train.X) for c in fed.clients])
     y = torch.cat([torch.tensor(c.train.y) for c in fed.clients])
@@ -50,10 +50,10 @@ def test_fedavg_one_round_one_step_equals_a_step_on_the_average_gradient():
 
 
 def test_regression_and_binary_tasks_are_scored_with_their_metrics():
-    r = Local(model="linear", rounds=5, lr=0.05, seed=0).fit(regression())
+    r = Local(protocol=sgd_protocol(5, (10, 14, 9), model="linear", lr=0.05), seed=0).fit(regression())
     assert r.estimate_.metric == "mse" and r.estimate_.sense == "min"
     assert all(np.isfinite(v) and v >= 0 for v in r.utilities_["test"].values())
-    b = FedAvg(model="logistic", rounds=3, seed=0).fit(binary())
+    b = FedAvg(protocol=sgd_protocol(3, (15, 11, 13), model="logistic"), seed=0).fit(binary())
     assert b.estimate_.metric == "auc"
     assert all(0 <= v <= 1 for v in b.utilities_["val"].values())
 

@@ -9,6 +9,7 @@ from learner_fixtures import blobs
 from coalitions.estimate import build_estimate
 from coalitions.learners.methods.base import Learner, PersonalizedLearner
 from coalitions.learners.methods.registry import METHODS
+from coalitions.learners.training.protocol import TrainingProtocol
 from coalitions.oracles import StructuralOracle, WeightOracle
 from coalitions.params import ParameterError
 from coalitions.peeling import peel_oracle
@@ -48,18 +49,18 @@ def test_the_bases_are_abstract():
 
 
 def test_the_constructor_never_validates_fit_does():
-    m = CLASSES["local"](batch_size=0, rounds=1)
-    assert m.batch_size == 0
+    m = CLASSES["local"](seed=-1, rule="magic")
+    assert m.seed == -1
     with pytest.raises(ParameterError) as info:
         m.fit(blobs())
-    assert info.value.param == "batch_size"
+    assert info.value.param == "seed"
 
 
 @pytest.mark.parametrize("name, oracle", [("local", StructuralOracle), ("fedavg", StructuralOracle),
                                           ("fedamp", WeightOracle), ("federico", WeightOracle)])
 def test_fit_exposes_what_was_learned_and_the_estimate_is_built_from_it(name, oracle):
     fed = blobs(sizes=(6, 8, 7, 9))
-    m = CLASSES[name](rounds=2, seed=1, device="cpu").fit(fed)
+    m = CLASSES[name](protocol=TrainingProtocol(steps=2), seed=1, device="cpu").fit(fed)
     assert isinstance(m.oracle_, oracle) and "_estimate" not in m.__dict__   # fit builds no estimate
     e = m.estimate_
     assert m.estimate_ is e                                                  # built once
@@ -76,10 +77,10 @@ def test_fit_exposes_what_was_learned_and_the_estimate_is_built_from_it(name, or
 
 def test_refitting_forgets_the_old_estimate():
     fed = blobs(sizes=(6, 8, 7, 9))
-    m = CLASSES["fedavg"](rounds=1, device="cpu").fit(fed)
+    m = CLASSES["fedavg"](protocol=TrainingProtocol(steps=1), device="cpu").fit(fed)
     first = m.estimate_
-    m.set_params(rounds=2).fit(fed)
-    assert m.estimate_ is not first and m.estimate_.config["rounds"] == 2
+    m.set_params(protocol=TrainingProtocol(steps=2)).fit(fed)
+    assert m.estimate_ is not first and m.estimate_.config["protocol"]["steps"] == 2 and m.rounds_ == 2
 
 
 def test_an_unfitted_learner_has_no_estimate():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from learner_fixtures import blobs
+from learner_fixtures import blobs, sgd_protocol
 
 from coalitions.learners.methods.base import EarlyStop
 from coalitions.learners.methods.baselines import FedAvg
@@ -16,7 +16,14 @@ from coalitions.learners.training.engine import flatten
 from coalitions.params import ParameterError
 
 # lr 0.5 over-shoots on these blobs, so the validation loss turns up and patience bites
-KW = dict(model="mlp", hidden=8, rounds=30, batch_size=None, lr=0.5, seed=3, engine="batched")
+STEPS = 30
+PROTOCOL = sgd_protocol(STEPS, model="mlp", hidden=8, batch_size=None, lr=0.5)
+KW = dict(seed=3, engine="batched")
+
+
+def patient(patience=2, **changes):
+    """The learners' keywords with the protocol's patience (and other fields) changed."""
+    return {**KW, "protocol": PROTOCOL.with_(patience=patience, **changes)}
 
 
 class Stop(Exception):
@@ -34,17 +41,18 @@ def test_early_stop_counts_rounds_without_improvement():
 @pytest.mark.parametrize("cls", [FedAvg, FedPer, FedAMP])
 def test_the_kept_models_are_a_run_that_ends_at_the_best_round(cls):
     fed = blobs(sizes=(9, 12, 7, 10))
-    stopped = cls(patience=2, **KW).fit(fed)
+    stopped = cls(**patient()).fit(fed)
     run = len(stopped.val_loss_history_)
     best = int(np.argmin(stopped.val_loss_history_)) + 1
     assert stopped.best_round_ == best
     if stopped.hit_max_:
-        assert run == KW["rounds"]
+        assert run == stopped.rounds_
     else:
         assert run == best + 2 and stopped.stopped_at_ == run * stopped.steps_per_round_
     # full batch: one step per round, FedAMP's default five (local_steps=5)
-    assert stopped.steps_per_round_ == (5 if cls is FedAMP else 1) and stopped.lr_ == KW["lr"]
-    short = cls(**{**KW, "rounds": best}).fit(fed)
+    assert stopped.steps_per_round_ == (5 if cls is FedAMP else 1) and stopped.lr_ == PROTOCOL.lr
+    assert stopped.rounds_ == STEPS // stopped.steps_per_round_
+    short = cls(**patient(None, steps=best * stopped.steps_per_round_)).fit(fed)
     assert torch.equal(flatten(stopped.params_), flatten(short.params_))
     assert stopped.utilities_ == short.utilities_
     assert short.hit_max_ and short.stopped_at_ == best * short.steps_per_round_
@@ -52,12 +60,12 @@ def test_the_kept_models_are_a_run_that_ends_at_the_best_round(cls):
 
 def test_the_fixture_actually_stops_early():
     fed = blobs(sizes=(9, 12, 7, 10))
-    assert not FedAvg(patience=2, **KW).fit(fed).hit_max_
+    assert not FedAvg(**patient()).fit(fed).hit_max_
 
 
 def test_resume_with_patience_equals_an_uninterrupted_run(tmp_path):
     fed = blobs(sizes=(9, 12, 7, 10))
-    whole = FedAvg(patience=2, **KW).fit(fed)
+    whole = FedAvg(**patient()).fit(fed)
     assert not whole.hit_max_
 
     def progress(done, total):
@@ -65,18 +73,15 @@ def test_resume_with_patience_equals_an_uninterrupted_run(tmp_path):
             raise Stop
     path = tmp_path / "ck.npz"
     with pytest.raises(Stop):
-        FedAvg(patience=2, checkpoint=path, progress=progress, **KW).fit(fed)
-    resumed = FedAvg(patience=2, checkpoint=path, **KW).fit(fed)
+        FedAvg(checkpoint=path, progress=progress, **patient()).fit(fed)
+    resumed = FedAvg(checkpoint=path, **patient()).fit(fed)
     assert resumed.resumed_from_ == whole.best_round_ + 1
     assert torch.equal(flatten(resumed.params_), flatten(whole.params_))
     assert (resumed.stopped_at_, resumed.best_round_) == (whole.stopped_at_, whole.best_round_)
 
 
-def test_patience_is_checked_and_comes_from_the_protocol_when_given():
-    from coalitions.learners.training.protocol import TrainingProtocol
-
-    fed = blobs(sizes=(9, 12, 7, 10))
-    with pytest.raises(ParameterError):
-        FedAvg(patience=0, **KW).fit(fed)
-    with pytest.raises(ParameterError):
-        FedAvg(protocol=TrainingProtocol(), patience=2, **{k: v for k, v in KW.items() if k != "lr"}).fit(fed)
+def test_patience_is_checked_and_comes_from_the_protocol_only():
+    with pytest.raises(ParameterError, match="^patience must be"):
+        PROTOCOL.with_(patience=0)
+    with pytest.raises(TypeError):
+        FedAvg(patience=2, **KW)

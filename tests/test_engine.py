@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from learner_fixtures import blobs
+from learner_fixtures import blobs, sgd_protocol
 
 from coalitions.errors import InputError
 from coalitions.learners.methods.baselines import Local
@@ -113,27 +113,30 @@ def test_engine_equals_independent_per_client_training(path):
 @pytest.mark.parametrize("model,image", [("cnn", True), ("mlp", False), ("logistic", False)])
 def test_batched_and_sequential_give_the_same_parameters(model, image):
     fed = blobs(sizes=(11, 6, 19, 8), image=image)
-    runs = [Local(model=model, rounds=3, batch_size=4, engine=path, seed=1).fit(fed) for path in
-            ("batched", "sequential")]
+    protocol = sgd_protocol(3, (11, 6, 19, 8), model=model, batch_size=4)
+    runs = [Local(protocol=protocol, engine=path, seed=1).fit(fed) for path in ("batched", "sequential")]
     a, b = (flatten(r.params_) for r in runs)
     assert torch.allclose(a, b, atol=1e-5)
-    assert not torch.allclose(a, flatten(Local(model=model, rounds=0, seed=1).fit(fed).params_))  # it trained
+    start = runs[0].spec_.init(torch.Generator().manual_seed(1), 1)   # every client's initial model
+    assert not torch.allclose(a, flatten(start).expand_as(a))  # it trained
 
 
 def test_chunked_vmap_equals_unchunked():
     fed = blobs(sizes=(5, 8, 6, 7, 9))
-    a = Local(model="mlp", rounds=2, engine="batched", chunk=2, seed=0).fit(fed)
-    b = Local(model="mlp", rounds=2, engine="batched", seed=0).fit(fed)
+    protocol = sgd_protocol(2, (5, 8, 6, 7, 9), model="mlp")
+    a = Local(protocol=protocol, engine="batched", chunk=2, seed=0).fit(fed)
+    b = Local(protocol=protocol, engine="batched", seed=0).fit(fed)
     assert torch.allclose(flatten(a.params_), flatten(b.params_), atol=1e-6)
 
 
 def test_auto_engine_follows_the_rule_and_records_its_choice():
     fed = blobs(sizes=(6, 6, 6, 6, 6, 6, 6, 6, 6, 6))
-    m = Local(model="mlp", rounds=1, engine="auto", device="cpu", seed=0).fit(fed)
+    protocol = sgd_protocol(1, (6,), model="mlp")
+    m = Local(protocol=protocol, engine="auto", device="cpu", seed=0).fit(fed)
     assert m.engine_.choice_ == ("batched", None)
     assert m.estimate_.config["engine_used"] == m.engine_.label == "batched"
     # the rule's choice is the run: pinning it reproduces the run bit for bit
-    again = Local(model="mlp", rounds=1, engine="batched", device="cpu", seed=0).fit(fed)
+    again = Local(protocol=protocol, engine="batched", device="cpu", seed=0).fit(fed)
     assert torch.equal(flatten(m.params_), flatten(again.params_))
     # an explicit chunk is kept on the batched path the rule picks
     eng = Engine("cpu", path="auto", chunk=3)

@@ -7,13 +7,19 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from learner_fixtures import blobs
+from learner_fixtures import blobs, sgd_protocol
 
 from coalitions.learners.methods.baselines import FedAvg
 from coalitions.learners.methods.fair import AFL, QFFL, project_simplex, qffl_step
 from coalitions.learners.training.engine import flatten
 
-KW = dict(model="mlp", rounds=3, batch_size=4, seed=0, engine="batched")
+
+def kw(rounds: int, sizes) -> dict:
+    """``rounds`` rounds of the MLP, batch 4, on clients of ``sizes`` training samples."""
+    return dict(protocol=sgd_protocol(rounds, sizes, model="mlp", batch_size=4), seed=0, engine="batched")
+
+
+KW = kw(3, (4, 16, 9, 12))
 
 
 def test_qffl_with_q_zero_is_fedavg():
@@ -63,13 +69,13 @@ def test_simplex_projection_is_the_nearest_point_of_the_simplex(v, seed):
 
 def test_afl_lambda_moves_towards_the_worst_client():
     fed = blobs(sizes=(10, 13, 7, 12), groups=((0, 1, 2), (3,)))  # client 3 alone in its group: the worst off
-    m = AFL(lambda_lr=0.5, **{**KW, "rounds": 5}).fit(fed)
+    m = AFL(lambda_lr=0.5, **kw(5, (10, 13, 7, 12))).fit(fed)
+    assert m.rounds_ == 5
     lam0 = m.lambda_history_[0]
     assert np.allclose(lam0, 0.25) and m.lambda_.sum() == pytest.approx(1.0)
     # every step moves λ along the losses at w^t: the client with the largest loss gains most
     lam1 = m.lambda_history_[1]
-    init = AFL(**{**KW, "rounds": 0}).fit(fed)
-    F = init._losses(init.global_)
+    F = m._losses(m.spec_.init(torch.Generator().manual_seed(0), 1))   # at w^0, every client's start
     assert np.allclose(lam1, project_simplex(lam0 + 0.5 * F))
     assert np.argmax(lam1 - lam0) == np.argmax(F)
     assert m.lambda_[3] > 0.25 and m.lambda_[3] == m.lambda_.max()

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from learner_fixtures import blobs
+from learner_fixtures import blobs, sgd_protocol
 
 from coalitions.errors import InputError
 from coalitions.learners.methods.baselines import Local
@@ -18,11 +18,22 @@ from coalitions.learners.methods.fedamp import (
     affinity_plain,
     attention_heuristic,
     attention_plain,
+    local_epochs_for,
     proximal_loss,
 )
 from coalitions.learners.training.engine import Engine, flatten
 
 finite = st.floats(-5, 5, allow_nan=False, width=32)
+
+
+def amp_protocol(rounds, sizes, *, batch_size=32, local_steps=5, **kw):
+    """``rounds`` FedAMP rounds of what the former legacy training gave (``local_epochs=1``).
+
+    FedAMP's round is the fewest epochs giving every client ``local_steps`` steps
+    (:func:`local_epochs_for`), so the protocol's round is made that many epochs.
+    """
+    epochs = local_epochs_for(sizes, batch_size, 1, local_steps)
+    return sgd_protocol(rounds, sizes, batch_size=batch_size, local_epochs=epochs, **kw)
 
 
 @settings(max_examples=80, deadline=None)
@@ -69,26 +80,32 @@ def test_proximal_term_has_a_gradient():
 
 
 def test_fedamp_with_lambda_differs_from_local_and_alpha_zero_equals_local():
-    fed = blobs(sizes=(10, 14, 9, 12), image=False)
-    kw = dict(model="mlp", rounds=3, batch_size=5, seed=2, engine="batched")
-    local = flatten(Local(**kw).fit(fed).params_)
-    amp = FedAMP(alpha_k=0.5, lam=1.0, sigma=10.0, **kw).fit(fed)
+    sizes = (10, 14, 9, 12)
+    fed = blobs(sizes=sizes, image=False)
+    kw = dict(seed=2, engine="batched")
+    one = sgd_protocol(3, sizes, model="mlp", batch_size=5)     # 3 rounds of one epoch
+    local = flatten(Local(protocol=one, **kw).fit(fed).params_)
+    # FedAMP's round: 3 epochs (at least 5 steps for every client), 3 rounds as well
+    amp_kw = dict(kw, protocol=amp_protocol(3, sizes, model="mlp", batch_size=5))
+    amp = FedAMP(alpha_k=0.5, lam=1.0, sigma=10.0, **amp_kw).fit(fed)
+    assert amp.rounds_ == 3
     assert not torch.allclose(flatten(amp.params_), local, atol=1e-3)
     # the same run with λ = 0 only moves the starting point: still different, but the
     # proximal term alone must change the result (λ > 0 vs λ = 0 from the same ξ)
-    lam0 = FedAMP(alpha_k=0.5, lam=0.0, sigma=10.0, **kw).fit(fed)
+    lam0 = FedAMP(alpha_k=0.5, lam=0.0, sigma=10.0, **amp_kw).fit(fed)
     assert not torch.allclose(flatten(amp.params_), flatten(lam0.params_), atol=1e-4)
-    off = FedAMP(alpha_k=0.0, lam=1.0, local_steps=1, **kw).fit(fed)  # one epoch a round, as Local
+    off = FedAMP(alpha_k=0.0, lam=1.0, local_steps=1, protocol=one, **kw).fit(fed)  # one epoch a round, as Local
     assert torch.equal(flatten(off.params_), local)
     assert np.array_equal(off.weights_, np.eye(fed.n))
-    heur_off = FedAMPHeuristic(alpha_k=0.0, local_steps=1, **kw).fit(fed)
+    heur_off = FedAMPHeuristic(alpha_k=0.0, local_steps=1, protocol=one, **kw).fit(fed)
     assert torch.equal(flatten(heur_off.params_), local)
 
 
 def test_fedamp_weights_history_and_estimate():
-    fed = blobs(sizes=(10, 14, 9, 12))
-    m = FedAMPHeuristic(model="logistic", rounds=4, seed=0, engine="batched").fit(fed)
-    assert len(m.weights_history_) == 4
+    sizes = (10, 14, 9, 12)
+    fed = blobs(sizes=sizes)
+    m = FedAMPHeuristic(protocol=amp_protocol(4, sizes, model="logistic"), seed=0, engine="batched").fit(fed)
+    assert m.rounds_ == 4 and len(m.weights_history_) == 4
     for xi in [*m.weights_history_, m.weights_]:
         assert np.allclose(xi.sum(axis=1), 1) and (np.diag(xi) >= 0).all()
     e = m.estimate_
@@ -100,13 +117,16 @@ def test_fedamp_weights_history_and_estimate():
 
 
 def test_heuristic_recovers_planted_groups_on_separable_blobs():
-    fed = blobs(sizes=(20, 20, 20, 20, 20, 20), groups=((0, 1, 2), (3, 4, 5)), separation=4.0, seed=3)
-    m = FedAMPHeuristic(model="logistic", rounds=15, sigma=200, self_weight=0.3, seed=0, engine="batched").fit(fed)
+    sizes = (20, 20, 20, 20, 20, 20)
+    fed = blobs(sizes=sizes, groups=((0, 1, 2), (3, 4, 5)), separation=4.0, seed=3)
+    m = FedAMPHeuristic(protocol=amp_protocol(15, sizes, model="logistic"), sigma=200, self_weight=0.3, seed=0,
+                        engine="batched").fit(fed)
     assert sorted(m.estimate_.blocks()) == [["0", "1", "2"], ["3", "4", "5"]]
 
 
 @pytest.mark.parametrize("kw,match", [({"alpha_k": -1}, "^alpha_k must be"), ({"sigma": 0}, "^sigma must be"),
-                                      ({"lam": float("nan")}, "^lam must be"), ({"rounds": -1}, "^rounds must be")])
+                                      ({"lam": float("nan")}, "^lam must be"),
+                                      ({"protocol": {"steps": 1}}, "^protocol must be a TrainingProtocol")])
 def test_bad_options_are_input_errors(kw, match):
     with pytest.raises(InputError, match=match):
         FedAMP(**kw).fit(blobs())
@@ -123,17 +143,18 @@ def test_lambda_acts_only_with_more_than_one_local_step():
     from coalitions.learners.data.datasets import load
 
     fed = load("synthetic", samples=10, val=20, test=20, seed=0)
-    kw = dict(rounds=4, seed=0, engine="batched")
-    models = {lam: flatten(FedAMP(lam=lam, **kw).fit(fed).params_) for lam in (1e-6, 0.2, 5.0)}
+    sizes = fed.sizes("train")
+    kw = dict(seed=0, engine="batched")
+    five = amp_protocol(4, sizes)                               # 4 rounds of five 1-step epochs
+    models = {lam: flatten(FedAMP(lam=lam, protocol=five, **kw).fit(fed).params_) for lam in (1e-6, 0.2, 5.0)}
     assert not torch.allclose(models[1e-6], models[0.2], atol=1e-6)
     assert not torch.allclose(models[0.2], models[5.0], atol=1e-6)
-    one = {lam: flatten(FedAMP(lam=lam, local_steps=1, **kw).fit(fed).params_) for lam in (1e-6, 5.0)}
+    single = sgd_protocol(4, sizes)                             # 4 rounds of one 1-step epoch
+    one = {lam: flatten(FedAMP(lam=lam, local_steps=1, protocol=single, **kw).fit(fed).params_) for lam in (1e-6, 5.0)}
     assert torch.equal(one[1e-6], one[5.0])  # the documented inertness of a single step
 
 
 def test_local_epochs_for_gives_every_client_the_steps():
-    from coalitions.learners.methods.fedamp import local_epochs_for
-
     assert local_epochs_for(np.array([10, 40]), 32, 1, 5) == 5  # the 10-sample client: 1 step an epoch
     assert local_epochs_for(np.array([100, 400]), 32, 1, 5) == 2  # 4 steps an epoch
     assert local_epochs_for(np.array([100, 400]), 32, 3, 5) == 3  # local_epochs is a floor
@@ -155,10 +176,12 @@ def test_mean_distance_keeps_xi_when_every_coordinate_is_repeated_and_sum_drifts
 
 
 def test_fedamp_distance_option_is_checked_and_used():
-    fed = blobs(sizes=(20, 20, 20), groups=((0, 1, 2),), seed=1)
+    sizes = (20, 20, 20)
+    fed = blobs(sizes=sizes, groups=((0, 1, 2),), seed=1)
     with pytest.raises(InputError, match="^distance must be"):
-        FedAMP(model="logistic", rounds=2, distance="max").fit(fed)
-    m = FedAMP(model="logistic", rounds=3, sigma=1.0, distance="mean", seed=0, engine="batched").fit(fed)
+        FedAMP(protocol=amp_protocol(2, sizes, model="logistic"), distance="max").fit(fed)
+    m = FedAMP(protocol=amp_protocol(3, sizes, model="logistic"), sigma=1.0, distance="mean", seed=0,
+               engine="batched").fit(fed)
     W = flatten(m.params_)
     assert np.allclose(m.affinity_, affinity_plain(W, 1.0, "mean"))
     assert not np.allclose(m.affinity_, affinity_plain(W, 1.0, "sum"))

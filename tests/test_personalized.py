@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from learner_fixtures import blobs
+from learner_fixtures import blobs, sgd_protocol
 
 from coalitions.errors import InputError
 from coalitions.estimate import estimate_from_json, estimate_to_json
@@ -19,8 +19,14 @@ from coalitions.learners.methods.superfed import SuPerFedLM, SuPerFedMM
 from coalitions.learners.training.engine import flatten
 from coalitions.oracles import StructuralOracle
 
-KW = dict(model="logistic", rounds=5, batch_size=6, seed=1, engine="batched")
+ROUNDS = 5
+KW = dict(protocol=sgd_protocol(ROUNDS, (9, 12, 7, 10), model="logistic", batch_size=6), seed=1, engine="batched")
 METHODS = [Local, FedAvg, FedAMP, FedAMPHeuristic, FedeRiCo, SuPerFedMM, SuPerFedLM]
+
+
+def kw(cls) -> dict:
+    """KW, and FedAMP's floor of local steps a round lowered to the protocol's (ROUNDS rounds for every method)."""
+    return {**KW, **({"local_steps": 1} if "local_steps" in cls.param_names() else {})}
 
 
 class Stop(Exception):
@@ -29,7 +35,7 @@ class Stop(Exception):
 
 def _stop_at(k):
     def progress(done, total, info):
-        assert total == KW["rounds"] and isinstance(info, dict) and "loss" in info
+        assert total == ROUNDS and isinstance(info, dict) and "loss" in info
         if done == k:
             raise Stop
     return progress
@@ -38,11 +44,11 @@ def _stop_at(k):
 @pytest.mark.parametrize("cls", METHODS)
 def test_resume_from_checkpoint_equals_an_uninterrupted_run(cls, tmp_path):
     fed = blobs(sizes=(9, 12, 7, 10))
-    whole = cls(**KW).fit(fed)
+    whole = cls(**kw(cls)).fit(fed)
     path = tmp_path / "ck.pt"
     with pytest.raises(Stop):
-        cls(checkpoint=path, progress=_stop_at(3), **KW).fit(fed)
-    resumed = cls(checkpoint=path, **KW).fit(fed)
+        cls(checkpoint=path, progress=_stop_at(3), **kw(cls)).fit(fed)
+    resumed = cls(checkpoint=path, **kw(cls)).fit(fed)
     assert resumed.resumed_from_ == 3
     assert torch.equal(flatten(resumed.params_), flatten(whole.params_))
     assert resumed.utilities_ == whole.utilities_
@@ -65,7 +71,7 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
     path = tmp_path / "ck.pt"
     Local(checkpoint=path, **KW).fit(fed)
     with pytest.raises(InputError, match="different run"):
-        Local(checkpoint=path, **{**KW, "lr": 0.3}).fit(fed)
+        Local(checkpoint=path, **{**KW, "protocol": KW["protocol"].with_(lr=0.3)}).fit(fed)
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(InputError, match="not a readable"):
         Local(checkpoint=path, **KW).fit(fed)
@@ -104,8 +110,8 @@ def test_structural_oracle():
 def test_fit_checks_its_input():
     with pytest.raises(InputError, match="Federation"):
         Local().fit([1, 2])
-    with pytest.raises(InputError, match="^model must be one of"):
-        Local(model="resnet").fit(blobs())
+    with pytest.raises(InputError, match="^protocol must be a TrainingProtocol"):
+        Local(protocol={"model": "mlp"}).fit(blobs())
     with pytest.raises(InputError, match="^rule must be one of"):
         FedAMP(rule="magic").fit(blobs())
 
@@ -125,3 +131,20 @@ def test_learn_command_runs_every_personalised_method(tmp_path, capsys):
         assert (e.weights is None) == (method in ("local", "fedavg", "superfed-mm", "superfed-lm"))
     assert main(["learn", "synthetic", "--method", "local", "--neighbours", "2", "-o", str(tmp_path / "x.json")]) == 2
     assert "--neighbours does not apply to --method local" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cls", METHODS)
+def test_the_protocol_is_the_only_place_of_the_training_settings(cls):
+    """Issue 18: no learner takes a training setting of its own; without a protocol it trains the task's default."""
+    from coalitions.learners.training.protocol import protocol_with
+
+    for legacy in ("model", "hidden", "rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum",
+                   "weight_decay", "patience"):
+        assert legacy not in cls.param_names()
+        with pytest.raises(TypeError):
+            cls(**{legacy: None})
+    fed = blobs(sizes=(9, 12, 7, 10))
+    m = cls(seed=1).fit(fed)
+    want = protocol_with(fed.task, fed.input_shape)
+    assert m.protocol_ == want and m.estimate_.config["protocol"] == want.to_json()
+    assert m.rounds_ == -(-want.steps // m.steps_per_round_) and m.lr_ == want.lr   # FedAMP: 5 steps a round

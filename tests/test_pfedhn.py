@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import torch
-from learner_fixtures import blobs
+from learner_fixtures import blobs, sgd_protocol
 
 from coalitions.learners.methods.base import unflatten
 from coalitions.learners.methods.pfedhn import PFedHN, generate, hypernet_surrogate
-from coalitions.learners.training.engine import flatten
+from coalitions.learners.training.engine import Padded, flatten
 
-KW = dict(model="mlp", rounds=4, batch_size=4, seed=0, engine="batched")
+
+def kw(rounds, sizes):
+    """``rounds`` rounds of one epoch, batch 4, of an MLP on a federation of training sizes ``sizes``."""
+    return dict(protocol=sgd_protocol(rounds, sizes, model="mlp", batch_size=4), seed=0, engine="batched")
+
+
+def untrained(learner, fed):
+    """``learner`` set up on ``fed`` at the state its first round starts from, and that state's utilities.
+
+    What a fit of no rounds gave (a protocol trains one round at least).
+    """
+    dev = torch.device("cpu")
+    learner.prepare(fed, dev)
+    learner.train_data_ = Padded(fed, "train", dev)
+    learner.finish(learner.init_state(fed, torch.Generator().manual_seed(int(learner.seed)), dev))
+    learner.utilities_ = learner._utilities(fed, dev)
+    return learner
 
 
 def test_each_clients_model_is_the_hypernetwork_of_its_embedding():
     fed = blobs(sizes=(10, 13, 7, 12))
-    m = PFedHN(**KW).fit(fed)
+    m = PFedHN(**kw(4, (10, 13, 7, 12))).fit(fed)
     phi = m.hypernet_
     assert phi["emb"].shape == (fed.n, 8)
     for i in range(fed.n):
@@ -52,9 +68,11 @@ def test_server_direction_is_the_jacobian_transpose_of_the_clients_updates():
 
 
 def test_training_moves_the_embeddings_and_fits_the_clients():
-    fed = blobs(sizes=(20, 24, 18, 22), separation=4.0)
-    start = PFedHN(**dict(KW, rounds=0)).fit(fed)
-    m = PFedHN(**dict(KW, rounds=15)).fit(fed)
+    sizes = (20, 24, 18, 22)
+    fed = blobs(sizes=sizes, separation=4.0)
+    start = untrained(PFedHN(**kw(15, sizes)), fed)
+    m = PFedHN(**kw(15, sizes)).fit(fed)
+    assert m.rounds_ == 15
     assert not torch.allclose(m.hypernet_["emb"], start.hypernet_["emb"])
     before = sum(start.utilities_["val"].values())
     after = sum(m.utilities_["val"].values())

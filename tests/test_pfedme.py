@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from learner_fixtures import blobs
+from learner_fixtures import blobs, sgd_protocol
 from torch.func import grad
 
 from coalitions.learners.methods.pfedme import PFedMe
 from coalitions.learners.training.engine import flatten
 
-KW = dict(model="mlp", rounds=3, batch_size=4, seed=0, engine="batched", lr=0.01)
+
+def kw(rounds, sizes, model="mlp"):
+    """pFedMe's former defaults (SGD at η = 0.01, momentum 0.9), batch 4: ``rounds`` rounds on ``sizes``."""
+    return dict(protocol=sgd_protocol(rounds, sizes, model=model, batch_size=4, lr=0.01), seed=0, engine="batched")
+
+
+SIZES = (10, 13, 7, 12)
+KW = kw(3, SIZES)
 
 
 def test_inner_problem_is_solved_to_tolerance():
-    fed = blobs(sizes=(10, 13, 7, 12))
+    fed = blobs(sizes=SIZES)
     # a smooth loss (softmax regression): h_k is λ-strongly convex and smooth, descent reaches any tolerance
-    m = PFedMe(inner_tol=1e-4, inner_steps=500, **dict(KW, model="logistic")).fit(fed)
+    m = PFedMe(inner_tol=1e-4, inner_steps=500, **kw(3, SIZES, model="logistic")).fit(fed)
     assert m.inner_residual_ <= 1e-4 and m.final_residual_ <= 1e-4 and m.inner_iterations_ > 1
     # the personalised models are stationary points of h_k(θ; w) on each client's whole training split
     for i, c in enumerate(fed.clients):
@@ -34,7 +41,7 @@ def test_inner_problem_is_solved_to_tolerance():
 
 
 def test_the_proximal_term_has_its_gradient_and_lambda_changes_the_model():
-    fed = blobs(sizes=(10, 13, 7, 12))
+    fed = blobs(sizes=SIZES)
     m = PFedMe(lam=3.0, **KW).fit(fed)
     theta = {k: v[0].clone() for k, v in m.params_.items()}
     w = {k: torch.zeros_like(v) for k, v in theta.items()}
@@ -51,10 +58,12 @@ def test_the_proximal_term_has_its_gradient_and_lambda_changes_the_model():
 
 def test_beta_mixes_the_old_global_model_with_the_weighted_average():
     fed = blobs(sizes=(4, 16, 9))
-    one = dict(KW, rounds=1)
+    one = kw(1, (4, 16, 9))
     full = PFedMe(beta=1.0, **one).fit(fed).global_
     half = PFedMe(beta=0.5, **one).fit(fed).global_
-    init = PFedMe(**dict(one, rounds=0)).fit(fed).global_
+    start = PFedMe(**one)       # the global model before the round: the state a fit starts from
+    start.prepare(fed, torch.device("cpu"))
+    init = start.init_state(fed, torch.Generator().manual_seed(int(start.seed)), torch.device("cpu"))["global"]
     for k in full:
         assert torch.allclose(half[k], 0.5 * init[k] + 0.5 * full[k], atol=1e-6)
     assert np.isfinite(PFedMe(**one).fit(fed).estimate_.extra["inner_residual"])

@@ -239,12 +239,12 @@ def test_quick_synthetic_budget_is_matched():
     assert federico.lr_ == p.lr and federico.estimate_.config["protocol"] == p.to_json()
 
 
-def test_a_setting_the_protocol_fixes_cannot_be_set_twice():
+def test_a_training_setting_has_one_place_the_protocol():
     from coalitions.learners.methods.fedprox import FedProx
 
     fed = load("synthetic", seed=0)
-    with pytest.raises(ParameterError, match="lr comes from the protocol"):
-        FedProx(protocol=TrainingProtocol(steps=2), lr=0.5, device="cpu").fit(fed)
+    with pytest.raises(TypeError, match="lr"):
+        FedProx(protocol=TrainingProtocol(steps=2), lr=0.5, device="cpu")
     with pytest.raises(ParameterError, match="protocol must be a TrainingProtocol"):
         FedProx(protocol={"lr": 0.1}, device="cpu").fit(fed)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from learner_fixtures import blobs
+from learner_fixtures import blobs, sgd_protocol
 
 from coalitions.learners.methods.fair import QFFL, lipschitz_estimate
 from coalitions.learners.methods.registry import METHODS
@@ -21,7 +21,12 @@ from coalitions.learners.training.engine import flatten
 
 pytest.importorskip("torch")
 
-ADAM = dict(model="mlp", batch_size=None, optimizer="adam", lr=0.01, seed=0, engine="batched")
+KW = dict(seed=0, engine="batched")
+
+
+def adam(rounds: int, local_epochs: int = 1):
+    """Full-batch Adam at a constant 0.01 on the MLP: ``rounds`` rounds of ``local_epochs`` steps."""
+    return sgd_protocol(rounds, model="mlp", batch_size=None, optimizer="adam", lr=0.01, local_epochs=local_epochs)
 
 
 @pytest.mark.parametrize("method", ["local", "fedavg", "fedper", "lg-fedavg", "afl", "qffl", "per-fedavg", "pfedme"])
@@ -29,8 +34,9 @@ def test_rounds_continue_one_optimiser_run(method):
     fed = blobs() if method == "local" else blobs(sizes=(12,), groups=((0,),))
     cls = METHODS[method].estimator_class()
     extra = {"q": 0.0} if method == "qffl" else {}
-    rounds = cls(rounds=6, local_epochs=1, **ADAM, **extra).fit(fed)
-    one_run = cls(rounds=1, local_epochs=6, **ADAM, **extra).fit(fed)
+    rounds = cls(protocol=adam(6), **KW, **extra).fit(fed)
+    one_run = cls(protocol=adam(1, local_epochs=6), **KW, **extra).fit(fed)
+    assert (rounds.rounds_, one_run.rounds_) == (6, 1)
     assert torch.allclose(flatten(rounds.params_), flatten(one_run.params_), atol=2e-6)
 
 
@@ -38,19 +44,19 @@ def test_a_fresh_optimiser_every_round_would_differ():
     """The equality above can fail: resetting the state each round changes the model."""
     fed = blobs()
     cls = METHODS["local"].estimator_class()
-    a = cls(rounds=6, local_epochs=1, **ADAM).fit(fed)
+    a = cls(protocol=adam(6), **KW).fit(fed)
 
     class Forgetful(cls):
         def train_round(self, state, r, rng):
             return super().train_round({k: v for k, v in state.items() if k != "site_opt"}, r, rng)
 
-    b = Forgetful(rounds=6, local_epochs=1, **ADAM).fit(fed)
+    b = Forgetful(protocol=adam(6), **KW).fit(fed)
     assert (flatten(a.params_) - flatten(b.params_)).abs().max() > 1e-3
 
 
 def test_qffl_L_is_one_over_lr_under_the_papers_assumption():
     """One full-batch plain SGD step per round: ``w − w̄_k = lr·∇F_k``, so ``L = 1/lr`` (the paper's)."""
-    q = QFFL(q=1.0, model="logistic", rounds=3, batch_size=None, optimizer="sgd", lr=0.05, momentum=0.0,
+    q = QFFL(q=1.0, protocol=sgd_protocol(3, model="logistic", batch_size=None, lr=0.05, momentum=0.0),
              seed=0, engine="batched").fit(blobs())
     assert np.allclose(q.L_, 1 / 0.05, rtol=1e-4)
 
@@ -58,8 +64,8 @@ def test_qffl_L_is_one_over_lr_under_the_papers_assumption():
 def test_qffl_under_adam_leaves_its_initialisation():
     """With ``L = 1/lr`` under Adam the server step was ~1e-4 per coordinate (issue 18); now it moves like FedAvg."""
     fed = blobs()
-    kw = dict(model="mlp", rounds=20, batch_size=None, optimizer="adam", lr=0.01, seed=0, engine="batched")
-    start = flatten(QFFL(q=1.0, **{**kw, "rounds": 1}).fit(fed).global_)  # after one round
+    kw = dict(protocol=adam(20), **KW)
+    start = flatten(QFFL(q=1.0, **{**kw, "protocol": adam(1)}).fit(fed).global_)  # after one round
     fedavg = METHODS["fedavg"].estimator_class()(**kw).fit(fed)
     qffl = QFFL(q=1.0, **kw).fit(fed)
     moved, reference = (flatten(qffl.global_) - start).norm(), (flatten(fedavg.global_) - start).norm()

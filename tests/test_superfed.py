@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-from learner_fixtures import blobs, regression
+from learner_fixtures import blobs, regression, sgd_protocol
 
 from coalitions.errors import InputError
 from coalitions.learners.methods.baselines import FedAvg
 from coalitions.learners.methods.superfed import SuPerFedLM, SuPerFedMM, layer_index, mix
 from coalitions.learners.training.engine import flatten
 
-KW = dict(model="mlp", rounds=4, batch_size=5, seed=3, engine="batched")
+SIZES = (10, 13, 7, 12)   # the training sizes of the federation most tests build
+KW = dict(protocol=sgd_protocol(4, SIZES, model="mlp", batch_size=5), seed=3, engine="batched")
 
 
 @pytest.mark.parametrize("cls", [SuPerFedMM, SuPerFedLM])
 def test_reduces_to_fedavg_with_mixing_off(cls):
-    fed = blobs(sizes=(10, 13, 7, 12))
+    fed = blobs(sizes=SIZES)
     avg = FedAvg(**KW).fit(fed)
     sup = cls(mu=0.0, nu=0.0, start=1.0, lambda_grid=(0.0,), **KW).fit(fed)
     assert torch.allclose(flatten(sup.global_), flatten(avg.global_), atol=1e-6)
@@ -27,10 +28,13 @@ def test_reduces_to_fedavg_with_mixing_off(cls):
 
 
 def test_phase_two_trains_the_local_models_and_mixing_matters():
-    fed = blobs(sizes=(10, 13, 7, 12))
+    fed = blobs(sizes=SIZES)
     mm = SuPerFedMM(start=0.5, **KW).fit(fed)
     lm = SuPerFedLM(start=0.5, **KW).fit(fed)
-    init_local = SuPerFedMM(start=0.5, **{**KW, "rounds": 0}).fit(fed).local_
+    assert mm.rounds_ == lm.rounds_ == 4
+    start = SuPerFedMM(start=0.5, **KW)     # the local models before the first round: the state a fit starts from
+    start.prepare(fed, torch.device("cpu"))
+    init_local = start.init_state(fed, torch.Generator().manual_seed(int(start.seed)), torch.device("cpu"))["local"]
     assert not torch.allclose(flatten(mm.local_), flatten(init_local))
     assert not torch.allclose(flatten(mm.local_), flatten(lm.local_))
     # phase I only: local models are never touched
@@ -39,7 +43,7 @@ def test_phase_two_trains_the_local_models_and_mixing_matters():
 
 
 def test_lambda_is_chosen_on_validation_data():
-    fed = blobs(sizes=(10, 13, 7, 12))
+    fed = blobs(sizes=SIZES)
     m = SuPerFedMM(start=0.25, **KW).fit(fed)
     assert m.val_curve_.shape == (fed.n, 11)
     for i, name in enumerate(fed.names):
@@ -54,7 +58,8 @@ def test_lambda_is_chosen_on_validation_data():
 
 def test_regression_picks_the_lowest_validation_mse():
     fed = regression()
-    m = SuPerFedMM(model="linear", rounds=4, start=0.25, lr=0.02, seed=0, engine="batched").fit(fed)
+    p = sgd_protocol(4, fed.sizes("train"), model="linear", lr=0.02)    # batch 32
+    m = SuPerFedMM(protocol=p, start=0.25, seed=0, engine="batched").fit(fed)
     for i in range(fed.n):
         assert m.val_curve_[i, list(m.lambda_grid).index(m.lambda_[i])] == m.val_curve_[i].min()
 

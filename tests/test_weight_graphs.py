@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from learner_fixtures import sgd_protocol
 
 from coalitions.learners.data.datasets import load
 from coalitions.learners.methods.fedamp import FedAMP, FedAMPHeuristic, affinity_heuristic, affinity_plain
@@ -18,11 +19,14 @@ from coalitions.learners.methods.federico import FedeRiCo
 from coalitions.oracles import WeightOracle
 
 ALL = 0b111111
-#: small, fast settings (full batch: 5 local steps a round for FedAMP; FedeRiCo at Adam 0.05)
+#: small, fast settings: 20 rounds; full batch, 5 local steps a round for FedAMP (SGD 0.1, momentum 0.9);
+#: FedeRiCo at Adam 0.05, an epoch of batches of 100 a round; each takes the federation it will fit
+AMP = sgd_protocol(20, batch_size=None, local_epochs=5)
 LEARNERS = {
-    "fedamp": lambda: FedAMP(rounds=20, batch_size=None, seed=0, engine="batched"),
-    "fedamp-heuristic": lambda: FedAMPHeuristic(rounds=20, batch_size=None, seed=0, engine="batched"),
-    "federico": lambda: FedeRiCo(rounds=20, batch_size=100, lr=0.05, seed=0, engine="batched"),
+    "fedamp": lambda fed: FedAMP(protocol=AMP, seed=0, engine="batched"),
+    "fedamp-heuristic": lambda fed: FedAMPHeuristic(protocol=AMP, seed=0, engine="batched"),
+    "federico": lambda fed: FedeRiCo(protocol=sgd_protocol(20, fed.sizes("train"), batch_size=100, optimizer="adam",
+                                                           lr=0.05), seed=0, engine="batched"),
 }
 
 
@@ -48,15 +52,15 @@ ALONE = [*(n for n in LEARNERS if n != "federico"),
 
 @pytest.mark.parametrize("name", ALONE)
 def test_clients_best_alone_get_no_edge(name, alone):
-    make = LEARNERS.get(name) or (lambda: LEARNERS["federico"]().set_params(likelihood="mean"))
-    m = make().fit(alone)
+    make = LEARNERS.get(name) or (lambda fed: LEARNERS["federico"](fed).set_params(likelihood="mean"))
+    m = make(alone).fit(alone)
     assert m.estimate_.benefit_graph.edges == ()
     assert m.estimate_.blocks() == [[c] for c in alone.names]
 
 
 @pytest.mark.parametrize("name", LEARNERS)
 def test_planted_groups_are_read_back(name, groups):
-    m = LEARNERS[name]().fit(groups)
+    m = LEARNERS[name](groups).fit(groups)
     assert sorted(m.estimate_.blocks()) == [["0", "1", "2"], ["3", "4", "5"]]
     bg = m.estimate_.benefit_graph
     assert len(bg.edges) == 12  # every ordered pair inside each group, none across
@@ -103,8 +107,8 @@ def test_federico_default_rule_ignores_vanishing_weights():
 
 @pytest.mark.parametrize("name", LEARNERS)
 def test_the_estimate_says_what_the_rule_read(name, groups):
-    m = LEARNERS[name]()
-    m.set_params(rounds=2).fit(groups)
+    m = LEARNERS[name](groups)
+    m.set_params(protocol=m.protocol.with_(steps=m.protocol.steps // 10)).fit(groups)   # two rounds
     e = m.estimate_
     assert e.config["restricted"] == "renormalise" and e.config["restriction_is_noop"] is True
     if name.startswith("fedamp"):
@@ -116,7 +120,7 @@ def test_the_estimate_says_what_the_rule_read(name, groups):
 
 
 def test_the_uniform_rule_runs_in_a_learner_and_the_estimate_says_restriction_matters(groups):
-    m = FedAMPHeuristic(rounds=20, batch_size=None, seed=0, engine="batched", rule="uniform").fit(groups)
+    m = FedAMPHeuristic(protocol=AMP, seed=0, engine="batched", rule="uniform").fit(groups)
     e = m.estimate_
     assert e.config["restriction_is_noop"] is False and e.config["threshold_used"] == 1.5
     assert sorted(e.blocks()) == [["0", "1", "2"], ["3", "4", "5"]]  # 1/3 each within a group ≥ 1.5/6

@@ -57,13 +57,10 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
 
     options = dict(options)
     protocol = options.pop("protocol", None)
-    grid = options.pop("lr_grid", None) or (protocol.lr_grid if protocol is not None else None)
+    grid = protocol.lr_grid if protocol is not None else None
 
     def fit_one(lr: float | None):
-        opts = dict(options)
-        if lr is not None and protocol is None:
-            opts["client_lr"] = lr
-        learner = create(what, opts, device=device, seed=seed, progress=progress)
+        learner = create(what, dict(options), device=device, seed=seed, progress=progress)
         if protocol is not None:
             learner.set_params(protocol=protocol if lr is None else protocol.with_(lr=lr, lr_grid=None))
         return learner.fit(fed)

@@ -73,28 +73,22 @@ from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
 from coalitions.learners.training.checkpoint import federation_arrays, fingerprint, load_state, save_state
 from coalitions.learners.training.engine import PATHS, Engine, Padded, resolve_device, train_epochs
-from coalitions.learners.training.models import KINDS, make_model
-from coalitions.learners.training.protocol import Scheduled, TrainingProtocol, decayed, default_kind
+from coalitions.learners.training.models import make_model
+from coalitions.learners.training.protocol import Scheduled, TrainingProtocol, decayed, default_kind, protocol_with
 from coalitions.learners.training.threads import applied, step_macs
 from coalitions.oracles import DEFAULT_THRESHOLDS, WEIGHT_RULES, StructuralOracle, WeightOracle
 from coalitions.params import ParameterError, check_param
 from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds, threshold_sensitivity
 
-__all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "FROM_PROTOCOL", "unflatten",
-           "default_model", "default_kind", "EarlyStop"]
+__all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "unflatten", "default_model",
+           "default_kind", "EarlyStop"]
 
 #: The parameters every personalised learner takes, after its own (each class names them in its
-#: ``__init__``; a method may change a default, as FedeRiCo does for the optimiser).
-COMMON_PARAMS = ("protocol", "model", "hidden", "rounds", "local_epochs", "batch_size", "optimizer", "lr",
-                 "momentum", "weight_decay", "rule", "threshold", "refit", "device", "engine", "chunk", "seed",
-                 "checkpoint", "progress", "patience")
-#: The training settings a :class:`~coalitions.learners.training.protocol.TrainingProtocol` fixes, as the
-#: common parameter -> the protocol's field: under ``protocol=`` they are the protocol's, and setting one
-#: on the learner as well is an error (one place for each setting, issue 18).
-FROM_PROTOCOL = {"model": "model", "hidden": "hidden", "rounds": "steps", "local_epochs": "local_steps",
-                 "batch_size": "batch_size", "optimizer": "optimizer", "lr": "lr", "momentum": "momentum",
-                 "weight_decay": "weight_decay", "patience": "patience"}
+#: ``__init__``).  No training setting is among them: the model, optimiser, rate, schedule, batch,
+#: weight decay, budget and patience are the ``protocol``'s alone (issue 18: one place for each setting).
+COMMON_PARAMS = ("protocol", "rule", "threshold", "refit", "device", "engine", "chunk", "seed", "checkpoint",
+                 "progress")
 #: Settings that never change the result (left out of the checkpoint fingerprint).
 _NOT_RESULT = ("device", "checkpoint", "progress", "engine", "chunk", "rule", "threshold", "refit")
 
@@ -297,31 +291,21 @@ class PersonalizedLearner(Learner):
     protocol : TrainingProtocol or None
         The training protocol (:class:`~coalitions.learners.training.protocol.TrainingProtocol`,
         docs/concepts.md §5) shared with the exact game and every other column of a
-        comparison.  When given it is the only source of the model, hidden units,
-        optimiser, learning rate and its schedule, momentum, weight decay (on the
-        weights, in the loss), batch, early-stopping patience and budget: the rounds
-        are the fewest that give the largest client ``protocol.steps`` local steps,
-        a round being the fewest whole epochs that give every client at least
+        comparison, and the only source of the training settings: the model, hidden
+        units, optimiser, learning rate and its schedule, momentum, weight decay (on
+        the weights, in the loss), batch, early-stopping patience and budget.  The
+        rounds are the fewest that give the largest client ``protocol.steps`` local
+        steps, a round being the fewest whole epochs that give every client at least
         ``protocol.local_steps`` steps (a method with its own floor, FedAMP's
         ``local_steps``, takes the larger); each optimised part of a site keeps one
-        optimiser state and one schedule over the whole budget.  Setting one of
-        those parameters on the learner as well is an error naming it.  ``None``:
-        the parameters below (the learner's own defaults).
-    model : {"linear", "logistic", "mlp", "cnn"} or None
-        Each client's model (:func:`coalitions.learners.training.models.make_model`); ``None``:
-        :func:`default_model` (``cnn`` for images).
-    hidden : int
-        MLP hidden units (64).
-    rounds : int
-        Communication rounds.
-    local_epochs : int
-        Passes over each client's training data per round (1).
-    batch_size : int or None
-        Minibatch size per client (32); ``None``: full batch.
-    optimizer : {"sgd", "adam"}
-    lr, momentum, weight_decay : float
-        Optimiser settings (SGD with momentum 0.9, lr 0.1 unless the method
-        documents other defaults).
+        optimiser state and one schedule over the whole budget.  Early stopping
+        (SPEC §5): with ``protocol.patience``, after every round the mean over clients
+        of each client's validation loss is evaluated once; training stops when it has
+        not improved for ``patience`` consecutive rounds, and the models kept are those
+        of the round with the lowest validation loss.  ``None`` (default): the default
+        protocol of the federation's task and input shape,
+        :func:`~coalitions.learners.training.protocol.protocol_with` ``(task, shape)``
+        (what ``coalitions learn`` trains with when no training flag is given).
     rule : {"relative", "absolute", "mass"}
         How a weight row becomes collaborators (:class:`~coalitions.oracles.WeightOracle`).
     threshold : float or None
@@ -343,16 +327,11 @@ class PersonalizedLearner(Learner):
         ``progress(done_rounds, total_rounds)`` after every round, or
         ``progress(done_rounds, total_rounds, info)`` when it takes a third
         argument: ``info`` is a dict of round statistics (e.g. ``{"loss": ...}``).
-    patience : int or None
-        Early stopping (SPEC §5, issue 18): after every round the mean over clients
-        of each client's validation loss is evaluated once; training stops when it
-        has not improved for ``patience`` consecutive rounds, and the models kept are
-        those of the round with the lowest validation loss.  ``None`` (default): run
-        every round (a learner under a training protocol takes the protocol's
-        ``patience`` instead).
 
     Attributes
     ----------
+    protocol_ : TrainingProtocol
+        The protocol trained with: ``protocol``, or the task's default when it is ``None``.
     params_ : dict
         Each client's personalised model, stacked ``{name: (N, ...)}`` on the CPU.
     weights_ : ndarray (N, N) or None
@@ -371,14 +350,14 @@ class PersonalizedLearner(Learner):
         per-client lists (round by client).  Both go to the estimate's
         ``extra.val_loss_history`` (``{"mean": [...], "clients": {name: [...]}}``).
     rounds_ : int
-        Rounds run (``rounds``, or what a training protocol's budget gives).
+        The rounds the protocol's budget gives (the most a fit runs).
     estimate_ : coalitions.estimate.Estimate
     engine_ : coalitions.learners.training.engine.Engine
     fit_seconds_ : float
     resumed_from_ : int
         Rounds loaded from the checkpoint (0 when none).
     best_round_ : int
-        The round whose models were kept (the last one without ``patience``).
+        The round whose models were kept (the last one without a patience).
     stopped_at_ : int
         Local gradient steps per client when training stopped:
         ``rounds run × steps per round`` (``steps_per_round_``); the budget's
@@ -386,7 +365,7 @@ class PersonalizedLearner(Learner):
     hit_max_ : bool
         Whether training ran the whole budget without early stopping.
     lr_ : float
-        The learning rate trained with (the protocol's when one is given).
+        The (peak) learning rate trained with, the protocol's.
     """
 
     #: Does the method produce a pairwise weight matrix?
@@ -398,15 +377,6 @@ class PersonalizedLearner(Learner):
     # The parameters (COMMON_PARAMS, kept by __init__ under their own names) and what fit() sets,
     # declared for the type checker.
     protocol: TrainingProtocol | None
-    model: str | None
-    hidden: int
-    rounds: int
-    local_epochs: int
-    batch_size: int | None
-    optimizer: str
-    lr: float
-    momentum: float
-    weight_decay: float
     rule: str
     threshold: float | None
     refit: bool
@@ -416,42 +386,31 @@ class PersonalizedLearner(Learner):
     seed: int
     checkpoint: str | os.PathLike | None
     progress: Callable[..., Any] | None
-    patience: int | None
+    protocol_: TrainingProtocol
     params_: dict
     weights_history_: list[np.ndarray]
 
-    def __init__(self, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
-                 optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+    def __init__(self, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
+                 chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     # -- configuration
     def config(self) -> dict:
         """The JSON-ready settings (every parameter but ``checkpoint`` and ``progress``).
 
-        Under a protocol, the protocol's fields (:meth:`TrainingProtocol.to_json
-        <coalitions.learners.training.protocol.TrainingProtocol.to_json>`) stand for the
-        settings it fixes, which are left out; without one there is no ``protocol`` key.
+        ``protocol`` is the protocol's fields (:meth:`TrainingProtocol.to_json
+        <coalitions.learners.training.protocol.TrainingProtocol.to_json>`): once the
+        learner is set up on a federation, the protocol it trains with (the task's
+        default when ``protocol`` is ``None``); before, ``None`` when none was given.
         """
-        skip = ("checkpoint", "progress", *(FROM_PROTOCOL if self.protocol is not None else ("protocol",)))
-        out = {k: v for k, v in self.get_params().items() if k not in skip}
-        if self.protocol is not None:
-            out["protocol"] = self.protocol.to_json()
+        out = {k: v for k, v in self.get_params().items() if k not in ("checkpoint", "progress")}
+        protocol = getattr(self, "protocol_", self.protocol)
+        out["protocol"] = None if protocol is None else protocol.to_json()
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
 
     def check_params(self) -> None:
         """Validate the common settings (each raises :class:`~coalitions.params.ParameterError`)."""
-        check_param("rounds", self.rounds, "int", low=0)
-        check_param("local_epochs", self.local_epochs, "int", low=1)
-        check_param("batch_size", self.batch_size, "int", low=1, allow_none=True)
-        check_param("hidden", self.hidden, "int", low=1)
         check_param("seed", self.seed, "int", low=0)
-        check_param("lr", self.lr, "number", low=0, low_open=True)
-        check_param("momentum", self.momentum, "number", low=0, high=1, high_open=True)
-        check_param("weight_decay", self.weight_decay, "number", low=0)
-        check_param("model", self.model, "choice", choices=KINDS, allow_none=True)
-        check_param("optimizer", self.optimizer, "choice", choices=("sgd", "adam"))
         check_param("rule", self.rule, "choice", choices=WEIGHT_RULES)
         check_param("threshold", self.threshold, "number", low=0, allow_none=True)
         check_param("refit", self.refit, "bool")
@@ -459,22 +418,22 @@ class PersonalizedLearner(Learner):
         check_param("engine", self.engine, "choice", choices=PATHS)
         check_param("chunk", self.chunk, "int", low=1, allow_none=True)
         check_param("progress", self.progress, "callable", allow_none=True)
-        check_param("patience", self.patience, "int", low=1, allow_none=True)
-        if self.protocol is not None:
-            if not isinstance(self.protocol, TrainingProtocol):
-                raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
-                                     f"{type(self.protocol).__name__}")
-            defaults = inspect.signature(type(self).__init__).parameters
-            for name, field in FROM_PROTOCOL.items():
-                if name in defaults and getattr(self, name) != defaults[name].default:
-                    raise ParameterError(name, f"{{name}} comes from the protocol when one is given "
-                                               f"(protocol.{field}); set it there")
+        if self.protocol is not None and not isinstance(self.protocol, TrainingProtocol):
+            raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
+                                 f"{type(self.protocol).__name__}")
 
     # -- fitting
+    def protocol_for(self, fed: Federation) -> TrainingProtocol:
+        """The protocol a fit on ``fed`` trains with: ``protocol``, or the default of ``fed``'s task and input shape."""
+        if self.protocol is not None:
+            return self.protocol
+        return protocol_with(fed.task, tuple(fed.input_shape))
+
     def _step_macs(self, fed: Federation) -> float:
         """Work of one local step of every client (the thread policy's input)."""
-        spec = make_model(self._model_for(fed), fed.input_shape, fed.n_outputs, hidden=self._hidden_for())
-        b = self._batch()
+        protocol = self.protocol_for(fed)
+        spec = make_model(self._model_for(fed), fed.input_shape, fed.n_outputs, hidden=int(protocol.hidden))
+        b = protocol.batch_size
         batch = int(fed.sizes("train").max()) if b is None else int(b)
         return step_macs(spec, batch, fed.n)
 
@@ -488,16 +447,17 @@ class PersonalizedLearner(Learner):
         without data.
         """
         self.federation_ = fed
+        self.protocol_ = self.protocol_for(fed)
         self.train_sizes_ = np.asarray(fed.sizes("train") if train_sizes is None else train_sizes, dtype=np.int64)
         self.model_ = self._model_for(fed)
-        self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs, hidden=self._hidden_for())
+        self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs, hidden=int(self.protocol_.hidden))
         self.per_sample_loss_ = loss_function(fed.task)
         self.engine_ = Engine(device, self.engine, self.chunk)
         self.rounds_ = self._rounds_for(fed)
 
     @applied
     def fit(self, federation: Federation) -> PersonalizedLearner:
-        """Train every client for ``rounds`` rounds, score them, and expose the oracle."""
+        """Train every client for the protocol's rounds (or until it stops), score them, and expose the oracle."""
         if not isinstance(federation, Federation):
             raise InputError(f"{self.method}: fit() takes a Federation, got {type(federation).__name__}")
         self.check_params()
@@ -581,19 +541,14 @@ class PersonalizedLearner(Learner):
             self.oracle_ = self.weight_oracle(fed.names, self.rule_weights())
         return self
 
-    # -- the settings in force: the protocol's when one is given, else the learner's own
+    # -- the settings in force: the protocol's (protocol_for)
     def _model_for(self, fed: Federation) -> str:
-        """The model kind trained on ``fed``: the protocol's, ``model``, or :func:`default_model`."""
-        kind = self.model if self.protocol is None else self.protocol.model
-        return kind or default_model(fed)
-
-    def _hidden_for(self) -> int:
-        """MLP hidden units."""
-        return int(self.hidden if self.protocol is None else self.protocol.hidden)
+        """The model kind trained on ``fed``: the protocol's, or :func:`default_model` when it names none."""
+        return self.protocol_for(fed).model or default_model(fed)
 
     def _batch(self) -> int | None:
         """Minibatch size per client (``None``: full batch)."""
-        return self.batch_size if self.protocol is None else self.protocol.batch_size
+        return self.protocol_.batch_size
 
     def _steps_per_epoch(self) -> int:
         """Steps of one epoch of the largest client: ``⌈n_max / batch⌉`` (1 in full batch)."""
@@ -602,33 +557,29 @@ class PersonalizedLearner(Learner):
         return 1 if b is None else max(1, math.ceil(n / int(b)))
 
     def _rounds_for(self, fed: Federation) -> int:
-        """Communication rounds: ``rounds``, or under a protocol the fewest giving ``protocol.steps`` steps."""
-        if self.protocol is None:
-            return int(self.rounds)
-        return max(1, -(-int(self.protocol.steps) // max(1, self._steps_per_round(fed))))
+        """Communication rounds: the fewest that give the largest client ``protocol.steps`` local steps."""
+        return max(1, -(-int(self.protocol_.steps) // max(1, self._steps_per_round(fed))))
 
     def _patience_for(self) -> int | None:
-        """Early-stopping patience in rounds (the protocol's when one is given)."""
-        patience = self.patience if self.protocol is None else self.protocol.patience
+        """Early-stopping patience in rounds, the protocol's."""
+        patience = self.protocol_.patience
         return None if patience is None else int(patience)
 
     def _lr_for(self) -> float:
-        """The (peak) learning rate trained with."""
-        return float(self.lr if self.protocol is None else self.protocol.lr)
+        """The (peak) learning rate trained with, the protocol's."""
+        return float(self.protocol_.lr)
 
     def _steps_per_round(self, fed: Federation) -> int:
         """Local gradient steps of the largest client in one round: epochs per round × its batches."""
         return int(self._epochs_per_round(fed)) * self._steps_per_epoch()
 
     def _min_local_steps(self) -> int:
-        """The fewest local steps a round gives every client (the protocol's ``local_steps``; 1 without one)."""
-        return 1 if self.protocol is None else int(self.protocol.local_steps)
+        """The fewest local steps a round gives every client (the protocol's ``local_steps``)."""
+        return int(self.protocol_.local_steps)
 
     def _epochs_per_round(self, fed: Federation) -> int:
-        """Passes over the data per round: ``local_epochs``, or under a protocol the fewest whole
-        epochs that give the smallest client ``protocol.local_steps`` steps."""
-        if self.protocol is None:
-            return int(self.local_epochs)
+        """Passes over the data per round: the fewest whole epochs that give the smallest client
+        ``protocol.local_steps`` steps."""
         b = self._batch()
         per_epoch = min(1 if b is None else max(1, math.ceil(int(n) / int(b))) for n in self.train_sizes_)
         return max(1, math.ceil(self._min_local_steps() / per_epoch))
@@ -724,22 +675,18 @@ class PersonalizedLearner(Learner):
         return (per * m).sum() / m.sum().clamp(min=1.0)
 
     def _make_optimizer(self):
-        """A site's optimiser: the learner's, or the protocol's with its schedule over the whole budget.
+        """A site's optimiser: the protocol's, with its schedule over the whole budget.
 
-        Under a protocol the weight decay is not the optimiser's: it enters the
-        loss (:meth:`_decayed_loss`), on the weights only, as in the exact game.
+        The weight decay is not the optimiser's: it enters the loss
+        (:meth:`_decayed_loss`), on the weights only, as in the exact game.
         """
-        from coalitions.learners.training.engine import make_optimizer
-
-        if self.protocol is not None:
-            return Scheduled(self.protocol, self._total_steps())
-        return make_optimizer(self.optimizer, self.lr, self.momentum, self.weight_decay)
+        return Scheduled(self.protocol_, self._total_steps())
 
     def _decayed_loss(self, loss: Callable) -> Callable:
-        """``loss`` plus the protocol's ``weight_decay/2·‖weights‖²`` of the model it is given (as is without)."""
-        if self.protocol is None or not self.protocol.weight_decay:
+        """``loss`` plus the protocol's ``weight_decay/2·‖weights‖²`` of the model it is given (as is when 0)."""
+        if not self.protocol_.weight_decay:
             return loss
-        wd, names = float(self.protocol.weight_decay), self._decay_names()
+        wd, names = float(self.protocol_.weight_decay), self._decay_names()
 
         def with_decay(params, *args):
             return loss(params, *args) + decayed(params, wd, [k for k in names if k in params])
@@ -763,8 +710,7 @@ class PersonalizedLearner(Learner):
             Where the state lives (a method with two optimised parts, e.g.
             Ditto's global and personal models, may use one key per part).
         data, epochs, batch_size
-            Default to the training split, the epochs of a round and the batch
-            (the protocol's when one is given).
+            Default to the training split, the epochs of a round and the protocol's batch.
         opt : optimiser, optional
             Default: :meth:`_make_optimizer`.
         **kwargs

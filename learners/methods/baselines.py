@@ -7,18 +7,18 @@ grand coalition), and serves as the yardstick for the personalised methods'
 utilities.
 
 * **Local**: client ``i`` minimises its own loss ``F_i(w_i)`` for
-  ``rounds × local_epochs`` epochs (one optimiser state over all rounds, like
+  the protocol's budget of local steps (one optimiser state over all rounds, like
   every site here, so that FedAMP with ``α_k = 0`` equals Local exactly).
 * **FedAvg** (McMahan et al. 2017): every round all clients start from the
-  global model ``w``, train ``local_epochs`` epochs on their own data, and the
+  global model ``w``, take a round's local steps on their own data, and the
   server averages ``w ← Σ_i n_i w_i / Σ_i n_i`` (``n_i`` training samples;
   full participation, the cross-silo setting).  Every client predicts with ``w``.
 
 Both train all clients in one batched step per minibatch (:mod:`coalitions.learners.training.engine`).
 
-Under a training protocol (``protocol=``, :class:`~coalitions.learners.training.protocol.TrainingProtocol`,
+The training protocol (``protocol=``, :class:`~coalitions.learners.training.protocol.TrainingProtocol`,
 which every personalised learner takes: :class:`~coalitions.learners.methods.base.PersonalizedLearner`)
-the protocol fixes the model, optimiser, learning rate and its schedule, batch and weight decay
+fixes the model, optimiser, learning rate and its schedule, batch and weight decay
 (``weight_decay/2·‖w‖²`` on weights, not biases, in the loss), and the rounds follow from its
 budget of gradient steps per client (:meth:`TrainingProtocol.rounds_for` on the largest client):
 
@@ -70,28 +70,21 @@ class Local(PersonalizedLearner):
     """Every client trains alone on its own data (no communication).
 
     Parameters are the common ones of :class:`~coalitions.learners.methods.base.PersonalizedLearner`
-    (defaults: 50 rounds of 1 local epoch, SGD lr 0.1 momentum 0.9, batch 32), and
-
-    protocol : TrainingProtocol or None
-        When given, it replaces ``model``, ``hidden``, ``optimizer``, ``lr``,
-        ``momentum``, ``weight_decay``, ``batch_size`` and ``rounds`` (module
-        docstring): client ``i``'s model is the exhaustive oracle's model of
-        ``{i}`` under the same protocol and seed.
+    (the training settings are the ``protocol``'s): client ``i``'s model is the exhaustive
+    oracle's model of ``{i}`` under the same protocol and seed (module docstring).
     """
 
     method = "local"
     has_weights = False
     shares_model = False
 
-    def __init__(self, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
-                 optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+    def __init__(self, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
+                 chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def _closed_form(self, fed) -> bool:
         """Linear regression under a ``closed_form`` protocol: each client's ridge fit, no rounds."""
-        return (self.protocol is not None and self.protocol.closed_form and fed.task == "regression"
+        return (self.protocol_.closed_form and fed.task == "regression"
                 and self._model_for(fed) == "linear")
 
     def _rounds_for(self, fed) -> int:
@@ -109,9 +102,7 @@ class Local(PersonalizedLearner):
 
         from coalitions.learners.exact import closed_form_weights
 
-        if self.protocol is None:   # _closed_form() holds only under a protocol
-            raise RuntimeError("Local's closed form needs a training protocol (closed_form=True)")
-        W = closed_form_weights(fed, self.protocol.weight_decay)[[1 << i for i in range(fed.n)]]  # (N, d+1)
+        W = closed_form_weights(fed, self.protocol_.weight_decay)[[1 << i for i in range(fed.n)]]  # (N, d+1)
         dev, dtype = like["weight"].device, like["weight"].dtype
         return {"weight": torch.as_tensor(W[:, :-1, None], device=dev, dtype=dtype),
                 "bias": torch.as_tensor(W[:, -1:], device=dev, dtype=dtype)}
@@ -136,11 +127,8 @@ class Local(PersonalizedLearner):
 class FedAvg(PersonalizedLearner):
     """Federated averaging: one global model trained by all clients (full participation).
 
-    Parameters are the common ones of :class:`~coalitions.learners.methods.base.PersonalizedLearner`, and
-
-    protocol : TrainingProtocol or None
-        When given, it replaces the model and optimiser settings and the rounds
-        (module docstring: what FedAvg then equals, and when).
+    Parameters are the common ones of :class:`~coalitions.learners.methods.base.PersonalizedLearner`
+    (the training settings are the ``protocol``'s; module docstring: what FedAvg then equals, and when).
 
     Attributes
     ----------
@@ -152,10 +140,8 @@ class FedAvg(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
-                 optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+    def __init__(self, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
+                 chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     up, down = ("model",), ("global",)

@@ -6,9 +6,9 @@ Ditto solves, for every client ``k``, the bi-level problem
 
 by alternating, every round ``t`` (the paper's Algorithm 1, full participation):
 
-1. **global**: client ``k`` runs ``local_epochs`` epochs of descent on ``F_k`` from
+1. **global**: client ``k`` takes a round's local steps of descent on ``F_k`` from
    ``w^t``, and the server averages ``w^{t+1} = Σ_k n_k w_k / Σ_k n_k`` (FedAvg);
-2. **personal**: client ``k`` runs ``local_epochs`` epochs of descent on
+2. **personal**: client ``k`` takes a round's local steps of descent on
    ``F_k(v_k) + (λ/2)·‖v_k − w^t‖²`` from its own ``v_k``, which never leaves it.
 
 Both updates use the same minibatches: they run as one stacked optimisation of
@@ -59,10 +59,8 @@ class Ditto(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, lam: float = 0.1, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
-                 optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+    def __init__(self, lam: float = 0.1, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto",
+                 engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def check_params(self):

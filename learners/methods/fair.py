@@ -7,7 +7,7 @@ differ from FedAvg only in how the server combines the clients' work.  With
 **q-FFL** (Li, Sanjabi, Beirami, Smith, "Fair resource allocation in federated
 learning", ICLR 2020) minimises ``f_q(w) = Σ_k p_k F_k(w)^{q+1} / (q+1)``; large
 ``q`` weights the clients with large losses more.  q-FedAvg, every round ``t``:
-each client runs ``local_epochs`` epochs of descent from ``w^t`` to ``w̄_k`` and
+each client takes a round's local steps of descent from ``w^t`` to ``w̄_k`` and
 reports, with ``L`` the estimate of the Lipschitz constant,
 
 ``Δw_k = L (w^t − w̄_k)``,  ``Δ_k = F_k(w^t)^q Δw_k``,
@@ -182,10 +182,8 @@ class QFFL(_OneGlobal):
 
     method = "qffl"
 
-    def __init__(self, q: float = 1.0, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
-                 optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+    def __init__(self, q: float = 1.0, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto",
+                 engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def check_params(self):
@@ -242,10 +240,8 @@ class AFL(_OneGlobal):
 
     method = "afl"
 
-    def __init__(self, lambda_lr: float = 0.1, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
-                 optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+    def __init__(self, lambda_lr: float = 0.1, *, protocol=None, rule="relative", threshold=None, refit=False,
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def check_params(self):

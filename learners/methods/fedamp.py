@@ -18,7 +18,7 @@ FedAMP minimises ``Σ_i F_i(w_i) + λ Σ_{i<j} A(‖w_i − w_j‖²)`` with
    relative attention between the others is kept and every row of ``ξ`` stays
    stochastic with a non-negative diagonal.  ``guarded_rows_`` counts how often.
 2. **Proximal local step** (client): starting from ``u_i``, client ``i`` runs
-   ``local_epochs`` epochs of minibatch descent on
+   a round's local steps of minibatch descent on
 
    ``F_i(w) + λ/(2α_k) · ‖w − u_i‖²``,
 
@@ -226,10 +226,8 @@ class FedAMP(PersonalizedLearner):
     distance: str
 
     def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 10.0, local_steps: int = 5,
-                 graph: str = "affinity", distance: str = "sum", *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
-                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+                 graph: str = "affinity", distance: str = "sum", *, protocol=None, rule="relative", threshold=None,
+                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def check_params(self):
@@ -274,8 +272,7 @@ class FedAMP(PersonalizedLearner):
 
     def _epochs_for(self, sizes) -> int:
         """Epochs of a round: at least ``local_steps`` steps (and the protocol's ``local_steps``) for every client."""
-        base = int(self.local_epochs) if self.protocol is None else 1
-        return local_epochs_for(sizes, self._batch(), base, max(int(self.local_steps), self._min_local_steps()))
+        return local_epochs_for(sizes, self._batch(), 1, max(int(self.local_steps), self._min_local_steps()))
 
     def local_step(self, u: dict, rng: np.random.Generator, sizes, kept: dict | None = None
                    ) -> tuple[dict, dict, np.ndarray]:
@@ -352,10 +349,8 @@ class FedAMPHeuristic(FedAMP):
     method = "fedamp-heuristic"
 
     def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 200.0, self_weight: float = 0.3,
-                 local_steps: int = 5, graph: str = "affinity", *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
-                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+                 local_steps: int = 5, graph: str = "affinity", *, protocol=None, rule="relative", threshold=None,
+                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def check_params(self):

@@ -22,7 +22,7 @@ explains its data.  Each round ``t``:
    ``π_i· ← w_i·``: the accumulated loss, which the paper shows collapsing to a
    one-hot posterior (on ``digits`` it turned the learned grand coalition into
    one-hot pairs).  Computed in the log domain.
-3. **M-step**: ``local_epochs`` passes over the clients' data; at every step
+3. **M-step**: a round's passes over the clients' data; at every step
    client ``i`` computes, on its minibatch, the gradient of
    ``w_ij · ℓ(φ_j; batch_i)`` for each sampled ``j`` and itself, and model
    ``φ_j`` moves along the sum it receives, ``Σ_i w_ij ∇ℓ(φ_j; batch_i)`` (Eq. 8:
@@ -183,10 +183,8 @@ class FedeRiCo(PersonalizedLearner):
     likelihood: str
 
     def __init__(self, neighbours: int = 3, eps: float = 0.3, beta: float = 0.6, accumulate: bool = False,
-                 weights: str = "data", likelihood: str = "sum", *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="adam",
-                 lr=1e-3, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+                 weights: str = "data", likelihood: str = "sum", *, protocol=None, rule="relative", threshold=None,
+                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def check_params(self):
@@ -251,9 +249,9 @@ class FedeRiCo(PersonalizedLearner):
         """Model ``φ_j`` moves along ``Σ_i w_ij ∇ℓ(φ_j; batch_i)`` (Eq. 8), summed over the pairs; unused models wait."""
         n = next(iter(phi.values())).shape[0]
         summed = {name: torch.zeros_like(phi[name]).index_add_(0, mod_t, g) for name, g in grads.items()}
-        if self.protocol is not None and self.protocol.weight_decay:   # the protocol's decay, once per model
+        if self.protocol_.weight_decay:   # the protocol's decay, once per model
             for name in self._decay_names():
-                summed[name] = summed[name] + float(self.protocol.weight_decay) * phi[name]
+                summed[name] = summed[name] + float(self.protocol_.weight_decay) * phi[name]
         used = torch.zeros(n, dtype=torch.bool, device=mod_t.device)
         used[mod_t[act_pair]] = True
         return opt.step(phi, summed, opt_state, used)

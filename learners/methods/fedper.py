@@ -6,7 +6,7 @@ layer) and a *head* (the output layer), as
 only one part; the other part never leaves its client.  Every round ``t``:
 
 1. client ``k`` starts from the shared part of the round and its own personal
-   part, ``θ_k = (s^t, π_k)``, and trains the whole model for ``local_epochs``
+   part, ``θ_k = (s^t, π_k)``, and trains the whole model for a round's
    epochs on ``F_k`` (minibatch descent; the site's optimiser state persists
    across rounds);
 2. the server averages the shared parts, ``s^{t+1} = Σ_k n_k s_k / Σ_k n_k``;
@@ -53,10 +53,8 @@ class PartialAverage(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
-                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+    def __init__(self, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
+                 chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def _shared_names(self) -> tuple:

@@ -1,7 +1,7 @@
 """FedProx: federated averaging with a proximal local objective (Li et al., MLSys 2020; docs/learners-baselines.md).
 
 Every round ``t`` the server broadcasts the global model ``w^t``; client ``k``
-runs ``local_epochs`` epochs of minibatch descent from ``w^t`` on
+takes a round's local steps of minibatch descent from ``w^t`` on
 
 ``h_k(w; w^t) = F_k(w) + (μ/2)·‖w − w^t‖²``
 
@@ -54,10 +54,8 @@ class FedProx(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, mu: float = 0.01, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
-                 optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+    def __init__(self, mu: float = 0.01, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto",
+                 engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def check_params(self):

@@ -18,7 +18,7 @@ minibatch, ``D`` and ``D''`` are drawn with replacement from the client's
 training split — so with ``α = 0`` the step is FedAvg's, on the same batches.  The
 Hessian-vector product is exact (automatic differentiation of
 ``⟨v, w − α∇f_k(w; D'')⟩`` with ``v = ∇f_k(w̃; D')`` held fixed), no first-order
-approximation.  Every round the clients run ``local_epochs`` epochs of such
+approximation.  Every round the clients take a round's local steps of such
 steps from the global model and the server averages ``Σ_k n_k w_k / Σ_k n_k``.
 
 After training each client personalises with one gradient step on its whole
@@ -61,10 +61,8 @@ class PerFedAvg(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, alpha: float = 0.01, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
-                 optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+    def __init__(self, alpha: float = 0.01, *, protocol=None, rule="relative", threshold=None, refit=False,
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def check_params(self):

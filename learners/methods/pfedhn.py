@@ -10,7 +10,7 @@ near a common, properly scaled model.
 
 Every round ``t`` (the paper's Algorithm 1, all clients per round):
 
-1. the server sends ``θ_k = h(v_k; φ)``; client ``k`` runs ``local_epochs``
+1. the server sends ``θ_k = h(v_k; φ)``; client ``k`` runs a round's
    epochs of descent on ``F_k`` from ``θ_k`` to ``θ̃_k``;
 2. the server updates ``φ`` and the embeddings along
    ``∇_{φ,v} = (1/N) Σ_k (∇_{φ,v} θ_k)ᵀ (θ_k − θ̃_k)`` — the paper's update with
@@ -89,11 +89,9 @@ class PFedHN(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, embed: int = 8, hn_hidden: int = 100, hn_lr: float = 0.01, *, protocol=None, model=None, hidden=64,
-                 rounds=50, local_epochs=1, batch_size=32, optimizer="sgd", lr=0.1, momentum=0.9,
-                 weight_decay=0.0, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
-                 chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+    def __init__(self, embed: int = 8, hn_hidden: int = 100, hn_lr: float = 0.01, *, protocol=None, rule="relative",
+                 threshold=None, refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None,
+                 progress=None):
         self._store(locals())
 
     def check_params(self):
@@ -153,10 +151,9 @@ class PFedHN(PersonalizedLearner):
         return {**rest, "phi": phi, "opt": ost, "theta": self._theta(phi)}
 
     def _fresh_inner_state(self, params: dict, r: int) -> dict:
-        """A new optimiser state for round ``r``'s inner loop; under a protocol its schedule at the round's first step."""
+        """A new optimiser state for round ``r``'s inner loop, its schedule at the round's first step."""
         state = self._make_optimizer().init(params)
-        if self.protocol is not None:
-            state["schedule_step"] = torch.full_like(state["schedule_step"], r * self._steps_per_round(self.federation_))
+        state["schedule_step"] = torch.full_like(state["schedule_step"], r * self._steps_per_round(self.federation_))
         return {"site_opt": state}
 
     def finish(self, state):

@@ -10,7 +10,7 @@ and the global problem is ``min_w Σ_k p_k F̃_k(w)`` over the Moreau envelopes
 Every round ``t`` (the paper's Algorithm 1, full participation):
 
 1. each client copies ``w_k = w^t`` and, for every minibatch ``D`` of its
-   ``local_epochs`` epochs, solves the inner problem **to tolerance** — gradient
+   round's local steps, solves the inner problem **to tolerance** — gradient
    descent on ``h_k`` from ``θ = w_k`` with step ``inner_lr`` until
    ``‖∇h_k(θ)‖ ≤ inner_tol`` or ``inner_steps`` iterations (``h_k`` is
    ``λ``-strongly convex where ``f_k`` is convex, so descent converges) —
@@ -33,9 +33,10 @@ kink, where the gradient norm stalls above a small tolerance — the residual
 then says how far the solve got.  No pairwise weights: utilities and the structural
 graph of the shared model (everybody).  Defaults: ``λ = 15`` and ``β = 1``
 (values from the paper's experiments), ``inner_lr = 0.05``, ``inner_tol =
-1e-3``, ``inner_steps = 100`` and ``lr = η = 0.01`` (ours: the envelope's
-gradient is ``λ``-Lipschitz, so the outer step needs ``ηλ`` well below 1 —
-with the common ``lr = 0.1`` and momentum 0.9, ``ηλ = 1.5`` diverges).
+1e-3``, ``inner_steps = 100`` (ours).  The outer step ``η`` is the training
+protocol's learning rate; the envelope's gradient is ``λ``-Lipschitz, so it needs
+``ηλ`` well below 1 (SGD at ``η = 0.1`` with momentum 0.9 gives ``ηλ = 1.5`` and
+diverges): choose it on the protocol's ``lr_grid``.
 """
 
 from __future__ import annotations
@@ -96,10 +97,8 @@ class PFedMe(PersonalizedLearner):
     inner_tol: float
 
     def __init__(self, lam: float = 15.0, beta: float = 1.0, inner_lr: float = 0.05, inner_steps: int = 100,
-                 inner_tol: float = 1e-3, *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32,
-                 optimizer="sgd", lr=0.01, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+                 inner_tol: float = 1e-3, *, protocol=None, rule="relative", threshold=None, refit=False,
+                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def check_params(self):

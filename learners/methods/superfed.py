@@ -30,7 +30,8 @@ SuPerFed has no pairwise weights: the estimate carries utilities and the
 structural graph of its shared global model (everybody), like FedAvg.
 
 Defaults: ``μ = 0.01``, ``ν = 1``, ``start = 0.4`` (personalisation from 40 %
-of the rounds), SGD with momentum 0.9 (the paper's optimiser); our text copy
+of the rounds); the paper's optimiser is SGD with momentum 0.9, ours the training
+protocol's, as for every column; our text copy
 of the paper lost its numbers, so ``μ``, ``ν`` and ``start`` are values from
 its ablation ranges, not a verified transcription.
 """
@@ -103,11 +104,9 @@ class SuPerFed(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, mu: float = 0.01, nu: float = 1.0, start: float = 0.4, lambda_grid=LAMBDA_GRID,
-                 *, protocol=None, model=None, hidden=64, rounds=50, local_epochs=1, batch_size=32, optimizer="sgd",
-                 lr=0.1, momentum=0.9, weight_decay=0.0, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None,
-                 patience=None):
+    def __init__(self, mu: float = 0.01, nu: float = 1.0, start: float = 0.4, lambda_grid=LAMBDA_GRID, *,
+                 protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto", chunk=None,
+                 seed=0, checkpoint=None, progress=None):
         self._store(locals())
 
     def check_params(self):

@@ -225,14 +225,6 @@ class TrainingProtocol:
                 raise ParameterError("protocol", f"{{name}}: unknown field {k!r}")
         return cls(**data)
 
-    def learner_options(self) -> dict:
-        """The constructor keywords of a personalised learner that this protocol fixes.
-
-        ``rounds`` is not among them: it depends on the data (:meth:`rounds_for`).
-        """
-        return {"model": self.model, "hidden": self.hidden, "optimizer": self.optimizer, "lr": self.lr,
-                "momentum": self.momentum, "weight_decay": 0.0, "batch_size": self.batch_size}
-
 
 #: Default protocol per ``(task, model)``, chosen by ``benchmarks/protocol_defaults.py`` on seeds
 #: 100–102 (no report uses them) by validation metric (docs/learners-protocol.md has the tables).

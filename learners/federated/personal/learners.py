@@ -75,13 +75,11 @@ def check_method(method: str, training: dict, options: dict | None) -> None:
 
 
 def _patience(params: dict):
-    """The patience a learner built from ``params`` would stop with (its own, or its protocol's)."""
+    """The patience a learner built from ``params`` would stop with: its protocol's."""
     protocol = params.get("protocol")
     if isinstance(protocol, dict):
         return protocol.get("patience")
-    if protocol is not None:
-        return protocol.patience
-    return params.get("patience")
+    return None if protocol is None else protocol.patience
 
 
 def _create(method: str, params: dict):
