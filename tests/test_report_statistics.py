@@ -197,9 +197,11 @@ def test_learner_outputs_score_as_the_learners_utilities():
     from coalitions.learners.data.metrics import evaluate
     from coalitions.learners.experiments.runner import with_records
     from coalitions.learners.methods.registry import create
+    from coalitions.learners.training.protocol import TrainingProtocol
 
     fed = learner_fixtures.blobs()
-    for method, opts, params in (("fedamp", {}, {"rounds": 3}), ("spo", {"steps": 30, "search_steps": 10}, {})):
+    for method, opts, params in (("fedamp", {}, {"rounds": 3}), ("spo", {"search_steps": 10},
+                                                                  {"protocol": TrainingProtocol(steps=30, batch_size=256)})):
         learner = create(method, opts, device="cpu", seed=0).set_params(**params).fit(fed)
         est = with_records(learner, fed)
         for c in fed.clients:

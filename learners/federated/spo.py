@@ -313,7 +313,7 @@ def check_spo(training: dict, options: dict | None, seed: int = 0) -> None:
     of the training flags (``training``, protocol field -> value) it takes ``--steps``,
     ``--batch-size`` and ``--patience`` (:data:`~coalitions.learners.methods.spo.estimator.PROTOCOL_FIELDS`;
     ``--lr-grid`` is not offered over Flower).  Its own settings (``lr``, ``model``, ...) are
-    ``--method-option``\ s; a training flag that SPO does not read is refused rather than ignored,
+    method options (``--method-option``); a training flag that SPO does not read is refused rather than ignored,
     and so is a ``--method-option`` naming a training setting.
     """
     from coalitions.params import ParameterError
