@@ -228,13 +228,15 @@ def spo_vs_exhaustive(n: int, steps: int = 3000, seed: int = 0, logistic_epochs:
     """
     from coalitions.learners.exact import ExhaustiveOracle
     from coalitions.learners.methods.spo import SPO
+    from coalitions.learners.training.protocol import TrainingProtocol
 
+    budget = TrainingProtocol(steps=steps, batch_size=256)   # SPO's training settings (256: its former default batch)
     out = {"n": n}
     fed = load("synthetic", clients=n, samples=10, rho=0.01, val=200, test=10, seed=seed)
     t = time.perf_counter()
     ExhaustiveOracle().fit(fed)
     out["exhaustive_linear_s"] = time.perf_counter() - t
-    spo = SPO(steps=steps, device="cpu", seed=seed).fit(fed)
+    spo = SPO(protocol=budget, device="cpu", seed=seed).fit(fed)
     _ = spo.estimate_  # the rest of the peeling
     out["spo_linear"] = dict(spo.timings_, peeling=spo.peeling_seconds_,
                           total=spo.timings_["total"] + spo.peeling_seconds_)
@@ -242,7 +244,7 @@ def spo_vs_exhaustive(n: int, steps: int = 3000, seed: int = 0, logistic_epochs:
     t = time.perf_counter()
     ExhaustiveOracle(epochs=logistic_epochs, device="cpu", seed=seed).fit(bfed)
     out["exhaustive_logistic_s"] = time.perf_counter() - t
-    spo = SPO(steps=steps, device="cpu", seed=seed).fit(bfed)
+    spo = SPO(protocol=budget, device="cpu", seed=seed).fit(bfed)
     _ = spo.estimate_  # the rest of the peeling
     out["spo_logistic"] = dict(spo.timings_, peeling=spo.peeling_seconds_,
                           total=spo.timings_["total"] + spo.peeling_seconds_)

@@ -64,6 +64,9 @@ QUICK = {"ours": dict(steps=40, directions=8, hidden=16, embed=8, layers=1, sear
          "paper": dict(steps=10, hidden=8)}
 #: The paper's code on synthetic: hypernetwork 100 wide, 2 layers, SGD 0.01 (momentum 0.5), full batch.
 PAPER = dict(variant="paper", hidden=100, layers=2, lr=0.01, momentum=0.5, batch_size=None, steps=10000)
+#: SPO's training settings here unless ``--params`` or a variant changes them: 3000 hypernetwork steps of 256
+#: samples per client, the estimator's defaults when docs/learners-spo.md measured this benchmark.
+BUDGET = dict(steps=3000, batch_size=256)
 #: The arms of one variant's fit: the two rules on the same searches.
 RULE_NAMES = ("elimination", "ratio")
 
@@ -137,6 +140,16 @@ def front_error(spo, perfect_search, n: int) -> np.ndarray:
     return np.abs(lh / le - 1.0)
 
 
+def spo_options(params: dict) -> dict:
+    """``params`` as SPO's keywords: its training settings among them (``steps``, ``batch_size``, ``patience``,
+    ``lr_grid``, over :data:`BUDGET`) become its ``protocol``, the one place SPO reads them from."""
+    from coalitions.learners.methods.spo.estimator import PROTOCOL_FIELDS
+    from coalitions.learners.training.protocol import TrainingProtocol
+
+    fields = {**BUDGET, **{k: v for k, v in params.items() if k in PROTOCOL_FIELDS}}
+    return {**{k: v for k, v in params.items() if k not in PROTOCOL_FIELDS}, "protocol": TrainingProtocol(**fields)}
+
+
 def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool = False,
              rules: tuple[str, ...] = RULE_NAMES) -> dict:
     """Fit SPO (``variant``) once on one seed; score ``rules`` (and the controls) against the exact game.
@@ -160,8 +173,8 @@ def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool 
         spo = SPO(device="cpu", seed=seed)
         rules = ()
     else:
-        spo = SPO(device="cpu", seed=seed, **{**(PAPER if variant == "paper" else {}), "rule": "ratio",
-                                              **params}).fit(fed)
+        spo = SPO(device="cpu", seed=seed, **spo_options({**(PAPER if variant == "paper" else {}), "rule": "ratio",
+                                                          **params})).fit(fed)
         out["fit_s"] = time.perf_counter() - t
     for rule in rules:
         t = time.perf_counter()

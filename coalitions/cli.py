@@ -556,7 +556,7 @@ class _Rates(click.ParamType):
         return rates
 
 
-#: The training flags: one set, turned into one TrainingProtocol (``learn``); SPO takes those it has.
+#: The training flags: one set, turned into one TrainingProtocol (``learn``); SPO reads the fields it trains with.
 _TRAINING_FLAGS = (
     ("model", click.Choice(["linear", "logistic", "mlp", "cnn"]),
      "The model [cnn for images, linear for regression, logistic otherwise]."),
@@ -867,8 +867,10 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
     The training flags make one training protocol: the dataset's default
     protocol (its task and model) with the flags given changed; a personalised
     learner trains under it (with --lr-grid once per rate, keeping the lowest
-    mean validation loss), SPO takes the flags it has (its own defaults
-    otherwise).
+    mean validation loss).  SPO trains its hypernetwork under the protocol's
+    --steps, --batch-size, --patience and --lr-grid; --lr, --model,
+    --mlp-hidden and --weight-decay set its own hypernetwork rate, target
+    model, target hidden units and ridge (docs/learners-spo.md).
     """
     import dataclasses
 
@@ -883,8 +885,22 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
     keys = {o.key for m in METHODS.values() for o in m.options}  # every method's flags; create() checks
     given = {k: v for k, v in opts.items() if k in keys and k not in DATASET_OPTIONS and v is not None}
     data_opts = {k: v for k, v in opts.items() if k in DATASET_OPTIONS}
-    personal = issubclass(METHODS[method].estimator_class(), PersonalizedLearner)
-    est = create(method, given if personal else {**given, **training}, device=device,
+    cls = METHODS[method].estimator_class()
+    personal = issubclass(cls, PersonalizedLearner)
+    own, fields = {}, {}
+    if not personal:   # SPO: the training flags that are its own settings, and the protocol fields it reads
+        reads = getattr(cls, "protocol_fields", ())
+        for k, v in training.items():
+            if k in METHODS[method].keys:
+                own[k] = v
+            elif FLAG_FIELDS[k] in reads:
+                fields[FLAG_FIELDS[k]] = v
+            else:
+                takes = [f"--{k2.replace('_', '-')}" for k2 in TRAINING_KEYS
+                         if k2 in METHODS[method].keys or FLAG_FIELDS[k2] in reads]
+                raise co.InputError(f"--{k.replace('_', '-')} does not apply to --method {method} (of the training "
+                                    f"flags it takes {', '.join(takes)})")
+    est = create(method, {**given, **own}, device=device,
                  seed=data_opts.get("seed") or 0, progress=_progress(f"training {method}"))
     if sensitivity and not getattr(est, "has_weights", True):
         raise co.InputError(f"--sensitivity: --method {method} has no pairwise weights (its graph is structural)")
@@ -906,8 +922,8 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
                 est, tuning = tune_lr(fit_at, protocol.lr_grid, lambda fitted: fitted.val_loss_history_[-1])
             else:
                 est.set_params(protocol=protocol).fit(fed)
-        else:
-            est.fit(fed)
+        else:   # SPO: the default protocol of the data with the flags it reads changed
+            est.set_params(protocol=protocol_with(fed.task, fed.input_shape, fields)).fit(fed)
         e = est.estimate_
         if tuning is not None:
             e = dataclasses.replace(e, extra={**e.extra, "lr_tuning": tuning})

@@ -239,10 +239,13 @@ def test_cli_oracle_heads_flag(tmp_path, capsys):
 
 # ---------------------------------------------------------------------------- SPO with personal heads
 def spo_setup(fed, **kw):
+    """A fitted SPO with personal heads whose hypernetwork is put back at its initialisation (drawn from the seed)."""
     from coalitions.learners.methods.spo import SPO
+    from coalitions.learners.training.protocol import TrainingProtocol
 
-    est = SPO(model="mlp", heads="personal", target_hidden=5, steps=0, hidden=8, embed=4, layers=1,
-              directions=6, batch_size=None, search_steps=2, device="cpu", seed=1, **kw).fit(fed)
+    est = SPO(model="mlp", heads="personal", target_hidden=5, protocol=TrainingProtocol(steps=1), hidden=8, embed=4,
+              layers=1, directions=6, search_steps=2, device="cpu", seed=1, **kw).fit(fed)
+    est.hypernet_ = est._new_hypernet(fed)   # untrained: a protocol's budget is at least one step
     for p in est.hypernet_.parameters():
         p.requires_grad_(True)
     return est
@@ -299,8 +302,10 @@ def test_spo_head_off_the_face_gets_no_gradient_and_never_moves():
     from coalitions.learners.methods.spo import SPO
 
     start = spo_setup(fed).hypernet_.client_heads["w2"][2].detach().clone()
-    trained = SPO(model="mlp", heads="personal", target_hidden=5, steps=20, hidden=8, embed=4, layers=1,
-                  directions=6, batch_size=None, search_steps=2, device="cpu", seed=1)
+    from coalitions.learners.training.protocol import TrainingProtocol
+
+    trained = SPO(model="mlp", heads="personal", target_hidden=5, protocol=TrainingProtocol(steps=20), hidden=8,
+                  embed=4, layers=1, directions=6, search_steps=2, device="cpu", seed=1)
     import coalitions.learners.methods.spo.estimator as estimator_module
 
     real = estimator_module.sample_directions
@@ -326,8 +331,10 @@ def test_spo_personal_heads_cnn_target_and_bad_combinations():
     from coalitions.params import ParameterError
 
     fed = blobs(sizes=(8, 9), dim=4, classes=3, image=True)
-    est = SPO(model="cnn", heads="personal", steps=3, hidden=8, embed=4, layers=1, directions=4, batch_size=None,
-              search_steps=2, device="cpu").fit(fed)
+    from coalitions.learners.training.protocol import TrainingProtocol
+
+    est = SPO(model="cnn", heads="personal", protocol=TrainingProtocol(steps=3), hidden=8, embed=4, layers=1,
+              directions=4, search_steps=2, device="cpu").fit(fed)
     assert set(est.hypernet_.names) == {"c1", "cb1", "c2", "cb2"}
     assert est.hypernet_.client_heads["w"].shape[0] == 2
     assert set(est.utilities_["test"]) == {"0", "1"}
@@ -339,7 +346,7 @@ def test_spo_personal_heads_cnn_target_and_bad_combinations():
     for bad in (dict(heads="personal"), dict(heads="personal", model="logistic"),
                 dict(heads="personal", model="mlp", epo=True), dict(heads="mine", model="mlp")):
         with pytest.raises(ParameterError, match="heads"):
-            SPO(steps=1, **bad).fit(fed)
+            SPO(protocol=TrainingProtocol(steps=1), **bad).fit(fed)
 
 
 @pytest.mark.parametrize("model", ["mlp", "linear"])

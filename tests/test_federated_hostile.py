@@ -299,11 +299,12 @@ def _spo_grads(kind, reply):
     ("spo", _spo_grads, r"site 'Hungary': its train-loss hold NaN"),
 ])
 def test_the_learners_servers_refuse_bad_replies_by_name(tmp_path, method, tamper, match):
-    options = {"steps": 2, "directions": 4, "hidden": 8, "embed": 4, "layers": 1, "search_steps": 2, "starts": 2,
-               "line_search": 2, "batch_size": 32} if method == "spo" else {}
+    options = {"directions": 4, "hidden": 8, "embed": 4, "layers": 1, "search_steps": 2, "starts": 2,
+               "line_search": 2} if method == "spo" else {}
+    spo_training = {"training": {"steps": 2, "batch_size": 32}} if method == "spo" else {}   # SPO's: the protocol's
     grid = HostileGrid(HEART, bad=VICTIM, tamper=tamper)
     with pytest.raises(BadReply, match=match):
-        _run(grid, tmp_path, method=method, method_options=options)
+        _run(grid, tmp_path, method=method, method_options=options, **spo_training)
 
 
 def test_a_learner_without_the_bad_site_records_it_in_its_estimate(tmp_path):

@@ -316,8 +316,15 @@ def test_federate_method_bad_input_exits_2_with_one_line(tmp_path, args, match):
 
 
 # --------------------------------------------------------------------------- SPO: the hypernetwork at the server
-SPO_SMALL = {"steps": 12, "directions": 8, "hidden": 16, "embed": 8, "layers": 1, "search_steps": 4, "starts": 2,
-             "line_search": 4, "batch_size": 32}
+SPO_SMALL = {"directions": 8, "hidden": 16, "embed": 8, "layers": 1, "search_steps": 4, "starts": 2,
+             "line_search": 4}
+#: SPO's training flags over Flower (protocol fields): its budget and batch come from the run's protocol.
+SPO_TRAINING = {"steps": 12, "batch_size": 32}
+
+
+def _spo_protocol():
+    """The protocol the server trains SPO with: heart's (binary) default with ``SPO_TRAINING``, as in process."""
+    return federated_protocol("binary", SPO_TRAINING)
 
 
 def _assert_same_spo(fed_est, ref_est):
@@ -343,16 +350,18 @@ def test_spo_over_a_memory_grid_equals_the_inprocess_spo(heart):
 
     grid = StatefulGrid([{"partition-id": k} for k in (2, 0, 3, 1)])
     settings = Settings(sites=4, dataset="heart", wait_s=5.0, round_timeout_s=5.0, method="spo",
-                        method_options=SPO_SMALL)
+                        method_options=SPO_SMALL, training=SPO_TRAINING)
     learner, record = run_spo(grid, settings, log=lambda s: None)
-    ref = SPO(**SPO_SMALL, device="cpu").fit(heart)
+    assert learner.protocol_ == _spo_protocol() and learner.protocol_.steps == SPO_TRAINING["steps"]
+    ref = SPO(**SPO_SMALL, protocol=_spo_protocol(), device="cpu").fit(heart)
     got = dict(learner.hypernet_.named_parameters())
     for name, p in ref.hypernet_.named_parameters():
         np.testing.assert_allclose(got[name].numpy(), p.numpy(), atol=TOL, rtol=0)
     _assert_same_spo(learner.estimate_, ref.estimate_)
     # one exchange per training step, two per search iteration at most, one for the utilities
-    assert record["communication_rounds"] > SPO_SMALL["steps"] and grid.types.count("train") > 4 * SPO_SMALL["steps"]
-    other = SPO(**{**SPO_SMALL, "seed": 1}, device="cpu").fit(heart)
+    steps = SPO_TRAINING["steps"]
+    assert record["communication_rounds"] > steps and grid.types.count("train") > 4 * steps
+    other = SPO(**{**SPO_SMALL, "seed": 1}, protocol=_spo_protocol(), device="cpu").fit(heart)
     with pytest.raises(AssertionError):      # the comparison can fail
         _assert_same_spo(learner.estimate_, other.estimate_)
 
@@ -364,10 +373,21 @@ def test_spo_options_are_checked_before_anything_starts():
         check_spo({}, {"foo": 1})
     with pytest.raises(InputError, match="epo"):
         check_spo({}, {"epo": True})
-    with pytest.raises(InputError, match="steps"):
-        check_spo({}, {"steps": -1})
-    with pytest.raises(InputError, match="--lr: --method spo over Flower trains with its own settings"):
+    # the training settings come from the training flags, as in process; SPO's own settings are method options
+    check_spo({"steps": 5, "batch_size": 8, "patience": 2}, {"lr": 0.02})
+    for name, flag in (("steps", "--steps"), ("batch_size", "--batch-size"), ("patience", "--patience"),
+                       ("lr_grid", "--lr-grid")):
+        with pytest.raises(InputError, match=f"^--method-option {name}: SPO's training settings come from the "
+                                             f"training flags; give {flag}$"):
+            check_spo({}, {name: 3})
+    with pytest.raises(InputError, match="^--lr: --method spo's lr is its own setting.*--method-option lr="):
         check_spo({"lr": 0.1}, {})
+    with pytest.raises(InputError, match="^--mlp-hidden: --method spo's target_hidden is its own setting"):
+        check_spo({"hidden": 8}, {})
+    with pytest.raises(InputError, match="^--optimizer does not apply to --method spo"):
+        check_spo({"optimizer": "sgd"}, {})
+    with pytest.raises(InputError, match="^--lr-grid: learning-rate tuning is not offered over Flower"):
+        check_spo({"lr_grid": (0.1, 0.01)}, {})
 
 
 @needs_flwr
@@ -378,13 +398,15 @@ def test_simulation_engine_gives_the_inprocess_spo_estimate(tmp_path, heart):
 
     out = tmp_path / "spo"
     opts = [a for k, v in SPO_SMALL.items() for a in ("--method-option", f"{k}={v}")]
+    opts += [a for k, v in SPO_TRAINING.items() for a in (f"--{k.replace('_', '-')}", str(v))]
     t0 = time.perf_counter()
     r = _run_cli(["federate", "heart", "--simulation", "--method", "spo", *opts, "--threads", "1", "-o", str(out)])
     seconds = time.perf_counter() - t0
     assert r.returncode == 0, r.stderr[-3000:]
-    _assert_same_spo(read_estimate(out / "estimate.json"), SPO(**SPO_SMALL, device="cpu").fit(heart).estimate_)
+    ref = SPO(**SPO_SMALL, protocol=_spo_protocol(), device="cpu").fit(heart)
+    _assert_same_spo(read_estimate(out / "estimate.json"), ref.estimate_)
     run = json.loads((out / "run.json").read_text())
-    assert run["method"] == "spo" and run["rounds"] == SPO_SMALL["steps"] and run["bytes_received"] > 0
+    assert run["method"] == "spo" and run["rounds"] == SPO_TRAINING["steps"] and run["bytes_received"] > 0
     print(f"spo: simulation run {seconds:.1f} s (server {run['seconds']:.1f} s, {run['communication_rounds']} exchanges)")
 
 

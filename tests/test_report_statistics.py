@@ -200,7 +200,8 @@ def test_learner_outputs_score_as_the_learners_utilities():
     from coalitions.learners.training.protocol import TrainingProtocol
 
     fed = learner_fixtures.blobs()
-    for method, opts, params in (("fedamp", {}, {"protocol": TrainingProtocol(steps=15)}), ("spo", {"steps": 30, "search_steps": 10}, {})):
+    for method, opts, params in (("fedamp", {}, {"protocol": TrainingProtocol(steps=15)}),
+                                 ("spo", {"search_steps": 10}, {"protocol": TrainingProtocol(steps=30, batch_size=256)})):
         learner = create(method, opts, device="cpu", seed=0).set_params(**params).fit(fed)
         est = with_records(learner, fed)
         for c in fed.clients:

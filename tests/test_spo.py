@@ -16,8 +16,14 @@ from coalitions.learners.data.datasets import load
 from coalitions.learners.data.federation import Client, Federation, Split
 from coalitions.learners.exact import ExhaustiveOracle
 from coalitions.learners.methods.spo import SPO, SPOOracle, epo_lp, project_simplex, sample_directions
+from coalitions.learners.training.protocol import TrainingProtocol, protocol_with
 
 cp = pytest.importorskip("cvxpy")
+
+
+def budget(steps: int, batch_size: int | None = 256, **fields) -> TrainingProtocol:
+    """SPO's training settings as a protocol (256 samples per client and step: SPO's former default batch)."""
+    return TrainingProtocol(steps=steps, batch_size=batch_size, **fields)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -165,7 +171,7 @@ def test_direction_sampler_draws_simplex_points_and_faces():
 def easy():
     """Four clients, two planted groups of two (clients 2, 3 flipped), and SPO fitted on it."""
     fed = load("synthetic", clients=4, flipped="2,3", samples=10, rho=0.01, val=200, test=200, seed=0)
-    model = SPO(steps=800, device="cpu", seed=0).fit(fed)
+    model = SPO(protocol=budget(800), device="cpu", seed=0).fit(fed)
     return fed, model
 
 
@@ -256,7 +262,7 @@ def test_estimate_round_trips(easy):
 
 def test_same_seed_same_result_other_seed_differs():
     fed = load("synthetic", clients=3, flipped="2", samples=10, val=50, test=50, seed=1)
-    kw = dict(steps=40, search_steps=5, device="cpu", hidden=32, embed=8, layers=1, directions=8)
+    kw = dict(protocol=budget(40), search_steps=5, device="cpu", hidden=32, embed=8, layers=1, directions=8)
     a = SPO(seed=3, **kw).fit(fed)
     b = SPO(seed=3, **kw).fit(fed)
     c = SPO(seed=4, **kw).fit(fed)
@@ -274,7 +280,7 @@ def test_epo_training_and_logistic_target():
 
     clients = tuple(Client(str(k), split(40, k == 2), split(30, k == 2), split(30, k == 2)) for k in range(3))
     fed = Federation("toy", "binary", "auc", clients, 2, None, {})
-    m = SPO(steps=6, epo=True, search_steps=3, device="cpu", hidden=16, embed=8, layers=1, directions=4).fit(fed)
+    m = SPO(protocol=budget(6), epo=True, search_steps=3, device="cpu", hidden=16, embed=8, layers=1, directions=4).fit(fed)
     assert m.spec_.kind == "logistic" and m.epo_fallbacks_ == 0
     assert all(0 <= x <= 1 for x in m.utilities_["test"].values())
     assert m.estimate_.metric == "auc" and m.estimate_.sense == "max"
@@ -282,25 +288,24 @@ def test_epo_training_and_logistic_target():
 
 @pytest.mark.parametrize("kw, words", [
     (dict(rule="majority"), "^rule must be one of"),
-    (dict(steps=-1), "^steps must be an integer"),
+    (dict(protocol={"steps": 5}), "^protocol must be a TrainingProtocol or None, got dict"),
     (dict(starts=1), "^starts must be an integer >= 2"),
     (dict(lr=0.0), "^lr must be a number > 0"),
     (dict(threshold=math.nan), "^threshold must be a number"),
-    (dict(batch_size=0), "^batch_size must be an integer"),
     (dict(device="tpu"), "^device must be one of"),
     (dict(model="rnn"), "^model must be one of linear, logistic, mlp, cnn"),
 ])
 def test_bad_options_are_input_errors(kw, words):
     fed = load("synthetic", clients=2, flipped="1", samples=5, val=5, test=5)
     with pytest.raises(InputError, match=words):
-        SPO(**{"steps": 1, **kw}).fit(fed)
+        SPO(**{"protocol": budget(1), **kw}).fit(fed)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
 def test_cuda_without_gpu_is_an_input_error():
     fed = load("synthetic", clients=2, flipped="1", samples=5, val=5, test=5)
     with pytest.raises(InputError, match="no CUDA device"):
-        SPO(steps=1, device="cuda").fit(fed)
+        SPO(protocol=budget(1), device="cuda").fit(fed)
 
 
 def test_learn_command(tmp_path, capsys):
@@ -313,10 +318,66 @@ def test_learn_command(tmp_path, capsys):
             "--rule", "ratio", "--device", "cpu", "--seed", "2", "-o", str(out)]
     assert main(args) == 0
     e = read_estimate(out)
-    assert e.method == "spo" and e.config["rule"] == "ratio" and e.config["steps"] == 20
+    assert e.method == "spo" and e.config["rule"] == "ratio" and e.config["protocol"]["steps"] == 20
+    assert e.extra["training"]["max_steps"] == 20 and e.extra["training"]["stopped_at"] == 20
+    assert "steps" not in e.config and "batch_size" not in e.config
     assert e.config["seed"] == 2 and e.config["data_options"]["seed"] == 2
     assert main(args[:-2] + ["--threshold", "-1", "-o", str(out)]) == 2
     assert "--threshold" in capsys.readouterr().err
     if not torch.cuda.is_available():
         assert main(args[:-4] + ["--device", "cuda", "-o", str(out)]) == 2
         assert "no CUDA device" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- one place for the training settings
+@pytest.mark.parametrize("name, value", [("steps", 10), ("batch_size", 32), ("patience", 2), ("lr_grid", (0.01,))])
+def test_training_settings_are_not_spos_parameters(name, value):
+    """Issue 18: the budget, batch, patience and rate grid live in the protocol only."""
+    with pytest.raises(TypeError, match=name):
+        SPO(**{name: value})
+    assert name not in SPO.param_names() and name in SPO.protocol_fields
+
+
+def test_without_a_protocol_spo_trains_the_datas_default_protocol():
+    """``protocol=None``: the default protocol of the task and input shape, resolved at fit time and recorded."""
+    fed = load("synthetic", clients=3, flipped="2", samples=10, val=20, test=20, seed=1)
+    default = protocol_with(fed.task, tuple(fed.input_shape))
+    m = SPO(search_steps=3, device="cpu", hidden=16, embed=8, layers=1, directions=4).fit(fed)
+    assert m.protocol is None and m.protocol_ == default
+    assert m.stopped_at_ == m.val_loss_steps_[-1] == default.steps and m.hit_max_
+    e = m.estimate_
+    assert e.config["protocol"] == default.to_json() and e.extra["training"]["max_steps"] == default.steps
+    # the same settings given explicitly train the same hypernetwork
+    same = SPO(protocol=default, search_steps=3, device="cpu", hidden=16, embed=8, layers=1, directions=4).fit(fed)
+    assert same.history_ == m.history_ and same.estimate_.config == e.config
+
+
+def test_the_protocol_sets_batch_and_patience():
+    fed = load("synthetic", clients=3, flipped="2", samples=30, val=20, test=20, seed=1)
+    kw = dict(search_steps=3, device="cpu", hidden=16, embed=8, layers=1, directions=4, seed=0)
+    full = SPO(protocol=budget(100, None), **kw).fit(fed)
+    small = SPO(protocol=budget(100, 4), **kw).fit(fed)
+    assert full.history_ != small.history_           # the protocol's batch is the one trained with
+    stopped = SPO(protocol=budget(2000, None, patience=1), lr=0.5, **kw).fit(fed)
+    assert not stopped.hit_max_ and stopped.stopped_at_ < 2000
+    assert stopped.estimate_.extra["training"]["patience"] == 1
+
+
+def test_learn_builds_spos_protocol_from_the_training_flags(tmp_path, capsys):
+    from coalitions.cli import main
+    from coalitions.estimate import read_estimate
+
+    out = tmp_path / "e.json"
+    args = ["learn", "heart", "--method", "spo", "--steps", "5", "--batch-size", "16", "--search-steps", "2",
+            "--hypernet-hidden", "8", "--embed", "4", "--layers", "1", "--directions", "4", "--lr", "0.02",
+            "--device", "cpu", "-o", str(out)]
+    assert main(args) == 0
+    e = read_estimate(out)
+    fed = load("heart")
+    want = protocol_with(fed.task, tuple(fed.input_shape), {"steps": 5, "batch_size": 16})
+    assert e.config["protocol"] == want.to_json() and e.extra["training"]["max_steps"] == 5
+    assert e.config["lr"] == 0.02 == e.extra["training"]["lr"]     # --lr: the hypernetwork's own rate
+    capsys.readouterr()
+    assert main(args[:-2] + ["--optimizer", "sgd", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--optimizer does not apply to --method spo" in err[0] and "--steps" in err[0]

@@ -24,6 +24,7 @@ from coalitions.learners.methods.spo.exact_front import pooled_directions, poole
 from coalitions.learners.methods.spo.paper import PaperSearch, alternation, clamp_direction  # noqa: E402
 from coalitions.learners.training.engine import Padded  # noqa: E402
 from coalitions.learners.training.models import make_model  # noqa: E402
+from coalitions.learners.training.protocol import TrainingProtocol  # noqa: E402
 from coalitions.params import ParameterError  # noqa: E402
 
 
@@ -138,7 +139,7 @@ def test_batched_epo_programs_match_one_at_a_time():
 
 # --------------------------------------------------------------------------- the estimator and the ratio rule
 def test_paper_variant_reads_the_ratio_rule_off_clamped_directions(fed):
-    spo = SPO(variant="paper", steps=10, hidden=8, layers=2, rule="ratio", batch_size=None, seed=1).fit(fed)
+    spo = SPO(variant="paper", protocol=TrainingProtocol(steps=10), hidden=8, layers=2, rule="ratio", seed=1).fit(fed)
     W = spo.weights_
     assert np.all(W > 0) and np.allclose(W.sum(1), 1)   # the clamp keeps every client in
     graph = spo.oracle_.benefit_graph((1 << fed.n) - 1)
@@ -188,37 +189,44 @@ def test_front_at_pooled_directions_is_the_exact_game_as_the_ridge_vanishes(fed)
 
 
 # --------------------------------------------------------------------------- one protocol: budget, patience, rate grid
-TINY = dict(steps=300, directions=8, hidden=16, embed=8, layers=1, search_steps=3, starts=2, line_search=3)
+TINY = dict(directions=8, hidden=16, embed=8, layers=1, search_steps=3, starts=2, line_search=3)
+
+
+def tiny(**fields) -> dict:
+    """A small SPO's options: 300 steps of 256 samples per client (SPO's former default batch), ``fields`` added."""
+    return dict(TINY, protocol=TrainingProtocol(steps=300, batch_size=256, **fields))
 
 
 def test_early_stopping_keeps_the_best_evaluation(fed):
     from coalitions.learners.methods.spo.estimator import EVAL_EVERY
 
-    spo = SPO(lr=0.5, patience=2, seed=0, **TINY).fit(fed)   # a rate this high stops improving soon
-    assert not spo.hit_max_ and spo.stopped_at_ < spo.steps
+    spo = SPO(lr=0.5, seed=0, **tiny(patience=2)).fit(fed)   # a rate this high stops improving soon
+    assert not spo.hit_max_ and spo.stopped_at_ < spo.protocol_.steps
     assert spo.stopped_at_ - spo.best_step_ == 2 * EVAL_EVERY
     means = [float(np.mean(v)) for v in spo.val_loss_clients_]
     k = spo.val_loss_steps_.index(spo.best_step_)
     assert means[k] == min(means) == spo.best_val_
     assert spo.estimate_.extra["training"]["stopped_at"] == spo.stopped_at_
-    full = SPO(lr=0.5, seed=0, **TINY).fit(fed)
-    assert full.hit_max_ and full.stopped_at_ == full.steps == full.best_step_
+    full = SPO(lr=0.5, seed=0, **tiny()).fit(fed)
+    assert full.hit_max_ and full.stopped_at_ == full.protocol_.steps == full.best_step_
 
 
 def test_rate_grid_keeps_the_lowest_validation_loss_and_equals_a_plain_fit(fed):
-    tuned = SPO(lr_grid=(1e-4, 0.02), seed=0, **TINY).fit(fed)
+    tuned = SPO(seed=0, **tiny(lr_grid=(1e-4, 0.02))).fit(fed)
     assert set(tuned.lr_losses_) == {1e-4, 0.02}
     assert tuned.lr_ == min(tuned.lr_losses_, key=tuned.lr_losses_.get)
-    plain = SPO(lr=tuned.lr_, seed=0, **TINY).fit(fed)
+    plain = SPO(lr=tuned.lr_, seed=0, **tiny()).fit(fed)
     np.testing.assert_allclose(tuned.weights_, plain.weights_)
     assert tuned.estimate_.extra["training"]["lr"] == tuned.lr_
 
 
-@pytest.mark.parametrize("kw", [dict(lr_grid=()), dict(lr_grid=(0.1, -1.0)), dict(patience=0),
-                                dict(variant="paper", patience=3)])
-def test_bad_protocol_options(kw, fed):
-    with pytest.raises(ParameterError):
-        SPO(**kw).fit(fed)
+@pytest.mark.parametrize("fields", [dict(patience=3), dict(lr_grid=(0.01, 0.1))])
+def test_the_paper_variant_refuses_a_protocol_with_patience_or_a_grid(fields, fed):
+    spo = SPO(variant="paper", protocol=TrainingProtocol(steps=10, **fields))
+    with pytest.raises(ParameterError, match="^variant paper runs the code's fixed schedule"):
+        spo.check_params()
+    with pytest.raises(ParameterError, match="^variant paper"):
+        spo.fit(fed)
 
 
 def test_learn_command_runs_the_paper_variant(tmp_path, capsys):

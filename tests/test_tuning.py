@@ -11,7 +11,6 @@ from learner_fixtures import blobs
 from coalitions.learners.experiments.runner import compute_piece, lr_tuning
 from coalitions.learners.training.protocol import TrainingProtocol
 from coalitions.learners.training.tuning import tune_lr
-from coalitions.params import ParameterError
 
 pytest.importorskip("torch")
 
@@ -70,18 +69,17 @@ def test_spo_column_gets_the_protocols_patience_and_grid():
     exp = dataclasses.replace(HEART, protocol=HEART.protocol.with_(patience=3))
     opts = budgeted_options(exp, True, "spo", [50, 60])
     assert opts == {"protocol": exp.protocol_for(True)}     # the protocol itself, as every column
-    spo = SPO(protocol=opts["protocol"])
-    assert (spo._budget("patience"), spo._budget("lr_grid"), spo._budget("steps")) == \
-        (3, HEART.protocol.lr_grid, exp.protocol_for(True).steps)
-    with pytest.raises(ParameterError, match="steps comes from the protocol"):
-        SPO(protocol=opts["protocol"], steps=7).check_params()
+    p = SPO(protocol=opts["protocol"]).protocol_for(blobs())
+    assert (p.patience, p.lr_grid, p.steps) == (3, HEART.protocol.lr_grid, exp.protocol_for(True).steps)
+    with pytest.raises(TypeError, match="steps"):   # one place for the budget: SPO has no steps of its own
+        SPO(protocol=opts["protocol"], steps=7)
 
 
-def test_fit_spo_hands_patience_and_grid_to_the_estimator_not_to_its_options(monkeypatch):
+def _fake_spo(monkeypatch) -> dict:
+    """Replace the registry's ``create`` by a recorder of the options and parameters SPO would get."""
     import coalitions.learners.methods.registry as registry
-    from coalitions.learners.experiments.spo_column import fit_spo
 
-    seen = {}
+    seen: dict = {}
 
     class Fake:
         def set_params(self, **kw):
@@ -96,7 +94,31 @@ def test_fit_spo_hands_patience_and_grid_to_the_estimator_not_to_its_options(mon
         return Fake()
 
     monkeypatch.setattr(registry, "create", create)
-    fit_spo(None, {"steps": 10, "patience": 4}, [0.1, 0.01], 0, "cpu")
-    assert seen == {"options": {"steps": 10}, "params": {"lr_grid": (0.1, 0.01), "patience": 4}}
-    fit_spo(None, {"steps": 10}, None, 0, "cpu")
-    assert seen == {"options": {"steps": 10}, "params": {}}
+    return seen
+
+
+def test_fit_spo_hands_the_protocol_to_the_estimator_not_to_its_options(monkeypatch):
+    from coalitions.learners.experiments.spo_column import fit_spo
+
+    seen = _fake_spo(monkeypatch)
+    p = TrainingProtocol(steps=10, patience=4, lr_grid=(0.1, 0.01))
+    fit_spo(None, {"search_steps": 3}, 0, "cpu", protocol=p)
+    assert seen == {"options": {"search_steps": 3}, "params": {"protocol": p}}
+    fit_spo(None, {"search_steps": 3}, 0, "cpu")     # no protocol: SPO resolves the data's default at fit time
+    assert seen == {"options": {"search_steps": 3}, "params": {"protocol": None}}
+
+
+def test_spo_piece_without_a_protocol_puts_settings_grid_and_patience_in_the_datas_default(monkeypatch):
+    from coalitions.learners.experiments import columns
+    from coalitions.learners.experiments.catalogue import HEART
+    from coalitions.learners.training.protocol import protocol_with
+
+    seen = _fake_spo(monkeypatch)
+    monkeypatch.setattr(columns, "with_records", lambda learner, fed: learner)
+    fed = blobs()
+    exp = dataclasses.replace(HEART, protocol=None)
+    compute_piece(fed, exp, "spo", {"search_steps": 3, "lr_grid": (0.1, 0.01), "patience": 4}, 0, "cpu")
+    want = protocol_with(fed.task, tuple(fed.input_shape), {"lr_grid": (0.1, 0.01), "patience": 4})
+    assert seen == {"options": {"search_steps": 3}, "params": {"protocol": want}}
+    compute_piece(fed, exp, "spo", {"search_steps": 3}, 0, "cpu")
+    assert seen == {"options": {"search_steps": 3}, "params": {"protocol": None}}

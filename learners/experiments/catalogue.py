@@ -9,8 +9,8 @@ as far as our text copies of the papers preserve them).
 Matched budgets (issue 9): an experiment names one
 :class:`~coalitions.learners.training.protocol.TrainingProtocol`, and every method's options
 derive from it and its budget of gradient steps per client (:func:`budgeted_options`): the exact
-game's subset models and Local train under the protocol itself, SPO takes ``steps`` hypernetwork
-steps, and every round-based learner runs the rounds that give its largest client ``steps``
+game's subset models and Local train under the protocol itself, SPO trains its hypernetwork ``steps``
+steps (its batch, patience and rate grid the protocol's too), and every round-based learner runs the rounds that give its largest client ``steps``
 local optimiser steps (rounds × local epochs × batches, FedAMP's local-step floor included).
 A method's own options in the settings (pFedMe's inner steps, FedAMP's λ) are kept; the
 protocol decides the model, optimiser, learning rate, batch and budget.
@@ -198,8 +198,8 @@ def budgeted_options(exp: Experiment, quick: bool, method: str, sizes, regime: R
     learner (:class:`~coalitions.learners.methods.base.PersonalizedLearner`'s
     ``protocol``: model, optimiser, rate and schedule, batch, weight decay,
     patience and the budget, from which it derives its rounds on the data it is
-    given) and SPO (its steps, rate, grid, batch and patience; its target model
-    is its own option).  The settings' method-specific options are applied last.  ``sizes`` (the
+    given) and SPO (its steps, grid, batch and patience; its hypernetwork's rate and
+    its target model are its own options).  The settings' method-specific options are applied last.  ``sizes`` (the
     clients' training-set sizes) is kept for callers; the learners read them
     off the federation.
     """

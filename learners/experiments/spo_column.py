@@ -7,30 +7,22 @@ and reports its utilities in its own CE beside the exact one.
 
 from __future__ import annotations
 
-from typing import Any
-
 from coalitions.learners.experiments.agreement import _mean
 
 __all__ = ["fit_spo", "ce_ours", "rules_summary"]
 
 
-def fit_spo(fed, options: dict, grid, seed: int, device: str, progress=None, protocol=None):
-    """SPO fitted on ``fed`` with ``options``, choosing its rate from ``grid`` on validation itself (its ``lr_grid``).
+def fit_spo(fed, options: dict, seed: int, device: str, progress=None, protocol=None):
+    """SPO fitted on ``fed`` with ``options`` (its own settings) under the column's training ``protocol``.
 
-    With a ``protocol`` SPO takes it whole (its steps, rate, grid, batch and patience), as every
-    other column does; without one the grid and ``patience`` go to the estimator as parameters.
+    SPO takes the protocol whole, as every other column does: its steps, batch, patience and
+    rate grid (it chooses its rate from the grid on validation itself).  ``None``: the default
+    protocol of ``fed``'s task and input shape (:meth:`SPO.protocol_for
+    <coalitions.learners.methods.spo.SPO.protocol_for>`).
     """
     from coalitions.learners.methods.registry import create
 
-    if protocol is not None:
-        return create("spo", options, device=device, seed=seed, progress=progress).set_params(
-            protocol=protocol).fit(fed)
-    options = dict(options)
-    own: dict[str, Any] = {"lr_grid": tuple(grid)} if grid else {}
-    if options.get("patience") is not None:
-        own["patience"] = int(options.pop("patience"))
-    options.pop("patience", None)
-    return create("spo", options, device=device, seed=seed, progress=progress).set_params(**own).fit(fed)
+    return create("spo", options, device=device, seed=seed, progress=progress).set_params(protocol=protocol).fit(fed)
 
 
 def ce_ours(estimate) -> dict | None:

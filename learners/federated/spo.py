@@ -47,6 +47,7 @@ import torch
 
 from coalitions.errors import InputError
 from coalitions.learners.methods.spo import SPO
+from coalitions.learners.methods.spo.estimator import PROTOCOL_FIELDS
 from coalitions.learners.methods.spo.search import DirectionSearch
 
 if TYPE_CHECKING:
@@ -130,7 +131,9 @@ class RemoteSearch(DirectionSearch):
 class FederatedSPO(SPO):
     """SPO with the hypernetwork at the server and the data at the sites (module docstring).
 
-    Same parameters as :class:`~coalitions.learners.methods.spo.SPO`.  Instead
+    Same parameters as :class:`~coalitions.learners.methods.spo.SPO`, its training
+    settings from its ``protocol`` alone (``federate``'s training flags: ``--steps``,
+    ``--batch-size``, ``--patience``; one learning rate, no ``lr_grid``).  Instead
     of ``fit(federation)``, :meth:`fit_remote` takes the sites' descriptions and
     ``ask``, a function that sends per-site requests and returns the replies
     (the ServerApp's link).
@@ -200,12 +203,13 @@ class FederatedSPO(SPO):
         if self.epo:
             raise InputError("--method-option epo: EPO weighting is not offered over Flower (it needs every "
                              "client's Jacobian with respect to the hypernetwork)")
-        _refuse_remote(self.variant, self.lr_grid)
         self._forget_estimate()
         t0 = time.perf_counter()
         fed = described_federation(sites, dataset, data_options)
         task = fed.task
         self.federation_ = fed
+        self.protocol_ = self.protocol_for(fed)
+        _refuse_remote(self.variant, self.protocol_.lr_grid)
         self.ask_ = ask
         self.device_ = torch.device("cpu")
         from coalitions.learners.methods.base import default_model
@@ -286,24 +290,48 @@ def spo_site(site, cfg: dict, arrays: dict) -> dict:
 
 
 def spo_params(seed: int, options: dict | None) -> dict:
-    """SPO's parameters for ``federate --method spo``: its own defaults, the run's ``seed``, then ``options``."""
+    """SPO's parameters for ``federate --method spo``: its own defaults, the run's ``seed``, then ``options``.
+
+    Its training settings are not among them: they come from the run's protocol (:func:`check_spo`).
+    """
     return {"seed": int(seed), **dict(options or {})}
+
+
+#: The training flags' protocol fields that are SPO's own parameters instead (the hypernetwork's rate, the
+#: target model, its hidden units, its ridge): over Flower they are method options.
+_OWN = {"lr": "lr", "model": "model", "hidden": "target_hidden", "weight_decay": "l2"}
+
+
+def _flag(field: str) -> str:
+    return "--mlp-hidden" if field == "hidden" else "--" + field.replace("_", "-")
 
 
 def check_spo(training: dict, options: dict | None, seed: int = 0) -> None:
     """Refuse bad SPO options before anything starts.
 
-    Over Flower SPO trains with its own settings (``--method-option steps=…``): the training
-    flags (``training``, protocol field -> value) set the game's and the personalised methods'
-    protocol, and one given here is refused rather than ignored.
+    Over Flower, as in process, SPO's training settings come from the run's training protocol:
+    of the training flags (``training``, protocol field -> value) it takes ``--steps``,
+    ``--batch-size`` and ``--patience`` (:data:`~coalitions.learners.methods.spo.estimator.PROTOCOL_FIELDS`;
+    ``--lr-grid`` is not offered over Flower).  Its own settings (``lr``, ``model``, ...) are
+    method options (``--method-option``); a training flag that SPO does not read is refused rather than ignored,
+    and so is a ``--method-option`` naming a training setting.
     """
     from coalitions.params import ParameterError
 
-    if training:
-        flag = next(iter(training)).replace("_", "-")
-        raise InputError(f"--{'mlp-hidden' if flag == 'hidden' else flag}: --method spo over Flower trains with "
-                         "its own settings; give them as --method-option (e.g. steps=200, lr=0.01)")
+    for field in training:
+        if field in _OWN:
+            raise InputError(f"{_flag(field)}: --method spo's {_OWN[field]} is its own setting, not the training "
+                             f"protocol's; over Flower give it as --method-option {_OWN[field]}=…")
+        if field not in PROTOCOL_FIELDS:
+            raise InputError(f"{_flag(field)} does not apply to --method spo (of the training flags it takes "
+                             "--steps, --batch-size and --patience)")
+    if "lr_grid" in training:
+        _refuse_remote("ours", training["lr_grid"])
     params = spo_params(seed, options)
+    for name in PROTOCOL_FIELDS:
+        if name in params:
+            raise InputError(f"--method-option {name}: SPO's training settings come from the training flags; "
+                             f"give {_flag(name)}")
     unknown = sorted(set(params) - set(SPO.param_names()))
     if unknown:
         raise InputError(f"--method-option {unknown[0]}: --method spo takes no such option "
@@ -314,7 +342,7 @@ def check_spo(training: dict, options: dict | None, seed: int = 0) -> None:
         raise InputError(f"--method spo: {e}") from None
     if params.get("epo"):
         raise InputError("--method-option epo: EPO weighting is not offered over Flower")
-    _refuse_remote(params.get("variant", "ours"), params.get("lr_grid"))
+    _refuse_remote(params.get("variant", "ours"), None)
 
 
 def _refuse_remote(variant, lr_grid) -> None:
@@ -323,7 +351,8 @@ def _refuse_remote(variant, lr_grid) -> None:
         raise InputError(f"--method-option variant={variant}: only SPO's 'ours' variant is offered over Flower "
                          "(the paper's trains one hypernetwork per target and face)")
     if lr_grid is not None:
-        raise InputError("--method-option lr_grid: learning-rate tuning is not offered over Flower; give one lr")
+        raise InputError("--lr-grid: learning-rate tuning is not offered over Flower for --method spo; give one "
+                         "rate (--method-option lr=…)")
 
 
 def _checked_reply(rep, name: str, phase: str, shape: tuple, need_grad: bool, metric: str) -> dict:
@@ -367,7 +396,8 @@ def run_spo(grid, settings, log=print):
     sites = _check_sites(link.descriptions)
     names = [d["name"] for d in sites]
     params = spo_params(settings.seed, settings.method_options)
-    learner = FederatedSPO(**{**params, "device": "cpu"})
+    # the run's protocol (the sites' task's default with the training flags given), as every method over Flower
+    learner = FederatedSPO(**{**params, "device": "cpu", "protocol": settings.protocol_for(sites[0]["task"])})
     counter = {"exchanges": 0}
 
     def ask(phase: str, rows: dict, extra: dict) -> dict:
@@ -386,7 +416,7 @@ def run_spo(grid, settings, log=print):
     learner.estimate_    # noqa: B018  (peeling's searches, each a remote exchange, run while the sites are here)
     seconds = time.perf_counter() - t0
     record = {"method": "spo", "sites": [{k: d[k] for k in ("name", "n-train", "n-val", "n-test")} for d in sites],
-              "rounds": int(learner.steps), "communication_rounds": counter["exchanges"] + 1,
+              "rounds": int(learner.protocol_.steps), "communication_rounds": counter["exchanges"] + 1,
               "bytes_sent": link.sent, "bytes_received": link.received, "messages": link.messages,
               "seconds": seconds, "flower_version": flwr.__version__}
     return learner, record

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -26,23 +25,22 @@ from coalitions.learners.methods.spo.search import DirectionSearch
 from coalitions.learners.methods.spo.simplex import sample_directions
 from coalitions.learners.training.engine import Padded, resolve_device
 from coalitions.learners.training.models import make_model
+from coalitions.learners.training.protocol import TrainingProtocol, protocol_with
 from coalitions.learners.training.threads import applied, step_macs
 from coalitions.params import ParameterError, check_param
 from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds
 
-if TYPE_CHECKING:
-    from coalitions.learners.training.protocol import TrainingProtocol
+__all__ = ["SPO", "VARIANTS", "PROTOCOL_FIELDS"]
 
-__all__ = ["SPO", "VARIANTS", "FROM_PROTOCOL"]
-
-#: SPO's training budget that a :class:`~coalitions.learners.training.protocol.TrainingProtocol` fixes:
-#: parameter -> the protocol's field.  The target model, its hidden units and its ridge stay SPO's own
-#: (what the hypernetwork emits is the method's choice), and so does ``lr``: the protocol's rate is the
-#: target models' step, not a hypernetwork's (on synthetic regime II the protocol's 0.1 made SPO's
-#: test MSE 5 to 8 where its own 0.01 gives 0.003 to 0.05); the protocol's ``lr_grid``, when it has one,
-#: is SPO's grid as every column's.
-FROM_PROTOCOL = {"steps": "steps", "lr_grid": "lr_grid", "batch_size": "batch_size", "patience": "patience"}
+#: The fields of the :class:`~coalitions.learners.training.protocol.TrainingProtocol` that SPO trains
+#: with (issue 18: one place for every training setting; SPO has no parameter of its own for them): the
+#: budget in hypernetwork steps, the training samples per client and step, the early-stopping patience and
+#: the learning-rate grid.  The protocol's other fields describe how *target* models are trained (their
+#: optimiser, rate, schedule, weight decay, model); SPO trains a hypernetwork that emits the target, so
+#: its rate ``lr``, its target ``model``/``target_hidden`` and its ridge ``l2`` stay its own (on synthetic
+#: regime II the protocol's rate 0.1 made SPO's test MSE 5 to 8 where its own 0.01 gives 0.003 to 0.05).
+PROTOCOL_FIELDS = ("steps", "batch_size", "patience", "lr_grid")
 
 #: Training steps between two evaluations of the validation loss (history and early stopping).
 EVAL_EVERY = 50
@@ -56,6 +54,15 @@ _SPO = TypeVar("_SPO", bound="SPO")   # _conclude returns the instance it was ca
 class SPO(Learner):
     """Specific Pareto Optimization: a benefit oracle from one Pareto hypernetwork (package docstring).
 
+    The training settings come from the comparison's training protocol and only from it
+    (``protocol``, issue 18: one place for every training setting): SPO trains its hypernetwork
+    for ``protocol.steps`` steps on ``protocol.batch_size`` samples per client and step, stops
+    early on ``protocol.patience`` and tunes its rate on ``protocol.lr_grid``
+    (:data:`PROTOCOL_FIELDS`).  What the hypernetwork is and emits stays SPO's own: its Adam rate
+    ``lr`` (the protocol's rate is a target model's step, not a hypernetwork's), the target
+    ``model``, ``target_hidden`` and ridge ``l2``, the hypernetwork's shape, the direction search
+    and the paper variant's alternation.
+
     Parameters
     ----------
     hidden : int
@@ -64,10 +71,11 @@ class SPO(Learner):
         Width of the direction embedding.
     layers : int
         Hidden layers of the hypernetwork.
-    steps : int
-        Training steps of the hypernetwork.
     lr : float
-        Adam learning rate (cosine-decayed to 1 % over the steps).
+        The hypernetwork's Adam learning rate (cosine-decayed to 1 % over ``protocol.steps``), used
+        when the protocol has no ``lr_grid``.  SPO's own, not the protocol's ``lr``: that is the
+        step of a target model trained directly, and on synthetic regime II the protocol's 0.1
+        made SPO's test MSE 5 to 8 where 0.01 gives 0.003 to 0.05.
     directions : int
         Directions drawn per training step.
     alpha : float
@@ -81,8 +89,6 @@ class SPO(Learner):
         Ridge on the target's weights (``None``: 0.01 for regression, 0.001 otherwise).
     log_eps : float or None
         ``ε`` of the ``log(d + ε)`` input features (``None``: ``d`` alone).
-    batch_size : int or None
-        Training samples per client per step (``None``: the whole split).
     rule : {"ratio", "elimination"}
         How collaborators are read off the search (module docstring).
     threshold : float
@@ -110,26 +116,29 @@ class SPO(Learner):
         (:mod:`.paper`): for every searched (client, face) a fresh hypernetwork trained with EPO
         at the direction being searched, ``front_steps`` front steps alternating with
         ``direction_steps`` direction steps, directions clamped to ``[1/(3k), 1 − 1/(3k)]``.
-        There ``steps`` is each hypernetwork's number of front steps (the code: 2000 rounds of
-        5, i.e. 10,000), ``lr`` SGD's learning rate with ``momentum``, and ``hidden``/``layers``
+        There ``protocol.steps`` is each hypernetwork's number of front steps (the code: 2000
+        rounds of 5, i.e. 10,000), ``protocol.batch_size`` its samples per client and step (the
+        protocol must have neither ``patience`` nor ``lr_grid``: the code's schedule is fixed), ``lr`` SGD's learning rate with ``momentum``, and ``hidden``/``layers``
         its width and number of hidden layers (the code: 100 and 2); ``embed``, ``directions``,
         ``alpha``, ``faces``, ``log_loss``, ``l2``, ``log_eps``, ``epo``, ``search_steps``,
         ``starts``, ``line_search`` and ``heads`` belong to ``"ours"`` only.
-    patience : int or None
-        Early stopping (issue 18, one protocol for every column): the validation loss is
-        evaluated every ``EVAL_EVERY`` steps (the mean over clients of ``val_loss_clients_``);
-        training stops when it has not improved for ``patience`` evaluations and the
-        hypernetwork with the best one is kept.  ``None``: train all ``steps``.  The
-        protocol's ``patience`` (:class:`~coalitions.learners.training.protocol.TrainingProtocol`).
-    lr_grid : tuple of float or None
-        Train once per learning rate and keep the rate whose kept hypernetwork has the lowest
-        validation loss (same measure); ``None``: ``lr`` alone.  The protocol's ``lr_grid``.
-        Both only with ``variant="ours"``.
     protocol : TrainingProtocol or None
-        The comparison's training protocol (docs/learners-protocol.md): when given it fixes
-        ``steps``, ``lr_grid``, ``batch_size`` and ``patience`` (:data:`FROM_PROTOCOL`;
-        setting one of them as well is an error naming it); the hypernetwork's ``lr`` (used
-        without a grid), the target model, its hidden units and its ridge stay SPO's own.
+        The comparison's training protocol (docs/learners-protocol.md), SPO's only source of
+        its training settings (:data:`PROTOCOL_FIELDS`):
+
+        * ``steps``: the hypernetwork's training steps;
+        * ``batch_size``: training samples per client per step (``None``: the whole split);
+        * ``patience``: early stopping.  The validation loss is evaluated every ``EVAL_EVERY``
+          steps (the mean over clients of ``val_loss_clients_``); training stops when it has
+          not improved for ``patience`` evaluations and the hypernetwork with the best one is
+          kept (``None``: train all ``steps``);
+        * ``lr_grid``: train once per rate and keep the rate whose kept hypernetwork has the
+          lowest validation loss (same measure); ``None``: ``lr`` alone.
+
+        ``patience`` and ``lr_grid`` only with ``variant="ours"``.  ``None``: the default
+        protocol of the federation's task and input shape,
+        ``protocol_with(fed.task, tuple(fed.input_shape))`` (what ``coalitions learn`` gives
+        without training flags), resolved at fit time (``protocol_``).
     front_steps, direction_steps : int
         ``variant="paper"``: the alternation (the code's 5 and 1).
     direction_lr : float
@@ -147,6 +156,9 @@ class SPO(Learner):
 
     Attributes
     ----------
+    protocol_ : TrainingProtocol
+        The protocol trained with: ``protocol``, or the federation's default (recorded in the
+        estimate's ``config.protocol``).
     hypernet_ : ParetoHypernetwork or None
     oracle_ : SPOOracle
     weights_ : ndarray (N, N)
@@ -175,11 +187,11 @@ class SPO(Learner):
     lr_losses_ : dict
         ``{lr: best validation loss}`` over the grid (one entry without one).
     stopped_at_ : int
-        The step where training stopped (``steps`` when it never stopped early).
+        The step where training stopped (``protocol_.steps`` when it never stopped early).
     best_step_ : int
-        The step whose hypernetwork was kept (the best evaluation under ``patience``, else the last).
+        The step whose hypernetwork was kept (the best evaluation under patience, else the last).
     hit_max_ : bool
-        True when training ran all ``steps`` without stopping early.
+        True when training ran all ``protocol_.steps`` without stopping early.
     fit_seconds_ : float
     timings_ : dict
         Seconds spent training, on ``BG(all)`` (searches and rule), and in total
@@ -187,13 +199,14 @@ class SPO(Learner):
     """
 
     method = "spo"
+    #: The protocol's fields SPO trains with (``coalitions learn`` builds its protocol from these flags).
+    protocol_fields = PROTOCOL_FIELDS
 
     # The parameters (kept by __init__ under their own names) and what fit() sets, declared for the
     # type checker.
     hidden: int
     embed: int
     layers: int
-    steps: int
     lr: float
     directions: int
     alpha: float
@@ -201,7 +214,6 @@ class SPO(Learner):
     log_loss: bool
     l2: float | None
     log_eps: float | None
-    batch_size: int | None
     rule: str
     threshold: float
     tol: float
@@ -221,9 +233,8 @@ class SPO(Learner):
     direction_steps: int
     direction_lr: float
     momentum: float
-    patience: int | None
-    lr_grid: tuple[float, ...] | None
     protocol: TrainingProtocol | None
+    protocol_: TrainingProtocol
     oracle_: SPOOracle
     hypernet_: ParetoHypernetwork | None   # None under variant="paper" (one network per search)
     weights_: np.ndarray   # always a matrix after fit: each client's best direction, as weights
@@ -233,33 +244,23 @@ class SPO(Learner):
     val_loss_steps_: list[int]
     val_loss_clients_: list[list[float]]
 
-    def __init__(self, hidden: int = 200, embed: int = 64, layers: int = 3, steps: int = 3000,
+    def __init__(self, hidden: int = 200, embed: int = 64, layers: int = 3,
                  lr: float = 0.01, directions: int = 64, alpha: float = 0.5, faces: float = 0.5,
                  log_loss: bool = True, l2: float | None = None, log_eps: float | None = 1e-3,
-                 batch_size: int | None = 256, rule: str = "elimination",
+                 rule: str = "elimination",
                  threshold: float = 0.7, tol: float = 0.02, min_weight: float = 0.01, epo: bool = False,
                  search_steps: int = 100, starts: int = 4, line_search: int = 16, model: str | None = None,
                  device: str = "auto", seed: int = 0, progress: Callable | None = None, heads: str = "shared",
                  target_hidden: int = 64, variant: str = "ours", front_steps: int = 5, direction_steps: int = 1,
-                 direction_lr: float = 0.01, momentum: float = 0.5, patience: int | None = None,
-                 lr_grid: tuple[float, ...] | None = None, protocol=None):
+                 direction_lr: float = 0.01, momentum: float = 0.5, protocol: TrainingProtocol | None = None):
         self._store(locals())
 
     # -- configuration
     def check_params(self) -> None:
-        for k, lo in dict(hidden=1, embed=1, layers=0, steps=0, directions=1, search_steps=0, starts=2,
+        for k, lo in dict(hidden=1, embed=1, layers=0, directions=1, search_steps=0, starts=2,
                           line_search=1, seed=0, target_hidden=1, front_steps=1, direction_steps=0).items():
             check_param(k, getattr(self, k), "int", low=lo)
-        check_param("batch_size", self.batch_size, "int", low=1, allow_none=True)
         check_param("momentum", self.momentum, "number", low=0, high=1)
-        check_param("patience", self.patience, "int", low=1, allow_none=True)
-        if self.lr_grid is not None:
-            if isinstance(self.lr_grid, (str, bytes)) or not hasattr(self.lr_grid, "__len__") or not len(self.lr_grid):
-                raise ParameterError("lr_grid", f"{{name}} must be a non-empty sequence of rates, got {self.lr_grid!r}")
-            for r in self.lr_grid:
-                check_param("lr_grid", r, "number", low=0, low_open=True)
-        if self.variant == "paper" and (self.patience is not None or self.lr_grid is not None):
-            raise ParameterError("variant", "{name} paper runs the code's fixed schedule: no patience or lr_grid")
         check_param("variant", self.variant, "choice", choices=VARIANTS)
         if self.variant == "paper" and (self.heads != "shared" or self.epo):
             raise ParameterError("variant", "{name} paper takes neither heads personal nor epo (it always "
@@ -286,19 +287,26 @@ class SPO(Learner):
         check_param("device", self.device, "choice", choices=("auto", "cpu", "cuda"))
         check_param("progress", self.progress, "callable", allow_none=True)
         if self.protocol is not None:
-            from coalitions.learners.training.protocol import TrainingProtocol
-
             if not isinstance(self.protocol, TrainingProtocol):
                 raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
                                                  f"{type(self.protocol).__name__}")
-            defaults = inspect.signature(type(self).__init__).parameters
-            for name, field in FROM_PROTOCOL.items():
-                if getattr(self, name) != defaults[name].default:
-                    raise ParameterError(name, f"{{name}} comes from the protocol when one is given "
-                                               f"(protocol.{field}); set it there")
-            if self.variant == "paper" and (self.protocol.patience is not None or self.protocol.lr_grid is not None):
-                raise ParameterError("variant", "{name} paper runs the code's fixed schedule: a protocol without "
-                                                "patience or lr_grid")
+            self._check_variant_protocol(self.protocol)
+
+    def _check_variant_protocol(self, protocol: TrainingProtocol) -> None:
+        """The paper's variant runs the code's fixed schedule: refuse a protocol with patience or a rate grid."""
+        if self.variant == "paper" and (protocol.patience is not None or protocol.lr_grid is not None):
+            raise ParameterError("variant", "{name} paper runs the code's fixed schedule: a protocol without "
+                                            "patience or lr_grid")
+
+    def protocol_for(self, fed: Federation) -> TrainingProtocol:
+        """The protocol a fit on ``fed`` trains with: ``protocol``, or the default of ``fed``'s task and input shape.
+
+        The default is :func:`~coalitions.learners.training.protocol.protocol_with` of the
+        federation's task and input shape, what ``coalitions learn`` builds without training flags.
+        """
+        if self.protocol is not None:
+            return self.protocol
+        return protocol_with(fed.task, tuple(fed.input_shape))
 
     def _hypernet(self) -> ParetoHypernetwork:
         """The shared hypernetwork (``variant="ours"``); the paper's variant trains one per search instead."""
@@ -306,18 +314,13 @@ class SPO(Learner):
             raise AttributeError("SPO(variant='paper') has no shared hypernetwork: each search trained its own")
         return self.hypernet_
 
-    def _budget(self, name: str):
-        """The training setting ``name``: the protocol's when one is given and fixes it (:data:`FROM_PROTOCOL`)."""
-        if self.protocol is None or name not in FROM_PROTOCOL:
-            return getattr(self, name)
-        return getattr(self.protocol, FROM_PROTOCOL[name])
-
     # -- training
     def _step_macs(self, fed: Federation) -> float:
         """Work of one training step: the hypernetwork and the target model, for every direction."""
         spec = make_model(self.model or default_model(fed, images="logistic"),
                           fed.input_shape, fed.n_outputs, hidden=self.target_hidden)
-        batch = int(fed.sizes("train").max()) if self._budget("batch_size") is None else int(self._budget("batch_size"))
+        size = self.protocol_for(fed).batch_size
+        batch = int(fed.sizes("train").max()) if size is None else int(size)
         hyper = self.hidden * (self.embed + self.hidden * (self.layers - 1) + spec.n_params)
         return self.directions * (hyper + step_macs(spec, batch, fed.n))
 
@@ -331,6 +334,8 @@ class SPO(Learner):
         t0 = time.perf_counter()
         fed = federation
         self.federation_ = fed
+        self.protocol_ = self.protocol_for(fed)
+        self._check_variant_protocol(self.protocol_)
         self.device_ = resolve_device(self.device)
         self.model_ = self.model or default_model(fed, images="logistic")
         self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs, hidden=self.target_hidden)
@@ -362,7 +367,7 @@ class SPO(Learner):
 
     def _train_tuned(self, fed: Federation) -> None:
         """Train at every rate of ``lr_grid`` (or at ``lr``) and keep the run with the lowest validation loss."""
-        grid = [float(self._budget("lr"))] if self._budget("lr_grid") is None else [float(r) for r in self._budget("lr_grid")]
+        grid = [float(self.lr)] if self.protocol_.lr_grid is None else [float(r) for r in self.protocol_.lr_grid]
         best = None
         self.lr_losses_: dict[float, float] = {}
         for k, rate in enumerate(grid):
@@ -384,10 +389,10 @@ class SPO(Learner):
         self.history_ = []
         self.val_loss_steps_, self.val_loss_clients_ = [], []
         search = PaperSearch(self.spec_, self.loss_, self.train_, self.val_, self.device_, self.seed,
-                             rounds=max(1, self._budget("steps") // self.front_steps), front_steps=self.front_steps,
-                             direction_steps=self.direction_steps, lr=self._budget("lr"), momentum=self.momentum,
+                             rounds=max(1, self.protocol_.steps // self.front_steps), front_steps=self.front_steps,
+                             direction_steps=self.direction_steps, lr=self.lr, momentum=self.momentum,
                              direction_lr=self.direction_lr, hidden=self.hidden, layers=self.layers,
-                             batch_size=self._budget("batch_size"))
+                             batch_size=self.protocol_.batch_size)
         self._conclude(fed, lambda: search, t0, 0.0)
         self.epo_fallbacks_ = search.epo_fallbacks_
         return self
@@ -426,11 +431,7 @@ class SPO(Learner):
     def estimate_config(self) -> dict:
         fed = self.federation_
         params = {k: v for k, v in self.get_params().items() if k != "progress"}
-        if self.protocol is not None:   # its fields stand for the budget it fixes
-            params = {k: v for k, v in params.items() if k not in FROM_PROTOCOL}
-            params["protocol"] = self.protocol.to_json()
-        else:
-            params.pop("protocol", None)
+        params["protocol"] = self.protocol_.to_json()   # the one trained with (the default when none was given)
         return {"method": "spo", **params, "dataset": fed.name, "data_options": dict(fed.options),
                 "device_used": str(self.device_),
                 "rules_reported": [self.rule] + (["ratio"] if self.rule != "ratio" else [])}
@@ -460,8 +461,8 @@ class SPO(Learner):
             "epo_fallbacks": self.epo_fallbacks_,
             "training": ({"variant": "paper"} if self.variant == "paper" else
                          {"variant": self.variant, "lr": self.lr_, "stopped_at": self.stopped_at_,
-                          "best_step": self.best_step_, "hit_max": self.hit_max_, "max_steps": self._budget("steps"),
-                          "patience": self._budget("patience"),
+                          "best_step": self.best_step_, "hit_max": self.hit_max_, "max_steps": self.protocol_.steps,
+                          "patience": self.protocol_.patience,
                           "lr_losses": {repr(k): v for k, v in getattr(self, "lr_losses_", {}).items()}}),
         }
 
@@ -520,16 +521,17 @@ class SPO(Learner):
         return self._loss_matrix(params, self.val_.X, self.val_.y, self.val_.m)
 
     def _train(self, fed: Federation, lr: float | None = None) -> list[float]:
-        """Train ``hypernet_`` (Adam at ``lr``, default the budget's rate); early stopping under ``patience``.
+        """Train ``hypernet_`` (Adam at ``lr``, default SPO's ``lr``) for ``protocol_.steps`` steps, early stopping
+        under ``protocol_.patience``.
 
         Sets ``val_loss_steps_``, ``val_loss_clients_``, ``best_val_`` (the kept network's mean
         validation loss), ``stopped_at_`` and ``hit_max_``; returns the training-loss history.
         """
         net = self._hypernet()
-        steps, batch, patience = self._budget("steps"), self._budget("batch_size"), self._budget("patience")
+        steps, batch, patience = self.protocol_.steps, self.protocol_.batch_size, self.protocol_.patience
         dev = self.device_
         rng = np.random.default_rng(self.seed)
-        self.lr_ = float(self._budget("lr") if lr is None else lr)
+        self.lr_ = float(self.lr if lr is None else lr)
         opt = torch.optim.Adam(net.parameters(), lr=self.lr_)
         self.best_val_, self.best_step_, self.stopped_at_, self.hit_max_ = math.inf, steps, steps, True
         best_state, bad = None, 0
