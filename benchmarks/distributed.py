@@ -40,6 +40,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from coalitions.learners.exact import ExhaustiveOracle  # noqa: E402
+from coalitions.learners.training.protocol import TrainingProtocol  # noqa: E402
 
 
 def _load() -> str:
@@ -50,8 +51,9 @@ def _load() -> str:
 
 
 def timed_fit(fed, backend: str, device: str, epochs: int, chunk_size: int | None = None) -> tuple[float, ExhaustiveOracle]:
-    o = ExhaustiveOracle(model="logistic", epochs=epochs, device=device, seed=0, backend=backend, threads=1,
-                         chunk_size=chunk_size)
+    # Adam at 0.05, cosine, weight decay 1e-3, full batch: one step per epoch
+    o = ExhaustiveOracle(protocol=TrainingProtocol(model="logistic", steps=epochs), device=device, seed=0,
+                         backend=backend, threads=1, chunk_size=chunk_size)
     t = time.perf_counter()
     o.fit(fed)
     if device == "cuda":

@@ -44,6 +44,18 @@ from coalitions.learners.data.federation import Client, Federation, Split  # noq
 from coalitions.learners.data.metrics import evaluate  # noqa: E402
 from coalitions.learners.exact import closed_form_mse, closed_form_weights, train_subsets  # noqa: E402
 from coalitions.learners.training.models import make_model  # noqa: E402
+from coalitions.learners.training.protocol import TrainingProtocol  # noqa: E402
+
+#: The exhaustive oracle's training per model before it took only a protocol, which the timings of
+#: docs/performance.md were taken with: Adam, cosine schedule, weight decay 1e-3, full batch,
+#: ``(epochs, learning rate)``.
+FORMER_DEFAULTS = {"logistic": (500, 0.05), "mlp": (300, 0.01), "cnn": (60, 0.005)}
+
+
+def former_default(model: str, epochs: int | None = None) -> TrainingProtocol:
+    """:data:`FORMER_DEFAULTS` of ``model`` as a protocol (full batch: a step per epoch), ``epochs`` if given."""
+    steps, lr = FORMER_DEFAULTS[model]
+    return TrainingProtocol(model=model, lr=lr, weight_decay=1e-3, steps=epochs or steps)
 
 
 def _members(mask: int, n: int) -> list[int]:
@@ -144,7 +156,7 @@ def oracle_on(device: str, model: str, n: int = 12, epochs: int | None = None, s
 
     fed = binary_federation(n, samples=100, seed=seed) if model == "logistic" else \
         load("digits", clients=n, partition="practical", seed=seed)
-    o = ExhaustiveOracle(model=model, epochs=epochs, device=device, seed=seed)
+    o = ExhaustiveOracle(protocol=former_default(model, epochs), device=device, seed=seed)
     if device == "cuda":
         torch.cuda.synchronize()
     t = time.perf_counter()
@@ -242,7 +254,7 @@ def spo_vs_exhaustive(n: int, steps: int = 3000, seed: int = 0, logistic_epochs:
                           total=spo.timings_["total"] + spo.peeling_seconds_)
     bfed = binary_federation(n, samples=100, seed=seed)
     t = time.perf_counter()
-    ExhaustiveOracle(epochs=logistic_epochs, device="cpu", seed=seed).fit(bfed)
+    ExhaustiveOracle(protocol=former_default("logistic", logistic_epochs), device="cpu", seed=seed).fit(bfed)
     out["exhaustive_logistic_s"] = time.perf_counter() - t
     spo = SPO(protocol=budget, device="cpu", seed=seed).fit(bfed)
     _ = spo.estimate_  # the rest of the peeling

@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 from coalitions.learners.exact import ExhaustiveOracle  # noqa: E402
+from coalitions.learners.training.protocol import TrainingProtocol  # noqa: E402
 
 #: The GCS declares a silent node dead after 5 missed checks 1 s apart (Ray's default: 3 s apart).
 HEALTH_CHECK = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "5"}
@@ -157,8 +158,9 @@ class LoopbackCluster:
 
 def fit(fed, epochs: int, backend: str, address: str | None = None, progress=None) -> tuple[float, ExhaustiveOracle]:
     """Wall seconds and the fitted logistic oracle (one thread per task, seed 0)."""
-    o = ExhaustiveOracle(model="logistic", epochs=epochs, device="cpu", seed=0, backend=backend, threads=1,
-                         address=address, progress=progress)
+    # Adam at 0.05, cosine, weight decay 1e-3, full batch: one step per epoch
+    o = ExhaustiveOracle(protocol=TrainingProtocol(model="logistic", steps=epochs), device="cpu", seed=0,
+                         backend=backend, threads=1, address=address, progress=progress)
     t = time.perf_counter()
     o.fit(fed)
     return time.perf_counter() - t, o

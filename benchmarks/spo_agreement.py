@@ -189,7 +189,7 @@ def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool 
         pe = SPOOracle(fed.names, ps, "elimination", ref.threshold, ref.tol, ref.min_weight)
         out["perfect front, search, elimination"] = _score(pe, fed.names, game, exact)
         out["perfect front, search, ratio"] = _score(pe.with_rule("ratio"), fed.names, game, exact)
-        ridge = float(oracle.ridge)
+        ridge = float(oracle.protocol_.weight_decay)   # the closed form's ridge (1e-10 by default)
         ps0 = DirectionSearch(ExactParetoFront(fed, 2 * ridge, bias_decay=True), make_spec(fed), _loss(fed),
                               _padded(fed, "val"), "cpu", seed, ref.search_steps, ref.starts, ref.line_search)
         out["perfect front, search, elimination, l2 -> 0"] = _score(

@@ -192,8 +192,9 @@ def oracle_chunks(oracle, fed, cfg: dict, todo, store: Callable[[int, dict], Non
 
     ray = init(address)
     threads = oracle.threads or get_override() or 1
-    params = {k: getattr(oracle, k) for k in ("model", "epochs", "lr", "l2", "ridge", "batch_size", "hidden",
-                                              "memory_mb", "device", "dtype", "seed", "replicates", "protocol")}
+    # the workers rebuild the oracle from these; the protocol is the one the driver resolved (``protocol_``)
+    params = {k: getattr(oracle, k) for k in ("memory_mb", "device", "dtype", "seed", "replicates")}
+    params["protocol"] = oracle.protocol_
     setup = ray.put((params, fed, cfg, oracle.device_))
     job = uuid.uuid4().hex
     gpus = GPUS_PER_TASK if str(oracle.device_).startswith("cuda") else 0

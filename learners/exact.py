@@ -5,15 +5,19 @@ on the union of the training data of the clients in ``S``.  The oracle trains
 all ``2^N − 1`` subset models and returns the exhaustive game (docs/concepts.md §1, docs/formats.md),
 with the test-set values alongside.
 
-Two ways, never one Python loop per subset:
+Every subset model trains under one
+:class:`~coalitions.learners.training.protocol.TrainingProtocol` (the oracle's ``protocol``, or the
+default protocol of the federation's task and input shape), two ways, never one Python loop per
+subset:
 
-* **Closed form** (``model="linear"`` on a regression task).  With the bias
+* **Closed form** (a linear model with ``closed_form`` on a regression task).  With the bias
   folded in (``x̃ = (x, 1)``), client ``i`` contributes ``G_i = X̃_iᵀX̃_i`` and
   ``b_i = X̃_iᵀy_i``.  The sums ``G_S = Σ_{i∈S} G_i`` for all ``2^N`` masks come
   from one doubling pass (``G[2^i : 2^{i+1}] = G[0 : 2^i] + G_i``), and all
   systems are solved in one batched call
-  ``w_S = (G_S + λ·n_S·I)⁻¹ b_S`` with a tiny ridge ``λ`` (default ``1e-10``,
-  relative to the mean loss; ``n_S`` = training samples of ``S``) that keeps
+  ``w_S = (G_S + λ·n_S·I)⁻¹ b_S`` with the protocol's ``weight_decay`` as ridge ``λ``
+  (the default protocol's is ``1e-10``, relative to the mean loss; ``n_S`` = training samples
+  of ``S``), a tiny ridge that keeps
   under-determined subsets solvable and, as ``λ → 0``, tends to the
   minimum-norm least-squares fit.  The validation MSE of every subset model on
   client ``i`` is the quadratic form ``(wᵀA_i w − 2wᵀc_i + e_i)/n_i`` with
@@ -25,13 +29,12 @@ Two ways, never one Python loop per subset:
   per-sample losses are summed per client (``(M, n) @ onehot(owner) → (M, N)``)
   and weighted by the subset-membership matrix, so model ``S`` minimises
 
-  ``L_S(θ) = Σ_{i∈S} Σ_{x∈D_i} ℓ(θ; x) / Σ_{i∈S} |D_i| + (l2/2)·‖weights‖²``,
+  ``L_S(θ) = Σ_{i∈S} Σ_{x∈D_i} ℓ(θ; x) / Σ_{i∈S} |D_i| + (λ/2)·‖weights‖²``
 
-  the mean loss over the union of its members' data, without copying data per
-  subset.  Adam, cosine-decayed learning rate, full batch unless
-  ``batch_size`` is given (then one shared random order of all samples per
-  epoch; a subset's loss on a batch is the mean over its members' samples in
-  it).  Every subset model starts from the same initial parameters (drawn
+  (``λ`` the protocol's ``weight_decay``), the mean loss over the union of its members' data,
+  without copying data per subset.  The protocol's optimiser and learning-rate schedule, full
+  batch unless the protocol has a ``batch_size`` (then one shared random order of all samples
+  per epoch; a subset's loss on a batch is the mean over its members' samples in it).  Every subset model starts from the same initial parameters (drawn
   from ``seed``) and sees the same batch order, so a subset's result does not
   depend on which chunk holds it, and a resumed run gives the same game.
   Chunks are sized to a memory budget; a checkpoint file
@@ -42,9 +45,9 @@ paper's CIFAR-10 code).  Subset ``S`` trains *one body and one output layer per 
 ``i``'s samples go through the body of ``S`` and ``i``'s own head; the body descends the mean
 loss over the union of the members' data and each head its own client's loss,
 
-``body: Σ_{i∈S} (n_i/n_S)·L_i(body, head_i) + (l2/2)·‖W_body‖²``,  ``head_i: L_i(body, head_i) + (l2/2)·‖W_head_i‖²``
+``body: Σ_{i∈S} (n_i/n_S)·L_i(body, head_i) + (λ/2)·‖W_body‖²``,  ``head_i: L_i(body, head_i) + (λ/2)·‖W_head_i‖²``
 
-(``L_i`` client ``i``'s mean training loss, ``n_S = Σ_{i∈S} n_i``), so that a singleton ``{i}`` is
+(``L_i`` client ``i``'s mean training loss, ``n_S = Σ_{i∈S} n_i``, ``λ`` the protocol's ``weight_decay``), so that a singleton ``{i}`` is
 exactly client ``i``'s own full model, a non-member's head has no term at all (it keeps its
 initial value: no gradient, no decay), and a subset trains as FedPer restricted to it does with
 one full-batch SGD step per round (:func:`~coalitions.learners.game.personal.train_subsets_personal`;
@@ -97,22 +100,25 @@ from coalitions.learners.game.masks import membership, subset_sums
 from coalitions.learners.game.memory import activation_floats, cache_chunk, eval_batch, memory_chunk
 from coalitions.learners.game.personal import train_subsets_personal
 from coalitions.learners.game.shared import train_subsets
+from coalitions.learners.training.protocol import TrainingProtocol, default_kind, protocol_with
 from coalitions.learners.training.threads import step_macs, using
 from coalitions.params import ParameterError, check_param
 
 __all__ = ["ExhaustiveOracle", "subset_sums", "membership", "closed_form_weights", "closed_form_mse",
-           "train_subsets", "DEFAULTS", "bootstrap_draws", "rescore", "closed_form_replicates", "train_subsets_personal",
+           "train_subsets", "bootstrap_draws", "rescore", "closed_form_replicates", "train_subsets_personal",
            "HEADS", "personal_from_singletons"]
 
-#: Default epochs and learning rate per model kind (Adam, cosine decay).
-DEFAULTS = {"linear": (500, 0.05), "logistic": (500, 0.05), "mlp": (300, 0.01), "cnn": (60, 0.005)}
 #: Output layers of a subset's model: one for all members, or one per member (module docstring).
 HEADS = ("shared", "personal")
 
 
 
 def chunk_trainer(params: dict, federation, config: dict, device) -> ChunkTrainer:
-    """A :class:`ChunkTrainer` for an oracle with constructor ``params`` (what a Ray worker builds)."""
+    """A :class:`ChunkTrainer` for an oracle with constructor ``params`` (what a Ray worker builds).
+
+    The driver sends the protocol it resolved (``protocol_``) as ``params["protocol"]``, so the
+    worker trains with that very protocol.
+    """
     oracle = ExhaustiveOracle(**params)
     draws = bootstrap_draws(federation, oracle.replicates, oracle.seed) if oracle.replicates else None
     return ChunkTrainer(oracle, federation, config, device, draws)
@@ -121,29 +127,44 @@ def chunk_trainer(params: dict, federation, config: dict, device) -> ChunkTraine
 class ExhaustiveOracle:
     """Train a model on every non-empty subset of clients; the exact game (docs/concepts.md §5).
 
+    The training protocol (``protocol``) is the only source of the training settings: the
+    model, its hidden units, the optimiser, learning rate and schedule, the weight decay (the
+    ridge in closed form), the batch, the budget, the patience and the learning-rate grid.  The
+    oracle keeps none of its own; its other parameters say how the work is run (chunks,
+    memory, device, precision, threads, checkpoint, backend), what is scored (``replicates``,
+    ``loss_game``) and the subset models' output layers (``heads``).
+
     Parameters
     ----------
-    model : {"auto", "linear", "logistic", "mlp", "cnn"}
-        ``"auto"``: linear for regression, logistic otherwise.  ``"linear"``
-        on a regression task is solved in closed form.
-    epochs, lr : int, float, optional
-        Training length and Adam learning rate (defaults per model in
-        :data:`DEFAULTS`); unused in closed form.
-    l2 : float
-        Weight decay ``l2/2·‖w‖²`` on weights (not biases) of trained models.
-    ridge : float
-        Relative ridge of the closed form (see module docstring).
-    batch_size : int, optional
-        Minibatch size; full batch when None.
-    hidden : int
-        Hidden units of the MLP.
+    protocol : coalitions.learners.training.protocol.TrainingProtocol, optional
+        How every subset model is trained (docs/concepts.md §5), the protocol shared with the
+        learners.  ``None``: the default protocol of the federation's task and input shape,
+        :func:`~coalitions.learners.training.protocol.protocol_with` ``(task, input_shape)``
+        (what ``coalitions oracle`` and ``coalitions learn`` train with when no training flag is
+        given: linear regression solved in closed form with ridge ``1e-10``, logistic
+        regression, the CNN for images); it is resolved when :meth:`fit` runs and kept as
+        ``protocol_``.  A protocol whose ``model`` is ``None`` takes the same default-model rule
+        (:func:`~coalitions.learners.training.protocol.default_kind`).  A linear model on a
+        non-regression task is an error.
+        Its model, weight decay, optimiser, schedule and batch train every subset model, for
+        ``protocol.epochs_for(n)`` epochs over the ``n`` training samples of all clients
+        (``protocol.steps`` optimiser steps); with ``closed_form`` on a linear regression the
+        subsets are solved exactly with ridge ``weight_decay``.
+        With an ``lr_grid`` every subset model trains once per rate and keeps the one with
+        the lowest pooled validation loss (``lr_chosen_``); with a ``patience`` every subset
+        model stops on its own pooled validation loss (``stopped_at_``).  Under the same
+        protocol and seed the model of ``{i}`` is the model
+        :class:`~coalitions.learners.methods.baselines.Local` trains for client ``i`` (full
+        batch; tests/test_protocol.py).  With ``heads="personal"`` the singleton ``{i}``
+        (body and ``i``'s head) is Local's model of client ``i`` in the same way.
     chunk_size : int, optional
         Subset models trained together; by default as many as keep a step's forward
         activations in the cache share of a core
         (:func:`coalitions.learners.game.memory.cache_chunk`), at most as many as fit
         ``memory_mb`` of activations.
     memory_mb : float
-        Activation budget used to size chunks.
+        Activation budget used to size chunks (sized for a full-batch step, whatever the
+        protocol's batch).
     device : {"auto", "cpu", "cuda"}
     dtype : {"float32", "float64"}
         Precision of trained models (closed form is always float64).
@@ -168,22 +189,6 @@ class ExhaustiveOracle:
     replicates : int
         Bootstrap replicates of the validation sets to score the trained
         models on (module docstring); 0 for none.
-    protocol : coalitions.learners.training.protocol.TrainingProtocol, optional
-        The training protocol shared with the learners (docs/concepts.md §5):
-        it replaces ``model``, ``epochs``, ``lr``, ``l2``, ``ridge``,
-        ``batch_size`` and ``hidden`` (setting one of those as well is an error).
-        With an ``lr_grid`` every subset model trains once per rate and keeps the one with
-        the lowest pooled validation loss (``lr_chosen_``); with a ``patience`` every subset
-        model stops on its own pooled validation loss (``stopped_at_``).  Its model, weight decay, optimiser,
-        schedule and batch train every subset model, for
-        ``protocol.epochs_for(n)`` epochs over the ``n`` training samples of
-        all clients (``protocol.steps`` optimiser steps); with ``closed_form``
-        on a linear regression the subsets are solved exactly with ridge
-        ``weight_decay``.  Under the same protocol and seed the model of
-        ``{i}`` is the model :class:`~coalitions.learners.methods.baselines.Local`
-        trains for client ``i`` (full batch; tests/test_protocol.py).
-        With ``heads="personal"`` the singleton ``{i}`` (body and ``i``'s
-        head) is Local's model of client ``i`` in the same way.
     heads : {"shared", "personal"}
         ``"shared"``: one model per subset.  ``"personal"``: one body per
         subset and one output layer per member (module docstring, "Personal
@@ -194,6 +199,10 @@ class ExhaustiveOracle:
 
     Attributes
     ----------
+    protocol_ : coalitions.learners.training.protocol.TrainingProtocol
+        The protocol every subset model was trained with: ``protocol``, or the default
+        protocol of the federation's task and input shape when ``protocol`` is ``None``.
+        Recorded in the games' provenance (``model.protocol``).
     values_val_, values_test_ : ndarray of shape (N, 2**N)
         The metric (raw units: MSE, accuracy or AUC) of the model of ``S`` on
         client ``i``'s validation / test data; NaN where ``i ∉ S``.
@@ -218,6 +227,9 @@ class ExhaustiveOracle:
         replicates on the same resamples; None otherwise.
     method_ : str
         ``"closed-form"`` or ``"batched"``.
+    config_ : dict
+        :meth:`config` of the fitted federation (with the learning rates kept and the stopping
+        steps summarised, where there are any): the game's ``model`` provenance.
     device_ : str
     chunks_trained_, chunks_resumed_ : int
         Chunks trained in this call and chunks loaded from the checkpoint.
@@ -225,21 +237,12 @@ class ExhaustiveOracle:
         Seconds spent in :meth:`fit`.
     """
 
-    def __init__(self, model: str = "auto", epochs: int | None = None, lr: float | None = None,
-                 l2: float = 1e-3, ridge: float = 1e-10, batch_size: int | None = None, hidden: int = 64,
-                 chunk_size: int | None = None, memory_mb: float = 512.0, device: str = "auto",
-                 dtype: str = "float32", seed: int = 0, checkpoint=None, threads: int | None = None,
-                 progress=None, backend: str = "local", address: str | None = None, replicates: int = 0,
-                 protocol=None, heads: str = "shared", loss_game: bool = False):
+    def __init__(self, protocol: TrainingProtocol | None = None, *, chunk_size: int | None = None,
+                 memory_mb: float = 512.0, device: str = "auto", dtype: str = "float32", seed: int = 0,
+                 checkpoint=None, threads: int | None = None, progress=None, backend: str = "local",
+                 address: str | None = None, replicates: int = 0, heads: str = "shared", loss_game: bool = False):
         self.protocol = protocol
         self.loss_game = loss_game
-        self.model = model
-        self.epochs = epochs
-        self.lr = lr
-        self.l2 = l2
-        self.ridge = ridge
-        self.batch_size = batch_size
-        self.hidden = hidden
         self.chunk_size = chunk_size
         self.memory_mb = memory_mb
         self.device = device
@@ -254,32 +257,24 @@ class ExhaustiveOracle:
         self.heads = heads
 
     # -------------------------------------------------------------- configuration
-    def _kind(self, fed: Federation) -> str:
+    def _protocol_for(self, fed: Federation) -> TrainingProtocol:
+        """The protocol that trains ``fed``'s subset models: ``protocol``, or the default of ``fed``'s task and shape."""
         if self.protocol is not None:
-            return self._protocol_kind(fed)
-        kind = self.model
-        if kind == "auto":
-            kind = "linear" if fed.task == "regression" else "logistic"
-        check_param("model", self.model, "choice", choices=("auto", *DEFAULTS))
-        if kind == "linear" and fed.task != "regression":
-            raise ParameterError("model", f"{{name}} linear fits regression; dataset {fed.name!r} is {fed.task} "
-                                          "(use {name} logistic)")
-        return kind
+            return self.protocol
+        return protocol_with(fed.task, tuple(fed.input_shape))
 
-    def _protocol_kind(self, fed: Federation) -> str:
-        kind = self.protocol.model
-        if kind is None:
-            from coalitions.learners.methods.base import default_model
-
-            kind = default_model(fed)
+    @staticmethod
+    def _kind(p: TrainingProtocol, fed: Federation) -> str:
+        """``p``'s model on ``fed``: its own, or the default-model rule when it names none."""
+        kind = p.model or default_kind(fed.task, tuple(fed.input_shape))
         if kind == "linear" and fed.task != "regression":
             raise ParameterError("model", f"{{name}} linear fits regression; dataset {fed.name!r} is {fed.task} "
                                           "(the protocol's model)")
         return kind
 
-    def _protocol_config(self, fed: Federation) -> dict:
-        p = self.protocol
-        kind = self._kind(fed)
+    def _config(self, fed: Federation, p: TrainingProtocol) -> dict:
+        """:meth:`config` under the protocol ``p``."""
+        kind = self._kind(p, fed)
         heads = {"heads": "personal"} if self.heads == "personal" else {}
         if p.closed_form and kind == "linear":
             return {"model": kind, "solver": "closed-form", "ridge": float(p.weight_decay), "protocol": p.to_json(),
@@ -295,52 +290,28 @@ class ExhaustiveOracle:
         return cfg
 
     def config(self, fed: Federation) -> dict:
-        """The options that determine the result (written as provenance)."""
-        if self.protocol is not None:
-            return self._protocol_config(fed)
-        kind = self._kind(fed)
-        if kind == "linear":
-            cfg_lin: dict = {"model": kind, "solver": "closed-form", "ridge": float(self.ridge)}
-            if self.heads == "personal":
-                cfg_lin["heads"] = "personal"
-            return cfg_lin
-        epochs, lr = DEFAULTS[kind]
-        cfg = {"model": kind, "solver": "batched-adam", "epochs": int(self.epochs or epochs),
-               "lr": float(self.lr or lr), "l2": float(self.l2), "batch_size": self.batch_size,
-               "dtype": self.dtype, "seed": int(self.seed)}
-        if kind == "mlp":
-            cfg["hidden"] = int(self.hidden)
-        if self.heads == "personal":  # absent when shared: earlier games and checkpoints keep their config
-            cfg["heads"] = "personal"
-        if self.loss_game:
-            cfg["loss_game"] = True
-        return cfg
+        """The options that determine the result on ``fed`` (written as provenance, ``model``).
+
+        Everything comes from the protocol :meth:`fit` trains ``fed`` with (``protocol``, or the
+        default of ``fed``'s task and input shape), recorded whole under ``"protocol"``; the
+        model, solver, epochs, rate, weight decay (``"l2"``, or ``"ridge"`` in closed form) and
+        batch it implies on ``fed`` are spelled out beside it, with the precision and seed.
+        """
+        self._check()
+        return self._config(fed, self._protocol_for(fed))
 
     def _check(self):
-        check_param("epochs", self.epochs, "int", low=1, allow_none=True)
-        check_param("lr", self.lr, "number", low=0, low_open=True, allow_none=True)
-        check_param("l2", self.l2, "number", low=0, allow_none=True)
-        check_param("ridge", self.ridge, "number", low=0, allow_none=True)
-        check_param("batch_size", self.batch_size, "int", low=1, allow_none=True)
         check_param("chunk_size", self.chunk_size, "int", low=1, allow_none=True)
+        check_param("memory_mb", self.memory_mb, "number", low=0, low_open=True)
         check_param("threads", self.threads, "int", low=1, allow_none=True)
         check_param("dtype", self.dtype, "choice", choices=("float32", "float64"))
         check_param("backend", self.backend, "choice", choices=("local", "ray"))
         check_param("replicates", self.replicates, "int", low=0)
         check_param("heads", self.heads, "choice", choices=HEADS)
         check_param("loss_game", self.loss_game, "choice", choices=(False, True))
-        if self.protocol is not None:
-            from coalitions.learners.training.protocol import TrainingProtocol
-
-            if not isinstance(self.protocol, TrainingProtocol):
-                raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
-                                     f"{type(self.protocol).__name__}")
-            # one place for each setting: under a protocol the oracle's own training settings stay unset
-            own = {"model": "auto", "epochs": None, "lr": None, "l2": 1e-3, "ridge": 1e-10, "batch_size": None,
-                   "hidden": 64}
-            for name, default in own.items():
-                if getattr(self, name) != default:
-                    raise ParameterError(name, "{name} comes from the protocol when one is given; set it there")
+        if self.protocol is not None and not isinstance(self.protocol, TrainingProtocol):
+            raise ParameterError("protocol", "{name} must be a TrainingProtocol or None, got "
+                                 f"{type(self.protocol).__name__}")
 
 
     # -------------------------------------------------------------- fitting
@@ -351,7 +322,8 @@ class ExhaustiveOracle:
         if fed.n > 20:
             raise InputError(f"{fed.n} clients: the exhaustive oracle trains 2^N - 1 models; use at most 20")
         start = time.perf_counter()
-        cfg = self.config(fed)
+        self.protocol_ = p = self._protocol_for(fed)   # resolved once: everything below reads this one
+        cfg = self._config(fed, p)
         if self.replicates:
             from coalitions.replicates import check_count
             from coalitions.resources import check_memory
@@ -390,7 +362,7 @@ class ExhaustiveOracle:
             # a Ray cluster may have the GPUs this driver lacks: "cuda" is then checked by the tasks
             self.device_ = ("cuda" if self.backend == "ray" and self.device == "cuda"
                             else str(resolve_device(self.device)))
-            val, test, reps, loss, reps_loss = self._fit_batched(fed, cfg, draws)
+            val, test, reps, loss, reps_loss = self._fit_batched(fed, cfg, p, draws)
             if self.lr_chosen_ is not None:   # how many subset models kept each rate of the grid
                 rates, counts = np.unique(self.lr_chosen_[1:], return_counts=True)
                 cfg = {**cfg, "lr_chosen": {f"{r:g}": int(c) for r, c in zip(rates, counts, strict=True)}}
@@ -398,7 +370,7 @@ class ExhaustiveOracle:
                 steps = self.stopped_at_[1:]
                 cfg = {**cfg, "stopping": {"min": int(steps.min()), "median": float(np.median(steps)),
                                            "max": int(steps.max()),
-                                           "hit_max": int((steps >= int(self.protocol.steps)).sum())}}
+                                           "hit_max": int((steps >= int(p.steps)).sum())}}
         self.values_val_, self.values_test_ = val, test
         self.config_ = cfg
         self.game_ = co.Game.from_array(val, fed.names, fed.sense, self._provenance(fed, cfg, "val"))
@@ -439,17 +411,17 @@ class ExhaustiveOracle:
     def _chunk_size(self, spec, fed: Federation, n_masks: int) -> int:
         if self.chunk_size is not None:
             return min(self.chunk_size, n_masks)
+        # sized for a full-batch step whatever the protocol's batch (an upper bound on a step's activations),
+        # as protocol runs always were: the chunk size is part of a checkpoint's key
         n = int(fed.sizes("train").sum())
-        if self.batch_size is not None:
-            n = min(n, self.batch_size)
         # the memory budget caps the chunk; the cache model sizes it (game.memory.cache_chunk)
         return min(memory_chunk(spec, n, n_masks, self.memory_mb), cache_chunk(spec, n, n_masks))
 
-    def _fit_batched(self, fed: Federation, cfg: dict, draws=None):
+    def _fit_batched(self, fed: Federation, cfg: dict, p: TrainingProtocol, draws=None):
         from coalitions.learners.training.checkpoint import Checkpoint, fingerprint
         from coalitions.learners.training.models import make_model
 
-        spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=cfg.get("hidden", self.hidden))
+        spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=p.hidden)
         n = fed.n
         masks = np.arange(1, 1 << n)
         chunk = self._chunk_size(spec, fed, len(masks))
@@ -468,10 +440,10 @@ class ExhaustiveOracle:
             arrays["val_loss"] = shape
             if draws is not None:
                 arrays["replicates_loss"] = arrays["replicates"]
-        grid = self.protocol.lr_grid if self.protocol is not None else None
+        grid = p.lr_grid
         if grid:
             arrays["lr"] = (1 << n,)
-        if self.protocol is not None and self.protocol.patience is not None:
+        if p.patience is not None:
             arrays["stopped_at"] = (1 << n,)
         if self.checkpoint is not None:
             what = {"config": cfg, "chunk": chunk, "device": self.device_, "dataset": fed.name,
@@ -570,7 +542,8 @@ class ExhaustiveOracle:
         ms = np.asarray([int(m) for m in masks], dtype=np.int64)
         if ms.size and (ms.min() < 1 or ms.max() >= 1 << fed.n):
             raise InputError(f"subset_outputs: masks must lie in 1..{(1 << fed.n) - 1}")
-        cfg = self.config(fed)
+        p = self._protocol_for(fed)
+        cfg = self._config(fed, p)
         if cfg["solver"] == "closed-form":
             W = closed_form_weights(fed, cfg["ridge"])
             personal = cfg.get("heads") == "personal"  # all head: each member's own model, {i}
@@ -581,14 +554,14 @@ class ExhaustiveOracle:
         trainer = ChunkTrainer(self, fed, cfg, str(resolve_device(self.device)))
         with using(step_macs(trainer.spec, trainer.step_samples, max(1, len(ms))), self.threads):
             if trainer.grid is None:
-                scores = trainer.scores(ms, self.protocol, part)
+                scores = trainer.scores(ms, p, part)
             else:   # every model at the rate fit() kept for it: the lowest pooled validation loss (ChunkTrainer)
                 chosen = trainer(ms)["lr"]
                 scores = None
                 for rate in trainer.grid:
                     at = chosen == rate
                     if at.any():
-                        got = trainer.scores(ms[at], self.protocol.with_(lr=rate, lr_grid=None), part)
+                        got = trainer.scores(ms[at], p.with_(lr=rate, lr_grid=None), part)
                         scores = np.zeros((len(ms), *got.shape[1:]), dtype=got.dtype) if scores is None else scores
                         scores[at] = got
         if scores.ndim == 3 and scores.shape[2] == 1:

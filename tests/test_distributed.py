@@ -23,6 +23,7 @@ from coalitions.errors import InputError  # noqa: E402
 from coalitions.learners import distributed  # noqa: E402
 from coalitions.learners.data.datasets import load  # noqa: E402
 from coalitions.learners.exact import ExhaustiveOracle, membership  # noqa: E402
+from coalitions.learners.training.protocol import TrainingProtocol, protocol_with  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -38,18 +39,29 @@ def digits(n=6, seed=0):
 
 def test_oracle_on_ray_equals_local_to_the_bit(local_ray, tmp_path):
     fed = digits()
-    local = ExhaustiveOracle(model="logistic", epochs=15, device="cpu", seed=3).fit(fed)
-    on_ray = ExhaustiveOracle(model="logistic", epochs=15, device="cpu", seed=3, backend="ray",
+    p = TrainingProtocol(model="logistic", steps=15)
+    local = ExhaustiveOracle(protocol=p, device="cpu", seed=3).fit(fed)
+    on_ray = ExhaustiveOracle(protocol=p, device="cpu", seed=3, backend="ray",
                               checkpoint=tmp_path / "ck.npz").fit(fed)
     assert on_ray.chunks_trained_ == distributed.MIN_CHUNKS      # 63 models spread over 16 tasks
     assert np.array_equal(local.values_val_, on_ray.values_val_, equal_nan=True)
     assert np.array_equal(local.values_test_, on_ray.values_test_, equal_nan=True)
     assert local.game_.provenance["model"] == on_ray.game_.provenance["model"]
     # every chunk was stored: a rerun trains nothing
-    again = ExhaustiveOracle(model="logistic", epochs=15, device="cpu", seed=3, backend="ray",
+    again = ExhaustiveOracle(protocol=p, device="cpu", seed=3, backend="ray",
                              checkpoint=tmp_path / "ck.npz").fit(fed)
     assert again.chunks_trained_ == 0 and again.chunks_resumed_ == distributed.MIN_CHUNKS
     assert np.array_equal(again.values_val_, local.values_val_, equal_nan=True)
+
+
+def test_oracle_on_ray_without_a_protocol_trains_the_default_one(local_ray):
+    """The workers rebuild the oracle from its parameters and the protocol the driver resolved."""
+    fed = load("heart", seed=0)
+    local = ExhaustiveOracle(device="cpu", seed=2).fit(fed)
+    on_ray = ExhaustiveOracle(device="cpu", seed=2, backend="ray").fit(fed)
+    assert on_ray.protocol_ == local.protocol_ == protocol_with(fed.task, tuple(fed.input_shape))
+    assert on_ray.chunks_trained_ > 1 and on_ray.game_.provenance["model"] == local.game_.provenance["model"]
+    assert np.array_equal(local.values_val_, on_ray.values_val_, equal_nan=True)
 
 
 def _dies_once(marker, job, setup, k, ms, threads):
@@ -67,12 +79,11 @@ def test_a_killed_worker_loses_only_its_task(local_ray, tmp_path):
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
     fed = digits(5)
-    oracle = ExhaustiveOracle(model="logistic", epochs=10, device="cpu", seed=1)
+    oracle = ExhaustiveOracle(protocol=TrainingProtocol(model="logistic", steps=10), device="cpu", seed=1)
     cfg = oracle.config(fed)
     masks = np.arange(1, 32)
     chunks = [masks[s:s + 4] for s in range(0, 31, 4)]
-    params = {k: getattr(oracle, k) for k in ("model", "epochs", "lr", "l2", "ridge", "batch_size", "hidden",
-                                              "memory_mb", "device", "dtype", "seed")}
+    params = {k: getattr(oracle, k) for k in ("memory_mb", "device", "dtype", "seed", "replicates", "protocol")}
     setup = ray.put((params, fed, cfg, "cpu"))
     got = {}
     marker = str(tmp_path / "died")
@@ -139,7 +150,9 @@ def test_cli_oracle_on_ray_resumes_after_the_driver_is_stopped(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"{before} chunk(s) from checkpoint" in r.stderr
     game = co.read_game(out)
-    local = ExhaustiveOracle(model="logistic", epochs=400, device="cpu").fit(digits())
+    fed = digits()   # the command's protocol: the task's default with --model logistic --steps 400
+    local = ExhaustiveOracle(protocol=protocol_with(fed.task, fed.input_shape, {"model": "logistic", "steps": 400}),
+                             device="cpu").fit(fed)
     assert np.array_equal(game.raw_values(), local.game_.raw_values(), equal_nan=True)
 
 

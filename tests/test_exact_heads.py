@@ -25,6 +25,10 @@ from coalitions.learners.training.models import (  # noqa: E402
     stack_init,
     stacked_personal_forward,
 )
+from coalitions.learners.training.protocol import TrainingProtocol  # noqa: E402
+
+#: Linear regression solved in closed form with a tiny ridge (the default protocol of a regression task).
+LINEAR = TrainingProtocol(model="linear", closed_form=True, weight_decay=1e-10)
 
 
 def stacked_data(fed, dtype=torch.float64):
@@ -86,8 +90,8 @@ def test_member_outputs_are_the_stacked_forwards_member_rows(kind):
 def test_bodyless_model_gives_every_member_its_value_alone():
     """Affine: the whole model is the head, so a member of S trains on its own data only: v_i(S) = v_i({i})."""
     fed = blobs(sizes=(14, 10, 12), dim=4, classes=3)
-    o = ExhaustiveOracle(model="logistic", epochs=60, lr=0.05, dtype="float64", heads="personal", device="cpu",
-                         seed=3).fit(fed)
+    o = ExhaustiveOracle(protocol=TrainingProtocol(model="logistic", steps=60, lr=0.05, weight_decay=1e-3),
+                         dtype="float64", heads="personal", device="cpu", seed=3).fit(fed)
     X, y, owner = stacked_data(fed)
     spec = make_model("logistic", fed.input_shape, fed.n_outputs)
     p = train_subsets_personal(spec, fed.task, X, y, owner, list(range(1, 8)), 3, first_init(spec, 3, 3),
@@ -100,13 +104,14 @@ def test_bodyless_model_gives_every_member_its_value_alone():
             assert torch.allclose(p["weight"][mask - 1, i], p["weight"][alone - 1, i], atol=1e-4)
             assert o.values_val_[i, mask] == o.values_val_[i, alone]
             assert o.values_test_[i, mask] == o.values_test_[i, alone]
-    assert o.config_["heads"] == "personal" and "heads" not in ExhaustiveOracle(model="logistic").config(fed)
+    assert o.config_["heads"] == "personal" and "heads" not in ExhaustiveOracle(protocol=o.protocol).config(fed)
 
 
 def test_closed_form_personal_heads_are_everyone_alone():
     fed = regression()
-    shared = ExhaustiveOracle(model="linear", replicates=5).fit(fed)
-    personal = ExhaustiveOracle(model="linear", heads="personal", replicates=5).fit(fed)
+    shared = ExhaustiveOracle(protocol=LINEAR, replicates=5).fit(fed)
+    personal = ExhaustiveOracle(protocol=LINEAR, heads="personal", replicates=5).fit(fed)
+    assert personal.method_ == shared.method_ == "closed-form"
     for i in range(fed.n):
         for mask in range(1, 8):
             expect = shared.values_val_[i, 1 << i] if mask >> i & 1 else np.nan
@@ -138,7 +143,8 @@ def test_a_non_members_head_never_moves_and_a_members_does():
 def test_singleton_personal_model_is_the_clients_own_model():
     """{i} with personal heads is the ordinary model trained on i alone (same start, same batches)."""
     fed = blobs(sizes=(9, 11, 8), dim=4, classes=3)
-    kw = dict(model="mlp", hidden=5, epochs=25, lr=0.05, dtype="float64", device="cpu", seed=4)
+    kw = dict(protocol=TrainingProtocol(model="mlp", hidden=5, steps=25, lr=0.05), dtype="float64", device="cpu",
+              seed=4)
     shared = ExhaustiveOracle(**kw).fit(fed).values_val_
     personal = ExhaustiveOracle(heads="personal", **kw).fit(fed).values_val_
     for i in range(3):
@@ -181,8 +187,8 @@ def test_batched_personal_game_equals_each_subset_trained_alone():
     fed = blobs(sizes=(10, 12, 9), dim=4, classes=3, seed=2)
     spec = make_model("mlp", fed.input_shape, fed.n_outputs, hidden=6)
     kw = dict(epochs=40, lr=0.03, l2=1e-3)
-    o = ExhaustiveOracle(model="mlp", hidden=6, dtype="float64", seed=5, heads="personal", chunk_size=3,
-                         device="cpu", **kw).fit(fed)
+    p = TrainingProtocol(model="mlp", hidden=6, steps=kw["epochs"], lr=kw["lr"], weight_decay=kw["l2"])  # full batch
+    o = ExhaustiveOracle(protocol=p, dtype="float64", seed=5, heads="personal", chunk_size=3, device="cpu").fit(fed)
     init = first_init(spec, 3, seed=5)
     for mask in range(1, 8):
         ref = reference_subset(fed, spec, init, mask, **kw)
@@ -200,7 +206,8 @@ def test_batched_personal_game_equals_each_subset_trained_alone():
 
 def test_chunking_and_resume_give_the_same_personal_game(tmp_path):
     fed = blobs(sizes=(9, 11, 8), dim=4, classes=3)
-    kw = dict(model="mlp", hidden=4, epochs=12, lr=0.05, seed=1, device="cpu", heads="personal", replicates=4)
+    kw = dict(protocol=TrainingProtocol(model="mlp", hidden=4, steps=12, lr=0.05), seed=1, device="cpu",
+              heads="personal", replicates=4)
     whole = ExhaustiveOracle(chunk_size=7, **kw).fit(fed)
     ckpt = tmp_path / "run.ckpt.npz"
 
@@ -353,7 +360,8 @@ def test_spo_personal_heads_cnn_target_and_bad_combinations():
 def test_subset_outputs_are_the_personal_games_models(model):
     """The outputs a report re-trains for its statistics give back the game's own personal-head values."""
     fed = regression() if model == "linear" else blobs(sizes=(9, 11, 8), dim=4, classes=3)
-    kw = dict(model=model, hidden=4, epochs=10, lr=0.05, seed=2, device="cpu", heads="personal", dtype="float64")
+    p = LINEAR if model == "linear" else TrainingProtocol(model="mlp", hidden=4, steps=10, lr=0.05)
+    kw = dict(protocol=p, seed=2, device="cpu", heads="personal", dtype="float64")
     o = ExhaustiveOracle(**kw).fit(fed)
     masks = [0b001, 0b011, 0b110, 0b111]
     rows = ExhaustiveOracle(**kw).subset_outputs(fed, masks, "val")

@@ -25,6 +25,7 @@ from coalitions.learners.exact import (
 )
 from coalitions.learners.training.engine import resolve_device
 from coalitions.learners.training.models import make_model
+from coalitions.learners.training.protocol import TrainingProtocol, protocol_with
 
 
 def members(mask, n):
@@ -158,8 +159,8 @@ def test_batched_trainer_equals_per_subset_loop(kind, data):
         else toy_binary()
     masks = list(range(1, 8))
     spec, ref = reference_loop(fed, kind, masks, epochs=40, lr=0.02, l2=1e-3, seed=2, hidden=6)
-    o = ExhaustiveOracle(model=kind, epochs=40, lr=0.02, l2=1e-3, hidden=6, dtype="float64", seed=2,
-                         chunk_size=3, device="cpu").fit(fed)
+    p = TrainingProtocol(model=kind, steps=40, lr=0.02, weight_decay=1e-3, hidden=6)   # full batch: 40 epochs
+    o = ExhaustiveOracle(protocol=p, dtype="float64", seed=2, chunk_size=3, device="cpu").fit(fed)
     assert o.chunks_trained_ == 3
     for mask in masks:
         for i in members(mask, 3):
@@ -193,7 +194,7 @@ def test_logistic_subsets_reach_the_convex_optimum():
 
 def test_checkpoint_resume_gives_the_same_game(tmp_path):
     fed = toy_binary()
-    kw = dict(model="mlp", hidden=4, epochs=15, lr=0.05, chunk_size=2, seed=1, device="cpu")
+    kw = dict(protocol=TrainingProtocol(model="mlp", hidden=4, steps=15, lr=0.05), chunk_size=2, seed=1, device="cpu")
     whole = ExhaustiveOracle(**kw).fit(fed)
     ckpt = tmp_path / "run.ckpt.npz"
     calls = []
@@ -218,7 +219,7 @@ def test_checkpoint_resume_gives_the_same_game(tmp_path):
 
 def test_chunking_does_not_change_the_result():
     fed = toy_binary()
-    kw = dict(model="logistic", epochs=30, dtype="float64", device="cpu")
+    kw = dict(protocol=TrainingProtocol(model="logistic", steps=30), dtype="float64", device="cpu")
     a = ExhaustiveOracle(chunk_size=7, **kw).fit(fed).values_val_
     b = ExhaustiveOracle(chunk_size=1, **kw).fit(fed).values_val_
     assert np.allclose(a, b, equal_nan=True, atol=1e-9)
@@ -226,37 +227,85 @@ def test_chunking_does_not_change_the_result():
 
 def test_minibatch_and_multiclass_cnn_run():
     fed = load("synthetic", clients=2, samples=12, dim=3, val=10, test=10)
-    images = Federation("img", "multiclass", "accuracy", tuple(
-        Client(str(i), *(Split(np.random.default_rng(i * 3 + k).normal(size=(12, 1, 6, 6)),
-                               np.arange(12) % 3) for k in range(3))) for i in range(2)), 3)
-    o = ExhaustiveOracle(model="cnn", epochs=2, batch_size=5, device="cpu").fit(images)
+    images = _images()
+    # 24 training samples: 5 steps of 5 per epoch (2 epochs), 6 steps of 4 (3 epochs)
+    o = ExhaustiveOracle(protocol=TrainingProtocol(model="cnn", lr=0.005, batch_size=5, steps=10),
+                         device="cpu").fit(images)
+    assert o.config_["epochs"] == 2 and o.config_["batch_size"] == 5
     assert o.values_val_.shape == (2, 4) and np.all((o.values_val_[:, 3] >= 0) & (o.values_val_[:, 3] <= 1))
-    o = ExhaustiveOracle(model="mlp", epochs=3, batch_size=4, hidden=3).fit(fed)
+    o = ExhaustiveOracle(protocol=TrainingProtocol(model="mlp", lr=0.01, batch_size=4, steps=18, hidden=3)).fit(fed)
+    assert o.config_["epochs"] == 3 and o.config_["hidden"] == 3
     assert np.isfinite(o.values_val_[0, 1])
 
 
 def test_rejects_bad_configuration():
     fed = toy_binary()
-    with pytest.raises(InputError, match="linear"):
-        ExhaustiveOracle(model="linear").fit(fed)
-    with pytest.raises(InputError, match="^model must be one of"):
-        ExhaustiveOracle(model="svm").fit(fed)
-    with pytest.raises(InputError, match="^epochs must be an integer"):
-        ExhaustiveOracle(model="mlp", epochs=0).fit(fed)
+    with pytest.raises(InputError, match="^model linear fits regression; dataset 'toy' is binary") as err:
+        ExhaustiveOracle(protocol=TrainingProtocol(model="linear")).fit(fed)
+    assert err.value.param == "model" and "the protocol's model" in str(err.value)
+    with pytest.raises(InputError, match="^protocol must be a TrainingProtocol or None, got dict"):
+        ExhaustiveOracle(protocol={"model": "logistic"}).fit(fed)
+    with pytest.raises(InputError, match="^protocol must be a TrainingProtocol or None, got str"):
+        ExhaustiveOracle("logistic").config(fed)      # the old first positional parameter, model
     if not torch.cuda.is_available():
         with pytest.raises(InputError, match="cuda"):
             resolve_device("cuda")
     assert str(resolve_device("auto")) in ("cpu", "cuda")
     with pytest.raises(InputError, match="^threads must be an integer"):
-        ExhaustiveOracle(model="logistic", threads=0).fit(fed)
+        ExhaustiveOracle(threads=0).fit(fed)
+    with pytest.raises(InputError, match="^memory_mb must be"):
+        ExhaustiveOracle(memory_mb=0).fit(fed)
+
+
+@pytest.mark.parametrize("name, value", [("model", "logistic"), ("epochs", 10), ("lr", 0.1), ("l2", 1e-3),
+                                         ("ridge", 1e-10), ("batch_size", 8), ("hidden", 16)])
+def test_training_settings_are_the_protocols_only(name, value):
+    """The oracle keeps no training setting of its own: the old keywords are gone, not ignored."""
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+        ExhaustiveOracle(**{name: value})
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+        ExhaustiveOracle(protocol=TrainingProtocol(), **{name: value})
+    with pytest.raises(TypeError):   # every other parameter is keyword-only: none binds by the old order
+        ExhaustiveOracle(None, 4)
+
+
+def _images(n_clients=2, n=12):
+    return Federation("img", "multiclass", "accuracy", tuple(
+        Client(str(i), *(Split(np.random.default_rng(i * 3 + k).normal(size=(n, 1, 6, 6)),
+                               np.arange(n) % 3) for k in range(3))) for i in range(n_clients)), 3)
+
+
+@pytest.mark.parametrize("data, kind, solver", [("regression", "linear", "closed-form"),
+                                                ("binary", "logistic", "batched-adam"),
+                                                ("images", "cnn", "batched-adam")])
+def test_without_a_protocol_the_oracle_trains_the_tasks_default(data, kind, solver):
+    """``protocol=None`` is ``protocol_with(task, input_shape)``: resolved in fit, recorded, the same game."""
+    fed = {"regression": lambda: load("synthetic", clients=3, val=20, test=20), "binary": toy_binary,
+           "images": _images}[data]()
+    default = protocol_with(fed.task, tuple(fed.input_shape))
+    assert default.model == kind
+    o = ExhaustiveOracle(device="cpu").fit(fed)
+    assert o.protocol is None and o.protocol_ == default
+    model = o.game_.provenance["model"]
+    assert model["model"] == kind and model["solver"] == solver and model["protocol"] == default.to_json()
+    assert o.config(fed) == o.config_
+    given = ExhaustiveOracle(protocol=default, device="cpu").fit(fed)
+    assert given.game_.provenance == o.game_.provenance
+    assert np.array_equal(given.values_val_, o.values_val_, equal_nan=True)
+    if data == "regression":   # the closed form's ridge: the default protocol's weight decay, 1e-10
+        assert model["ridge"] == default.weight_decay == 1e-10
+    else:
+        assert model["epochs"] == default.epochs_for(int(fed.sizes("train").sum()))
+        assert model["lr"] == default.lr and model["l2"] == default.weight_decay
 
 
 def test_threads_option_is_restored():
     before = torch.get_num_threads()
     fed = toy_binary()
-    a = ExhaustiveOracle(model="logistic", epochs=5, threads=1, dtype="float64").fit(fed)
+    p = TrainingProtocol(model="logistic", steps=5)
+    a = ExhaustiveOracle(protocol=p, threads=1, dtype="float64").fit(fed)
     assert torch.get_num_threads() == before
-    b = ExhaustiveOracle(model="logistic", epochs=5, dtype="float64").fit(fed)
+    b = ExhaustiveOracle(protocol=p, dtype="float64").fit(fed)
     assert np.allclose(a.values_val_, b.values_val_, equal_nan=True)
 
 
@@ -268,6 +317,15 @@ def test_cli_oracle_writes_a_game(tmp_path, capsys):
     assert g.n == 4 and g.sense == "min" and g.provenance["options"]["seed"] == 2
     assert main(["oracle", "synthetic", "--partition", "dirichlet", "-o", str(out)]) == 2
     assert "--partition" in capsys.readouterr().err
+
+
+def test_cli_oracle_without_training_flags_is_the_oracle_without_a_protocol(tmp_path):
+    out = tmp_path / "g.json"
+    assert main(["oracle", "heart", "--seed", "1", "--device", "cpu", "-o", str(out)]) == 0
+    o = ExhaustiveOracle(device="cpu", seed=1).fit(load("heart", seed=1))
+    got = co.read_game(out)
+    assert got.provenance["model"] == json.loads(json.dumps(o.game_.provenance["model"]))
+    assert np.allclose(got.values, o.game_.values, equal_nan=True)
     npz = tmp_path / "h.npz"
     assert main(["oracle", "synthetic", "--clients", "3", "--model", "mlp", "--steps", "2", "-o", str(npz)]) == 0
     assert co.read_game(npz).provenance["model"]["model"] == "mlp"

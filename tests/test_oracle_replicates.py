@@ -14,11 +14,13 @@ from coalitions.errors import InputError
 from coalitions.learners.data.datasets import load
 from coalitions.learners.data.metrics import evaluate
 from coalitions.learners.exact import ExhaustiveOracle, bootstrap_draws, rescore
+from coalitions.learners.training.protocol import TrainingProtocol
 
 
 def test_closed_form_replicates_equal_direct_rescoring():
     fed = load("synthetic", clients=4, samples=30, rho=0.1, val=25, test=20, seed=2)
-    o = ExhaustiveOracle(replicates=6, seed=9).fit(fed)
+    o = ExhaustiveOracle(replicates=6, seed=9).fit(fed)   # the regression default: the closed form
+    assert o.method_ == "closed-form"
     draws = bootstrap_draws(fed, 6, 9)
     raw = o.replicates_.raw_values()
     for mask in range(1, 16):
@@ -39,7 +41,9 @@ def test_batched_replicates_equal_per_subset_models():
     fed = toy_binary()
     kw = dict(epochs=30, lr=0.02, l2=1e-3, seed=2)
     spec, ref = reference_loop(fed, "logistic", list(range(1, 8)), hidden=6, **kw)
-    o = ExhaustiveOracle(model="logistic", dtype="float64", chunk_size=3, device="cpu", replicates=5, **kw).fit(fed)
+    p = TrainingProtocol(model="logistic", steps=kw["epochs"], lr=kw["lr"], weight_decay=kw["l2"])  # full batch
+    o = ExhaustiveOracle(protocol=p, seed=kw["seed"], dtype="float64", chunk_size=3, device="cpu",
+                         replicates=5).fit(fed)
     draws = bootstrap_draws(fed, 5, 2)
     raw = o.replicates_.raw_values()
     for mask in range(1, 8):
@@ -59,7 +63,7 @@ def test_draws_are_seeded_stratified_and_independent_of_chunking():
     for c, d in zip(fed.clients, a, strict=True):
         for rows in d:  # every class keeps its count
             assert np.array_equal(np.bincount(c.val.y[rows], minlength=2), np.bincount(c.val.y, minlength=2))
-    kw = dict(model="logistic", epochs=20, dtype="float64", device="cpu", replicates=3)
+    kw = dict(protocol=TrainingProtocol(model="logistic", steps=20), dtype="float64", device="cpu", replicates=3)
     one = ExhaustiveOracle(chunk_size=1, **kw).fit(fed).replicates_.values
     all_ = ExhaustiveOracle(chunk_size=7, **kw).fit(fed).replicates_.values
     assert np.allclose(one, all_, equal_nan=True, atol=1e-9)
@@ -87,7 +91,8 @@ def test_rescore_is_the_metric_on_each_resample():
 
 def test_checkpoint_resume_keeps_the_replicates(tmp_path):
     fed = toy_binary()
-    kw = dict(model="mlp", hidden=4, epochs=10, lr=0.05, chunk_size=2, seed=1, device="cpu", replicates=4)
+    kw = dict(protocol=TrainingProtocol(model="mlp", hidden=4, steps=10, lr=0.05), chunk_size=2, seed=1, device="cpu",
+              replicates=4)
     whole = ExhaustiveOracle(**kw).fit(fed)
     ckpt = tmp_path / "run.ckpt.npz"
 

@@ -176,7 +176,10 @@ def test_exact_subset_outputs_are_the_games_models(make):
     from coalitions.learners.exact import ExhaustiveOracle
 
     fed = getattr(learner_fixtures, make)()
-    opts = {"epochs": 30, "seed": 3, "chunk_size": 2} if make == "blobs" else {}
+    from coalitions.learners.training.protocol import TrainingProtocol
+
+    opts = ({"protocol": TrainingProtocol(model="logistic", steps=30), "seed": 3, "chunk_size": 2} if make == "blobs"
+            else {})
     oracle = ExhaustiveOracle(**opts).fit(fed)
     masks = [1, 0b101, (1 << fed.n) - 1]
     outs = ExhaustiveOracle(**opts).subset_outputs(fed, masks, "test")

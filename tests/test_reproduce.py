@@ -210,6 +210,34 @@ def test_experiments_are_well_formed():
                     assert opts["protocol"] == exp.protocol_for(quick), (exp.name, m)
 
 
+def test_the_exact_games_keywords_hold_no_training_setting():
+    """Every experiment's oracle keywords fit the oracle, whose training settings are its protocol's alone."""
+    import dataclasses
+
+    from coalitions.learners.exact import ExhaustiveOracle
+    from coalitions.learners.experiments.columns import oracle_settings
+    from coalitions.params import ParameterError
+
+    for exp in EXPERIMENTS.values():
+        if exp.oracle is None:
+            continue
+        for quick in (True, False):
+            for regime in (None, *exp.regimes):
+                opts = exp.oracle_options(quick, regime)
+                ExhaustiveOracle(**opts)._check()  # every key a constructor keyword (a TypeError otherwise), valid
+                assert exp.protocol is None or opts["protocol"].steps == exp.protocol_for(quick, regime).steps
+    digits = EXPERIMENTS["digits"]   # the exact game is softmax regression, full batch, not the protocol's CNN
+    assert oracle_settings(digits) == digits.oracle_options(False)
+    p = oracle_settings(digits)["protocol"]
+    assert (p.model, p.batch_size, p.lr, p.steps) == ("logistic", None, 0.05, digits.protocol_for(False).steps)
+    bare = dataclasses.replace(digits, protocol=None)
+    with pytest.raises(ParameterError, match=r"^oracle of experiment 'digits' sets the protocol field\(s\) "
+                                             r"batch_size, lr, model but the experiment has no protocol") as e:
+        bare.oracle_options(False)
+    assert e.value.param == "oracle"
+    assert dataclasses.replace(bare, oracle={"heads": "personal"}).oracle_options(True) == {"heads": "personal"}
+
+
 def test_unknown_experiment():
     with pytest.raises(InputError, match="unknown experiment 'cifar'"):
         get_experiment("cifar")

@@ -178,11 +178,13 @@ def test_pooled_directions_weigh_by_sample_counts(fed):
 
 
 def test_front_at_pooled_directions_is_the_exact_game_as_the_ridge_vanishes(fed):
-    oracle = ExhaustiveOracle().fit(fed)
+    oracle = ExhaustiveOracle().fit(fed)   # the regression default: closed form, ridge 1e-10
+    assert oracle.method_ == "closed-form"
+    ridge = oracle.protocol_.weight_decay
     exact = oracle.game_.raw_values()
-    limit = pooled_front_game(fed, 2 * oracle.ridge, bias_decay=True).raw_values()
+    limit = pooled_front_game(fed, 2 * ridge, bias_decay=True).raw_values()
     np.testing.assert_allclose(limit, exact, rtol=1e-5)
-    assert co.solve(pooled_front_game(fed, 2 * oracle.ridge, bias_decay=True)).partition == \
+    assert co.solve(pooled_front_game(fed, 2 * ridge, bias_decay=True)).partition == \
         co.solve(oracle.game_).partition
     # SPO's ridge makes a different game
     assert not np.allclose(pooled_front_game(fed, 0.01).raw_values(), exact, rtol=1e-3, equal_nan=True)

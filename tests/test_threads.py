@@ -90,13 +90,14 @@ def test_fits_apply_the_policy(no_override):
         def probe(*_):
             seen.append(torch.get_num_threads())
 
-        ExhaustiveOracle(model="logistic", epochs=2, device="cpu", progress=probe).fit(fed)
+        ExhaustiveOracle(protocol=TrainingProtocol(model="logistic", steps=2), device="cpu", progress=probe).fit(fed)
         Local(protocol=TrainingProtocol(model="logistic", steps=1), device="cpu", progress=probe).fit(fed)
         SPO(protocol=TrainingProtocol(steps=50, batch_size=256), search_steps=2, starts=2, line_search=2, device="cpu",
             progress=probe).fit(fed)
         assert seen and set(seen) == {1}
         seen.clear()
-        ExhaustiveOracle(model="logistic", epochs=1, device="cpu", threads=2, progress=probe).fit(fed)
+        ExhaustiveOracle(protocol=TrainingProtocol(model="logistic", steps=1), device="cpu", threads=2,
+                         progress=probe).fit(fed)
         assert set(seen) == {2}
         assert torch.get_num_threads() == 2                          # restored after each fit
     finally:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, fields
 
 from coalitions.errors import InputError
 from coalitions.learners.training.protocol import DEFAULT_PROTOCOLS, TrainingProtocol
+from coalitions.params import ParameterError
 
 __all__ = ["Regime", "Settings", "Experiment", "EXPERIMENTS", "METHOD_LABELS", "PAPER_BASELINES", "get_experiment",
            "select_methods", "budgeted_options", "budget_record"]
@@ -114,7 +115,10 @@ class Experiment:
     regimes : tuple of Regime
     oracle : dict or None
         :class:`coalitions.learners.exact.ExhaustiveOracle` keyword options; ``None``
-        where the exact game is not affordable.
+        where the exact game is not affordable.  Keys that are
+        :class:`~coalitions.learners.training.protocol.TrainingProtocol` fields change
+        :attr:`protocol` for the exact game (:meth:`oracle_options`); the oracle itself
+        takes no training setting.
     methods : tuple of str
         Registered learners (``coalitions.learners.methods.registry``).
     quick, full : Settings
@@ -161,14 +165,21 @@ class Experiment:
 
         :attr:`oracle` (with :attr:`quick_oracle` under ``--quick``) and, with a
         protocol, ``protocol`` (with the oracle's overrides of protocol fields).
+        Without a protocol the oracle trains the default protocol of the data's task
+        (:class:`~coalitions.learners.exact.ExhaustiveOracle`), and an override of a
+        protocol field has nothing to change: a :class:`ParameterError` naming ``oracle``.
         """
         if self.oracle is None:
             return {}
         mine = {**self.oracle, **(self.quick_oracle if quick else {})}
+        names = {f.name for f in fields(TrainingProtocol)}
         p = self.protocol_for(quick, regime)
         if p is None:
+            fixed = sorted(k for k in mine if k in names)
+            if fixed:
+                raise ParameterError("oracle", f"{{name}} of experiment {self.name!r} sets the protocol field(s) "
+                                               f"{', '.join(fixed)} but the experiment has no protocol to change")
             return mine
-        names = {f.name for f in fields(TrainingProtocol)}
         own = {k: v for k, v in mine.items() if k not in names}
         # the exact game tunes every subset model's rate on the protocol's grid (learners/game/chunks.py) unless
         # the experiment fixes it (``oracle["lr_grid"] = None``), and every subset model stops on the protocol's

@@ -25,11 +25,12 @@ __all__ = ["compute_piece", "compute_named_piece", "with_records", "learner_outp
 REPLICATES = 50
 
 
-def oracle_settings(exp: Experiment) -> dict:
-    """``exp``'s exhaustive-oracle options; an experiment without an exact game has none to give."""
+def oracle_settings(exp: Experiment, quick: bool = False, regime=None) -> dict:
+    """``exp``'s exhaustive-oracle keywords (:meth:`Experiment.oracle_options`: its protocol with the oracle's
+    protocol fields folded in); an experiment without an exact game has none to give."""
     if exp.oracle is None:
         raise InputError(f"experiment {exp.name!r} has no exact game (its oracle settings are None)")
-    return exp.oracle
+    return exp.oracle_options(quick, regime)
 
 
 def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, progress=None):

@@ -109,7 +109,9 @@ def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Eq
     ``{"local" | "ce" | "all": [outputs of client i]}``, from
     :meth:`coalitions.learners.exact.ExhaustiveOracle.subset_outputs` (only
     these ``≤ 2N + 1`` models are trained again), kept in
-    ``<where>-exact-outputs.npz`` so that a rerun reads them back.
+    ``<where>-exact-outputs.npz`` so that a rerun reads them back.  ``options``: the oracle's
+    keywords of the run (:meth:`Experiment.oracle_options`); ``None``: those of a full run
+    without a regime's changes.
     """
     n = fed.n
     used = models_in(game, eq.partition)

@@ -37,7 +37,8 @@ class ChunkTrainer:
     tasks of :mod:`coalitions.learners.distributed` call the same object.
     """
 
-    #: ``oracle``: the :class:`~coalitions.learners.exact.ExhaustiveOracle` whose settings it trains with.
+    #: ``oracle``: the :class:`~coalitions.learners.exact.ExhaustiveOracle` whose settings it trains with: its
+    #: protocol for ``fed`` (``protocol``, or the default of ``fed``'s task and input shape), seed and precision.
     def __init__(self, oracle, fed: Federation, cfg: dict, device: str, draws=None):
         import torch
 
@@ -50,8 +51,8 @@ class ChunkTrainer:
         self.fed, self.cfg, self.device, self.draws = fed, cfg, device, draws
         self.seed = int(oracle.seed)
         self.dtype = torch.float64 if oracle.dtype == "float64" else torch.float32
-        self.spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=cfg.get("hidden", oracle.hidden))
-        self.protocol = oracle.protocol
+        self.protocol = oracle._protocol_for(fed)
+        self.spec = make_model(cfg["model"], fed.input_shape, fed.n_outputs, hidden=self.protocol.hidden)
         self._eval_batch = oracle._eval_batch
 
         def cat(part, attr):
@@ -110,7 +111,7 @@ class ChunkTrainer:
     @property
     def grid(self) -> tuple[float, ...] | None:
         """The protocol's learning-rate grid (``None``: one rate)."""
-        return None if self.protocol is None else self.protocol.lr_grid
+        return self.protocol.lr_grid
 
     def __call__(self, ms, progress: Callable[[int], None] | None = None) -> dict:
         """``{"val": (N, len(ms)), "test": (N, len(ms))}``: each member's metric, NaN for non-members.
