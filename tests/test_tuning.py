@@ -108,17 +108,20 @@ def test_fit_spo_hands_the_protocol_to_the_estimator_not_to_its_options(monkeypa
     assert seen == {"options": {"search_steps": 3}, "params": {"protocol": None}}
 
 
-def test_spo_piece_without_a_protocol_puts_settings_grid_and_patience_in_the_datas_default(monkeypatch):
+def test_a_spo_piece_takes_the_experiments_protocol_and_no_training_setting_of_its_own(monkeypatch):
+    from coalitions.errors import InputError
     from coalitions.learners.experiments import columns
     from coalitions.learners.experiments.catalogue import HEART
-    from coalitions.learners.training.protocol import protocol_with
+    from coalitions.learners.methods.registry import create
 
+    with pytest.raises(InputError, match="--lr-grid does not apply to --method spo"):
+        create("spo", {"lr_grid": (0.1, 0.01)})      # a grid is the protocol's, never a column's option
     seen = _fake_spo(monkeypatch)
     monkeypatch.setattr(columns, "with_records", lambda learner, fed: learner)
     fed = blobs()
-    exp = dataclasses.replace(HEART, protocol=None)
-    compute_piece(fed, exp, "spo", {"search_steps": 3, "lr_grid": (0.1, 0.01), "patience": 4}, 0, "cpu")
-    want = protocol_with(fed.task, tuple(fed.input_shape), {"lr_grid": (0.1, 0.01), "patience": 4})
-    assert seen == {"options": {"search_steps": 3}, "params": {"protocol": want}}
+    p = HEART.protocol_for(False)
+    compute_piece(fed, HEART, "spo", {"search_steps": 3, "protocol": p}, 0, "cpu")
+    assert seen == {"options": {"search_steps": 3}, "params": {"protocol": p}}
+    exp = dataclasses.replace(HEART, protocol=None)   # no protocol: SPO trains the data's default (SPO.protocol_for)
     compute_piece(fed, exp, "spo", {"search_steps": 3}, 0, "cpu")
     assert seen == {"options": {"search_steps": 3}, "params": {"protocol": None}}

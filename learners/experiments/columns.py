@@ -67,12 +67,6 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
         return learner.fit(fed)
 
     if what == "spo":   # SPO tunes its own rate on the protocol's grid and rule, and stops on its patience
-        patience = options.pop("patience", None) if protocol is None else None
-        if protocol is None and (grid or patience is not None):   # settings without a protocol: the data's default
-            from coalitions.learners.training.protocol import protocol_with
-
-            protocol = protocol_with(fed.task, tuple(fed.input_shape),
-                                     {"lr_grid": tuple(grid) if grid else None, "patience": patience})
         return with_records(fit_spo(fed, options, seed, device, progress, protocol=protocol), fed)
     if not grid:
         return with_records(fit_one(None), fed)
