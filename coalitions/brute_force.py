@@ -79,9 +79,69 @@ def inner_ok_table(payoff: np.ndarray, n: int, tol: float) -> np.ndarray:
     return ok
 
 
+def argmax_table(game: Game, i: int, semantics: str = "personalized") -> np.ndarray:
+    """``A[K]``: the coalition whose model gives ``payoff_i(K)``, for every ``K`` (0 where ``i ∉ K``).
+
+    Under ``personalized`` semantics ``argmax_{S ⊆ K, i ∈ S} v_i(S)`` with the
+    smallest bitmask on ties (:func:`coalitions.payoffs.model_at`), by one
+    arg-max subset transform; under ``shared`` semantics ``K`` itself.
+    """
+    masks = all_masks(game.n)
+    has = contains(masks, i)
+    if semantics == "shared":
+        return np.where(has, masks, 0)
+    val = np.where(has, np.asarray(game.values[i], dtype=np.float64), -np.inf)
+    arg = np.where(has, masks, np.int64(1) << 62)
+    for b in range(game.n):
+        v, a = val.reshape(-1, 2, 1 << b), arg.reshape(-1, 2, 1 << b)
+        take = (v[:, 0, :] > v[:, 1, :]) | ((v[:, 0, :] == v[:, 1, :]) & (a[:, 0, :] < a[:, 1, :]))
+        v[:, 1, :] = np.where(take, v[:, 0, :], v[:, 1, :])
+        a[:, 1, :] = np.where(take, a[:, 0, :], a[:, 1, :])
+    return np.where(has, arg, 0)
+
+
+def _noisy_inner_ok(game: Game, semantics: str, tol: float, z: float) -> np.ndarray:
+    """``ok[K]`` at level ``z``: some member loses significantly whatever sub-coalition splits off."""
+    from .certificate import inner_agreement as streamed_inner
+
+    ok = np.ones(1 << game.n, dtype=bool)
+    ok[0] = False
+    for k in range(1, 1 << game.n):
+        if k & (k - 1):
+            rest = [1 << i for i in members(game.grand & ~k)]
+            ok[k] = streamed_inner(game, [k, *rest], semantics, tol, max_witnesses=0, z=z).holds
+    return ok
+
+
+def _noisy_better_tables(game: Game, semantics: str, tol: float, z: float):
+    """For each client: the distinct models it can hold, and ``better[t, C]`` (``C`` significantly beats model ``t``)."""
+    from .certificate import _zeta_or
+    from .noise import Comparison
+
+    cmp = Comparison(game, tol, z)
+    masks = all_masks(game.n)
+    tables = []
+    for i in range(game.n):
+        arg = argmax_table(game, i, semantics)
+        refs, index = np.unique(arg, return_inverse=True)  # refs[0] = 0 stands for "i not in K"
+        has = contains(masks, i)
+        better = np.zeros((refs.size, masks.size), dtype=bool)
+        inside = masks[has]
+        for t, ref in enumerate(refs):
+            if ref == 0:
+                continue
+            row = np.zeros(masks.size, dtype=bool)
+            row[has] = cmp.better(i, inside, int(ref))
+            if semantics == "personalized":
+                _zeta_or(row, 0, game.n)
+            better[t] = row
+        tables.append((index.reshape(arg.shape), better))
+    return tables
+
+
 def equilibria(game: Game, semantics: str = "personalized", tol: float = 1e-9,
                max_clients: int = MAX_ENUMERATE, chunk: int = 2048,
-               progress: Callable[[int, int], None] | None = None) -> list[tuple[int, ...]]:
+               progress: Callable[[int, int], None] | None = None, *, z: float | None = None) -> list[tuple[int, ...]]:
     """Every collaboration equilibrium of ``game``, by exhaustive enumeration.
 
     Parameters
@@ -95,6 +155,12 @@ def equilibria(game: Game, semantics: str = "personalized", tol: float = 1e-9,
         Partitions checked together for outer agreement.
     progress : callable, optional
         ``progress(done, total)`` after each chunk.
+    z : float, optional
+        Significance level of every comparison (:mod:`coalitions.noise`; 1.96 by
+        default when the game carries its uncertainty, else 0).  At ``z > 0`` a
+        member of ``C`` prefers it to its block when some model of ``C`` is
+        significantly better than the model it holds, and a sub-coalition splits off
+        when none of its members loses significantly.
 
     Returns
     -------
@@ -106,25 +172,37 @@ def equilibria(game: Game, semantics: str = "personalized", tol: float = 1e-9,
     if n > max_clients:
         raise InputError(f"exhaustive enumeration of {n} clients ({bell(n):,} partitions) exceeds "
                          f"the limit of {max_clients} clients")
-    pay = payoff_table(game, semantics)
+    from .noise import Comparison
+
+    cmp = Comparison(game, tol, z)
     rgs = restricted_growth_strings(n).astype(np.int64)
     bits = np.int64(1) << np.arange(n, dtype=np.int64)
     label_mask = np.zeros((rgs.shape[0], n), dtype=np.int64)
     for label in range(n):
         label_mask[:, label] = ((rgs == label) * bits).sum(axis=1)
     block = np.take_along_axis(label_mask, rgs, axis=1)  # block[p, i] = P(i)
-    keep = inner_ok_table(pay, n, tol)[block].all(axis=1)
+    if cmp.noisy:
+        pay = None
+        inner = _noisy_inner_ok(game, semantics, tol, cmp.level)
+        tables = _noisy_better_tables(game, semantics, tol, cmp.level)
+    else:
+        pay = payoff_table(game, semantics)
+        inner = inner_ok_table(pay, n, tol)
+    keep = inner[block].all(axis=1)
     block, label_mask = block[keep], label_mask[keep]
-    now = pay[np.arange(n)[None, :], block]
     masks = all_masks(n)[1:]
     has = [contains(masks, i) for i in range(n)]
     blocked = np.zeros(block.shape[0], dtype=bool)
     for start in range(0, block.shape[0], chunk):
         stop = min(start + chunk, block.shape[0])
-        cur = now[start:stop]
         ok = np.ones((stop - start, masks.size), dtype=bool)
         for i in range(n):
-            ok &= ~has[i][None, :] | (pay[i, masks][None, :] > cur[:, i:i + 1] + tol)
+            if pay is None:
+                index, better = tables[i]
+                ok &= ~has[i][None, :] | better[index[block[start:stop, i]]][:, 1:]
+            else:
+                cur = pay[i, block[start:stop, i]]
+                ok &= ~has[i][None, :] | (pay[i, masks][None, :] > cur[:, None] + tol)
         blocked[start:stop] = ok.any(axis=1)
         if progress is not None:
             progress(stop, block.shape[0])

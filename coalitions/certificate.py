@@ -44,14 +44,18 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from dataclasses import dataclass
+
 from .axioms import AxiomReport, Violation
 from .bitmask import members, popcount, submasks
 from .game import Game
+from .noise import Comparison
 from .partition import block_of, check_partition
-from .payoffs import check_semantics, mau_at, payoff_at
+from .payoffs import check_semantics, mau_at, model_at, payoff_at
 from .precision import exact_threshold
 
-__all__ = ["DEFAULT_CHUNK", "all_members_pass", "inner_agreement", "outer_agreement", "shrink"]
+__all__ = ["DEFAULT_CHUNK", "Closest", "all_members_pass", "inner_agreement", "outer_agreement", "shrink",
+           "closest_inner", "closest_outer"]
 
 #: Coalitions per chunk: 2^16 booleans (64 KiB) stay in a core's L2 cache.
 DEFAULT_CHUNK = 1 << 16
@@ -149,16 +153,163 @@ def _local_rows(game: Game, coalition: int) -> tuple[np.ndarray, tuple[int, ...]
     return subs, mem, lambda r: game.values[mem[r], subs]
 
 
+def _noisy_rows(cmp: Comparison, subs: np.ndarray, mem: Sequence[int], refs: Sequence[int],
+                sign: float) -> Callable[[int], np.ndarray]:
+    """Rows ``v_r(S) ± z·se_r(S, ref_r)`` over ``subs`` for local member ``r`` (NaN where ``r ∉ S``).
+
+    ``sign = +1`` ("raised") decides "not significantly worse than the reference"
+    against the threshold ``v_r(ref) − tol``; ``sign = −1`` ("lowered") decides
+    "significantly better" against ``v_r(ref) + tol`` (:class:`coalitions.noise.Comparison`).
+    """
+    def rows(r: int) -> np.ndarray:
+        i = mem[r]
+        if sign > 0:
+            return cmp.raised(i, subs, refs[r])
+        return cmp.lowered(i, subs, refs[r])
+
+    return rows
+
+
+@dataclass(frozen=True)
+class Closest:
+    """The coalition that comes closest to breaking an axiom at a significance level.
+
+    Attributes
+    ----------
+    kind : {"inner", "outer"}
+    coalition : int
+        Outer: the potential blocking coalition.  Inner: the block it would split from.
+    subcoalition : int
+        Inner: the sub-coalition that would split off (0 for outer).
+    score : float
+        Outer: the weakest member's best gain in standard errors,
+        ``min_{i ∈ C} max_{S ⊆ C} (d_i(S, ref_i) − tol) / se_i``; the coalition blocks
+        at level ``z`` iff ``score > z``.  Inner: the largest loss of a member in
+        standard errors, ``max_{i ∈ K'} min_{S ⊆ K'} (d_i(ref_i, S) − tol) / se_i``;
+        ``K'`` splits off with nobody losing at level ``z`` iff ``score ≤ z``.
+        ``±inf`` where a difference has no noise.
+    members : tuple of (int, float)
+        Each member's own score.
+    comparisons : int
+        How many (sub-)coalitions were scored.
+    """
+
+    kind: str
+    coalition: int
+    subcoalition: int
+    score: float
+    members: tuple[tuple[int, float], ...]
+    comparisons: int
+
+
+def _zeta(a: np.ndarray, k: int, fn) -> None:
+    """In place: ``a[M] = fn over a[S], S ⊆ M`` for a float array over ``2^k`` local coalitions."""
+    for b in range(k):
+        view = a.reshape(-1, 2, 1 << b)
+        fn(view[:, 1, :], view[:, 0, :], out=view[:, 1, :])
+
+
+def closest_outer(game: Game, partition: Iterable[int], semantics: str = "personalized", tol: float = 1e-9,
+                  z: float | None = None) -> Closest | None:
+    """The coalition outside ``partition`` whose weakest member gains the most, in standard errors.
+
+    ``None`` when every coalition is a block of the partition (one client).  The
+    scores are read from the game's uncertainty (:mod:`coalitions.noise`); for an
+    exact game they are ``±inf`` or 0.
+    """
+    check_semantics(semantics)
+    partition = check_partition(game, partition)
+    cmp = Comparison(game, tol, z)
+    where = block_of(game, partition)
+    n = game.n
+    masks = np.arange(1 << n, dtype=np.int64)
+    score = np.full(1 << n, np.inf)
+    for i in range(n):
+        ref = model_at(game, i, int(where[i]), semantics)
+        row = cmp.gain_score(i, masks, ref)
+        row[np.isnan(row)] = -np.inf
+        if semantics == "personalized":
+            _zeta(row, n, np.maximum)
+        row.reshape(-1, 2, 1 << i)[:, 0, :] = np.inf  # coalitions without i put no condition on i
+        np.minimum(score, row, out=score)
+    candidate = np.ones(1 << n, dtype=bool)
+    candidate[0] = False
+    candidate[list(partition)] = False
+    if not candidate.any():
+        return None
+    score[~candidate] = -np.inf
+    best = int(np.flatnonzero(candidate)[np.argmax(score[candidate])])
+    mem = tuple((i, float(_member_gain(cmp, game, i, best, model_at(game, i, int(where[i]), semantics), semantics)))
+                for i in members(best))
+    return Closest("outer", best, 0, float(score[best]), mem, (1 << n) - 1 - len(partition))
+
+
+def _member_gain(cmp: Comparison, game: Game, i: int, coalition: int, ref: int, semantics: str) -> float:
+    subs = np.array([coalition]) if semantics == "shared" else submasks(coalition & ~(1 << i)) | (1 << i)
+    return float(np.max(cmp.gain_score(i, subs, ref)))
+
+
+def _member_loss(cmp: Comparison, game: Game, i: int, coalition: int, ref: int, semantics: str) -> float:
+    subs = np.array([coalition]) if semantics == "shared" else submasks(coalition & ~(1 << i)) | (1 << i)
+    return float(np.min(cmp.loss_score(i, subs, ref)))
+
+
+def closest_inner(game: Game, partition: Iterable[int], semantics: str = "personalized", tol: float = 1e-9,
+                  z: float | None = None) -> Closest | None:
+    """The sub-coalition of a block that comes closest to splitting off with nobody losing.
+
+    Its score is its members' largest loss in standard errors (smallest over all
+    sub-coalitions of all blocks); ``None`` when every block is a single client.
+    """
+    check_semantics(semantics)
+    partition = check_partition(game, partition)
+    cmp = Comparison(game, tol, z)
+    found: tuple[float, int, int] | None = None
+    checked = 0
+    for k in partition:
+        mem = members(k)
+        if len(mem) < 2:
+            continue
+        subs = submasks(k)
+        kk = len(mem)
+        score = np.full(subs.size, -np.inf)
+        for r, i in enumerate(mem):
+            row = cmp.loss_score(i, subs, model_at(game, i, k, semantics))
+            row[np.isnan(row)] = np.inf
+            if semantics == "personalized":
+                _zeta(row, kk, np.minimum)
+            row.reshape(-1, 2, 1 << r)[:, 0, :] = -np.inf
+            np.maximum(score, row, out=score)
+        score[0] = score[-1] = np.inf  # neither the empty set nor K itself splits off
+        checked += subs.size - 2
+        j = int(np.argmin(score))
+        if found is None or score[j] < found[0]:
+            found = (float(score[j]), k, int(subs[j]))
+    if found is None:
+        return None
+    value, k, sub = found
+    mem_scores = tuple((i, _member_loss(cmp, game, i, sub, model_at(game, i, k, semantics), semantics))
+                       for i in members(sub))
+    return Closest("inner", k, sub, value, mem_scores, checked)
+
+
 def shrink(game: Game, coalition: int, within: int, semantics: str = "personalized", tol: float = 1e-9,
-           chunk: int = DEFAULT_CHUNK) -> int | None:
+           chunk: int = DEFAULT_CHUNK, *, z: float | None = None) -> int | None:
     """Streamed twin of :func:`coalitions.graph.shrink_to_minimal` (docs/concepts.md §3, the shrink step).
 
     The smallest ``K* ⊆ K`` (then the smallest bitmask) whose every member has
-    ``payoff_i(K*) ≥ MAU_i(R) − tol``; ``None`` when ``K`` itself fails.
+    ``payoff_i(K*) ≥ MAU_i(R) − tol``; ``None`` when ``K`` itself fails.  At a
+    significance level ``z`` on a game with uncertainty, "reaches ``MAU_i(R)``"
+    means: some ``S ⊆ K*`` holding ``i`` is not significantly worse than
+    ``i``'s best model in ``R`` (:mod:`coalitions.noise`).
     """
     check_semantics(semantics)
     subs, mem, rows = _local_rows(game, coalition)
     thresholds = [mau_at(game, i, within) - tol for i in mem]
+    cmp = Comparison(game, tol, z)
+    if cmp.noisy:
+        refs = [model_at(game, i, within, "personalized") for i in mem]
+        rows = _noisy_rows(cmp, subs, mem, refs, +1.0)
     ok = all_members_pass(rows, len(mem), thresholds, False, semantics == "personalized", chunk)
     if not ok[-1]:
         return None
@@ -173,19 +324,24 @@ def _witness_payoffs(game, semantics, mask, now) -> tuple:
 
 
 def inner_agreement(game: Game, partition: Iterable[int], semantics: str = "personalized", tol: float = 1e-9,
-                    chunk: int = DEFAULT_CHUNK, max_witnesses: int = 10) -> AxiomReport:
+                    chunk: int = DEFAULT_CHUNK, max_witnesses: int = 10, *, z: float | None = None) -> AxiomReport:
     """Inner agreement checked exhaustively, block by block, member by member (docs/concepts.md §3).
 
     For block ``K`` and each non-empty ``K' ⊊ K``: a violation when every
     ``i ∈ K'`` has ``payoff_i(K') ≥ payoff_i(K) − tol``.  Same report as
     :func:`coalitions.axioms.inner_agreement` with every sub-coalition enumerated.
+    At a level ``z`` on a game with uncertainty a member loses only when every
+    ``S ⊆ K'`` is significantly worse than its model in ``K`` (:mod:`coalitions.noise`).
     """
     check_semantics(semantics)
     partition = check_partition(game, partition)
+    cmp = Comparison(game, tol, z)
     checked = found = 0
     witnesses: list[Violation] = []
     for k in partition:
         subs, mem, rows = _local_rows(game, k)
+        if cmp.noisy:
+            rows = _noisy_rows(cmp, subs, mem, [model_at(game, i, k, semantics) for i in mem], +1.0)
         now = np.full(game.n, np.nan)
         for i in mem:
             now[i] = payoff_at(game, i, k, semantics)
@@ -201,18 +357,27 @@ def inner_agreement(game: Game, partition: Iterable[int], semantics: str = "pers
 
 
 def outer_agreement(game: Game, partition: Iterable[int], semantics: str = "personalized", tol: float = 1e-9,
-                    chunk: int = DEFAULT_CHUNK, max_witnesses: int = 10) -> AxiomReport:
+                    chunk: int = DEFAULT_CHUNK, max_witnesses: int = 10, *, z: float | None = None) -> AxiomReport:
     """Outer agreement checked over all ``2^N − 1`` coalitions, client by client (docs/concepts.md §3).
 
     A coalition blocks when every member ``i`` has ``payoff_i(K') > payoff_i(P(i)) + tol``.
     Same report as :func:`coalitions.axioms.outer_agreement` with every coalition enumerated.
+    At a level ``z`` on a game with uncertainty a member prefers ``K'`` only when some
+    ``S ⊆ K'`` is significantly better than its model in ``P(i)`` (:mod:`coalitions.noise`).
     """
     check_semantics(semantics)
     partition = check_partition(game, partition)
     where = block_of(game, partition)
     now = np.array([payoff_at(game, i, int(where[i]), semantics) for i in range(game.n)])
-    blocking = all_members_pass(lambda r: game.values[r], game.n, now + tol, True,
-                                semantics == "personalized", chunk)
+    cmp = Comparison(game, tol, z)
+    def rows(r: int) -> np.ndarray:
+        return game.values[r]
+
+    if cmp.noisy:
+        everyone = np.arange(1 << game.n, dtype=np.int64)
+        refs = [model_at(game, i, int(where[i]), semantics) for i in range(game.n)]
+        rows = _noisy_rows(cmp, everyone, range(game.n), refs, -1.0)  # type: ignore[assignment]
+    blocking = all_members_pass(rows, game.n, now + tol, True, semantics == "personalized", chunk)
     blocking[0] = False
     bad = np.flatnonzero(blocking)
     wit = tuple(Violation(coalition=int(m), payoffs=_witness_payoffs(game, semantics, int(m), now))

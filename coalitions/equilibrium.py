@@ -24,9 +24,11 @@ import numpy as np
 from . import certificate as streamed
 from .axioms import AxiomReport, inner_agreement, outer_agreement
 from .brute_force import MAX_ENUMERATE, bell, equilibria
+from .certificate import Closest
 from .errors import InputError, NoEquilibrium
 from .game import Game
 from .graph import BenefitGraph
+from .noise import Comparison
 from .partition import block_of, canonical
 from .payoffs import check_semantics, mau_at, payoff_at
 from .peeling import peel
@@ -36,10 +38,36 @@ __all__ = ["Certificate", "Equilibrium", "solve", "certify"]
 
 @dataclass(frozen=True)
 class Certificate:
-    """Both CE axioms checked for a partition, with witnesses of any violation."""
+    """Both CE axioms checked for a partition, with witnesses of any violation.
+
+    On a game that carries its measurement uncertainty (:mod:`coalitions.noise`)
+    the axioms are checked at the significance level ``z``, and the certificate
+    also says how close the partition comes to breaking each of them
+    (``closest_inner``, ``closest_outer``) and whether it is a CE of the point
+    values alone (``point_holds``).
+
+    Attributes
+    ----------
+    inner, outer : AxiomReport
+        The two axioms, at level ``z``.
+    z : float
+        The significance level (0: point values).
+    noisy : bool
+        The comparisons used standard errors (``z > 0`` and the game carries them).
+    closest_inner, closest_outer : Closest or None
+        The sub-coalition nearest to splitting off and the coalition nearest to
+        blocking, with their z-scores (noisy certificates only).
+    point_holds : bool or None
+        Both axioms hold on the point values (noisy certificates only).
+    """
 
     inner: AxiomReport
     outer: AxiomReport
+    z: float = 0.0
+    noisy: bool = False
+    closest_inner: Closest | None = None
+    closest_outer: Closest | None = None
+    point_holds: bool | None = None
 
     @property
     def holds(self) -> bool:
@@ -50,10 +78,19 @@ class Certificate:
         """``"exhaustive"`` when every (sub-)coalition was checked, else ``"sampled"``."""
         return "exhaustive" if self.inner.method == self.outer.method == "exhaustive" else "sampled"
 
+    @property
+    def verdict(self) -> str:
+        """``"stable at z = …"``, ``"holds on point values only"``, ``"holds"`` (exact game) or ``"fails"``."""
+        if not self.noisy:
+            return "holds" if self.holds else "fails"
+        if self.holds:
+            return f"stable at z = {self.z:g}"
+        return "holds on point values only" if self.point_holds else "fails"
+
 
 def certify(game: Game, partition, semantics: str = "personalized", tol: float = 1e-9,
             exhaustive_up_to: int | None = None, seed: int = 0,
-            chunk: int = streamed.DEFAULT_CHUNK) -> Certificate:
+            chunk: int = streamed.DEFAULT_CHUNK, *, z: float | None = None) -> Certificate:
     """Check inner and outer agreement of ``partition``.
 
     When every coalition may be enumerated (``exhaustive_up_to`` is None or at
@@ -61,13 +98,30 @@ def certify(game: Game, partition, semantics: str = "personalized", tol: float =
     streams over the coalitions client by client in chunks of ``chunk`` and holds
     no payoff table; otherwise by the sampling checks of :mod:`coalitions.axioms`.
     The reports are the same either way where both enumerate everything.
+
+    ``z`` is the significance level (:mod:`coalitions.noise`): 1.96 by default
+    when the game carries its uncertainty, else 0.  A noise-aware certificate
+    enumerates every (sub-)coalition whatever ``exhaustive_up_to`` says, and adds
+    the closest potential violation of each axiom with its z-score and the verdict
+    on the point values.
     """
+    cmp = Comparison(game, tol, z)
+    if cmp.noisy:
+        point = certify(game, partition, semantics, tol, exhaustive_up_to, seed, chunk, z=0.0)
+        return Certificate(streamed.inner_agreement(game, partition, semantics, tol, chunk=chunk, z=cmp.level),
+                           streamed.outer_agreement(game, partition, semantics, tol, chunk=chunk, z=cmp.level),
+                           z=cmp.level, noisy=True,
+                           closest_inner=streamed.closest_inner(game, partition, semantics, tol, cmp.level),
+                           closest_outer=streamed.closest_outer(game, partition, semantics, tol, cmp.level),
+                           point_holds=point.holds)
     if exhaustive_up_to is None or game.n <= exhaustive_up_to:
-        return Certificate(streamed.inner_agreement(game, partition, semantics, tol, chunk=chunk),
-                           streamed.outer_agreement(game, partition, semantics, tol, chunk=chunk))
+        return Certificate(streamed.inner_agreement(game, partition, semantics, tol, chunk=chunk, z=0.0),
+                           streamed.outer_agreement(game, partition, semantics, tol, chunk=chunk, z=0.0),
+                           z=cmp.level)
     return Certificate(
         inner_agreement(game, partition, semantics, tol, exhaustive_up_to=exhaustive_up_to, seed=seed),
-        outer_agreement(game, partition, semantics, tol, exhaustive_up_to=exhaustive_up_to, seed=seed))
+        outer_agreement(game, partition, semantics, tol, exhaustive_up_to=exhaustive_up_to, seed=seed),
+        z=cmp.level)
 
 
 @dataclass(frozen=True)
@@ -89,6 +143,8 @@ class Equilibrium:
         ``"peeling"`` or ``"enumeration"``.
     certificate : Certificate or None
         ``None`` when certification was skipped.
+    z : float
+        The significance level of every comparison (0: point values; :mod:`coalitions.noise`).
     """
 
     game: Game
@@ -99,6 +155,7 @@ class Equilibrium:
     graphs: tuple[BenefitGraph, ...]
     found_by: str
     certificate: Certificate | None
+    z: float = 0.0
 
     def blocks(self) -> list[list[str]]:
         """The partition as lists of client names."""
@@ -135,7 +192,7 @@ class Equilibrium:
 
 def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certify_result: bool = True,
           exhaustive_up_to: int | None = None, max_enumerate: int = MAX_ENUMERATE, seed: int = 0,
-          progress=None) -> Equilibrium:
+          progress=None, *, z: float | None = None) -> Equilibrium:
     """Find a collaboration equilibrium and certify it.
 
     Parameters
@@ -155,6 +212,10 @@ def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certif
         Seed for sampled certificates.
     progress : callable, optional
         ``progress(done, total)`` during exhaustive enumeration.
+    z : float, optional
+        Significance level of every comparison (:mod:`coalitions.noise`): 1.96 by
+        default when the game carries its measurement uncertainty, else 0.  ``z = 0``
+        gives the point-value answer.
 
     Raises
     ------
@@ -165,6 +226,11 @@ def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certif
 
     Notes
     -----
+    At a significance level (a game with uncertainty) "not significantly
+    different" is not transitive either: when no partition is stable at ``z``
+    under ``personalized`` semantics, ``solve`` returns the peeled partition with
+    a certificate whose verdict says so, rather than raising.
+
     Under ``personalized`` semantics with ``tol = 0`` peeling always yields a CE
     (docs/concepts.md §3).  With ``tol > 0`` "within tolerance" is not transitive and the
     peeled partition can fail the certificate (three clients suffice); ``solve``
@@ -176,16 +242,17 @@ def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certif
     check_semantics(semantics)
     if not (isinstance(tol, (int, float)) and np.isfinite(tol) and tol >= 0):
         raise InputError(f"tolerance must be a finite number >= 0, got {tol!r}")
-    result = peel(game, semantics, tol)
+    level = Comparison(game, tol, z).level
+    result = peel(game, semantics, tol, z=level)
     cert = None
     if result.complete:
         partition = canonical(result.partition)
         if certify_result or semantics == "shared":
-            cert = certify(game, partition, semantics, tol, exhaustive_up_to, seed)
+            cert = certify(game, partition, semantics, tol, exhaustive_up_to, seed, z=level)
         peeled = Equilibrium(game, semantics, tol, partition,
                              tuple(r.stable for r in result.rounds if r.stable),
                              tuple(r.graph for r in result.rounds), "peeling",
-                             cert if certify_result else None)
+                             cert if certify_result else None, level)
         if cert is None or cert.holds:
             return peeled
         if semantics == "personalized" and game.n > max_enumerate:
@@ -195,11 +262,13 @@ def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certif
         raise InputError(f"peeling {why} under shared semantics, and exhaustive search of {game.n} clients "
                          f"({bell(game.n):,} partitions) exceeds the limit of {max_enumerate} "
                          "(raise --max-enumerate)")
-    found = equilibria(game, semantics, tol, max_clients=max_enumerate, progress=progress)
+    found = equilibria(game, semantics, tol, max_clients=max_enumerate, progress=progress, z=level)
     if not found:
+        if result.complete and semantics == "personalized" and Comparison(game, tol, level).noisy:
+            return peeled  # no partition is stable at z: the peeled one, with a certificate that says so
         raise NoEquilibrium(f"no collaboration equilibrium exists under {semantics} semantics "
                             f"(all {bell(game.n):,} partitions checked)")
     partition = found[0]
-    cert = certify(game, partition, semantics, tol) if certify_result else None
+    cert = certify(game, partition, semantics, tol, z=level) if certify_result else None
     return Equilibrium(game, semantics, tol, partition, (), tuple(r.graph for r in result.rounds),
-                       "enumeration", cert)
+                       "enumeration", cert, level)

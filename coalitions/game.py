@@ -25,6 +25,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from .bitmask import all_masks, contains, members
 from .errors import InputError
 from .numbers import float_array, to_float
 from .resources import check_memory, game_bytes
+
+if TYPE_CHECKING:
+    from .noise import Uncertainty
 
 __all__ = ["Game", "MAX_CLIENTS", "SENSES", "coalition_key", "parse_coalition", "check_client_names",
            "check_size"]
@@ -174,6 +178,11 @@ class Game:
         The sense the values were given in; ``"min"`` values were negated.
     provenance : dict
         Free-form description of where the values came from (written to files).
+    uncertainty : Uncertainty, optional
+        How precisely each value is known (:mod:`coalitions.noise`): bootstrap
+        replicates or one standard error per value.  ``None`` (the default) for an
+        exact game; a game that carries one is solved at a significance level
+        (docs/concepts.md, "Measurement noise").
 
     Use the ``from_*`` constructors or :func:`coalitions.io.read_game` rather
     than the raw constructor; they validate their input.
@@ -183,6 +192,7 @@ class Game:
     values: np.ndarray
     sense: str = "max"
     provenance: Mapping = field(default_factory=dict)
+    uncertainty: Uncertainty | None = None
 
     def __post_init__(self):
         clients = _check_names(self.clients)
@@ -208,6 +218,8 @@ class Game:
         v.setflags(write=False)
         object.__setattr__(self, "values", v)
         object.__setattr__(self, "provenance", dict(self.provenance))
+        if self.uncertainty is not None:
+            self.uncertainty.check_matches(self)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -340,5 +352,10 @@ class Game:
         """Values in the sense they were given (``-values`` for a ``min`` game)."""
         return np.array(self.values if self.sense == "max" else -self.values)
 
+    def with_uncertainty(self, uncertainty: Uncertainty | None) -> Game:
+        """The same game carrying ``uncertainty`` (or none: the point values alone)."""
+        return Game(self.clients, self.values, self.sense, self.provenance, uncertainty)
+
     def __repr__(self) -> str:
-        return f"Game(clients={list(self.clients)!r}, sense={self.sense!r})"
+        extra = "" if self.uncertainty is None else f", uncertainty={self.uncertainty!r}"
+        return f"Game(clients={list(self.clients)!r}, sense={self.sense!r}{extra})"

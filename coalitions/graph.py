@@ -24,6 +24,7 @@ import numpy as np
 from .bitmask import members, popcount, submasks
 from .certificate import shrink
 from .game import Game
+from .noise import resolve_z
 from .ocs import OCS, optimal_collaborators
 from .payoffs import check_semantics
 
@@ -133,19 +134,23 @@ class ExactOracle:
     semantics : {"personalized", "shared"}
     tol : float
         Absolute tolerance for every comparison (docs/concepts.md §1).
+    z : float, optional
+        Significance level of every comparison (:mod:`coalitions.noise`): 1.96
+        by default when the game carries its uncertainty, else 0 (point values).
     """
 
-    def __init__(self, game: Game, semantics: str = "personalized", tol: float = 1e-9):
+    def __init__(self, game: Game, semantics: str = "personalized", tol: float = 1e-9, *, z: float | None = None):
         self.game = game
         self.semantics = check_semantics(semantics)
         if not tol >= 0:
             raise ValueError(f"tol must be >= 0, got {tol}")
         self.tol = float(tol)
+        self.z = resolve_z(game, z)
         self.clients = game.clients
 
     def ocs(self, i: int, within: int) -> OCS:
         """``OCS_i(R)`` with its tie information."""
-        return optimal_collaborators(self.game, i, within, self.tol)
+        return optimal_collaborators(self.game, i, within, self.tol, z=self.z)
 
     def benefit_graph(self, within: int) -> BenefitGraph:
         sets = [self.ocs(i, within) for i in members(within)]
@@ -158,4 +163,4 @@ class ExactOracle:
 
     def stabilize(self, component: int, within: int) -> int | None:
         """:func:`shrink_to_minimal`, streamed over the component's sub-coalitions (no payoff table)."""
-        return shrink(self.game, component, within, self.semantics, self.tol)
+        return shrink(self.game, component, within, self.semantics, self.tol, z=self.z)

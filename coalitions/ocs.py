@@ -19,6 +19,7 @@ import numpy as np
 
 from .bitmask import members, popcount, submasks
 from .game import Game
+from .noise import Comparison
 from .precision import exact_threshold
 
 __all__ = ["OCS", "optimal_collaborators"]
@@ -57,7 +58,7 @@ class OCS:
         return len(self.alternatives) > 1
 
 
-def optimal_collaborators(game: Game, i: int, within: int, tol: float = 1e-9) -> OCS:
+def optimal_collaborators(game: Game, i: int, within: int, tol: float = 1e-9, *, z: float | None = None) -> OCS:
     """``OCS_i(R)`` with the tie rule of docs/concepts.md §2 and every tied alternative.
 
     Parameters
@@ -69,11 +70,29 @@ def optimal_collaborators(game: Game, i: int, within: int, tol: float = 1e-9) ->
         The remaining set ``R`` as a bitmask.
     tol : float
         Absolute tolerance: values within ``tol`` of ``MAU_i(R)`` qualify.
+    z : float, optional
+        Significance level (:mod:`coalitions.noise`; default 1.96 when the game
+        carries its uncertainty, else 0).  A set qualifies when it is not
+        significantly worse than ``S* = argmax_{S ⊆ R} v_i(S)``:
+        ``v_i(S*) − v_i(S) ≤ tol + z·se_i(S*, S)``.  A collaborator is then
+        necessary only when leaving it out costs significantly; with ``z = 0`` or
+        no uncertainty this is the point-value rule above.
+
+    Notes
+    -----
+    As ``z`` grows the qualifying sets only grow, so ``|OCS_i(R)|`` never grows.
     """
     if not (within >> i) & 1:
         raise ValueError(f"client {i} is not in coalition {members(within)}")
     me = 1 << i
-    if within == game.grand:
+    cmp = Comparison(game, tol, z)
+    if cmp.noisy:
+        subs = submasks(within & ~me) | me
+        vals = np.asarray(game.values[i, subs], dtype=np.float64)
+        top = int(np.argmax(vals))  # the point-value argmax, the smallest mask on ties
+        ok = cmp.not_worse(i, subs, int(subs[top]))
+        cand, cvals, best = subs[ok], vals[ok], float(vals[top])
+    elif within == game.grand:
         # every coalition holding i: the odd halves of the row split at bit i, in ascending order;
         # index j stands for the mask j with a 1 inserted at bit i (no list of masks is built)
         vals = game.values[i].reshape(-1, 2, me)[:, 1, :].ravel()

@@ -37,7 +37,8 @@ import numpy as np
 from .bitmask import submasks
 from .game import Game
 
-__all__ = ["SEMANTICS", "subset_max", "mau", "mau_at", "payoff_at", "payoff_table", "check_semantics", "models_in"]
+__all__ = ["SEMANTICS", "subset_max", "mau", "mau_at", "payoff_at", "payoff_table", "check_semantics", "models_in",
+           "model_at"]
 
 SEMANTICS = ("personalized", "shared")
 
@@ -115,6 +116,22 @@ def payoff_at(game: Game, i: int, coalition: int, semantics: str = "personalized
     if semantics == "personalized":
         return mau_at(game, i, coalition)
     return float(game.values[i, coalition])
+
+
+def model_at(game: Game, i: int, coalition: int, semantics: str = "personalized") -> int:
+    """The coalition whose model gives ``payoff_i(K)``: ``argmax_{S ⊆ K, i ∈ S} v_i(S)`` (smallest bitmask on ties).
+
+    Under ``shared`` semantics it is ``K`` itself.  This is the reference every
+    noise-aware comparison of ``i``'s payoff in ``K`` is paired with
+    (:mod:`coalitions.noise`); :func:`models_in` gives it for a whole partition.
+    """
+    if not (coalition >> i) & 1:
+        raise ValueError(f"client {i} is not in coalition {coalition}")
+    if semantics == "shared":
+        return int(coalition)
+    me = 1 << i
+    subs = submasks(coalition & ~me) | me  # ascending: argmax keeps the smallest mask on ties
+    return int(subs[int(np.argmax(game.values[i, subs]))])
 
 
 def payoff_table(game: Game, semantics: str = "personalized") -> np.ndarray:

@@ -99,6 +99,12 @@ def peel_oracle(oracle: BenefitOracle, within: int | None = None) -> Peeling:
     return Peeling(tuple(partition), tuple(rounds), remaining)
 
 
-def peel(game: Game, semantics: str = "personalized", tol: float = 1e-9) -> Peeling:
-    """Peel an exhaustive game (docs/concepts.md §3)."""
-    return peel_oracle(ExactOracle(game, semantics, tol))
+def peel(game: Game, semantics: str = "personalized", tol: float = 1e-9, *, z: float | None = None) -> Peeling:
+    """Peel an exhaustive game (docs/concepts.md §3).
+
+    ``z`` is the significance level of every comparison (:mod:`coalitions.noise`;
+    1.96 by default for a game that carries its uncertainty, else 0).  A source
+    component holds each member's OCS, which is not significantly worse than the
+    member's best, so under ``personalized`` semantics peeling still always ends.
+    """
+    return peel_oracle(ExactOracle(game, semantics, tol, z=z))
