@@ -41,10 +41,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
-
-from dataclasses import dataclass
 
 from .axioms import AxiomReport, Violation
 from .bitmask import members, popcount, submasks
@@ -280,9 +279,9 @@ def closest_inner(game: Game, partition: Iterable[int], semantics: str = "person
                 _zeta(row, kk, np.minimum)
             row.reshape(-1, 2, 1 << r)[:, 0, :] = -np.inf
             np.maximum(score, row, out=score)
-        score[0] = score[-1] = np.inf  # neither the empty set nor K itself splits off
-        checked += subs.size - 2
-        j = int(np.argmin(score))
+        inside = score[1:-1]  # neither the empty set nor K itself splits off
+        checked += inside.size
+        j = 1 + int(np.argmin(inside))
         if found is None or score[j] < found[0]:
             found = (float(score[j]), k, int(subs[j]))
     if found is None:

@@ -47,6 +47,7 @@ from .equilibrium import Equilibrium, solve
 from .errors import InputError
 from .game import Game
 from .graph import ExactOracle
+from .noise import resolve_z
 from .numbers import finite
 from .payoffs import check_semantics, payoff_table
 
@@ -116,7 +117,7 @@ def _labels(partition: Sequence[int], n: int) -> np.ndarray:
 
 
 def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 1e-9, *,
-            exact: Equilibrium | None = None) -> dict:
+            exact: Equilibrium | None = None, z: float | None = None) -> dict:
     """Compare a learned estimate with the exact game (metrics in the module docstring).
 
     Parameters
@@ -134,6 +135,10 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     exact : Equilibrium, optional
         The game's equilibrium under ``semantics`` when the caller already solved it
         (:func:`coalitions.solve`); otherwise it is solved here.
+    z : float, optional
+        Significance level of the exact analysis (:mod:`coalitions.noise`): 1.96 by
+        default when the game carries its measurement uncertainty, else 0.  The
+        learned graph is then scored against the edges that are significant.
 
     Returns
     -------
@@ -147,7 +152,7 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     ------
     InputError
         A client of one side is missing from the other, or ``exact`` was solved for
-        another game, semantics or tolerance.
+        another game, semantics, tolerance or level ``z``.
     NoEquilibrium
         ``shared`` semantics and the game has no CE.
     """
@@ -170,7 +175,8 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
 
     n = game.n
     grand = game.grand
-    exact_bg = ExactOracle(game, semantics, tol).benefit_graph(grand)
+    level = resolve_z(game, z)
+    exact_bg = ExactOracle(game, semantics, tol, z=level).benefit_graph(grand)
     learned_ocs = {int(to_game[i]): remap(c) for i, c in estimate.benefit_graph.collaborators}
     if sorted(learned_ocs) != list(range(n)):
         raise InputError("the estimate's benefit graph does not cover every client")
@@ -183,9 +189,9 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     hits = [learned_ocs[i] in alternatives.get(i, (exact_ocs[i],)) for i in range(n)]
 
     if exact is None:
-        eq = solve(game, semantics, tol, certify_result=False)
-    elif exact.game is not game or exact.semantics != semantics or exact.tol != tol:
-        raise InputError("the exact equilibrium given was solved for another game, semantics or tolerance")
+        eq = solve(game, semantics, tol, certify_result=False, z=level)
+    elif exact.game is not game or exact.semantics != semantics or exact.tol != tol or exact.z != level:
+        raise InputError("the exact equilibrium given was solved for another game, semantics, tolerance or level z")
     else:
         eq = exact
     exact_partition = tuple(eq.partition)

@@ -25,7 +25,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -33,9 +33,6 @@ from .bitmask import all_masks, contains, members
 from .errors import InputError
 from .numbers import float_array, to_float
 from .resources import check_memory, game_bytes
-
-if TYPE_CHECKING:
-    from .noise import Uncertainty
 
 __all__ = ["Game", "MAX_CLIENTS", "SENSES", "coalition_key", "parse_coalition", "check_client_names",
            "check_size"]
@@ -192,7 +189,7 @@ class Game:
     values: np.ndarray
     sense: str = "max"
     provenance: Mapping = field(default_factory=dict)
-    uncertainty: Uncertainty | None = None
+    uncertainty: Any = None  # a coalitions.noise.Uncertainty (not imported: noise depends on this module)
 
     def __post_init__(self):
         clients = _check_names(self.clients)
@@ -352,7 +349,7 @@ class Game:
         """Values in the sense they were given (``-values`` for a ``min`` game)."""
         return np.array(self.values if self.sense == "max" else -self.values)
 
-    def with_uncertainty(self, uncertainty: Uncertainty | None) -> Game:
+    def with_uncertainty(self, uncertainty: Any) -> Game:
         """The same game carrying ``uncertainty`` (or none: the point values alone)."""
         return Game(self.clients, self.values, self.sense, self.provenance, uncertainty)
 

@@ -43,7 +43,10 @@ __all__ = ["GAME_FORMAT", "read_game", "read_game_replicates", "write_game", "re
            "read_json", "parse_json", "check_game_output", "MAX_JSON_BYTES", "MAX_JSON_CLIENTS",
            "MAX_NPZ_BYTES"]
 
-GAME_FORMAT = "coalitions/game@1"
+GAME_FORMAT = "coalitions/game@2"
+#: The earlier game format, still read: its replicates (if any) are read, but the game is exact.
+GAME_FORMAT_V1 = "coalitions/game@1"
+GAME_FORMATS = (GAME_FORMAT_V1, GAME_FORMAT)
 EQUILIBRIUM_FORMAT = "coalitions/equilibrium@1"
 EQUILIBRIA_FORMAT = "coalitions/equilibria@1"
 GRAPH_FORMAT = "coalitions/benefit-graph@1"
@@ -174,8 +177,9 @@ def read_json(path: str | os.PathLike, expected_format: str | None = None, max_b
         _fail(path, "must hold a JSON object")
     if expected_format is not None:
         fmt = data.get("format")
-        if fmt != expected_format:
-            _fail(path, f"unknown format {fmt!r} (expected {expected_format!r})")
+        accepted = GAME_FORMATS if expected_format == GAME_FORMAT else (expected_format,)
+        if fmt not in accepted:
+            _fail(path, f"unknown format {fmt!r} (expected {' or '.join(map(repr, accepted))})")
     return data
 
 
@@ -199,6 +203,32 @@ def replicates_from_json(data: Mapping[str, Any], game: Game) -> Replicates | No
     if not isinstance(tables, list):
         raise InputError("'replicates' must be a list of {client: {coalition: value}} objects")
     return Replicates.from_mappings(game.clients, tables, game.sense)
+
+
+def _se_from_json(data: Mapping[str, Any], game: Game) -> np.ndarray:
+    """The ``"se"`` table of a ``coalitions/game@2`` object: ``{client: {coalition: se}}``, every value present."""
+    table = data["se"]
+    if not isinstance(table, Mapping):
+        raise InputError("'se' must be a mapping from client to {coalition: standard error}")
+    # the same checks as values (every coalition present, numbers, no duplicates), in the sense "max"
+    return Game.from_mapping(game.clients, table, "max").values
+
+
+def uncertain_game(game: Game, replicates: Replicates | None, se: np.ndarray | None, fmt: str) -> Game:
+    """``game`` carrying the uncertainty a ``coalitions/game@2`` file declares (an ``@1`` file's game stays exact)."""
+    from .noise import Uncertainty
+
+    if fmt != GAME_FORMAT:
+        if se is not None:
+            raise InputError(f"standard errors ('se') need format {GAME_FORMAT!r}")
+        return game
+    if replicates is not None and se is not None:
+        raise InputError("a game carries either bootstrap 'replicates' or standard errors 'se', not both")
+    if replicates is not None:
+        return game.with_uncertainty(Uncertainty.from_replicates(replicates))
+    if se is not None:
+        return game.with_uncertainty(Uncertainty.from_se(game, se))
+    return game
 
 
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
@@ -258,7 +288,7 @@ def _read_npz(path) -> tuple[Game, Replicates | None]:
             missing = [k for k in ("values", "clients", "sense") if k not in members]
             if missing:
                 _fail(path, f"npz game lacks array {missing[0]!r}")
-            for key in ("clients", "sense", "provenance"):
+            for key in ("clients", "sense", "provenance", "format"):
                 if key in members and members[key].file_size > MAX_NPZ_SMALL_BYTES:
                     _fail(path, f"array {key!r} is {members[key].file_size:,} bytes, more than the "
                                 f"{MAX_NPZ_SMALL_BYTES:,} an .npz game allows")
@@ -291,6 +321,20 @@ def _read_npz(path) -> tuple[Game, Replicates | None]:
                 except InputError as e:
                     _fail(path, str(e))
                 need += shape[0] * n * (1 << n) * (dtype.itemsize + 16)  # unpacked, as float64, validated
+            if "se" in members:
+                shape, dtype = _npy_header(zf, members["se"], path, "se")
+                if dtype.kind not in "fiu":
+                    _fail(path, f"'se' must be numeric, got dtype {dtype}")
+                if tuple(shape) != (n, 1 << n):
+                    _fail(path, f"'se' must have shape ({n}, {1 << n}) for {n} clients, got {tuple(shape)}")
+                need += n * (1 << n) * (dtype.itemsize + 16)
+            fmt = GAME_FORMAT_V1
+            if "format" in members:
+                shape, dtype = _npy_header(zf, members["format"], path, "format")
+                tag = _npy_data(zf, members["format"], path, "format")
+                if tag.shape != () or tag.dtype.kind != "U" or str(tag) not in GAME_FORMATS:
+                    _fail(path, f"unknown format {tag!r} (expected {' or '.join(map(repr, GAME_FORMATS))})")
+                fmt = str(tag)
             clients = _npy_data(zf, members["clients"], path, "clients")
             sense = _npy_data(zf, members["sense"], path, "sense")
             if sense.shape != () or sense.dtype.kind != "U" or str(sense) not in ("max", "min"):
@@ -318,21 +362,29 @@ def _read_npz(path) -> tuple[Game, Replicates | None]:
                 _fail(path, str(e))
             values = _npy_data(zf, members["values"], path, "values")
             reps = _npy_data(zf, members["replicates"], path, "replicates") if "replicates" in members else None
+            se = _npy_data(zf, members["se"], path, "se") if "se" in members else None
     try:
         values = float_array(values, "'values'", np.float32 if values.dtype == np.float32 else np.float64)
         reps = None if reps is None else float_array(reps, "'replicates'")
+        se = None if se is None else float_array(se, "'se'")
     except InputError as e:
         _fail(path, str(e))
     _check_outside_nan(path, values, names)
     # float32 values stay float32 (a game stored in float32: see coalitions.precision)
     dtype = "float32" if values.dtype == np.float32 else "float64"
     game = Game.from_array(values, names, str(sense), prov, dtype=dtype)
-    if reps is None:
-        return game, None
-    for b in range(reps.shape[0]):
-        _check_outside_nan(path, reps[b], names, f"replicate {b}: ")
+    replicates = None
+    if reps is not None:
+        for b in range(reps.shape[0]):
+            _check_outside_nan(path, reps[b], names, f"replicate {b}: ")
+        try:
+            replicates = Replicates.from_array(reps, names, game.sense)
+        except InputError as e:
+            _fail(path, str(e))
+    if se is not None:
+        _check_outside_nan(path, se, names, "'se': ")
     try:
-        return game, Replicates.from_array(reps, names, game.sense)
+        return uncertain_game(game, replicates, se, fmt), replicates
     except InputError as e:
         _fail(path, str(e))
 
@@ -365,13 +417,20 @@ def read_game(path: str | os.PathLike) -> Game:
 
 
 def read_game_replicates(path: str | os.PathLike) -> tuple[Game, Replicates | None]:
-    """Read a game and its bootstrap replicates (``None`` when the file holds none)."""
+    """Read a game and its bootstrap replicates (``None`` when the file holds none).
+
+    A ``coalitions/game@2`` file's replicates (or standard errors) are the
+    game's :attr:`~coalitions.game.Game.uncertainty`; a ``coalitions/game@1``
+    file's game is exact, its replicates returned beside it.
+    """
     try:
         if str(path).endswith(".npz"):
             return _read_npz(path)
         data = read_json(path, GAME_FORMAT)
         game = game_from_json(data)
-        return game, replicates_from_json(data, game)
+        reps = replicates_from_json(data, game)
+        se = _se_from_json(data, game) if "se" in data else None
+        return uncertain_game(game, reps, se, str(data["format"])), reps
     except MemoryError:
         raise InputError(f"{path}: out of memory building the game") from None
     except InputError as e:
@@ -391,12 +450,32 @@ def _values_json(game: Game, raw: np.ndarray) -> dict:
     return values
 
 
+def _carried(game: Game, replicates: Replicates | None) -> tuple[Replicates | None, np.ndarray | None]:
+    """The replicates and standard errors to write: the game's uncertainty, or ``replicates`` given beside it."""
+    u = game.uncertainty
+    if u is None:
+        return (None if replicates is None else replicates.check_matches(game)), None
+    if replicates is not None and u.replicates is not replicates:
+        raise InputError("the game carries its own uncertainty; write it without other replicates")
+    return u.replicates, u.se
+
+
 def game_to_json(game: Game, replicates: Replicates | None = None) -> dict:
-    """``coalitions/game@1`` dict, values (and any replicates) in the game's own sense."""
-    out = {"format": GAME_FORMAT, "clients": list(game.clients), "sense": game.sense,
+    """``coalitions/game@2`` dict, values (and any replicates or standard errors) in the game's own sense.
+
+    A game with uncertainty is written as ``coalitions/game@2`` with ``"replicates"``
+    or ``"se"``; an exact game as ``coalitions/game@1``, with any replicates given
+    beside it (bootstrap replicates for the support, the game exact), so that
+    readers of the earlier format read it.
+    """
+    reps, se = _carried(game, replicates)
+    fmt = GAME_FORMAT if game.uncertainty is not None else GAME_FORMAT_V1
+    out = {"format": fmt, "clients": list(game.clients), "sense": game.sense,
            "values": _values_json(game, game.raw_values())}
-    if replicates is not None:
-        out["replicates"] = [_values_json(game, r) for r in replicates.check_matches(game).raw_values()]
+    if reps is not None:
+        out["replicates"] = [_values_json(game, r) for r in reps.raw_values()]
+    if se is not None:
+        out["se"] = _values_json(game, se)
     if game.provenance:
         out["provenance"] = dict(game.provenance)
     return out
@@ -424,17 +503,22 @@ def check_game_output(n: int, path: str | os.PathLike, replicates: int = 0) -> N
 def write_game(game: Game, path: str | os.PathLike, replicates: Replicates | None = None) -> None:
     """Write JSON, or ``.npz`` when ``path`` ends in ``.npz`` (through :func:`coalitions.files.write_file`).
 
-    ``replicates`` (of this game) are written with it: the ``.npz`` array
-    ``replicates`` of shape ``(B, N, 2^N)``, or the JSON list ``"replicates"``.
+    The game's uncertainty (:mod:`coalitions.noise`) is written with it
+    (``coalitions/game@2``): the ``.npz`` array ``replicates`` of shape
+    ``(B, N, 2^N)`` or ``se`` of shape ``(N, 2^N)``, or the JSON ``"replicates"`` /
+    ``"se"``.  ``replicates`` given for an exact game are written as before
+    (``coalitions/game@1``: the support's replicates, the game exact).
     """
-    check_game_output(game.n, path, 0 if replicates is None else replicates.b)
-    if replicates is not None:
-        replicates.check_matches(game)
+    reps, se = _carried(game, replicates)
+    check_game_output(game.n, path, (0 if reps is None else reps.b) + (0 if se is None else 1))
     if str(path).endswith(".npz"):
-        extra: dict[str, Any] = {} if replicates is None else {"replicates": replicates.raw_values()}
+        extra: dict[str, Any] = {} if reps is None else {"replicates": reps.raw_values()}
+        if se is not None:
+            extra["se"] = np.array(se)
+        fmt = GAME_FORMAT if game.uncertainty is not None else GAME_FORMAT_V1
         write_file(path, lambda f: np.savez_compressed(
             f, values=game.raw_values(), clients=np.array(game.clients), sense=np.array(game.sense),
-            provenance=np.array(json.dumps(_clean(dict(game.provenance)))), **extra))
+            provenance=np.array(json.dumps(_clean(dict(game.provenance)))), format=np.array(fmt), **extra))
     else:
         write_json(game_to_json(game, replicates), path)
 
@@ -501,6 +585,7 @@ def equilibrium_to_json(eq) -> dict:
         "format": EQUILIBRIUM_FORMAT,
         "semantics": eq.semantics,
         "tol": eq.tol,
+        **({"z": eq.z} if game.uncertainty is not None else {}),
         "clients": list(game.clients),
         "partition": eq.blocks(),
         "rounds": [[game.names(k) for k in ks] for ks in eq.rounds],
@@ -519,6 +604,23 @@ def equilibrium_to_json(eq) -> dict:
             "inner": _report_json(game, cert.inner),
             "outer": _report_json(game, cert.outer),
         }
+        if game.uncertainty is not None:
+            out["certificate"].update({
+                "z": cert.z, "verdict": cert.verdict,
+                "uncertainty": game.uncertainty.kind,
+                "point_values_hold": cert.point_holds,
+                "closest_inner": _closest_json(game, cert.closest_inner),
+                "closest_outer": _closest_json(game, cert.closest_outer)})
+    return out
+
+
+def _closest_json(game: Game, c) -> dict | None:
+    if c is None:
+        return None
+    out = {"coalition": game.names(c.coalition), "z_score": c.score,
+           "members": {game.clients[i]: x for i, x in c.members}, "comparisons": c.comparisons}
+    if c.subcoalition:
+        out["subcoalition"] = game.names(c.subcoalition)
     return out
 
 

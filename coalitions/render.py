@@ -13,7 +13,7 @@ from .bitmask import members
 from .contribution import benefits, contributions, total_contributions
 
 __all__ = ["table", "equilibrium_text", "equilibrium_dot", "graph_text", "graph_dot",
-           "report_text", "fmt", "carries_text", "support_text"]
+           "report_text", "fmt", "carries_text", "support_text", "certificate_text"]
 
 
 def fmt(x: float) -> str:
@@ -63,28 +63,59 @@ def equilibrium_text(eq) -> str:
     given = total_contributions(game, eq.partition, eq.semantics)
     rows = [(c, game.key(where[i]), fmt(pay[i]), fmt(best[i]), rnd[i] or "-", fmt(gain[i]), fmt(given[i]))
             for i, c in enumerate(game.clients)]
-    head = (f"Collaboration equilibrium ({eq.semantics} semantics, tol {eq.tol:g}), "
+    level = f", z {eq.z:g}" if game.uncertainty is not None else ""
+    head = (f"Collaboration equilibrium ({eq.semantics} semantics, tol {eq.tol:g}{level}), "
             f"found by {eq.found_by}: " + " | ".join(game.key(k) for k in eq.partition))
     parts = [head, "", table(["client", "coalition", "payoff", "MAU(all)", "round", "gain", "contribution"], rows)]
     carries = carries_text(game, eq.partition, eq.semantics)
     if carries:
         parts += ["", carries]
     if eq.certificate is not None:
-        parts += ["", f"certificate ({eq.certificate.method}):",
-                  report_text(game, eq.certificate.inner), report_text(game, eq.certificate.outer)]
+        parts += ["", certificate_text(game, eq.certificate)]
     return "\n".join(parts)
 
 
-def support_text(game, sup) -> str:
+def _noise_source(game) -> str:
+    u = game.uncertainty
+    if u is None:
+        return "exact game"
+    if u.kind == "replicates":
+        return f"paired standard errors from {u.replicates.b} bootstrap replicates"
+    return "one standard error per value, values independent"
+
+
+def certificate_text(game, cert) -> str:
+    """Both axioms with their witnesses; for a measured game, the level, the verdict and the closest calls."""
+    if not cert.noisy:
+        head = f"certificate ({cert.method}{', z 0: point values' if game.uncertainty is not None else ''}):"
+        return "\n".join([head, report_text(game, cert.inner), report_text(game, cert.outer)])
+    out = [f"certificate ({cert.method}, at z {cert.z:g} per comparison, {_noise_source(game)}):",
+           report_text(game, cert.inner), report_text(game, cert.outer), f"verdict: {cert.verdict}"]
+    c = cert.closest_outer
+    if c is not None:
+        who = ", ".join(f"{game.clients[i]} {fmt(x)}" for i, x in c.members)
+        out.append(f"  closest to blocking: {{{game.key(c.coalition)}}}, its weakest member gains "
+                   f"{fmt(c.score)} standard errors ({who}); blocks only above z {cert.z:g}")
+    c = cert.closest_inner
+    if c is not None:
+        who = ", ".join(f"{game.clients[i]} {fmt(x)}" for i, x in c.members)
+        out.append(f"  closest to splitting: {{{game.key(c.subcoalition)}}} from {{{game.key(c.coalition)}}}, "
+                   f"its members lose at most {fmt(c.score)} standard errors ({who}); splits at or below z "
+                   f"{cert.z:g}")
+    out.append(f"  on point values alone (z 0): {'a CE' if cert.point_holds else 'not a CE'}")
+    return "\n".join(out)
+
+
+def support_text(game, sup, over: str = "bootstrap replicates of the validation sets") -> str:
     """The support of a CE (:class:`coalitions.support.Support`): its partition's share, then each coalition's.
 
-    Indented, so that no line starts with a client name.
+    Indented, so that no line starts with a client name.  ``over`` names what was resampled.
     """
     count = lambda share: f"{share:.2f} ({round(share * sup.b)} of {sup.b})"
     rows = [[f"{{{game.key(k)}}}", count(s)] for k, s in sup.coalition_shares.items()]
     rows.append(["the partition", count(sup.partition_share)])
-    out = [f"support over {sup.b} bootstrap replicates of the validation sets, each solved like the game:",
-           "the share of replicates whose equilibrium holds the coalition / is the same partition", ""]
+    out = [f"support over {sup.b} {over}, each solved like the game:",
+           "the share of them whose equilibrium holds the coalition / is the same partition", ""]
     out += ["  " + line for line in table(["coalition", "support"], rows).splitlines()]
     if sup.without_ce:
         out += ["", f"  {sup.without_ce} of {sup.b} replicates have no collaboration equilibrium"]

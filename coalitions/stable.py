@@ -110,7 +110,8 @@ def _blocked_by_coalition(now, pay, n, tol) -> np.ndarray:
 
 def stable_partitions(game: Game, notion: str = "ce", semantics: str = "personalized", tol: float = 1e-9,
                       max_clients: int = MAX_ENUMERATE, chunk: int = 4096,
-                      progress: Callable[[int, int], None] | None = None) -> list[tuple[int, ...]]:
+                      progress: Callable[[int, int], None] | None = None, *,
+                      z: float | None = None) -> list[tuple[int, ...]]:
     """Every partition of ``game`` that is stable under ``notion``, by enumeration.
 
     Parameters
@@ -125,6 +126,10 @@ def stable_partitions(game: Game, notion: str = "ce", semantics: str = "personal
         Partitions checked together.
     progress : callable, optional
         ``progress(done, total)`` after each chunk.
+    z : float, optional
+        Significance level of the ``"ce"`` notion's comparisons (:mod:`coalitions.noise`;
+        1.96 by default when the game carries its uncertainty, else 0).  The other
+        notions compare point values.
 
     Returns
     -------
@@ -140,7 +145,7 @@ def stable_partitions(game: Game, notion: str = "ce", semantics: str = "personal
         raise InputError(f"enumerating the partitions of {n} clients ({bell(n):,}) exceeds the limit of "
                          f"{max_clients} clients")
     if notion == "ce":
-        return equilibria(game, semantics, tol, max_clients=max_clients, progress=progress)
+        return equilibria(game, semantics, tol, max_clients=max_clients, progress=progress, z=z)
     pay = payoff_table(game, semantics)
     consent = consent_table(pay, n, tol) if notion == "individual_stability" else None
     rgs, label_mask = enumerate_partitions(n)

@@ -35,16 +35,19 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from .brute_force import MAX_ENUMERATE
 from .errors import InputError, NoEquilibrium
+from .game import Game
+from .noise import Uncertainty
 from .partition import canonical
 from .replicates import Replicates
 
-__all__ = ["Support", "support", "auto_tol", "AUTO_TOL_FACTOR"]
+__all__ = ["Support", "support", "support_over", "self_agreement", "edge_f1", "auto_tol", "AUTO_TOL_FACTOR"]
 
 #: ``--tol auto`` is this many bootstrap standard deviations of the gains (≈ the two-sided 95% normal quantile).
 AUTO_TOL_FACTOR = 2.0
@@ -95,7 +98,7 @@ class Support:
 
 def support(partition, replicates: Replicates, semantics: str = "personalized", tol: float = 1e-9, *,
             exhaustive_up_to: int | None = None, max_enumerate: int = MAX_ENUMERATE, seed: int = 0,
-            progress=None) -> Support:
+            progress=None, z: float = 0.0, uncertainty: Uncertainty | None = None) -> Support:
     """Solve every replicate as the game was solved and compare its CE with ``partition``.
 
     Parameters
@@ -108,6 +111,12 @@ def support(partition, replicates: Replicates, semantics: str = "personalized", 
         same for every replicate, so that a difference comes from the data.
     progress : callable, optional
         ``progress(done, B)`` after each replicate.
+    z : float
+        The significance level the game was solved at (:mod:`coalitions.noise`).
+    uncertainty : Uncertainty, optional
+        The standard errors every replicate is solved with when ``z > 0``: the
+        game's own (the decision rule is resampled with its standard errors
+        fixed); default the replicates themselves.
 
     Returns
     -------
@@ -119,24 +128,41 @@ def support(partition, replicates: Replicates, semantics: str = "personalized", 
         A replicate cannot be solved within ``max_enumerate`` (the message
         starts with ``replicate b:``).
     """
+    if z > 0 and uncertainty is None:
+        uncertainty = Uncertainty.from_replicates(replicates)
+    games = (replicates.game(b).with_uncertainty(uncertainty if z > 0 else None) for b in range(replicates.b))
+    return support_over(partition, games, replicates.b, semantics, tol, exhaustive_up_to=exhaustive_up_to,
+                        max_enumerate=max_enumerate, seed=seed, progress=progress, z=z, what="replicate")
+
+
+def support_over(partition, games: Iterable[Game], count: int, semantics: str = "personalized", tol: float = 1e-9,
+                 *, exhaustive_up_to: int | None = None, max_enumerate: int = MAX_ENUMERATE, seed: int = 0,
+                 progress=None, z: float = 0.0, what: str = "game") -> Support:
+    """The support of ``partition`` over any ``count`` games of the same clients (e.g. retrained ones).
+
+    Each game is solved at the same semantics, tolerance and level ``z`` (a game
+    without uncertainty is solved on its point values); the shares are those of
+    :class:`Support`.  ``what`` names a game in error messages (``"replicate"``,
+    ``"retrained game"``).
+    """
     from .equilibrium import solve
 
     part = canonical(partition)
     found: list[tuple[int, ...] | None] = []
-    for b in range(replicates.b):
+    for b, game in enumerate(games):
         try:
-            eq = solve(replicates.game(b), semantics, tol, certify_result=True, exhaustive_up_to=exhaustive_up_to,
-                       max_enumerate=max_enumerate, seed=seed)
+            eq = solve(game, semantics, tol, certify_result=True, exhaustive_up_to=exhaustive_up_to,
+                       max_enumerate=max_enumerate, seed=seed, z=z)
         except NoEquilibrium:
             found.append(None)
             if progress is not None:
-                progress(b + 1, replicates.b)
+                progress(b + 1, count)
             continue
         except InputError as e:
-            raise InputError(f"replicate {b}: {e}") from None
+            raise InputError(f"{what} {b}: {e}") from None
         found.append(canonical(eq.partition))
         if progress is not None:
-            progress(b + 1, replicates.b)
+            progress(b + 1, count)
     # each replicate's blocks as one row of a padded matrix: membership of the K blocks is one np.isin
     width = max((len(p) for p in found if p is not None), default=1)
     blocks = np.zeros((len(found), width), dtype=np.int64)  # 0 is never a block
@@ -148,6 +174,34 @@ def support(partition, replicates: Replicates, semantics: str = "personalized", 
     sizes = np.array([-1 if p is None else len(p) for p in found])
     same = holds.all(axis=1) & (sizes == len(part))
     return Support(part, tuple(found), same, holds)
+
+
+def edge_f1(a: Iterable[tuple[int, int]], b: Iterable[tuple[int, int]]) -> float:
+    """F1 of two edge sets (harmonic mean of precision and recall); 1.0 when both are empty."""
+    x, y = set(a), set(b)
+    if not x and not y:
+        return 1.0
+    return 2 * len(x & y) / (len(x) + len(y))
+
+
+def self_agreement(game: Game, replicates: Replicates, semantics: str = "personalized", tol: float = 1e-9,
+                   z: float = 0.0) -> np.ndarray:
+    """Edge F1 of each replicate's benefit graph ``BG(all)`` against the game's own, at level ``z``.
+
+    How well the measured benefit graph reproduces itself under resampling of the
+    scoring rows: the graph of every replicate (solved with the game's standard
+    errors when ``z > 0``) against the graph of the point values.  Its median is
+    the graph's *self-agreement*, the ceiling for any learned graph compared with it.
+    """
+    from .graph import ExactOracle
+
+    u = game.uncertainty or (Uncertainty.from_replicates(replicates) if z > 0 else None)
+    ref = ExactOracle(game.with_uncertainty(u), semantics, tol, z=z).benefit_graph(game.grand).edges
+    out = np.empty(replicates.b)
+    for b in range(replicates.b):
+        g = replicates.game(b).with_uncertainty(u)
+        out[b] = edge_f1(ExactOracle(g, semantics, tol, z=z).benefit_graph(game.grand).edges, ref)
+    return out
 
 
 def auto_tol(replicates: Replicates, factor: float = AUTO_TOL_FACTOR) -> float:

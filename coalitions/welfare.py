@@ -309,7 +309,8 @@ def welfare(game: Game, weights: str | Sequence[float] | Mapping[str, float] = "
             semantics: str = "personalized", stability: str = "ce", tol: float = 1e-9,
             max_enumerate: int = MAX_ENUMERATE, max_optima: int = 20,
             progress: Callable[[int, int], None] | None = None,
-            enumeration_progress: Callable[[int, int], None] | None = None) -> WelfareReport:
+            enumeration_progress: Callable[[int, int], None] | None = None, *,
+            z: float | None = None) -> WelfareReport:
     """The social optimum, every stable partition's welfare, and the prices of anarchy and stability.
 
     Parameters
@@ -328,6 +329,8 @@ def welfare(game: Game, weights: str | Sequence[float] | Mapping[str, float] = "
         it only the optimum is computed and the prices are ``None``.
     max_optima : int
         Most optimal partitions listed.
+    z : float, optional
+        Significance level of the ``"ce"`` notion (:func:`coalitions.stable.stable_partitions`).
     progress, enumeration_progress : callable, optional
         ``progress(done, total)`` during the dynamic programme, and during the
         enumeration of partitions.
@@ -350,7 +353,7 @@ def welfare(game: Game, weights: str | Sequence[float] | Mapping[str, float] = "
                      f"exceed the limit of {max_enumerate}")
     else:
         found = stable_partitions(game, stability, semantics, tol, max_clients=max_enumerate,
-                                  progress=enumeration_progress)
+                                  progress=enumeration_progress, z=z)
         sums = finite(lambda: np.array([w[list(p)].sum() for p in found]), "the welfare of a stable partition")
         scored = sorted(zip(found, sums.tolist(), strict=True), key=lambda t: -t[1])
         stable = tuple((p, sign * x) for p, x in scored)

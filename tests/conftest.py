@@ -35,7 +35,7 @@ MALFORMED_FAULTS = {
     "giant-integer.json": "not valid JSON",
     "not-an-object.json": "JSON object",
     "not-utf8.json": "cannot be read",
-    "wrong-format.json": "unknown format 'coalitions/game@2'",
+    "wrong-format.json": "unknown format 'coalitions/game@3'",
     "no-format.json": "unknown format None",
     "no-clients.json": "'clients' must be a non-empty list",
     "clients-field-missing.json": "missing field 'clients'",

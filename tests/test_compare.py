@@ -198,5 +198,5 @@ def test_an_exact_equilibrium_of_another_game_or_semantics_is_refused():
     e = estimate(["a", "b", "c"], {"a": ["b"], "b": ["a"], "c": []}, [["a", "b"], ["c"]])
     other = co.Game.from_mapping(["a", "b", "c"], VALUES)
     for eq in (co.solve(other), co.solve(GAME, "shared"), co.solve(GAME, tol=1e-3)):
-        with pytest.raises(InputError, match="another game, semantics or tolerance"):
+        with pytest.raises(InputError, match="another game, semantics, tolerance or level z"):
             compare(e, GAME, exact=eq)
