@@ -730,8 +730,9 @@ def load_federation(dataset: str, opts: dict):
 @threads_option
 @click.option("--checkpoint", type=OUTPUT, default=None,
               help="Record finished chunks here; a rerun resumes from it.")
-@click.option("--replicates", type=click.IntRange(0), default=0, show_default=True,
-              help="Also record B bootstrap replicates of the validation sets (seeded by --seed; no retraining).")
+@click.option("--replicates", type=click.IntRange(0), default=200, show_default=True,
+              help="Bootstrap replicates of the validation sets (seeded by --seed; no retraining): the measured "
+                   "game's standard errors, so that it is solved at a significance level; 0 for an exact game.")
 @click.option("--heads", type=click.Choice(["shared", "personal"]), default="shared", show_default=True,
               help="personal: each subset trains one body and an output layer per member (FedPer's split); "
                    "v_i(S) uses i's own head.")

@@ -84,6 +84,15 @@ def _noise_source(game) -> str:
     return "one standard error per value, values independent"
 
 
+def _z(x: float, kind: str) -> str:
+    """A member's z-score; ``±inf`` (a difference without noise) in words."""
+    if x == float("inf"):
+        return "certain (no noise)"
+    if x == float("-inf"):
+        return "none" if kind == "loss" else "certainly worse (no noise)"
+    return fmt(x)
+
+
 def certificate_text(game, cert) -> str:
     """Both axioms with their witnesses; for a measured game, the level, the verdict and the closest calls."""
     if not cert.noisy:
@@ -93,15 +102,15 @@ def certificate_text(game, cert) -> str:
            report_text(game, cert.inner), report_text(game, cert.outer), f"verdict: {cert.verdict}"]
     c = cert.closest_outer
     if c is not None:
-        who = ", ".join(f"{game.clients[i]} {fmt(x)}" for i, x in c.members)
+        who = ", ".join(f"{game.clients[i]} {_z(x, 'gain')}" for i, x in c.members)
         out.append(f"  closest to blocking: {{{game.key(c.coalition)}}}, its weakest member gains "
-                   f"{fmt(c.score)} standard errors ({who}); blocks only above z {cert.z:g}")
+                   f"{_z(c.score, 'gain')} standard errors ({who}); a coalition blocks when this exceeds z")
     c = cert.closest_inner
     if c is not None:
-        who = ", ".join(f"{game.clients[i]} {fmt(x)}" for i, x in c.members)
+        who = ", ".join(f"{game.clients[i]} {_z(x, 'loss')}" for i, x in c.members)
         out.append(f"  closest to splitting: {{{game.key(c.subcoalition)}}} from {{{game.key(c.coalition)}}}, "
-                   f"its members lose at most {fmt(c.score)} standard errors ({who}); splits at or below z "
-                   f"{cert.z:g}")
+                   f"its members' largest loss is {_z(c.score, 'loss')} standard errors ({who}); a "
+                   "sub-coalition splits off when this is at most z")
     out.append(f"  on point values alone (z 0): {'a CE' if cert.point_holds else 'not a CE'}")
     return "\n".join(out)
 

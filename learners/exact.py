@@ -106,7 +106,7 @@ from coalitions.params import ParameterError, check_param
 
 __all__ = ["ExhaustiveOracle", "subset_sums", "membership", "closed_form_weights", "closed_form_mse",
            "train_subsets", "bootstrap_draws", "rescore", "closed_form_replicates", "train_subsets_personal",
-           "HEADS", "personal_from_singletons"]
+           "HEADS", "personal_from_singletons", "DEFAULT_REPLICATES"]
 
 #: Output layers of a subset's model: one for all members, or one per member (module docstring).
 HEADS = ("shared", "personal")
@@ -122,6 +122,18 @@ def chunk_trainer(params: dict, federation, config: dict, device) -> ChunkTraine
     oracle = ExhaustiveOracle(**params)
     draws = bootstrap_draws(federation, oracle.replicates, oracle.seed) if oracle.replicates else None
     return ChunkTrainer(oracle, federation, config, device, draws)
+
+
+#: Bootstrap replicates the oracle scores by default: the paired standard errors of the measured game
+#: to about 3 % (see ``replicates`` below).
+DEFAULT_REPLICATES = 200
+
+
+def _measured(game: co.Game, replicates) -> co.Game:
+    """``game`` carrying ``replicates`` as its uncertainty (two or more are needed for a standard error)."""
+    from coalitions.noise import Uncertainty
+
+    return game.with_uncertainty(Uncertainty.from_replicates(replicates)) if replicates.b >= 2 else game
 
 
 class ExhaustiveOracle:
@@ -188,7 +200,12 @@ class ExhaustiveOracle:
         starts a private local Ray on this machine (all its cores).
     replicates : int
         Bootstrap replicates of the validation sets to score the trained
-        models on (module docstring); 0 for none.
+        models on (module docstring); they are the measured game's uncertainty
+        (:attr:`game_` carries them, :mod:`coalitions.noise`), so that it is solved at a
+        significance level.  The default, :data:`DEFAULT_REPLICATES`, estimates each
+        paired standard error to about 3 % (median relative error against 4,000
+        replicates on heart: 4.6 % at 100, 3.4 % at 200, 2.1 % at 400); 0 for none
+        (an exact game, point values).
     heads : {"shared", "personal"}
         ``"shared"``: one model per subset.  ``"personal"``: one body per
         subset and one output layer per member (module docstring, "Personal
@@ -207,7 +224,9 @@ class ExhaustiveOracle:
         The metric (raw units: MSE, accuracy or AUC) of the model of ``S`` on
         client ``i``'s validation / test data; NaN where ``i ∉ S``.
     game_ : coalitions.Game
-        The game from ``values_val_`` with the metric's sense and provenance.
+        The game from ``values_val_`` with the metric's sense and provenance; it
+        carries the replicates as its uncertainty (``replicates ≥ 2``), so that
+        :func:`coalitions.solve` compares its values at a significance level.
     test_game_ : coalitions.Game
         The same from ``values_test_`` (for reporting, never for choosing).
     replicates_ : coalitions.replicates.Replicates or None
@@ -240,7 +259,8 @@ class ExhaustiveOracle:
     def __init__(self, protocol: TrainingProtocol | None = None, *, chunk_size: int | None = None,
                  memory_mb: float = 512.0, device: str = "auto", dtype: str = "float32", seed: int = 0,
                  checkpoint=None, threads: int | None = None, progress=None, backend: str = "local",
-                 address: str | None = None, replicates: int = 0, heads: str = "shared", loss_game: bool = False):
+                 address: str | None = None, replicates: int = DEFAULT_REPLICATES, heads: str = "shared",
+                 loss_game: bool = False):
         self.protocol = protocol
         self.loss_game = loss_game
         self.chunk_size = chunk_size
@@ -380,6 +400,7 @@ class ExhaustiveOracle:
             from coalitions.replicates import Replicates
 
             self.replicates_ = Replicates.from_array(reps, fed.names, fed.sense)
+            self.game_ = _measured(self.game_, self.replicates_)
         self.loss_game_ = self.loss_replicates_ = None
         if loss is not None:
             from coalitions.replicates import Replicates
@@ -388,6 +409,7 @@ class ExhaustiveOracle:
             self.loss_game_ = co.Game.from_array(loss, fed.names, "min", prov)
             if reps_loss is not None:
                 self.loss_replicates_ = Replicates.from_array(reps_loss, fed.names, "min")
+                self.loss_game_ = _measured(self.loss_game_, self.loss_replicates_)
         self.elapsed_ = time.perf_counter() - start
         return self
 

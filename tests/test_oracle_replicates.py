@@ -10,6 +10,7 @@ import pytest
 import torch
 from test_oracle import members, reference_loop, toy_binary, union
 
+import coalitions as co
 from coalitions.errors import InputError
 from coalitions.learners.data.datasets import load
 from coalitions.learners.data.metrics import evaluate
@@ -115,4 +116,14 @@ def test_bad_replicate_counts():
         ExhaustiveOracle(replicates=-1).fit(fed)
     with pytest.raises(InputError, match="replicates 200000"):
         ExhaustiveOracle(replicates=200_000).fit(fed)
-    assert ExhaustiveOracle().fit(fed).replicates_ is None
+    assert ExhaustiveOracle(replicates=0).fit(fed).replicates_ is None
+    assert ExhaustiveOracle(replicates=0).fit(fed).game_.uncertainty is None
+
+
+def test_the_measured_game_carries_its_replicates_by_default():
+    """The default oracle scores 200 replicates, and its game carries them: solved at z = 1.96."""
+    fed = load("synthetic", clients=2)
+    o = ExhaustiveOracle().fit(fed)
+    assert o.replicates_.b == 200
+    assert o.game_.uncertainty.replicates is o.replicates_
+    assert co.solve(o.game_).z == 1.96 and co.solve(o.game_, z=0).z == 0

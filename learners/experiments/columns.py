@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from coalitions.errors import InputError
+from coalitions.learners.exact import DEFAULT_REPLICATES
 from coalitions.learners.experiments.catalogue import Experiment, get_experiment
 from coalitions.learners.experiments.spo_column import fit_spo
 from coalitions.learners.experiments.statistics import separate_seeds
@@ -21,8 +22,9 @@ from coalitions.learners.experiments.statistics import separate_seeds
 __all__ = ["compute_piece", "compute_named_piece", "with_records", "learner_outputs", "lr_tuning", "stopping_record",
            "oracle_settings", "REPLICATES"]
 
-#: Bootstrap replicates of the validation sets recorded with every exact game (the CE's support).
-REPLICATES = 50
+#: Bootstrap replicates of the validation sets recorded with every exact game: its standard errors
+#: and the CE's support (the oracle's default).
+REPLICATES = DEFAULT_REPLICATES
 
 
 def oracle_settings(exp: Experiment, quick: bool = False, regime=None) -> dict:

@@ -1,0 +1,176 @@
+"""Calibration of the noise-aware equilibrium where the true game is known (docs/concepts.md, "Measurement noise").
+
+A *true* game is planted: clients in groups whose members gain from each other, clients best
+alone, and tied pairs whose members neither gain nor lose together (a gain of exactly 0):
+
+    v_i(S) = b_i + sum_{j in S, j != i} W_ij,
+    W_ij ~ U(0.05, 0.15) within a gaining group, 0 within a tied pair, U(-0.15, -0.05) otherwise.
+
+It is then *measured* with noise of known standard deviation ``sigma``: each client's values
+share a component (the same scoring rows score every subset model), ``e_i(S) = sigma *
+(sqrt(rho) u_i + sqrt(1 - rho) eps_{i,S})`` with ``rho = 0.5``, so a paired difference has
+standard error ``sigma``; ``B`` bootstrap-like replicates are drawn from the same law around
+the measured values.  For each noise level the script solves the measured game twice — on
+point values (``z = 0``) and noise-aware (``z = 1.96``, and ``z = 1``) — and reports, over ``--runs`` games:
+
+* how often each equals the true game's equilibrium (the true game's CE, unique here), and
+  the same for ``z = 1``, to show the trade-off the level sets;
+* how often "stable at z = 1.96" is said of a partition that the true game *blocks*
+  (outer agreement fails on the true values: a group that truly gains is split), and, apart,
+  of a partition that is not a CE of the true game for the other reason (a block holds
+  members who truly gain nothing: inner agreement fails on the true values).
+
+The first is a claim of *absence* (no significant blocker): its error rate is a matter of
+power and grows once the true gains fall within the noise.  The second is a claim of
+*presence* (each member of a split-off group loses significantly), which the level ``z``
+controls.  Both are printed; the figure ``docs/figures/noise_calibration.png`` shows them.
+
+Run:  python benchmarks/noise.py [--quick] [--runs 200] [--figure PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import numpy as np
+
+import coalitions as co
+from coalitions.certificate import inner_agreement, outer_agreement
+from coalitions.noise import DEFAULT_Z, Uncertainty
+from coalitions.partition import canonical
+from coalitions.replicates import Replicates
+
+RHO = 0.5
+#: Noise levels: the standard error of a paired difference, against gains of 0.05-0.15 per partner.
+LEVELS = (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08)
+
+
+def true_game(rng: np.random.Generator) -> tuple[co.Game, tuple[int, ...]]:
+    """A planted game of 6-8 clients: one or two gaining groups, a tied pair, best-alone clients."""
+    kinds: list[tuple[str, int]] = [("gain", int(rng.integers(2, 4)))]
+    if rng.random() < 0.5:
+        kinds.append(("gain", 2))
+    kinds.append(("tie", 2))
+    kinds += [("alone", 1)] * int(rng.integers(1, 3))
+    n = sum(size for _, size in kinds)
+    label = np.repeat(np.arange(len(kinds)), [size for _, size in kinds])
+    W = rng.uniform(-0.15, -0.05, (n, n))
+    for g, (kind, _) in enumerate(kinds):
+        inside = np.flatnonzero(label == g)
+        block = np.ix_(inside, inside)
+        W[block] = rng.uniform(0.05, 0.15, (inside.size, inside.size)) if kind == "gain" else 0.0
+    np.fill_diagonal(W, 0.0)
+    base = rng.uniform(0.0, 1.0, n)
+    masks = np.arange(1 << n)
+    bits = (masks[:, None] >> np.arange(n)) & 1
+    values = np.full((n, 1 << n), np.nan)
+    for i in range(n):
+        inside = bits[:, i] == 1
+        values[i, inside] = base[i] + bits[inside] @ W[i]
+    game = co.Game.from_array(values)
+    # the truth: each gaining group together, everyone else alone (a tied pair gains exactly nothing)
+    blocks = []
+    for g, (kind, _) in enumerate(kinds):
+        members = np.flatnonzero(label == g)
+        if kind == "gain":
+            blocks.append(int(sum(1 << int(i) for i in members)))
+        else:
+            blocks += [1 << int(i) for i in members]
+    return game, canonical(blocks)
+
+
+def measure(game: co.Game, sigma: float, b: int, rng: np.random.Generator) -> co.Game:
+    """The game measured with noise ``sigma`` (paired SE ``sigma``), carrying ``b`` replicates."""
+    def noise(shape):
+        shared = rng.normal(size=shape[:-1] + (1,))
+        return sigma * (np.sqrt(RHO) * shared + np.sqrt(1 - RHO) * rng.normal(size=shape))
+
+    measured = game.raw_values() + noise(game.values.shape)
+    reps = measured[None] + noise((b, *game.values.shape))
+    g = co.Game.from_array(measured)
+    return g.with_uncertainty(Uncertainty.from_replicates(Replicates.from_array(reps, g.clients)))
+
+
+def run_level(sigma: float, runs: int, b: int, seed: int) -> dict:
+    rng = np.random.default_rng([seed, int(sigma * 1e6)])
+    point_ok = noisy_ok = mid_ok = stable = false_blocked = false_inner = point_spurious = noisy_spurious = 0
+    for _ in range(runs):
+        truth, want = true_game(rng)
+        g = measure(truth, sigma, b, rng)
+        point = canonical(co.solve(g, z=0.0, certify_result=False).partition)
+        eq = co.solve(g, z=DEFAULT_Z)
+        noisy = canonical(eq.partition)
+        mid_ok += canonical(co.solve(g, z=1.0, certify_result=False).partition) == want
+        point_ok += point == want
+        noisy_ok += noisy == want
+        # a block holding a client who truly gains nothing from it (a spurious collaboration)
+        point_spurious += not inner_agreement(truth, point, tol=1e-12).holds
+        noisy_spurious += not inner_agreement(truth, noisy, tol=1e-12).holds
+        if eq.certificate.holds:
+            stable += 1
+            false_blocked += not outer_agreement(truth, noisy, tol=1e-12).holds
+            false_inner += not inner_agreement(truth, noisy, tol=1e-12).holds
+    return {"sigma": sigma, "runs": runs, "point_equal": point_ok / runs, "noisy_equal": noisy_ok / runs,
+            "z1_equal": mid_ok / runs,
+            "stable": stable, "stable_but_blocked": false_blocked / max(stable, 1),
+            "stable_but_spurious": false_inner / max(stable, 1),
+            "point_spurious": point_spurious / runs, "noisy_spurious": noisy_spurious / runs}
+
+
+def figure(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = [r["sigma"] for r in rows]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
+    ax[0].plot(s, [r["point_equal"] for r in rows], "o-", label="point values (z = 0)")
+    ax[0].plot(s, [r["z1_equal"] for r in rows], "^-", label="noise-aware (z = 1)")
+    ax[0].plot(s, [r["noisy_equal"] for r in rows], "s-", label="noise-aware (z = 1.96)")
+    ax[0].set(xscale="log", xlabel="standard error of a paired difference (gains 0.05-0.15 per partner)",
+              ylabel="share equal to the true CE", ylim=(-0.02, 1.02))
+    ax[0].legend()
+    ax[1].plot(s, [r["stable_but_blocked"] for r in rows], "o-", label="true game blocks it (missed gain)")
+    ax[1].plot(s, [r["stable_but_spurious"] for r in rows], "s-", label="a member truly gains nothing")
+    ax[1].axhline(0.05, color="grey", lw=0.8, ls="--")
+    ax[1].set(xscale="log", xlabel="standard error of a paired difference",
+              ylabel='share of "stable at z = 1.96" that is wrong', ylim=(-0.02, 1.02))
+    ax[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="20 games per level, 50 replicates.")
+    ap.add_argument("--runs", type=int, default=200, help="Games per noise level.")
+    ap.add_argument("--replicates", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--figure", default=None, help="Write the figure here (PNG).")
+    args = ap.parse_args()
+    runs, b = (20, 50) if args.quick else (args.runs, args.replicates)
+    print(f"noise calibration: {runs} planted games of 6-8 clients per level, {b} replicates, seed {args.seed}; "
+          f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
+    print(f"{'SE':>7}  {'point=true':>10}  {'z=1 =true':>10}  {'aware=true':>10}  {'spurious pt':>11}  {'spurious aw':>11}  "
+          f"{'stable':>6}  {'stable, blocked':>15}  {'stable, spurious':>16}")
+    rows = []
+    start = time.perf_counter()
+    for sigma in LEVELS:
+        r = run_level(sigma, runs, b, args.seed)
+        rows.append(r)
+        print(f"{sigma:7.4f}  {r['point_equal']:10.2f}  {r['z1_equal']:10.2f}  {r['noisy_equal']:10.2f}  {r['point_spurious']:11.2f}  "
+              f"{r['noisy_spurious']:11.2f}  {r['stable']:6d}  {r['stable_but_blocked']:15.3f}  "
+              f"{r['stable_but_spurious']:16.3f}", flush=True)
+    print(f"ratio noise-aware / point-value equal-to-truth, summed over levels: "
+          f"{sum(r['noisy_equal'] for r in rows) / max(sum(r['point_equal'] for r in rows), 1e-12):.2f}")
+    print(f"{time.perf_counter() - start:.1f} s")
+    if args.figure:
+        figure(rows, args.figure)
+        print(f"figure: {args.figure}")
+
+
+if __name__ == "__main__":
+    main()
