@@ -1,0 +1,115 @@
+"""How well the exhaustive game reproduces itself: point values against noise-aware (docs/concepts.md §7).
+
+For each experiment of ``coalitions reproduce`` (its data, its regime, its oracle settings: the
+reference every learned graph is compared with), the exhaustive game is trained once per
+*training* seed on the same data split (``--data-seed``), with 200 bootstrap replicates of the
+validation rows.  Printed per experiment and regime, at ``z = 0`` (point values) and
+``z = 1.96`` (noise-aware):
+
+* **self-agreement under validation resampling**: the median over replicates of the edge F1 of a
+  replicate's benefit graph ``BG(all)`` against the game's own (:func:`coalitions.support.self_agreement`);
+* **self-agreement across retraining**: the median edge F1 over pairs of training seeds;
+* the equilibrium's **support over validation resamples** (the share of replicates whose CE is
+  the game's; seed 0's game) and **over retraining** (the share of the other seeds' games whose
+  CE is seed 0's).
+
+An empty graph against an empty graph counts as F1 = 1 (both say: nobody needs anybody).
+
+Run:  python benchmarks/self_agreement.py [--quick] [--experiments synthetic,heart] [--seeds 3] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import platform
+import time
+
+import numpy as np
+
+import coalitions as co
+from coalitions.learners.data.datasets import load
+from coalitions.learners.exact import ExhaustiveOracle
+from coalitions.learners.experiments.catalogue import get_experiment
+from coalitions.learners.experiments.statistics import separate_seeds
+from coalitions.support import edge_f1, self_agreement, support, support_over
+
+LEVELS = (0.0, 1.96)
+
+
+def games(exp_name: str, regime, data_seed: int, seeds: int, quick: bool, replicates: int):
+    exp = get_experiment(exp_name)
+    fed = load(exp.dataset, seed=separate_seeds(data_seed).data, **regime.options)
+    options = dict(exp.oracle_options(quick, regime))
+    options.pop("loss_game", None)
+    out = []
+    for s in range(seeds):
+        t = time.perf_counter()
+        o = ExhaustiveOracle(seed=separate_seeds(s).init, **{**options, "replicates": replicates}).fit(fed)
+        out.append((o.game_, o.replicates_, time.perf_counter() - t))
+    return fed, out
+
+
+def measure(found) -> dict:
+    first, reps, _ = found[0]
+    row = {}
+    for z in LEVELS:
+        key = "point" if z == 0 else "aware"
+        f1 = self_agreement(first, reps, z=z)
+        graphs = [co.ExactOracle(g, z=z).benefit_graph(g.grand).edges for g, _, _ in found]
+        across = [edge_f1(a, b) for a, b in itertools.combinations(graphs, 2)]
+        eq = co.solve(first, z=z)
+        sup = support(eq.partition, reps, z=z, uncertainty=first.uncertainty)
+        others = [g.with_uncertainty(first.uncertainty if z > 0 else None) for g, _, _ in found[1:]]
+        again = support_over(eq.partition, others, len(others), z=z) if others else None
+        row[key] = {"f1_resampling": float(np.median(f1)), "f1_retraining": float(np.median(across)) if across
+                    else None, "edges": len(graphs[0]), "partition": co.format_partition(first, eq.partition),
+                    "verdict": eq.certificate.verdict, "support_resampling": sup.partition_share,
+                    "support_retraining": None if again is None else again.partition_share}
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="synthetic and heart, 2 seeds, the experiments' quick settings")
+    ap.add_argument("--experiments", default="synthetic,heart,adult,digits")
+    ap.add_argument("--seeds", type=int, default=3, help="Training seeds per game.")
+    ap.add_argument("--data-seed", type=int, default=0)
+    ap.add_argument("--replicates", type=int, default=200)
+    ap.add_argument("--settings", choices=("full", "quick"), default="full",
+                    help="The experiments' oracle settings (reproduce) or their --quick ones.")
+    ap.add_argument("--json", default=None, help="Also write the rows here.")
+    args = ap.parse_args()
+    names = ["synthetic", "heart"] if args.quick else args.experiments.split(",")
+    seeds = 2 if args.quick else args.seeds
+    quick = args.quick or args.settings == "quick"
+    print(f"self-agreement of the exhaustive game: {seeds} training seeds, data seed {args.data_seed}, "
+          f"{args.replicates} replicates, {'quick' if quick else 'full'} oracle settings; "
+          f"python {platform.python_version()}, torch via coalitions.learners, {platform.machine()}")
+    print(f"{'experiment':<24} {'z':>4}  {'edges':>5}  {'F1 resample':>11}  {'F1 retrain':>10}  "
+          f"{'support resample':>16}  {'support retrain':>15}  {'verdict':<26} partition")
+    rows = []
+    for name in names:
+        exp = get_experiment(name)
+        for regime in exp.regimes:
+            start = time.perf_counter()
+            fed, found = games(name, regime, args.data_seed, seeds, quick, args.replicates)
+            row = measure(found)
+            label = name if len(exp.regimes) == 1 else f"{name}/{regime.name}"
+            for key, z in (("point", 0.0), ("aware", 1.96)):
+                r = row[key]
+                fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+                print(f"{label:<24} {z:4.2f}  {r['edges']:5d}  {fmt(r['f1_resampling']):>11}  "
+                      f"{fmt(r['f1_retraining']):>10}  {fmt(r['support_resampling']):>16}  "
+                      f"{fmt(r['support_retraining']):>15}  {r['verdict']:<26} {r['partition']}", flush=True)
+            rows.append({"experiment": label, "clients": fed.n, "seconds": time.perf_counter() - start,
+                         "train_seconds": [t for _, _, t in found], **row})
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+        print(f"rows: {args.json}")
+
+
+if __name__ == "__main__":
+    main()
