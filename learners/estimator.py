@@ -164,6 +164,16 @@ class EstimatorMixin:
                              f"({name}'s parameters: {', '.join(subs)})")
         setattr(self, name, dataclasses.replace(value, **changes))
 
+    def __sklearn_tags__(self):
+        """scikit-learn's tags (``sklearn.utils.get_tags``): an estimator that fits a federation, not ``(X, y)``.
+
+        Only scikit-learn (>= 1.6) calls this, so it imports scikit-learn here, not at module level.
+        """
+        from sklearn.utils import InputTags, Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=False),
+                    input_tags=InputTags(two_d_array=False))
+
     def __repr__(self) -> str:
         defaults = {n: p.default for n, p in inspect.signature(type(self).__init__).parameters.items()}
         shown = [f"{k}={v!r}" for k, v in self.get_params(deep=False).items()
