@@ -40,11 +40,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 from coalitions.errors import InputError
 
 __all__ = ["EstimatorMixin"]
+
+_Estimator = TypeVar("_Estimator", bound="EstimatorMixin")
 
 
 def _sub_params(value: Any) -> dict[str, Any] | None:
@@ -122,7 +124,7 @@ class EstimatorMixin:
                     out[f"{name}__{sub}"] = v
         return out
 
-    def set_params(self, **params: Any):
+    def set_params(self: _Estimator, **params: Any) -> _Estimator:
         """Change parameters, ``name__sub`` keys included (module docstring); returns the estimator.
 
         Nothing is validated here but the names (values are checked by ``fit``).  The
