@@ -2,11 +2,11 @@
 
 :class:`Learner` is the abstract base of every method (scikit-learn's conventions, from
 :class:`~coalitions.learners.estimator.EstimatorMixin`): ``__init__`` only stores its explicitly
-named parameters, which ``get_params(deep=True)`` reads off the signature, ``set_params`` changes
-(``protocol__lr`` included) and ``sklearn.base.clone`` copies; ``fit(federation)`` validates them (:meth:`Learner.check_params`,
-errors naming the parameter), fits, and exposes what was learned — ``oracle_`` (a benefit
-oracle), ``utilities_`` and, where the method has them, ``weights_``.  The estimate
-(``estimate_``) is built from those by the core's one function,
+named parameters, which ``get_params(deep=True)`` reads off the signature, ``set_params``
+changes (``protocol__lr`` included) and ``sklearn.base.clone`` copies; ``fit(federation)``
+validates them (:meth:`Learner.check_params`, errors naming the parameter), fits, and exposes
+what was learned — ``oracle_`` (a benefit oracle), ``utilities_`` and, where the method has
+them, ``weights_``.  The estimate (``estimate_``) is built from those by the core's one function,
 :func:`coalitions.estimate.build_estimate` (``BG(all)``, peeling, the record); a method adds
 its own settings and results through the public hooks :meth:`Learner.estimate_config` and
 :meth:`Learner.estimate_extra`.
