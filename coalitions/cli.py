@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import math
 import os
 import signal
@@ -1087,6 +1088,30 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
+class _Echo(logging.Handler):
+    """A library log record as the command's own line on stderr (a warning as ``coalitions: warning: ...``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        click.echo(f"coalitions: warning: {text}" if record.levelno == logging.WARNING else text, err=True)
+
+
+@contextmanager
+def _library_messages() -> Iterator[None]:
+    """Print the library's messages (the ``coalitions`` loggers, INFO and up) on stderr while a command runs."""
+    library, echo = logging.getLogger("coalitions"), _Echo()
+    saved = library.level, library.propagate
+    library.addHandler(echo)
+    library.setLevel(logging.INFO)
+    library.propagate = False
+    try:
+        yield
+    finally:
+        library.removeHandler(echo)
+        library.setLevel(saved[0])
+        library.propagate = saved[1]
+
+
 def main(argv=None) -> int:
     """Entry point: run the command, map outcomes to exit codes 0 / 1 / 2 (130, 143 when interrupted).
 
@@ -1098,7 +1123,8 @@ def main(argv=None) -> int:
     except ValueError:  # not the main thread
         previous = None
     try:
-        return _run(argv)
+        with _library_messages():
+            return _run(argv)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -13,7 +13,8 @@ PyTorch nor the data sets.
   2024 §3), :class:`SPO` (Pareto hypernetwork, Navon et al. 2021), the personalised
   federated learners (:class:`Local`, :class:`FedAvg`, :class:`FedProx`, :class:`Ditto`,
   :class:`FedAMP`, :class:`FedeRiCo`, :class:`SuPerFed`, :class:`PFedMe`, ...) and
-  :func:`create`, which builds any of them by its command-line name.
+  :func:`create`, which builds any of them by its command-line name; all take scikit-learn's
+  ``get_params``/``set_params``/``clone`` conventions from :class:`EstimatorMixin`.
 * The protocol every column trains under: :class:`TrainingProtocol`,
   :func:`default_protocol`.
 * Federations: :class:`Federation`, :class:`Client`, :class:`Split` and :func:`load`.
@@ -31,10 +32,16 @@ True
 from __future__ import annotations
 
 import importlib
+import logging
+
+# Library messages go to loggers under "coalitions" (so far coalitions.learners.federated.run): nothing is
+# printed unless the user configures logging, as the command line does (coalitions/cli.py).
+logging.getLogger("coalitions").addHandler(logging.NullHandler())
 
 #: Public name → the module (relative to this package) that defines it.
 _EXPORTS = {
     # estimators
+    "EstimatorMixin": ".estimator",
     "Learner": ".methods.base", "PersonalizedLearner": ".methods.base", "RefitOracle": ".methods.base",
     "ExhaustiveOracle": ".exact",
     "SPO": ".methods.spo.estimator", "SPOOracle": ".methods.spo.oracle",

@@ -87,6 +87,7 @@ import numpy as np
 import coalitions as co
 from coalitions.errors import InputError
 from coalitions.learners.data.federation import Federation
+from coalitions.learners.estimator import EstimatorMixin
 from coalitions.learners.game.bootstrap import bootstrap_draws, rescore
 from coalitions.learners.game.chunks import ChunkTrainer
 from coalitions.learners.game.closed_form import (
@@ -136,7 +137,7 @@ def _measured(game: co.Game, replicates) -> co.Game:
     return game.with_uncertainty(Uncertainty.from_replicates(replicates)) if replicates.b >= 2 else game
 
 
-class ExhaustiveOracle:
+class ExhaustiveOracle(EstimatorMixin):
     """Train a model on every non-empty subset of clients; the exact game (docs/concepts.md §5).
 
     The training protocol (``protocol``) is the only source of the training settings: the

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -32,6 +33,9 @@ from pathlib import Path
 from coalitions.errors import InputError
 from coalitions.learners.federated.app_folder import write_app
 from coalitions.learners.federated.outputs import FILES, write_outputs
+
+#: The run's log lines, the --insecure warning and an unexpected traceback (docs/learners-protocol.md, "Logging").
+_log = logging.getLogger(__name__)
 
 __all__ = ["federate", "write_outputs", "federate_simulation", "federate_superlink", "FILES"]
 
@@ -53,7 +57,8 @@ def federate_simulation(dataset: str, data_options: dict, training: dict, output
     Ray may use (default: all, at most one per site).  ``method``: ``"exact"``
     (the game) or a personalised learner
     (:mod:`coalitions.learners.federated.personal`, its own parameters in
-    ``method_options``).  ``log`` receives the run's log lines, ``progress``
+    ``method_options``).  ``log`` receives the run's log lines (default: the ``coalitions.learners.federated.run`` logger, at
+    INFO), ``progress``
     ``(round, rounds)`` for every round the server reports.  ``supernodes``
     (default ``N``) and ``wait_s`` rehearse a federation that lacks sites: the
     server waits ``wait_s`` seconds for the missing ones, then the run fails
@@ -310,11 +315,12 @@ def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None) -> tuple
     Flower's boxed errors and the ServerApp's traceback are held back: their
     message is returned (a :class:`~coalitions.errors.InputError` raised in the
     ServerApp as its own message), and an unexpected exception's traceback is
-    written after all, since it is a fault of this package, not of the input.
-    A server line ``round r/R: ...`` goes to ``progress(r, R)`` when given (a
-    bar), to ``log`` otherwise.
+    logged after all (level ERROR), since it is a fault of this package, not of the
+    input.  A server line ``round r/R: ...`` goes to ``progress(r, R)`` when given (a
+    bar), to ``log`` otherwise; ``log`` defaults to this module's logger (INFO), which
+    ``coalitions federate`` prints to stderr.
     """
-    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    log = log or _log.info
     box: list[str] = []
     trace: list[str] | None = None
     raised = ""
@@ -340,7 +346,7 @@ def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None) -> tuple
                 if found:
                     raised = found.group(2) if found.group(1).startswith("coalitions.") else found.group(0)
                     if not found.group(1).startswith("coalitions."):
-                        sys.stderr.write("\n".join(trace) + "\n")
+                        _log.error("\n".join(trace))
                 continue
             if stripped.startswith("Traceback (most recent call last)"):
                 trace = [line]
@@ -375,14 +381,14 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
     with their ``partition-id`` (``None``: each reads its ``site-schema``).
     Runs ``flwr run`` with a private Flower configuration (``FLWR_HOME``)
     naming this SuperLink, over TLS (``root_certificates``: the CA's PEM file;
-    ``insecure=True`` only when asked for, with a warning), streams its log
-    to stderr, and returns the run record the ServerApp wrote to ``output``
+    ``insecure=True`` only when asked for, with a logged warning), passes its log lines
+    to this module's logger (``coalitions federate`` prints them to stderr), and returns the run record the ServerApp wrote to ``output``
     (it must be reachable from here, i.e. the SuperLink runs on this machine).
     """
     config = _connection(address, insecure, root_certificates)
     if insecure:
-        print(f"coalitions: warning: --insecure: the connection to the SuperLink at {address} is not encrypted "
-              "or authenticated; use it only on loopback or a trusted network", file=sys.stderr)
+        _log.warning("--insecure: the connection to the SuperLink at %s is not encrypted or authenticated; use it "
+                     "only on loopback or a trusted network", address)
     _reachable(address)
     out = Path(output).resolve()
     run_config = _run_config(training, seed, sites, dataset, data_options, out, checkpoint, semantics, tol, wait_s, threads,

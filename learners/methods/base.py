@@ -1,11 +1,12 @@
 """The estimator contract, and what every personalised federated learner shares.
 
-:class:`Learner` is the abstract base of every method (scikit-learn's conventions):
-``__init__`` only stores its explicitly named parameters, which :meth:`Learner.get_params`
-reads off the signature; ``fit(federation)`` validates them (:meth:`Learner.check_params`,
-errors naming the parameter), fits, and exposes what was learned — ``oracle_`` (a benefit
-oracle), ``utilities_`` and, where the method has them, ``weights_``.  The estimate
-(``estimate_``) is built from those by the core's one function,
+:class:`Learner` is the abstract base of every method (scikit-learn's conventions, from
+:class:`~coalitions.learners.estimator.EstimatorMixin`): ``__init__`` only stores its explicitly
+named parameters, which ``get_params(deep=True)`` reads off the signature, ``set_params``
+changes (``protocol__lr`` included) and ``sklearn.base.clone`` copies; ``fit(federation)``
+validates them (:meth:`Learner.check_params`, errors naming the parameter), fits, and exposes
+what was learned — ``oracle_`` (a benefit oracle), ``utilities_`` and, where the method has
+them, ``weights_``.  The estimate (``estimate_``) is built from those by the core's one function,
 :func:`coalitions.estimate.build_estimate` (``BG(all)``, peeling, the record); a method adds
 its own settings and results through the public hooks :meth:`Learner.estimate_config` and
 :meth:`Learner.estimate_extra`.
@@ -71,6 +72,7 @@ from coalitions.estimate import Estimate, build_estimate
 from coalitions.graph import BenefitGraph, BenefitOracle
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
+from coalitions.learners.estimator import EstimatorMixin
 from coalitions.learners.training.checkpoint import federation_arrays, fingerprint, load_state, save_state
 from coalitions.learners.training.engine import PATHS, Engine, Padded, resolve_device, train_epochs
 from coalitions.learners.training.models import make_model
@@ -153,7 +155,7 @@ class EarlyStop:
         return False
 
 
-class Learner(ABC):
+class Learner(EstimatorMixin, ABC):
     """Abstract base of every learner: parameters, ``fit``, and the estimate from what was learned.
 
     Subclasses name every parameter in ``__init__`` (no ``*args`` / ``**kwargs``) and
@@ -172,33 +174,6 @@ class Learner(ABC):
     utilities_: dict
     weights_: np.ndarray | None
     peeling_seconds_: float
-
-    @classmethod
-    def param_names(cls) -> tuple[str, ...]:
-        """The constructor's parameters, in order (read off ``__init__``'s signature)."""
-        params = inspect.signature(cls.__init__).parameters.values()
-        bad = [p.name for p in params if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-        if bad:
-            raise TypeError(f"{cls.__name__}.__init__ must name its parameters explicitly, not *{bad[0]}")
-        return tuple(p.name for p in params if p.name != "self")
-
-    def _store(self, values: dict) -> None:
-        """Keep every constructor argument under its own name (``values``: the caller's ``locals()``)."""
-        for name in self.param_names():
-            setattr(self, name, values[name])
-
-    def get_params(self) -> dict:
-        """Every constructor parameter and its current value."""
-        return {k: getattr(self, k) for k in self.param_names()}
-
-    def set_params(self, **params) -> Learner:
-        """Change parameters (checked on the next :meth:`fit`); an unknown name is an error."""
-        names = self.param_names()
-        for k, v in params.items():
-            if k not in names:
-                raise InputError(f"{self.method}: unknown parameter {k!r}")
-            setattr(self, k, v)
-        return self
 
     @abstractmethod
     def check_params(self) -> None:
@@ -236,9 +211,6 @@ class Learner(ABC):
     def _forget_estimate(self) -> None:
         self.__dict__.pop("_estimate", None)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
 
 # --------------------------------------------------------------------------- refit oracle
 class RefitOracle:
@@ -272,7 +244,7 @@ class RefitOracle:
             sub = Federation(self._fed.name, self._fed.task, self._fed.metric,
                              tuple(self._fed.clients[i] for i in idx), self._fed.n_classes, None,
                              self._fed.options)
-            params = {**self._learner.get_params(), "checkpoint": None, "progress": None, "refit": False}
+            params = {**self._learner.get_params(deep=False), "checkpoint": None, "progress": None, "refit": False}
             clone = type(self._learner)(**params).fit(sub)
             self.refits_ += 1
             local = clone.oracle_.benefit_graph((1 << len(idx)) - 1)
@@ -403,7 +375,7 @@ class PersonalizedLearner(Learner):
         learner is set up on a federation, the protocol it trains with (the task's
         default when ``protocol`` is ``None``); before, ``None`` when none was given.
         """
-        out = {k: v for k, v in self.get_params().items() if k not in ("checkpoint", "progress")}
+        out = {k: v for k, v in self.get_params(deep=False).items() if k not in ("checkpoint", "progress")}
         protocol = getattr(self, "protocol_", self.protocol)
         out["protocol"] = None if protocol is None else protocol.to_json()
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
@@ -824,7 +796,3 @@ class PersonalizedLearner(Learner):
             if rule_w is not self.weights_:
                 extra["rule_weights"] = np.round(rule_w, 12).tolist()
         return extra
-
-    def __repr__(self) -> str:
-        own = [k for k in self.param_names() if k not in COMMON_PARAMS]
-        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in own)})"

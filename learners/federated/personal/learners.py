@@ -29,7 +29,7 @@ _NOT_SENT = ("progress", "checkpoint", "device")
 # --------------------------------------------------------------------------- learners
 def learner_params(learner) -> dict:
     """The JSON-ready parameters a site needs to build the same learner."""
-    out = {k: v for k, v in learner.get_params().items() if k not in _NOT_SENT}
+    out = {k: v for k, v in learner.get_params(deep=False).items() if k not in _NOT_SENT}
     if out.get("protocol") is not None:
         out["protocol"] = out["protocol"].to_json()
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}

@@ -430,7 +430,7 @@ class SPO(Learner):
 
     def estimate_config(self) -> dict:
         fed = self.federation_
-        params = {k: v for k, v in self.get_params().items() if k != "progress"}
+        params = {k: v for k, v in self.get_params(deep=False).items() if k != "progress"}
         params["protocol"] = self.protocol_.to_json()   # the one trained with (the default when none was given)
         return {"method": "spo", **params, "dataset": fed.name, "data_options": dict(fed.options),
                 "device_used": str(self.device_),
