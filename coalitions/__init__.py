@@ -13,6 +13,8 @@ Examples
 [['a', 'b'], ['c']]
 """
 
+import logging
+
 from ._version import __version__
 from .analytic import mean_estimation, planted
 from .axioms import (
@@ -37,6 +39,10 @@ from .partition import format_partition, parse_partition
 from .payoffs import mau, payoff_table
 from .peeling import Peeling, peel, peel_oracle
 from .scc import source_components, strongly_connected_components
+
+# The library's messages go to loggers under "coalitions" (the learners' Flower runs); nothing is
+# printed unless the user configures logging, as the command line does (coalitions/cli.py).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "__version__", "Game", "read_game", "write_game", "mean_estimation", "planted", "mau", "payoff_table",

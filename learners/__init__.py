@@ -32,11 +32,6 @@ True
 from __future__ import annotations
 
 import importlib
-import logging
-
-# Library messages go to loggers under "coalitions" (so far coalitions.learners.federated.run): nothing is
-# printed unless the user configures logging, as the command line does (coalitions/cli.py).
-logging.getLogger("coalitions").addHandler(logging.NullHandler())
 
 #: Public name → the module (relative to this package) that defines it.
 _EXPORTS = {
