@@ -139,6 +139,10 @@ def figure(rows: list[dict], path: str) -> None:
     ax[1].set(xscale="log", xlabel="standard error of a paired difference",
               ylabel='share of "stable at z = 1.96" that is wrong', ylim=(-0.02, 1.02))
     ax[1].legend()
+    for a in ax:
+        a.set_xticks(s)
+        a.set_xticklabels([f"{x:g}" for x in s])
+        a.minorticks_off()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -150,6 +154,7 @@ def main() -> None:
     ap.add_argument("--replicates", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--figure", default=None, help="Write the figure here (PNG).")
+    ap.add_argument("--json", default=None, help="Write the rows here (JSON).")
     args = ap.parse_args()
     runs, b = (20, 50) if args.quick else (args.runs, args.replicates)
     print(f"noise calibration: {runs} planted games of 6-8 clients per level, {b} replicates, seed {args.seed}; "
@@ -167,6 +172,11 @@ def main() -> None:
     print(f"ratio noise-aware / point-value equal-to-truth, summed over levels: "
           f"{sum(r['noisy_equal'] for r in rows) / max(sum(r['point_equal'] for r in rows), 1e-12):.2f}")
     print(f"{time.perf_counter() - start:.1f} s")
+    if args.json:
+        import json
+
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"runs": runs, "replicates": b, "seed": args.seed, "rows": rows}, f, indent=1)
     if args.figure:
         figure(rows, args.figure)
         print(f"figure: {args.figure}")
