@@ -286,7 +286,7 @@ HEART = Experiment(
         Regime("auc", "Cleveland, Hungary, VA, AUC (Switzerland's test AUC is undefined)",
                {"metric": "auc", "hospitals": "Cleveland,Hungary,VA"}),
     ),
-    oracle={},
+    oracle={"loss_game": True},
     methods=ALL_METHODS,
     quick=Settings((0,), {}),
     full=Settings(_SEEDS, {}),
@@ -302,7 +302,7 @@ ADULT = Experiment(
     dataset="adult",
     title="UCI Adult, PhD vs non-PhD (paper §5.1, Table 2)",
     regimes=(Regime("phd", "PhD vs non-PhD, accuracy", {}),),
-    oracle={},
+    oracle={"loss_game": True},
     methods=ALL_METHODS + BODYLESS_BASELINES,
     # AFL's mixture step, the best mean validation accuracy of benchmarks/afl_lambda.py's grid on seeds 100-102
     # (0.771 at 0.01, 0.003 and 0.001 to three digits, 0.003 the highest; 0.763 at the default 0.1)
@@ -332,7 +332,7 @@ DIGITS = Experiment(
     regimes=(Regime("twins", "label skew, 10 clients, 2 classes each (twins split)",
                     {"clients": 10, "partition": "twins"}),),
     # the exact game trains softmax regression (full batch) under the same budget
-    oracle={"model": "logistic", "batch_size": None, "lr": 0.05},
+    oracle={"model": "logistic", "batch_size": None, "lr": 0.05, "loss_game": True},
     methods=ALL_METHODS + PAPER_BASELINES,
     # AFL's mixture step: its default 0.1 moves λ on the CNN's ten-class losses while the model is still at its
     # initial plateau, the validation loss never falls and patience stops it near chance; 0.03 is the best mean
