@@ -19,14 +19,23 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
 #: Scripts whose --quick run starts processes or clusters (about 20-50 s on a loaded 2-core machine).
 SLOW = {"ray_nodes.py"}
+#: Scripts whose --quick run reads Fashion-MNIST, which a Debian package ships (docs/learners-data.md):
+#: skipped, saying so, where it is not installed, as every test of that data is.
+FASHION = {"fashion_settings.py", "frontier.py", "gpu.py"}
+FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+needs_fashion = pytest.mark.skipif(not FASHION_DIR.is_dir(), reason="Debian package dataset-fashion-mnist not "
+                                   "installed (apt-get install dataset-fashion-mnist)")
+
+
+def _marks(p: Path) -> list:
+    return ([pytest.mark.slow] if p.name in SLOW else []) + ([needs_fashion] if p.name in FASHION else [])
 
 
 def test_every_benchmark_is_listed():
     assert {p.name for p in SCRIPTS} >= {"core.py", "learners.py", "oracle.py", "threads.py"}
 
 
-@pytest.mark.parametrize("script", [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW else p for p in SCRIPTS],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("script", [pytest.param(p, marks=_marks(p)) for p in SCRIPTS], ids=lambda p: p.name)
 def test_benchmark_quick_runs_to_its_end(script, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
     r = subprocess.run([sys.executable, str(script), "--quick"], cwd=tmp_path, env=env, capture_output=True,

@@ -5,7 +5,10 @@ heads; Adam with weight decay, with patience, with minibatches; SGD with momentu
 own Adam without a protocol; the accuracy and the loss games with their bootstrap replicates and
 stopping steps) computed with main's code at commit ad7567c, before the in-place Adam step, the
 weight decay entered as its gradient, the one-unbind personal heads and the product-major first
-layer; the games :func:`_games` computes now must equal them to the bit.  The oracle has since
+layer, on an AMD EPYC machine; the games :func:`_games` computes now must equal them to float32
+rounding (``rtol = 1e-6``: the kernels a CPU's instruction set selects differ in their last bits —
+an Intel Xeon gives up to 1.2e-8 on these games — so a bit-for-bit check holds only on the machine
+that wrote the file; the parts below are checked bit for bit on the machine running them).  The oracle has since
 trained only under a protocol (issue 18); the "noprot" games are now the same subset models
 trained by the stacked trainers' own optimiser (``protocol=None``: PyTorch's Adam and cosine
 schedule, :class:`~coalitions.learners.game.stepper.SubsetStepper`), which the oracle used then.  The parts are also checked one
@@ -81,12 +84,12 @@ def _games() -> dict:
     return out
 
 
-def test_games_are_the_same_to_the_bit_as_before_the_in_place_step():
+def test_games_are_those_before_the_in_place_step():
     ref = np.load(REFERENCE)
     got = _games()
     assert sorted(got) == sorted(ref.files)
     for k in ref.files:
-        np.testing.assert_array_equal(got[k], ref[k], err_msg=k)
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, atol=1e-7, err_msg=k)
 
 
 @pytest.mark.parametrize("block", [1 << 40, engine.BLOCK, 7])
