@@ -220,19 +220,24 @@ def test_a_learner_stops_on_tuning_rows_only(method):
 
 
 def test_a_learner_columns_rate_is_chosen_on_tuning_rows_only():
-    """``compute_piece``'s grid reads the kept history, which the tuning rows alone make."""
-    from coalitions.learners.training.tuning import tune_lr
+    """``compute_piece`` (a report's column) tunes on the grid by the history the tuning rows alone make."""
+    from coalitions.learners.experiments.columns import compute_piece
 
     fed = binary((30, 24, 28))
-    p = TrainingProtocol(model="logistic", lr=0.5, steps=20, patience=2, schedule="constant", tune_split=0.3)
+    p = TrainingProtocol(model="logistic", lr=0.5, steps=20, patience=2, schedule="constant", tune_split=0.3,
+                         lr_grid=(0.05, 0.5, 5.0))
 
-    def choose(f):
-        return tune_lr(lambda lr: _learner("fedavg", f, p.with_(lr=lr)), (0.05, 0.5, 5.0),
-                       lambda fitted: fitted.val_loss_history_[-1])[1]
+    def column(f):
+        return compute_piece(f, None, "fedavg", {"protocol": p}, 0, "cpu")
 
-    base = choose(fed)
-    assert choose(_with_rows(fed, "val", _flip)) == base
-    assert choose(_with_rows(with_roles(fed, p), "tune", _flip))["val_loss"] != base["val_loss"]
+    base = column(fed)
+    noisy_val = column(_with_rows(fed, "val", _flip))
+    assert noisy_val.extra["lr_tuning"] == base.extra["lr_tuning"]
+    assert noisy_val.extra["stopping"] == base.extra["stopping"]
+    assert noisy_val.utilities["val"] != base.utilities["val"]
+    noisy_tune = column(_with_rows(with_roles(fed, p), "tune", _flip))
+    assert noisy_tune.extra["lr_tuning"]["val_loss"] != base.extra["lr_tuning"]["val_loss"]
+    assert base.config["data_roles"]["tune"] == "train holdout 30%"
 
 
 def test_spo_stops_and_tunes_on_tuning_rows_only():
