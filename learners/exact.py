@@ -87,6 +87,7 @@ import numpy as np
 import coalitions as co
 from coalitions.errors import InputError
 from coalitions.learners.data.federation import Federation
+from coalitions.learners.data.roles import data_roles, with_roles
 from coalitions.learners.estimator import EstimatorMixin
 from coalitions.learners.game.bootstrap import bootstrap_draws, rescore
 from coalitions.learners.game.chunks import ChunkTrainer
@@ -165,7 +166,9 @@ class ExhaustiveOracle(EstimatorMixin):
         subsets are solved exactly with ridge ``weight_decay``.
         With an ``lr_grid`` every subset model trains once per rate and keeps the one with
         the lowest pooled validation loss (``lr_chosen_``); with a ``patience`` every subset
-        model stops on its own pooled validation loss (``stopped_at_``).  Under the same
+        model stops on its own pooled validation loss (``stopped_at_``); with a ``tune_split``
+        "validation" there means the tuning rows held out of training
+        (:mod:`coalitions.learners.data.roles`), and the validation rows only score.  Under the same
         protocol and seed the model of ``{i}`` is the model
         :class:`~coalitions.learners.methods.baselines.Local` trains for client ``i`` (full
         batch; tests/test_protocol.py).  With ``heads="personal"`` the singleton ``{i}``
@@ -245,6 +248,10 @@ class ExhaustiveOracle(EstimatorMixin):
     loss_game_, loss_replicates_ : coalitions.Game, Replicates or None
         With ``loss_game``: the validation-loss game of the same models and its
         replicates on the same resamples; None otherwise.
+    federation_ : Federation
+        The federation the subset models trained on: the one given, with its tuning rows held out
+        of training under a protocol's ``tune_split`` (the game's provenance records the roles,
+        ``data_roles``).
     method_ : str
         ``"closed-form"`` or ``"batched"``.
     config_ : dict
@@ -344,6 +351,8 @@ class ExhaustiveOracle(EstimatorMixin):
             raise InputError(f"{fed.n} clients: the exhaustive oracle trains 2^N - 1 models; use at most 20")
         start = time.perf_counter()
         self.protocol_ = p = self._protocol_for(fed)   # resolved once: everything below reads this one
+        fed = with_roles(fed, p)   # tune_split: the rows that tune held out of training (data roles)
+        self.federation_ = fed
         cfg = self._config(fed, p)
         if self.replicates:
             from coalitions.replicates import check_count
@@ -419,6 +428,7 @@ class ExhaustiveOracle(EstimatorMixin):
                 "dataset": fed.name, "options": dict(fed.options), "task": fed.task,
                 "metric": fed.metric, "split": split, "model": dict(cfg), "seed": int(self.seed),
                 "sizes": fed.sizes("train").tolist(),  # training samples: `coalitions welfare --weights sizes`
+                "data_roles": data_roles(fed),         # which rows tuned the rates and stops, which scored
                 "planted_groups": [list(g) for g in fed.planted_groups] if fed.planted_groups else None,
                 "version": co.__version__}
 
@@ -566,6 +576,7 @@ class ExhaustiveOracle(EstimatorMixin):
         if ms.size and (ms.min() < 1 or ms.max() >= 1 << fed.n):
             raise InputError(f"subset_outputs: masks must lie in 1..{(1 << fed.n) - 1}")
         p = self._protocol_for(fed)
+        fed = with_roles(fed, p)
         cfg = self._config(fed, p)
         if cfg["solver"] == "closed-form":
             W = closed_form_weights(fed, cfg["ridge"])

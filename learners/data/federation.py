@@ -63,12 +63,24 @@ class Split:
 
 @dataclass(frozen=True, eq=False)
 class Client:
-    """A client: its name and its three disjoint splits."""
+    """A client: its name and its disjoint splits.
+
+    ``tune`` is a fourth split, the rows that choose a model's learning rate and stopping step,
+    held out of the training rows by :func:`~coalitions.learners.data.roles.with_roles` under a
+    protocol's ``tune_split``; ``None`` (every loader's federation): the validation rows tune
+    (:attr:`tuning`).
+    """
 
     name: str
     train: Split
     val: Split
     test: Split
+    tune: Split | None = None
+
+    @property
+    def tuning(self) -> Split:
+        """The rows that choose a rate and a stopping step: ``tune``, or ``val`` when there is none."""
+        return self.val if self.tune is None else self.tune
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,6 +107,10 @@ class Federation:
         training data of all clients", "columns": [...], "mean": [...],
         "scale": [...]}}`` (see ``docs/learners-data.md``); empty when the
         loader scales nothing.
+    tuning : dict or None
+        How the clients' ``tune`` rows were held out of their training rows
+        (``{"fraction": f, "seed": s}``, :func:`~coalitions.learners.data.roles.with_roles`);
+        ``None``: no client has tuning rows of its own, the validation rows tune.
 
     Attributes
     ----------
@@ -115,6 +131,7 @@ class Federation:
     planted_groups: tuple | None = None
     options: dict = field(default_factory=dict)
     preparation: dict = field(default_factory=dict)
+    tuning: dict | None = None
     single_class_splits: tuple = field(init=False, default=())
 
     def __post_init__(self):
@@ -132,8 +149,10 @@ class Federation:
         for c in clients:
             if not isinstance(c.name, str) or not c.name or "," in c.name or "|" in c.name:
                 raise InputError(f"federation {self.name!r}: bad client name {c.name!r}")
-            for part in ("train", "val", "test"):
+            for part in ("train", "val", "test", "tune"):
                 s = getattr(c, part)
+                if s is None:   # no tuning rows of its own: the validation rows tune
+                    continue
                 if len(s) == 0:
                     raise InputError(f"client {c.name!r}: empty {part} split")
                 if s.X.shape[1:] != shape:
@@ -159,6 +178,12 @@ class Federation:
         object.__setattr__(self, "planted_groups", groups)
         object.__setattr__(self, "options", dict(self.options))
         object.__setattr__(self, "preparation", dict(self.preparation))
+        if self.tuning is not None:
+            object.__setattr__(self, "tuning", dict(self.tuning))
+        own = {c.tune is not None for c in clients}
+        if len(own) > 1 or own.pop() != (self.tuning is not None):
+            raise InputError(f"federation {self.name!r}: either every client has tuning rows and the federation "
+                             "says how they were held out (tuning), or none has")
         single = ()
         if self.task != "regression":
             single = tuple((c.name, part) for c in clients for part in ("val", "test")
@@ -194,7 +219,7 @@ class Federation:
         return 1
 
     def sizes(self, part: str = "train") -> np.ndarray:
-        """Sample count of each client's ``part`` split."""
+        """Sample count of each client's ``part`` split (``"tuning"``: the rows that tune, :attr:`Client.tuning`)."""
         return np.array([len(getattr(c, part)) for c in self.clients], dtype=np.int64)
 
     def __repr__(self) -> str:

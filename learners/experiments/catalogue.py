@@ -180,6 +180,9 @@ class Experiment:
                 raise ParameterError("oracle", f"{{name}} of experiment {self.name!r} sets the protocol field(s) "
                                                f"{', '.join(fixed)} but the experiment has no protocol to change")
             return mine
+        if "tune_split" in mine:   # the rows that tune are the same for every column (learners/data/roles.py)
+            raise ParameterError("oracle", f"{{name}} of experiment {self.name!r} sets tune_split: the rows that tune "
+                                           "are the experiment's protocol's, the same for every column")
         own = {k: v for k, v in mine.items() if k not in names}
         # the exact game tunes every subset model's rate on the protocol's grid (learners/game/chunks.py) unless
         # the experiment fixes it (``oracle["lr_grid"] = None``), and every subset model stops on the protocol's
@@ -228,7 +231,8 @@ def budget_record(exp: Experiment, quick: bool, methods, sizes, regime: Regime |
 
     ``{"protocol": {...}, "steps_per_client": S, "oracle_protocol": {...} | None,
     "methods": {method: {option: value}}}`` (Local and FedAvg: ``{"protocol": "the protocol"}``);
-    ``None`` without a protocol.
+    ``None`` without a protocol.  The runner adds ``"data_roles"``: which rows tuned and which
+    scored, with the first seed's row counts (:func:`coalitions.learners.data.roles.data_roles`).
     """
     p = exp.protocol_for(quick, regime)
     if p is None:

@@ -35,6 +35,7 @@ from pathlib import Path
 import coalitions as co
 from coalitions.errors import InputError
 from coalitions.files import write_text
+from coalitions.learners.data.roles import data_roles, with_roles
 from coalitions.learners.experiments.catalogue import (
     Experiment,
     budget_record,
@@ -175,6 +176,8 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
             exact_out = None
             if seed == seeds[0]:
                 budgets[regime.name] = budget_record(exp, quick, methods, fed.sizes("train"), regime)
+                if budgets[regime.name] is not None:   # the rows every column tuned on and was scored on
+                    budgets[regime.name]["data_roles"] = data_roles(with_roles(fed, exp.protocol_for(quick, regime)))
             if exp.oracle is not None:
                 game, test_game, reps, loss_game, loss_reps = _piece(
                     fed, exp, "exact", _options(exp, quick, "exact", fed, regime), pair.init, device, where, log,

@@ -62,10 +62,19 @@ from coalitions.errors import InputError
 
 __all__ = ["federated_protocol", "check_training", "game_rounds", "coalition_masks", "site_masks",
            "initial_params", "local_round", "aggregate", "GameServer", "evaluate_models", "inprocess_game",
-           "payload_bytes"]
+           "payload_bytes", "refuse_tuning_split"]
 
 #: The models a site can train from flat features (no image shape reaches the server).
 FLAT_MODELS = ("linear", "logistic", "mlp")
+
+
+def refuse_tuning_split(protocol) -> None:
+    """Refuse a protocol with a ``tune_split``: the sites would have to hold their tuning rows out of training
+    (:mod:`coalitions.learners.data.roles`), which no federated run does yet; they tune on validation rows."""
+    share = protocol.get("tune_split") if isinstance(protocol, dict) else getattr(protocol, "tune_split", None)
+    if share is not None:
+        raise InputError(f"tune_split {share:g}: a federated run tunes on the sites' validation rows; separate "
+                         "tuning rows are held out in process only (coalitions.learners.data.roles)")
 
 
 def check_training(changes: dict) -> None:
@@ -78,6 +87,7 @@ def check_training(changes: dict) -> None:
     from coalitions.learners.training.protocol import TrainingProtocol
     from coalitions.params import ParameterError
 
+    refuse_tuning_split(changes)
     if changes.get("lr_grid") is not None:
         raise InputError("--lr-grid: a federated run trains at one rate; choose it in process on data like the "
                          "sites' (coalitions oracle or learn --lr-grid) and give it as --lr")
@@ -262,6 +272,7 @@ class GameServer:
         from coalitions.learners.game.stopping import SubsetEarlyStop
         from coalitions.learners.training.protocol import Scheduled
 
+        refuse_tuning_split(protocol)
         self.spec, self.protocol, self.n = spec, protocol, int(n)
         self.masks = coalition_masks(self.n)
         self.sizes = [int(x) for x in sizes]

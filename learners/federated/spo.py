@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from coalitions.errors import InputError
+from coalitions.learners.federated.protocol import refuse_tuning_split
 from coalitions.learners.methods.spo import SPO
 from coalitions.learners.methods.spo.estimator import PROTOCOL_FIELDS
 from coalitions.learners.methods.spo.search import DirectionSearch
@@ -210,6 +211,7 @@ class FederatedSPO(SPO):
         self.federation_ = fed
         self.protocol_ = self.protocol_for(fed)
         _refuse_remote(self.variant, self.protocol_.lr_grid)
+        refuse_tuning_split(self.protocol_)
         self.ask_ = ask
         self.device_ = torch.device("cpu")
         from coalitions.learners.methods.base import default_model

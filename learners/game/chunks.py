@@ -8,6 +8,12 @@ the rate whose model has the lowest *pooled validation loss* over its members,
 validation data; ties go to the earlier rate; test data are never read): the exact game's
 column tunes its rate by the rule every learner column follows
 (:func:`coalitions.learners.training.tuning.tune_lr`), one choice per subset model.
+
+Data roles (:mod:`coalitions.learners.data.roles`).  "Validation" above is the clients'
+*tuning* rows (:attr:`~coalitions.learners.data.federation.Client.tuning`): under a protocol with a
+``tune_split`` the rows held out of training, which never score the game; without one the
+validation rows, which then tune and score.  The rate and the stopping step read only the tuning
+rows; the game's values and bootstrap replicates only the validation rows.
 """
 
 from __future__ import annotations
@@ -64,6 +70,13 @@ class ChunkTrainer:
         self.owner = torch.as_tensor(np.repeat(np.arange(fed.n), fed.sizes("train")), device=device)
         self.evals = {part: torch.as_tensor(cat(part, "X"), device=device).to(self.dtype) for part in ("val", "test")}
         self.bounds = {part: np.concatenate([[0], np.cumsum(fed.sizes(part))]) for part in ("val", "test")}
+        # the rows that choose a rate and a stopping step: the clients' own tuning rows, or the validation rows
+        self.separate = fed.tuning is not None
+        tune = "tuning" if self.separate else "val"
+        if self.separate:
+            self.evals["tuning"] = torch.as_tensor(cat("tuning", "X"), device=device).to(self.dtype)
+            self.bounds["tuning"] = np.concatenate([[0], np.cumsum(fed.sizes("tuning"))])
+        self.tune_part = tune
         gen = torch.Generator().manual_seed(self.seed)
         self.init = {k: v[0].to(device) for k, v in self.spec.init(gen, 1, dtype=self.dtype).items()}
         self.personal = cfg.get("heads", "shared") == "personal"
@@ -73,9 +86,9 @@ class ChunkTrainer:
             self.init = personal_init(self.spec, self.init, fed.n)
         n = self.X.shape[0]
         self.step_samples = n if cfg["batch_size"] is None else min(n, cfg["batch_size"])
-        self.val_y = torch.as_tensor(cat("val", "y"), device=device).to(y_dtype)
-        self.val_owner = torch.as_tensor(np.repeat(np.arange(fed.n), fed.sizes("val")), device=device)
-        self.n_val = torch.as_tensor(fed.sizes("val"), device=device).to(self.dtype)
+        self.tune_y = torch.as_tensor(cat(tune, "y"), device=device).to(y_dtype)
+        self.tune_owner = torch.as_tensor(np.repeat(np.arange(fed.n), fed.sizes(tune)), device=device)
+        self.n_tune = torch.as_tensor(fed.sizes(tune), device=device).to(self.dtype)
 
     def _early(self, ms, protocol):
         """Per-subset early stopping under ``protocol``'s patience (:mod:`.stopping`), or None without one."""
@@ -89,11 +102,11 @@ class ChunkTrainer:
 
         loss = loss_function(self.fed.task)
         member = torch.as_tensor(membership(ms, self.fed.n), device=self.X.device).to(self.dtype)
-        onehot = torch.nn.functional.one_hot(self.val_owner, self.fed.n).to(self.dtype)
-        counts = self.fed.sizes("val").tolist()
+        onehot = torch.nn.functional.one_hot(self.tune_owner, self.fed.n).to(self.dtype)
+        counts = self.fed.sizes(self.tune_part).tolist()
         members = [torch.nonzero(member[:, i])[:, 0] for i in range(self.fed.n)]
-        lo = self.bounds["val"]
-        X, y = self.evals["val"], self.val_y
+        lo = self.bounds[self.tune_part]
+        X, y = self.evals[self.tune_part], self.tune_y   # the tuning rows only: they stop, the validation rows score
 
         def evaluate(params):
             if self.personal:   # only members' samples: ℓ_S reads no other (half the products)
@@ -103,8 +116,8 @@ class ChunkTrainer:
                         per_sample[:, lo[i]:lo[i + 1]].index_copy_(0, members[i], loss(out, y[lo[i]:lo[i + 1]]))
             else:
                 per_sample = loss(stacked_forward(self.spec, params, X), y)
-            per_client = (per_sample @ onehot) / self.n_val.clamp(min=1)       # (M, N) mean losses of members
-            return pooled_validation_loss(per_client, member, self.n_val)
+            per_client = (per_sample @ onehot) / self.n_tune.clamp(min=1)      # (M, N) mean losses of members
+            return pooled_validation_loss(per_client, member, self.n_tune)
 
         return SubsetEarlyStop(protocol.patience, len(ms), self.X.device), evaluate
 
@@ -122,19 +135,23 @@ class ChunkTrainer:
         subset model kept; ``progress`` then counts the epochs of every rate in turn.
         """
         grid = self.grid
+        loss_game = bool(self.cfg.get("loss_game"))
         if grid is None:
-            return self._train_and_score(ms, progress, self.protocol, bool(self.cfg.get("loss_game")))
+            return self._train_and_score(ms, progress, self.protocol, loss_game)
         epochs = int(self.cfg["epochs"])
-        n_val = self.fed.sizes("val").astype(np.float64)
+        n_tune = self.fed.sizes(self.tune_part).astype(np.float64)
+        reads = "tune_loss" if self.separate else "val_loss"   # the rate reads the tuning rows only
         member = membership(ms, self.fed.n)
         best: dict = {}
         best_loss = np.full(len(ms), np.inf)
         chosen = np.full(len(ms), np.nan)
         for k, rate in enumerate(grid):
             tick = None if progress is None else (lambda ep, k=k: progress(k * epochs + ep))
-            out = self._train_and_score(ms, tick, self.protocol.with_(lr=rate, lr_grid=None), True)
-            weights = member.T * n_val[:, None]                               # (N, len(ms)) members' n_val
-            pooled = np.nansum(out["val_loss"] * weights, axis=0) / weights.sum(axis=0)
+            out = self._train_and_score(ms, tick, self.protocol.with_(lr=rate, lr_grid=None),
+                                        loss_game or not self.separate, tune_loss=self.separate)
+            weights = member.T * n_tune[:, None]                              # (N, len(ms)) members' tuning rows
+            losses = out.pop(reads) if self.separate else out[reads]
+            pooled = np.nansum(losses * weights, axis=0) / weights.sum(axis=0)
             better = pooled < best_loss                                       # strict: ties keep the earlier rate
             if not best:
                 best = out
@@ -171,6 +188,23 @@ class ChunkTrainer:
                                    seed=self.seed, progress=progress, protocol=protocol, early=early)
         return params, early
 
+    def _member_losses(self, params, ms, part: str) -> np.ndarray:
+        """``(N, len(ms))``: each member's mean loss on its ``part`` rows under the models ``params`` (NaN elsewhere)."""
+        fed = self.fed
+        member = membership(ms, fed.n)
+        if self.personal:
+            scores = _scores_personal(self.spec, params, self.evals[part], fed.sizes(part),
+                                      self._eval_batch(self.spec, len(ms)))
+        else:
+            scores = _scores(self.spec, params, self.evals[part], self._eval_batch(self.spec, len(ms)))
+        lo = self.bounds[part]
+        out = np.full((fed.n, len(ms)), np.nan)
+        for i, c in enumerate(fed.clients):
+            rows = member[:, i]
+            if rows.any():
+                out[i, rows] = mean_loss_batch(fed.task, getattr(c, part).y, scores[rows, lo[i]:lo[i + 1]])
+        return out
+
     def scores(self, ms, protocol, part: str):
         """The models of ``ms`` trained as :meth:`train` trains them: their scores on every client's ``part`` split."""
         params, _ = self.train(ms, protocol)
@@ -179,11 +213,13 @@ class ChunkTrainer:
                                     self._eval_batch(self.spec, len(ms)))
         return _scores(self.spec, params, self.evals[part], self._eval_batch(self.spec, len(ms)))
 
-    def _train_and_score(self, ms, progress, protocol, loss: bool) -> dict:
+    def _train_and_score(self, ms, progress, protocol, loss: bool, tune_loss: bool = False) -> dict:
         """Train the subset models ``ms`` under ``protocol`` and score them (``loss``: also the validation loss).
 
-        Under a protocol with ``patience`` each model stops on its own pooled validation loss and
+        Under a protocol with ``patience`` each model stops on its own pooled tuning loss and
         keeps its best parameters; ``"stopped_at"`` ``(len(ms),)`` records the step where it stopped.
+        ``tune_loss`` (separate tuning rows only): also ``"tune_loss"`` ``(N, len(ms))``, each
+        member's mean loss on its tuning rows, what the learning-rate grid reads.
         """
         fed = self.fed
         params, early = self.train(ms, protocol, progress)
@@ -191,6 +227,8 @@ class ChunkTrainer:
         out = {}
         if early is not None:
             out["stopped_at"] = early[0].stopped_at.cpu().numpy().astype(np.float64)
+        if tune_loss:
+            out["tune_loss"] = self._member_losses(params, ms, "tuning")
         if loss:
             out["val_loss"] = np.full((fed.n, len(ms)), np.nan)
         if self.draws is not None:

@@ -72,6 +72,7 @@ from coalitions.estimate import Estimate, build_estimate
 from coalitions.graph import BenefitGraph, BenefitOracle
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
+from coalitions.learners.data.roles import data_roles, with_roles
 from coalitions.learners.estimator import EstimatorMixin
 from coalitions.learners.training.checkpoint import federation_arrays, fingerprint, load_state, save_state
 from coalitions.learners.training.engine import PATHS, Engine, Padded, resolve_device, train_epochs
@@ -243,7 +244,7 @@ class RefitOracle:
         else:
             sub = Federation(self._fed.name, self._fed.task, self._fed.metric,
                              tuple(self._fed.clients[i] for i in idx), self._fed.n_classes, None,
-                             self._fed.options)
+                             self._fed.options, tuning=self._fed.tuning)   # the same data roles
             params = {**self._learner.get_params(deep=False), "checkpoint": None, "progress": None, "refit": False}
             clone = type(self._learner)(**params).fit(sub)
             self.refits_ += 1
@@ -274,7 +275,11 @@ class PersonalizedLearner(Learner):
         (SPEC §5): with ``protocol.patience``, after every round the mean over clients
         of each client's validation loss is evaluated once; training stops when it has
         not improved for ``patience`` consecutive rounds, and the models kept are those
-        of the round with the lowest validation loss.  ``None`` (default): the default
+        of the round with the lowest validation loss.  With ``protocol.tune_split`` that
+        loss is read on the tuning rows held out of each client's training rows, and the
+        validation rows only score (:mod:`coalitions.learners.data.roles`; ``federation_``
+        is then the federation trained on, ``data_roles_`` and the estimate's
+        ``config["data_roles"]`` say which rows tuned and scored).  ``None`` (default): the default
         protocol of the federation's task and input shape,
         :func:`~coalitions.learners.training.protocol.protocol_with` ``(task, shape)``
         (what ``coalitions learn`` trains with when no training flag is given).
@@ -435,7 +440,9 @@ class PersonalizedLearner(Learner):
         self.check_params()
         self._forget_estimate()
         t0 = time.perf_counter()
-        fed = federation
+        # tune_split: the rows that tune held out of training, the same rows for every column (data roles)
+        fed = with_roles(federation, self.protocol_for(federation))
+        self.data_roles_ = data_roles(fed)
         dev = resolve_device(self.device)
         self.prepare(fed, dev)
         self.train_data_ = Padded(fed, "train", dev)
@@ -465,7 +472,7 @@ class PersonalizedLearner(Learner):
             gen = torch.Generator().manual_seed(int(self.seed))
             state = self.init_state(fed, gen, dev)
         stopper = EarlyStop(patience, self.val_loss_history_)
-        val_data = Padded(fed, "val", dev)
+        val_data = Padded(fed, "tuning", dev)   # the rows that stop it (and choose its rate): never the scoring rows
         for r in range(self.resumed_from_, self.rounds_):
             if stopper.stopped:
                 break
@@ -565,11 +572,13 @@ class PersonalizedLearner(Learner):
         return tuple(k for k, s in self.spec_.shapes.items() if len(s) >= 2)
 
     def _val_losses(self, state: dict, data: Padded) -> list[float]:
-        """Each client's mean task loss on its validation data under the models of ``state``.
+        """Each client's mean task loss on its tuning rows (``data``) under the models of ``state``.
 
         What the client would predict with after this round (:meth:`finish`, then
         :meth:`client_scores`); recorded every round as ``val_loss_history_`` so that
-        convergence is visible (issue 9).  Nothing is trained on it.
+        convergence is visible (issue 9), and what early stopping and the learning-rate grid
+        read.  The tuning rows are the validation rows unless the protocol has a ``tune_split``
+        (:mod:`coalitions.learners.data.roles`).  Nothing is trained on it.
         """
         self.finish(state)
         with torch.no_grad():
@@ -761,6 +770,8 @@ class PersonalizedLearner(Learner):
             "data_options": dict(fed.options), "device_used": str(self.engine_.device_),
             "engine_used": self.engine_.label,
             "threshold_used": self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.rule]}
+        if getattr(self, "data_roles_", None) is not None:   # fitted here (a Flower server's twin holds no data)
+            config["data_roles"] = self.data_roles_
         if self.has_weights:
             config["restricted"] = "refit" if self.refit else "renormalise"
             # renormalising over R is a no-op for the ratio-type rules: BG(R) = BG(all) restricted

@@ -22,7 +22,9 @@ models never leave their clients.
 
 After training each client picks its ``λ*`` from ``lambda_grid`` by its
 **validation** metric (ties: lower validation loss, then smaller ``λ``) and
-predicts with ``W(λ*)`` — the reference code picks ``λ`` on the test data.
+predicts with ``W(λ*)`` — the reference code picks ``λ`` on the test data.  Under a
+protocol's ``tune_split`` "validation" here is the client's tuning rows
+(:mod:`coalitions.learners.data.roles`): the validation rows then only score.
 ``μ = 0``, ``ν = 0``, ``start = 1`` (no phase II) and ``lambda_grid = (0,)``
 make the method FedAvg exactly.
 
@@ -94,9 +96,9 @@ class SuPerFed(PersonalizedLearner):
     local_ : dict
         Final local models ``W_l`` (stacked).
     lambda_ : ndarray (N,)
-        Each client's ``λ*`` (chosen on validation data).
+        Each client's ``λ*`` (chosen on its tuning rows: the validation rows without a ``tune_split``).
     val_curve_ : ndarray (N, G)
-        Validation metric of each client along ``lambda_grid``.
+        Tuning-row metric of each client along ``lambda_grid``.
     """
 
     method = "superfed"
@@ -190,12 +192,16 @@ class SuPerFed(PersonalizedLearner):
                         + lam.view(-1, *([1] * (v.dim() - 1))) * self.local_[k] for k, v in g.items()}
 
     def _choose_lambda(self):
-        """Each client's ``λ*`` on its validation data (metric, then loss, then smaller ``λ``)."""
+        """Each client's ``λ*`` on its tuning rows (metric, then loss, then smaller ``λ``).
+
+        A choice, so it reads the rows that choose: the validation rows, or the rows held out of
+        training under the protocol's ``tune_split`` (:mod:`coalitions.learners.data.roles`).
+        """
         from coalitions.learners.data.metrics import evaluate_batch
 
         fed = self.federation_
         dev = self.engine_.device_
-        data = Padded(fed, "val", dev)
+        data = Padded(fed, "tuning", dev)
         grid = torch.as_tensor(self.lambda_grid, dtype=torch.float32, device=dev)
         n, G = fed.n, len(self.lambda_grid)
         cli = torch.arange(n, device=dev).repeat_interleave(G)

@@ -127,6 +127,14 @@ class TrainingProtocol:
         The fixed grid every column tunes its learning rate on: the column is
         trained once per rate and keeps the rate with the lowest validation
         loss (mean over clients).  ``None``: ``lr`` is used as given.
+    tune_split : float or None
+        Which rows tune (choose the rate on ``lr_grid`` and the stopping step under ``patience``):
+        ``None``, the validation rows, the rows that also score the game (the behaviour before
+        issue 31); a fraction in ``(0, 1)``, that share of each client's *training* rows, held out
+        (stratified by class, seeded from the federation's split seed) by
+        :func:`~coalitions.learners.data.roles.with_roles`, so that every column trains on the same
+        remaining rows and tunes on the same held-out ones while the validation rows only score
+        (docs/learners-protocol.md, "Data roles").
 
     Raises
     ------
@@ -147,6 +155,7 @@ class TrainingProtocol:
     local_steps: int = 1
     patience: int | None = None
     lr_grid: tuple[float, ...] | None = None
+    tune_split: float | None = None
 
     def __post_init__(self):
         check_param("model", self.model, "choice", choices=_MODELS, allow_none=True)
@@ -172,6 +181,10 @@ class TrainingProtocol:
             if len(set(grid)) != len(grid):
                 raise ParameterError("lr_grid", f"{{name}} repeats a learning rate: {grid!r}")
             object.__setattr__(self, "lr_grid", tuple(float(v) for v in grid))
+        check_param("tune_split", self.tune_split, "number", low=0, high=1, low_open=True, high_open=True,
+                    allow_none=True)
+        if self.tune_split is not None:
+            object.__setattr__(self, "tune_split", float(self.tune_split))
         if self.closed_form and self.model not in (None, "linear"):
             raise ParameterError("closed_form", f"{{name}} needs a linear model, got model {self.model!r}")
 
@@ -204,7 +217,7 @@ class TrainingProtocol:
     def to_json(self) -> dict:
         """The fields as a JSON-ready dict (recorded with every result it shaped).
 
-        ``local_steps``, ``patience`` and ``lr_grid`` appear only when they
+        ``local_steps``, ``patience``, ``lr_grid`` and ``tune_split`` appear only when they
         differ from their defaults, so results and checkpoints written before
         these fields existed keep the same provenance (and still resume).
         """
@@ -251,9 +264,9 @@ DEFAULT_PROTOCOLS: dict[tuple[str, str], TrainingProtocol] = {
 }
 
 
-#: Fields added after results were first recorded (issue 18); :meth:`TrainingProtocol.to_json` omits them at
+#: Fields added after results were first recorded (issues 18 and 31); :meth:`TrainingProtocol.to_json` omits them at
 #: their defaults.
-_LATER_FIELDS = ("local_steps", "patience", "lr_grid")
+_LATER_FIELDS = ("local_steps", "patience", "lr_grid", "tune_split")
 _DEFAULT_FIELDS = {name: TrainingProtocol.__dataclass_fields__[name].default for name in _LATER_FIELDS}
 
 

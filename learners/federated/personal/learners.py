@@ -42,8 +42,12 @@ def method_params(protocol, seed: int = 0, options: dict | None = None) -> dict:
     (:meth:`Settings.protocol_for <coalitions.learners.federated.server.Settings.protocol_for>`: the
     sites' task's default with the training flags given), as ``coalitions learn`` passes it, so a
     method trains the same way in process and over Flower.  ``options`` holds the method's own
-    parameters (``alpha_k``, ``mu``, …) by their constructor names.
+    parameters (``alpha_k``, ``mu``, …) by their constructor names.  A protocol with a
+    ``tune_split`` is refused (:func:`~coalitions.learners.federated.protocol.refuse_tuning_split`).
     """
+    from coalitions.learners.federated.protocol import refuse_tuning_split
+
+    refuse_tuning_split(protocol)
     return {"protocol": protocol, "seed": int(seed), **dict(options or {})}
 
 

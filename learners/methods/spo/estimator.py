@@ -15,6 +15,7 @@ from coalitions.bitmask import members
 from coalitions.errors import InputError
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch, loss_function
+from coalitions.learners.data.roles import data_roles, with_roles
 from coalitions.learners.methods.base import Learner, default_model
 from coalitions.learners.methods.spo.epo import epo_lp
 from coalitions.learners.methods.spo.heads import HeadsDirectionSearch, head_penalty, personal_loss_matrix
@@ -35,12 +36,12 @@ __all__ = ["SPO", "VARIANTS", "PROTOCOL_FIELDS"]
 
 #: The fields of the :class:`~coalitions.learners.training.protocol.TrainingProtocol` that SPO trains
 #: with (issue 18: one place for every training setting; SPO has no parameter of its own for them): the
-#: budget in hypernetwork steps, the training samples per client and step, the early-stopping patience and
-#: the learning-rate grid.  The protocol's other fields describe how *target* models are trained (their
+#: budget in hypernetwork steps, the training samples per client and step, the early-stopping patience,
+#: the learning-rate grid and the rows that tune them (``tune_split``).  The protocol's other fields describe how *target* models are trained (their
 #: optimiser, rate, schedule, weight decay, model); SPO trains a hypernetwork that emits the target, so
 #: its rate ``lr``, its target ``model``/``target_hidden`` and its ridge ``l2`` stay its own (on synthetic
 #: regime II the protocol's rate 0.1 made SPO's test MSE 5 to 8 where its own 0.01 gives 0.003 to 0.05).
-PROTOCOL_FIELDS = ("steps", "batch_size", "patience", "lr_grid")
+PROTOCOL_FIELDS = ("steps", "batch_size", "patience", "lr_grid", "tune_split")
 
 #: Training steps between two evaluations of the validation loss (history and early stopping).
 EVAL_EVERY = 50
@@ -133,7 +134,11 @@ class SPO(Learner):
           not improved for ``patience`` evaluations and the hypernetwork with the best one is
           kept (``None``: train all ``steps``);
         * ``lr_grid``: train once per rate and keep the rate whose kept hypernetwork has the
-          lowest validation loss (same measure); ``None``: ``lr`` alone.
+          lowest validation loss (same measure); ``None``: ``lr`` alone;
+        * ``tune_split``: the "validation loss" of the two choices above is read on that share
+          of each client's training rows, held out of training
+          (:mod:`coalitions.learners.data.roles`, the same rows as every other column's); the
+          validation rows then only score (the direction search, the utilities).
 
         ``patience`` and ``lr_grid`` only with ``variant="ours"``.  ``None``: the default
         protocol of the federation's task and input shape,
@@ -332,10 +337,11 @@ class SPO(Learner):
         self.check_params()
         self._forget_estimate()
         t0 = time.perf_counter()
-        fed = federation
-        self.federation_ = fed
-        self.protocol_ = self.protocol_for(fed)
+        self.protocol_ = self.protocol_for(federation)
         self._check_variant_protocol(self.protocol_)
+        fed = with_roles(federation, self.protocol_)   # tune_split: the tuning rows held out of training
+        self.federation_ = fed
+        self.data_roles_ = data_roles(fed)
         self.device_ = resolve_device(self.device)
         self.model_ = self.model or default_model(fed, images="logistic")
         self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs, hidden=self.target_hidden)
@@ -344,6 +350,8 @@ class SPO(Learner):
         self.loss_ = loss_function(fed.task)
         self.train_ = Padded(fed, "train", self.device_)
         self.val_ = Padded(fed, "val", self.device_)
+        # the rows that stop the training and choose the rate: the validation rows unless tune_split holds some out
+        self.tune_ = self.val_ if fed.tuning is None else Padded(fed, "tuning", self.device_)
         self.test_ = Padded(fed, "test", self.device_)
         self.hypernet_ = self._new_hypernet(fed)
         self.epo_fallbacks_ = 0
@@ -432,9 +440,12 @@ class SPO(Learner):
         fed = self.federation_
         params = {k: v for k, v in self.get_params(deep=False).items() if k != "progress"}
         params["protocol"] = self.protocol_.to_json()   # the one trained with (the default when none was given)
-        return {"method": "spo", **params, "dataset": fed.name, "data_options": dict(fed.options),
-                "device_used": str(self.device_),
-                "rules_reported": [self.rule] + (["ratio"] if self.rule != "ratio" else [])}
+        config = {"method": "spo", **params, "dataset": fed.name, "data_options": dict(fed.options),
+                  "device_used": str(self.device_),
+                  "rules_reported": [self.rule] + (["ratio"] if self.rule != "ratio" else [])}
+        if getattr(self, "data_roles_", None) is not None:   # which rows tuned, which scored
+            config["data_roles"] = self.data_roles_
+        return config
 
     def estimate_extra(self, peeling: Peeling) -> dict:
         """The CE: each client's direction and utilities in its learned coalition, and every round's graph."""
@@ -511,14 +522,17 @@ class SPO(Learner):
         return vmap(self._client_losses, in_dims=(0, None, None, None))(params, X, y, m)
 
     def _val_loss_matrix(self, params: dict) -> torch.Tensor:
-        """``L[b, j]``: client ``j``'s mean validation loss under the ``b``-th stacked model, (B, N).
+        """``L[b, j]``: client ``j``'s mean loss on its tuning rows under the ``b``-th stacked model, (B, N).
 
-        With personal heads ``params`` is the generated body and client ``j`` predicts through its own head.
+        What early stopping and the rate grid read: the validation rows, or the rows the protocol's
+        ``tune_split`` held out of training (``tune_``).  With personal heads ``params`` is the
+        generated body and client ``j`` predicts through its own head.
         """
+        rows = self.tune_
         if self.heads == "personal":
             return personal_loss_matrix(self.spec_, self.loss_, params, dict(self._hypernet().client_heads),
-                                        self.val_.X, self.val_.y, self.val_.m)
-        return self._loss_matrix(params, self.val_.X, self.val_.y, self.val_.m)
+                                        rows.X, rows.y, rows.m)
+        return self._loss_matrix(params, rows.X, rows.y, rows.m)
 
     def _train(self, fed: Federation, lr: float | None = None) -> list[float]:
         """Train ``hypernet_`` (Adam at ``lr``, default SPO's ``lr``) for ``protocol_.steps`` steps, early stopping
