@@ -3,7 +3,7 @@
 The one module of the core that reaches beyond numpy, and only when called: networkx is
 imported inside the functions (``pip install 'collaboration-equilibrium[graph]'``), so
 ``import coalitions`` stays numpy-only.  Nodes are client names; an edge ``j → i`` means
-``j ∈ OCS_i(R)``, ``j`` is a necessary collaborator of ``i`` (Boehmer et al. 2024, the
+``j ∈ OCS_i(R)``, ``j`` is a necessary collaborator of ``i`` (Cui et al., KDD 2022, the
 benefit graph ``BG(R)``; docs/concepts.md §2).  Every attribute is a ``str``, ``int``,
 ``float`` or ``bool``, so that the graphs write to GraphML as they are.
 

@@ -9,8 +9,8 @@ The names below are the curated public API; each is imported from its module
 on first use (:pep:`562`), so ``import coalitions.learners`` loads neither
 PyTorch nor the data sets.
 
-* Estimators: :class:`ExhaustiveOracle` (the exact game, Boehmer et al.
-  2024 §3), :class:`SPO` (Pareto hypernetwork, Navon et al. 2021), the personalised
+* Estimators: :class:`ExhaustiveOracle` (the exact game, Cui et al.,
+  KDD 2022 §3), :class:`SPO` (Pareto hypernetwork, Navon et al. 2021), the personalised
   federated learners (:class:`Local`, :class:`FedAvg`, :class:`FedProx`, :class:`Ditto`,
   :class:`FedAMP`, :class:`FedeRiCo`, :class:`SuPerFed`, :class:`PFedMe`, ...) and
   :func:`create`, which builds any of them by its command-line name; all take scikit-learn's

@@ -8,8 +8,8 @@ the violating coalition or client and the payoffs on both sides of every compari
       coalition {a,c} blocks: a: 0.71 > 0.64 in {a,b}; c: 0.9 > 0.88 alone
 
 Payoffs are shown in the game's own sense: for a loss game (``sense="min"``) the numbers
-are the losses and the comparisons read ``<``.  The axioms are those of Sattler et al.
-(2022), "Collaboration equilibrium", §3 (inner and outer agreement) and the classic
+are the losses and the comparisons read ``<``.  The axioms are those of Cui et al.
+(KDD 2022), "Collaboration Equilibrium in Federated Learning", §3 (inner and outer agreement) and the classic
 hedonic-game notions (Bogomolnaia & Jackson 2002) that :mod:`coalitions.axioms` checks.
 NumPy only: importing this module never loads hypothesis, pytest or PyTorch.
 """
