@@ -2,12 +2,14 @@
 
 Prints, in one run, as ratios against a reference measured in the same run:
 
-1. The exhaustive oracle with ``--replicates 50`` against the same oracle without
-   replicates (``synthetic``, closed form, 6 clients; ``heart``, logistic, 4 hospitals):
-   what re-scoring the trained models on 50 resamples costs beside training them.
+1. The exhaustive oracle with 50 and with 200 replicates (its default: the measured game's
+   standard errors) against the same oracle without replicates (``synthetic``, closed form, 6
+   clients; ``heart``, logistic, 4 hospitals): what re-scoring the trained models costs beside
+   training them.
 2. The support of the CE over 50 replicates against 50 plain ``solve`` calls on the game
-   itself (6 clients, and a planted game of 10): the support is one certified solve per
-   replicate and nothing else.
+   itself (6 clients, and a planted game of 10), on point values: the support is one certified
+   solve per replicate and nothing else.  Then one noise-aware ``solve`` (z = 1.96, 200
+   replicates) against a point-value one.
 
 Best of ``--repeat`` runs each (default 3); ``--threads 1`` by default (PyTorch).
 
@@ -56,17 +58,19 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"{platform.node()}: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
           f"torch threads {args.threads}, best of {args.repeat}")
-    print("\n1. exhaustive oracle: 50 replicates vs none")
+    print("\n1. exhaustive oracle: 50 and 200 replicates vs none")
     # heart: logistic regression, Adam at 0.05 for 500 full-batch steps (the oracle's former default)
     for name, fed, p in (("synthetic (closed form)", load("synthetic"), None),
                          ("heart (logistic)", load("heart"), TrainingProtocol(model="logistic", steps=500))):
-        t0, _ = best(lambda fed=fed, p=p: ExhaustiveOracle(protocol=p).fit(fed), args.repeat)
+        t0, _ = best(lambda fed=fed, p=p: ExhaustiveOracle(protocol=p, replicates=0).fit(fed), args.repeat)
         t50, o = best(lambda fed=fed, p=p: ExhaustiveOracle(protocol=p, replicates=50).fit(fed), args.repeat)
-        print(f"   {name:24s} N={fed.n}: {t0:.3f} s -> {t50:.3f} s (x{t50 / t0:.2f})")
+        t200, o = best(lambda fed=fed, p=p: ExhaustiveOracle(protocol=p, replicates=200).fit(fed), args.repeat)
+        print(f"   {name:24s} N={fed.n}: none {t0:.3f} s, 50: {t50:.3f} s (x{t50 / t0:.2f}), "
+              f"200: {t200:.3f} s (x{t200 / t0:.2f})")
 
     print("\n2. support over 50 replicates vs 50 solves of the game")
     rng = np.random.default_rng(0)
-    for label, game in (("synthetic oracle game, N=6", ExhaustiveOracle().fit(load("synthetic")).game_),
+    for label, game in (("synthetic oracle game, N=6", ExhaustiveOracle(replicates=0).fit(load("synthetic")).game_),
                         ("planted 4+3+3, N=10", co.planted([4, 3, 3], noise=0.05, seed=1))):
         reps = Replicates.from_array(game.raw_values() * (1 + 0.02 * rng.normal(size=(50, 1, 1))),
                                      game.clients, game.sense)
@@ -75,6 +79,14 @@ def main() -> None:
         t, s = best(lambda eq=eq, reps=reps: support(eq.partition, reps), args.repeat)
         print(f"   {label:28s}: 50 solves {ref * 1e3:.0f} ms, support {t * 1e3:.0f} ms (x{t / ref:.2f}), "
               f"partition support {s.partition_share:.2f}")
+
+    print("\n3. one noise-aware solve (z = 1.96, 200 replicates) vs one on point values")
+    for label, fed in (("synthetic, N=6", load("synthetic")), ("heart, N=4", load("heart"))):
+        game = ExhaustiveOracle().fit(fed).game_
+        ref, _ = best(lambda game=game: co.solve(game, z=0), args.repeat)
+        t, eq = best(lambda game=game: co.solve(game), args.repeat)
+        print(f"   {label:28s}: point {ref * 1e3:.1f} ms, noise-aware {t * 1e3:.1f} ms (x{t / ref:.1f}), "
+              f"verdict {eq.certificate.verdict}")
 
 
 if __name__ == "__main__":

@@ -215,8 +215,9 @@ def _loss_game_section(reg: dict) -> list[str]:
                      _g(sum(ce_loss) / len(ce_loss)),
                      _g(sum(loss["val"]["local"].values()) / len(reg["clients"])) + " / "
                      + _g(sum(loss["val"]["ce"].values()) / len(reg["clients"]))])
+    models = (1 << len(reg["clients"])) - 1
     return (["### The accuracy game and the validation-loss game side by side", "",
-             "Both are exact games of the same 1023 trained subset models: v_i(S) is client i's validation "
+             f"Both are exact games of the same {models} trained subset models: v_i(S) is client i's validation "
              f"{reg['metric']}, ℓ_i(S) its mean validation cross-entropy (lower is better; "
              "`ExhaustiveOracle(loss_game=True)`). The CE column of every table is the accuracy game's, as in the "
              "paper; the loss game's CE is shown here with the test accuracy of the models it assigns."
