@@ -230,6 +230,7 @@ def test_reproduce_fashion_quick_runs_the_command_end_to_end(tmp_path, monkeypat
     from coalitions import cli
     from coalitions.io import read_json
     from coalitions.learners.experiments import catalogue
+    from coalitions.learners.experiments.columns import REPLICATES
 
     exp = catalogue.EXPERIMENTS["fashion"]
     small = dataclasses.replace(
@@ -245,12 +246,13 @@ def test_reproduce_fashion_quick_runs_the_command_end_to_end(tmp_path, monkeypat
     assert results["oracle"]["heads"] == "personal"
     assert results["budget"]["pathological"]["steps_per_client"] == 5
     run = results["regimes"][0]["runs"][0]
-    assert run["exact"]["support"]["replicates"] == 50
+    assert run["exact"]["support"]["replicates"] == REPLICATES
     game = read_json(out / "runs" / "quick" / "pathological-seed0-game.json")
     assert game["provenance"]["model"]["heads"] == "personal"
+    assert game["format"] == "coalitions/game@2" and len(game["replicates"]) == REPLICATES  # a measured game
     loss = read_json(out / "runs" / "quick" / "pathological-seed0-loss-game.json")
     assert loss["sense"] == "min" and loss["provenance"]["metric"] == "loss"
-    assert run["exact"]["loss"]["support"]["replicates"] == 50 and run["exact"]["loss"]["partition"]
+    assert run["exact"]["loss"]["support"]["replicates"] == REPLICATES and run["exact"]["loss"]["partition"]
     spo = read_json(out / "runs" / "quick" / "pathological-seed0-spo.json")
     assert spo["config"]["heads"] == "personal" and spo["config"]["model"] == "mlp"
     report = (out / "report.md").read_text()
