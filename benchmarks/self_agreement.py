@@ -8,6 +8,8 @@ validation rows.  Printed per experiment and regime, at ``z = 0`` (point values)
 
 * **self-agreement under validation resampling**: the median over replicates of the edge F1 of a
   replicate's benefit graph ``BG(all)`` against the game's own (:func:`coalitions.support.self_agreement`);
+* the share of replicates whose graph is the game's own, edge for edge (``same graph``): an
+  empty graph scores F1 = 0 against a replicate with a single edge, so the two read together;
 * **self-agreement across retraining**: the median edge F1 over pairs of training seeds;
 * for a classification task, the same for the **validation-loss game** of the same subset models
   (``ExhaustiveOracle(loss_game=True)``), so that the game whose graph reproduces itself better
@@ -70,7 +72,8 @@ def measure(found) -> dict:
         sup = support(eq.partition, reps, z=z, uncertainty=first.uncertainty)
         others = [g.with_uncertainty(first.uncertainty if z > 0 else None) for g, _, _ in found[1:]]
         again = support_over(eq.partition, others, len(others), z=z) if others else None
-        row[key] = {"f1_resampling": float(np.median(f1)), "f1_retraining": float(np.median(across)) if across
+        row[key] = {"f1_resampling": float(np.median(f1)), "graph_same": float(np.mean(f1 == 1.0)),
+                    "f1_retraining": float(np.median(across)) if across
                     else None, "edges": len(graphs[0]), "partition": co.format_partition(first, eq.partition),
                     "verdict": eq.certificate.verdict, "support_resampling": sup.partition_share,
                     "support_retraining": None if again is None else again.partition_share}
@@ -97,7 +100,8 @@ def main() -> None:
     print(f"self-agreement of the exhaustive game: {seeds} training seeds, data seeds {args.data_seeds}, "
           f"{args.replicates} replicates, {'quick' if quick else 'full'} oracle settings; "
           f"python {platform.python_version()}, torch via coalitions.learners, {platform.machine()}")
-    print(f"{'experiment':<24} {'game':<8} {'z':>4}  {'edges':>5}  {'F1 resample':>11}  {'F1 retrain':>10}  "
+    print(f"{'experiment':<24} {'game':<8} {'z':>4}  {'edges':>5}  {'F1 resample':>11}  {'same graph':>10}  "
+          f"{'F1 retrain':>10}  "
           f"{'support resample':>16}  {'support retrain':>15}  {'verdict':<26} partition")
     rows = []
     for name, data_seed in itertools.product(names, data_seeds):
@@ -112,7 +116,7 @@ def main() -> None:
                     r = row[key]
                     fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
                     print(f"{label:<24} {game_name:<8} {z:4.2f}  {r['edges']:5d}  {fmt(r['f1_resampling']):>11}  "
-                          f"{fmt(r['f1_retraining']):>10}  {fmt(r['support_resampling']):>16}  "
+                          f"{fmt(r['graph_same']):>10}  {fmt(r['f1_retraining']):>10}  {fmt(r['support_resampling']):>16}  "
                           f"{fmt(r['support_retraining']):>15}  {r['verdict']:<26} {r['partition']}", flush=True)
                 rows.append({"experiment": label, "game": game_name, "data_seed": data_seed, "clients": fed.n,
                              "seconds": time.perf_counter() - start, "train_seconds": [t for _, _, t in found],
