@@ -90,6 +90,7 @@ def main() -> None:
     ap.add_argument("--replicates", type=int, default=200)
     ap.add_argument("--settings", choices=("full", "quick"), default="full",
                     help="The experiments' oracle settings (reproduce) or their --quick ones.")
+    ap.add_argument("--regimes", default=None, help="Only these regimes, e.g. dirichlet [default: all].")
     ap.add_argument("--json", default=None, help="Also write the rows here.")
     args = ap.parse_args()
     names = ["synthetic", "heart"] if args.quick else args.experiments.split(",")
@@ -107,6 +108,8 @@ def main() -> None:
     for name, data_seed in itertools.product(names, data_seeds):
         exp = get_experiment(name)
         for regime in exp.regimes:
+            if args.regimes and regime.name not in args.regimes.split(","):
+                continue
             start = time.perf_counter()
             fed, by_game = games(name, regime, data_seed, seeds, quick, args.replicates)
             label = name if len(exp.regimes) == 1 else f"{name}/{regime.name}"
