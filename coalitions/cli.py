@@ -626,6 +626,9 @@ _TRAINING_FLAGS = (
     ("batch-size", _Batch(), "Samples per step and client, or full [the dataset's default protocol]."),
     ("patience", click.IntRange(1), "Stop when the validation loss has not improved for this many evaluations "
                                     "and keep the best models [train the whole budget]."),
+    ("tune-split", _Finite(0.0, open_low=True), "Hold this share of each client's training rows out to choose "
+                                                "the rate and the stopping step, so that the validation rows only "
+                                                "score [none: the validation rows tune and score]."),
 )
 
 

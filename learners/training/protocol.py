@@ -299,7 +299,7 @@ def default_kind(task: str, input_shape: tuple = (), images: str = "cnn") -> str
 #: The command line's one set of training flags (click keys) -> the :class:`TrainingProtocol` field each sets.
 FLAG_FIELDS = {"model": "model", "mlp_hidden": "hidden", "optimizer": "optimizer", "lr": "lr", "momentum": "momentum",
                "weight_decay": "weight_decay", "schedule": "schedule", "steps": "steps", "local_steps": "local_steps",
-               "batch_size": "batch_size", "patience": "patience", "lr_grid": "lr_grid"}
+               "batch_size": "batch_size", "patience": "patience", "lr_grid": "lr_grid", "tune_split": "tune_split"}
 
 
 def protocol_with(task: str, input_shape: tuple = (), changes: dict | None = None) -> TrainingProtocol:
