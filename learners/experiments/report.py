@@ -220,11 +220,24 @@ def _loss_game_section(reg: dict) -> list[str]:
              f"Both are exact games of the same {models} trained subset models: v_i(S) is client i's validation "
              f"{reg['metric']}, ℓ_i(S) its mean validation cross-entropy (lower is better; "
              "`ExhaustiveOracle(loss_game=True)`). The CE column of every table is the accuracy game's, as in the "
-             "paper; the loss game's CE is shown here with the test accuracy of the models it assigns."
+             "paper; the loss game's CE is shown here with the test accuracy of the models it assigns. "
+             + _primary_sentence(reg)
              + _support_sentence(runs, "loss"), ""]
             + _table(["seed", f"CE of the {reg['metric']} game", f"its mean test {reg['metric']}",
                       "CE of the loss game", f"its mean test {reg['metric']}",
                       "mean val loss: alone / in the loss CE"], rows) + [""])
+
+
+def _primary_sentence(reg: dict) -> str:
+    """Which game is this regime's primary one, chosen before the runs on held-out splits (or that none was)."""
+    primary = reg.get("primary_game")
+    if primary is None:
+        return ("No primary game was chosen for this regime on held-out data splits (its exact games cost too much "
+                "to measure there), so neither game is preferred; the metric game is shown first, as in the paper.")
+    game = "validation-loss game" if primary == "loss" else f"{reg['metric']} game"
+    return (f"The primary game of this regime is the **{game}**: the one whose benefit graph reproduced itself "
+            "better under validation resampling on data splits 100–104, which no report uses, chosen before these "
+            "runs (docs/results.md, \"The primary game\").")
 
 
 def _agreement_section(reg: dict, labels: dict) -> list[str]:

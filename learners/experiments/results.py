@@ -228,6 +228,9 @@ class RegimeResult:
     #: The first run's validation-loss curves, ``{label: {"x": [...], "y": [...]}}``
     #: (``figures.convergence_series``), kept so that the figures can be redrawn from the file.
     curves: dict | None = None
+    #: The exact game the regime's verdicts rest on, ``"metric"`` or ``"loss"``; None where it was not
+    #: chosen on held-out splits (catalogue.Regime.primary).
+    primary: str | None = None
 
     def to_json(self) -> dict:
         out = {"name": self.name, "title": self.title, "options": self.options,
@@ -237,6 +240,8 @@ class RegimeResult:
             out["convergence"] = self.convergence
         if self.curves is not None:
             out["convergence_curves"] = self.curves
+        if self.primary is not None:
+            out["primary_game"] = self.primary
         return out
 
     @classmethod
@@ -244,7 +249,7 @@ class RegimeResult:
         _need(data, ("name", "title", "options", "runs", "clients", "metric", "summary"), "a regime")
         return cls(data["name"], data["title"], data["options"], [Run.from_json(r) for r in data["runs"]],
                    data["clients"], data["metric"], data["summary"], data.get("convergence"),
-                   data.get("convergence_curves"))
+                   data.get("convergence_curves"), data.get("primary_game"))
 
 
 @dataclass

@@ -210,7 +210,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
         summary["sensitivity"] = sensitivity_summary(runs_json, methods)
         summary["spo_rules"] = rules_summary(runs_json)
         results.regimes.append(RegimeResult(regime.name, regime.title, regime.options, runs, clients, metric,
-                                            summary))
+                                            summary, primary=regime.primary))
     results.budget = budgets if any(v is not None for v in budgets.values()) else None
     results.elapsed_s = time.perf_counter() - start
     pieces = [f"{r.name}-seed{k}-{suffix}" for r in results.regimes for k in seeds
