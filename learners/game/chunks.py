@@ -188,15 +188,18 @@ class ChunkTrainer:
                                    seed=self.seed, progress=progress, protocol=protocol, early=early)
         return params, early
 
+    def _part_scores(self, params, ms, part: str):
+        """The models' scores on every client's ``part`` rows (each member through its own head with personal heads)."""
+        if self.personal:
+            return _scores_personal(self.spec, params, self.evals[part], self.fed.sizes(part),
+                                    self._eval_batch(self.spec, len(ms)))
+        return _scores(self.spec, params, self.evals[part], self._eval_batch(self.spec, len(ms)))
+
     def _member_losses(self, params, ms, part: str) -> np.ndarray:
         """``(N, len(ms))``: each member's mean loss on its ``part`` rows under the models ``params`` (NaN elsewhere)."""
         fed = self.fed
         member = membership(ms, fed.n)
-        if self.personal:
-            scores = _scores_personal(self.spec, params, self.evals[part], fed.sizes(part),
-                                      self._eval_batch(self.spec, len(ms)))
-        else:
-            scores = _scores(self.spec, params, self.evals[part], self._eval_batch(self.spec, len(ms)))
+        scores = self._part_scores(params, ms, part)
         lo = self.bounds[part]
         out = np.full((fed.n, len(ms)), np.nan)
         for i, c in enumerate(fed.clients):
@@ -208,10 +211,7 @@ class ChunkTrainer:
     def scores(self, ms, protocol, part: str):
         """The models of ``ms`` trained as :meth:`train` trains them: their scores on every client's ``part`` split."""
         params, _ = self.train(ms, protocol)
-        if self.personal:  # each member through its own head
-            return _scores_personal(self.spec, params, self.evals[part], self.fed.sizes(part),
-                                    self._eval_batch(self.spec, len(ms)))
-        return _scores(self.spec, params, self.evals[part], self._eval_batch(self.spec, len(ms)))
+        return self._part_scores(params, ms, part)
 
     def _train_and_score(self, ms, progress, protocol, loss: bool, tune_loss: bool = False) -> dict:
         """Train the subset models ``ms`` under ``protocol`` and score them (``loss``: also the validation loss).
@@ -237,11 +237,7 @@ class ChunkTrainer:
                 out["replicates_loss"] = np.full_like(out["replicates"], np.nan)
         for part in ("val", "test"):
             block = np.full((fed.n, len(ms)), np.nan)
-            if self.personal:
-                scores = _scores_personal(self.spec, params, self.evals[part], fed.sizes(part),
-                                          self._eval_batch(self.spec, len(ms)))
-            else:
-                scores = _scores(self.spec, params, self.evals[part], self._eval_batch(self.spec, len(ms)))
+            scores = self._part_scores(params, ms, part)
             lo = self.bounds[part]
             for i, c in enumerate(fed.clients):
                 rows = member[:, i]
