@@ -338,3 +338,48 @@ def test_bad_uncertainties_are_refused():
     two = Replicates.from_array(np.stack([other.raw_values()] * 2), other.clients, other.sense)
     with pytest.raises(InputError, match="clients"):
         g.with_uncertainty(Uncertainty.from_replicates(two))
+
+
+def test_the_testing_assertions_take_the_level():
+    from coalitions.testing import CertificateFailure, assert_equilibrium, assert_outer_agreement
+
+    g = co.Game.from_mapping(["a", "b"], {"a": {"a": 0, "a,b": 1}, "b": {"b": 0, "a,b": 1}})
+    noisy = g.with_uncertainty(Uncertainty.from_se(g, np.ones(g.values.shape)))
+    assert_equilibrium(noisy, [0b01, 0b10])           # the gain is within the noise: alone is stable at 1.96
+    with pytest.raises(CertificateFailure, match="z=1.96"):
+        assert_equilibrium(noisy, [0b11])              # ... and the pair splits with nobody losing significantly
+    with pytest.raises(CertificateFailure):
+        assert_outer_agreement(noisy, [0b01, 0b10], z=0)  # on point values the pair blocks
+
+
+def test_measured_games_round_trip_through_both_file_forms(tmp_path):
+    g = co.planted([2, 2], noise=0.0, seed=1)
+    rng = np.random.default_rng(3)
+    reps = Replicates.from_array(g.raw_values()[None] + 0.01 * rng.normal(size=(5, *g.values.shape)), g.clients)
+    for u in (Uncertainty.from_replicates(reps), Uncertainty.from_se(g, np.full(g.values.shape, 0.02))):
+        measured = g.with_uncertainty(u)
+        for name in ("g.json", "g.npz"):
+            co.write_game(measured, tmp_path / name)
+            back, back_reps = co.io.read_game_replicates(tmp_path / name)
+            assert back.uncertainty is not None and back.uncertainty.kind == u.kind
+            assert solve(back).certificate.noisy and solve(back).partition == solve(measured).partition
+            if u.kind == "se":
+                np.testing.assert_array_equal(back.uncertainty.se, u.se)
+            else:
+                np.testing.assert_array_equal(back_reps.values, reps.values)
+    co.write_game(g, tmp_path / "v1.json", reps)                   # an exact game with replicates beside it
+    exact, beside = co.io.read_game_replicates(tmp_path / "v1.json")
+    assert exact.uncertainty is None and beside.b == 5 and not solve(exact).certificate.noisy
+
+
+def test_a_file_with_both_kinds_of_uncertainty_is_refused(tmp_path):
+    import json
+
+    g = co.mean_estimation([5, 5])
+    reps = Replicates.from_array(np.stack([g.raw_values()] * 2), g.clients, g.sense)
+    co.write_game(g.with_uncertainty(Uncertainty.from_replicates(reps)), tmp_path / "g.json")
+    doc = json.loads((tmp_path / "g.json").read_text())
+    doc["se"] = {c: {k: 0.1 for k in table} for c, table in doc["values"].items()}
+    (tmp_path / "g.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="either bootstrap 'replicates' or standard errors 'se'"):
+        co.read_game(tmp_path / "g.json")

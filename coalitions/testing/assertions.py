@@ -18,14 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from .. import certificate as streamed
 from ..axioms import (
     AxiomReport,
     Violation,
     individual_rationality,
     individual_stability,
-    inner_agreement,
     nash_stability,
-    outer_agreement,
     strict_core,
 )
 from ..bitmask import members
@@ -135,14 +134,24 @@ def _assert(check: Callable[..., AxiomReport], game: Game, partition, **options)
         raise CertificateFailure(explain(game, blocks, report), [report])
 
 
-def assert_inner_agreement(game: Game, partition, *, semantics: str = "personalized", tol: float = 1e-9) -> None:
-    """Fail unless no sub-coalition of a block can split off with nobody losing (CE axiom 1)."""
-    _assert(inner_agreement, game, partition, semantics=semantics, tol=tol)
+def assert_inner_agreement(game: Game, partition, *, semantics: str = "personalized", tol: float = 1e-9,
+                           z: float | None = None) -> None:
+    """Fail unless no sub-coalition of a block can split off with nobody losing (CE axiom 1).
+
+    ``z``: the significance level (:mod:`coalitions.noise`; 1.96 by default for a game that
+    carries its uncertainty, else 0): a member loses only when it loses significantly.
+    """
+    _assert(streamed.inner_agreement, game, partition, semantics=semantics, tol=tol, z=z)
 
 
-def assert_outer_agreement(game: Game, partition, *, semantics: str = "personalized", tol: float = 1e-9) -> None:
-    """Fail unless no coalition makes every member strictly better off (CE axiom 2, the core)."""
-    _assert(outer_agreement, game, partition, semantics=semantics, tol=tol)
+def assert_outer_agreement(game: Game, partition, *, semantics: str = "personalized", tol: float = 1e-9,
+                           z: float | None = None) -> None:
+    """Fail unless no coalition makes every member strictly better off (CE axiom 2, the core).
+
+    ``z``: as for :func:`assert_inner_agreement`; a coalition blocks only when every member gains
+    significantly.
+    """
+    _assert(streamed.outer_agreement, game, partition, semantics=semantics, tol=tol, z=z)
 
 
 def assert_individually_rational(game: Game, partition, *, semantics: str = "personalized",
@@ -168,18 +177,21 @@ def assert_core_stable(game: Game, partition, *, semantics: str = "personalized"
     _assert(strict_core, game, partition, semantics=semantics, tol=tol)
 
 
-def assert_equilibrium(game: Game, partition, *, semantics: str = "personalized", tol: float = 1e-9) -> None:
+def assert_equilibrium(game: Game, partition, *, semantics: str = "personalized", tol: float = 1e-9,
+                       z: float | None = None) -> None:
     """Fail unless ``partition`` is a collaboration equilibrium: inner and outer agreement both hold.
 
     Both axioms are checked exhaustively (:func:`coalitions.equilibrium.certify`) and every
-    failing one is explained in the message.
+    failing one is explained in the message.  On a game that carries its measurement
+    uncertainty they are checked at the level ``z`` (1.96 by default; ``z=0``: point values).
     """
     blocks = _blocks(game, partition)
-    cert = certify(game, blocks, semantics, tol)
+    cert = certify(game, blocks, semantics, tol, z=z)
     failed = [r for r in (cert.inner, cert.outer) if not r.holds]
     if failed:
         text = "\n".join(explain(game, blocks, r) for r in failed)
-        raise CertificateFailure(f"not a collaboration equilibrium ({semantics}, tol={tol:g}):\n{text}", failed)
+        at = f", z={cert.z:g}" if cert.noisy else ""
+        raise CertificateFailure(f"not a collaboration equilibrium ({semantics}, tol={tol:g}{at}):\n{text}", failed)
 
 
 def _named_partition(p, clients: Sequence[str] | None) -> frozenset[frozenset[str]]:
