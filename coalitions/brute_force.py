@@ -100,21 +100,36 @@ def argmax_table(game: Game, i: int, semantics: str = "personalized") -> np.ndar
     return np.where(has, arg, 0)
 
 
-def _noisy_inner_ok(game: Game, semantics: str, tol: float, z: float) -> np.ndarray:
-    """``ok[K]`` at level ``z``: some member loses significantly whatever sub-coalition splits off."""
-    from .certificate import inner_agreement as streamed_inner
+def _noisy_inner_ok(game: Game, tables) -> np.ndarray:
+    """``ok[K]`` at level ``z``: whatever sub-coalition ``K' ⊊ K`` splits off, one of its members loses significantly.
 
+    Member ``i`` of ``K'`` does not lose when some model of ``K'`` is not significantly worse than
+    the model it holds in ``K``: ``tied[t, K']`` of its tables (:func:`_noisy_tables`), read at the
+    index of that model.  One vectorised pass per coalition over its sub-coalitions.
+    """
     ok = np.ones(1 << game.n, dtype=bool)
     ok[0] = False
     for k in range(1, 1 << game.n):
-        if k & (k - 1):
-            rest = [1 << i for i in members(game.grand & ~k)]
-            ok[k] = streamed_inner(game, [k, *rest], semantics, tol, max_witnesses=0, z=z).holds
+        if not k & (k - 1):
+            continue  # one client cannot split
+        subs = submasks(k)[1:-1]
+        nobody_loses = np.ones(subs.size, dtype=bool)
+        for i in members(k):
+            index, _, tied = tables[i]
+            nobody_loses &= ~contains(subs, i) | tied[index[k]][subs]
+        ok[k] = not nobody_loses.any()
     return ok
 
 
-def _noisy_better_tables(game: Game, semantics: str, tol: float, z: float):
-    """For each client: the distinct models it can hold, and ``better[t, C]`` (``C`` significantly beats model ``t``)."""
+def _noisy_tables(game: Game, semantics: str, tol: float, z: float):
+    """Per client: the index of the model it holds in each coalition, and two tables over its distinct models ``t``.
+
+    ``better[t, C]``: some model of ``C`` is significantly better than ``t`` (``C`` tempts the client away
+    from a block where it holds ``t``); ``tied[t, C]``: some model of ``C`` is not significantly worse than
+    ``t`` (the client does not lose by moving from ``t`` to ``C``).  Under ``personalized`` semantics the
+    models of ``C`` are those of its sub-coalitions holding the client (a subset-OR transform), under
+    ``shared`` semantics ``C``'s own.
+    """
     from .certificate import _zeta_or
     from .noise import Comparison
 
@@ -126,16 +141,17 @@ def _noisy_better_tables(game: Game, semantics: str, tol: float, z: float):
         refs, index = np.unique(arg, return_inverse=True)  # refs[0] = 0 stands for "i not in K"
         has = contains(masks, i)
         better = np.zeros((refs.size, masks.size), dtype=bool)
+        tied = np.zeros((refs.size, masks.size), dtype=bool)
         inside = masks[has]
         for t, ref in enumerate(refs):
             if ref == 0:
                 continue
-            row = np.zeros(masks.size, dtype=bool)
-            row[has] = cmp.better(i, inside, int(ref))
+            better[t, has] = cmp.better(i, inside, int(ref))
+            tied[t, has] = cmp.not_worse(i, inside, int(ref))
             if semantics == "personalized":
-                _zeta_or(row, 0, game.n)
-            better[t] = row
-        tables.append((index.reshape(arg.shape), better))
+                _zeta_or(better[t], 0, game.n)
+                _zeta_or(tied[t], 0, game.n)
+        tables.append((index.reshape(arg.shape), better, tied))
     return tables
 
 
@@ -183,8 +199,8 @@ def equilibria(game: Game, semantics: str = "personalized", tol: float = 1e-9,
     block = np.take_along_axis(label_mask, rgs, axis=1)  # block[p, i] = P(i)
     if cmp.noisy:
         pay = None
-        inner = _noisy_inner_ok(game, semantics, tol, cmp.level)
-        tables = _noisy_better_tables(game, semantics, tol, cmp.level)
+        tables = _noisy_tables(game, semantics, tol, cmp.level)
+        inner = _noisy_inner_ok(game, tables)
     else:
         pay = payoff_table(game, semantics)
         inner = inner_ok_table(pay, n, tol)
@@ -198,7 +214,7 @@ def equilibria(game: Game, semantics: str = "personalized", tol: float = 1e-9,
         ok = np.ones((stop - start, masks.size), dtype=bool)
         for i in range(n):
             if pay is None:
-                index, better = tables[i]
+                index, better, _ = tables[i]
                 ok &= ~has[i][None, :] | better[index[block[start:stop, i]]][:, 1:]
             else:
                 cur = pay[i, block[start:stop, i]]
