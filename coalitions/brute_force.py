@@ -146,8 +146,7 @@ def _noisy_tables(game: Game, semantics: str, tol: float, z: float):
         for t, ref in enumerate(refs):
             if ref == 0:
                 continue
-            better[t, has] = cmp.better(i, inside, int(ref))
-            tied[t, has] = cmp.not_worse(i, inside, int(ref))
+            better[t, has], tied[t, has] = cmp.better_and_not_worse(i, inside, int(ref))
             if semantics == "personalized":
                 _zeta_or(better[t], 0, game.n)
                 _zeta_or(tied[t], 0, game.n)

@@ -243,6 +243,12 @@ class Comparison:
         """``ref`` is not strictly preferred to ``S``: ``d_i(ref, S) ≤ tol + z·se_i(S, ref)``."""
         return self.raised(i, s, ref) >= float(self.game.values[i, ref]) - self.tol
 
+    def better_and_not_worse(self, i: int, s: np.ndarray, ref: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`better` and :meth:`not_worse` of the same sets, their standard errors computed once."""
+        v, se = self.values(i, s), self.se(i, s, ref)
+        at = float(self.game.values[i, ref])
+        return v - self.level * se > at + self.tol, v + self.level * se >= at - self.tol
+
     def gain_score(self, i: int, s: np.ndarray, ref: int) -> np.ndarray:
         """``(d_i(S, ref) − tol) / se_i(S, ref)``: how many standard errors ``S`` is better by.
 

@@ -383,3 +383,14 @@ def test_a_file_with_both_kinds_of_uncertainty_is_refused(tmp_path):
     (tmp_path / "g.json").write_text(json.dumps(doc))
     with pytest.raises(InputError, match="either bootstrap 'replicates' or standard errors 'se'"):
         co.read_game(tmp_path / "g.json")
+
+
+@SETTINGS
+@given(noisy_games(max_n=4), st.sampled_from((0.5, DEFAULT_Z)), st.data())
+def test_both_comparisons_at_once_are_each_alone(game, z, data):
+    cmp = Comparison(game, TOL, z)
+    i = data.draw(st.integers(0, game.n - 1))
+    s = np.array([m for m in range(1 << game.n) if (m >> i) & 1])
+    ref = int(data.draw(st.sampled_from(list(s))))
+    better, tied = cmp.better_and_not_worse(i, s, ref)
+    assert better.tolist() == cmp.better(i, s, ref).tolist() and tied.tolist() == cmp.not_worse(i, s, ref).tolist()
