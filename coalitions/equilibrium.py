@@ -80,17 +80,22 @@ class Certificate:
 
     @property
     def verdict(self) -> str:
-        """``"stable at z = …"``, ``"holds on point values only"``, ``"holds"`` (exact game) or ``"fails"``."""
+        """``"stable at z = …"``, ``"holds on point values only"``, ``"holds"`` (exact game) or ``"fails"``.
+
+        A noise-aware certificate made without detail says ``"not stable at z = …"`` where it fails.
+        """
         if not self.noisy:
             return "holds" if self.holds else "fails"
         if self.holds:
             return f"stable at z = {self.z:g}"
+        if self.point_holds is None:  # certified without detail
+            return f"not stable at z = {self.z:g}"
         return "holds on point values only" if self.point_holds else "fails"
 
 
 def certify(game: Game, partition, semantics: str = "personalized", tol: float = 1e-9,
             exhaustive_up_to: int | None = None, seed: int = 0,
-            chunk: int = streamed.DEFAULT_CHUNK, *, z: float | None = None) -> Certificate:
+            chunk: int = streamed.DEFAULT_CHUNK, *, z: float | None = None, detail: bool = True) -> Certificate:
     """Check inner and outer agreement of ``partition``.
 
     When every coalition may be enumerated (``exhaustive_up_to`` is None or at
@@ -103,14 +108,18 @@ def certify(game: Game, partition, semantics: str = "personalized", tol: float =
     when the game carries its uncertainty, else 0.  A noise-aware certificate
     enumerates every (sub-)coalition whatever ``exhaustive_up_to`` says, and adds
     the closest potential violation of each axiom with its z-score and the verdict
-    on the point values.
+    on the point values; ``detail=False`` leaves those out (``closest_*`` and
+    ``point_holds`` None), for callers that need the verdict alone, such as the
+    support's one solve per replicate.
     """
     cmp = Comparison(game, tol, z)
     if cmp.noisy:
+        inner = streamed.inner_agreement(game, partition, semantics, tol, chunk=chunk, z=cmp.level)
+        outer = streamed.outer_agreement(game, partition, semantics, tol, chunk=chunk, z=cmp.level)
+        if not detail:
+            return Certificate(inner, outer, z=cmp.level, noisy=True)
         point = certify(game, partition, semantics, tol, exhaustive_up_to, seed, chunk, z=0.0)
-        return Certificate(streamed.inner_agreement(game, partition, semantics, tol, chunk=chunk, z=cmp.level),
-                           streamed.outer_agreement(game, partition, semantics, tol, chunk=chunk, z=cmp.level),
-                           z=cmp.level, noisy=True,
+        return Certificate(inner, outer, z=cmp.level, noisy=True,
                            closest_inner=streamed.closest_inner(game, partition, semantics, tol, cmp.level),
                            closest_outer=streamed.closest_outer(game, partition, semantics, tol, cmp.level),
                            point_holds=point.holds)
@@ -192,7 +201,7 @@ class Equilibrium:
 
 def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certify_result: bool = True,
           exhaustive_up_to: int | None = None, max_enumerate: int = MAX_ENUMERATE, seed: int = 0,
-          progress=None, *, z: float | None = None) -> Equilibrium:
+          progress=None, *, z: float | None = None, detail: bool = True) -> Equilibrium:
     """Find a collaboration equilibrium and certify it.
 
     Parameters
@@ -216,6 +225,9 @@ def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certif
         Significance level of every comparison (:mod:`coalitions.noise`): 1.96 by
         default when the game carries its measurement uncertainty, else 0.  ``z = 0``
         gives the point-value answer.
+    detail : bool
+        Give a noise-aware certificate its closest calls and point-value verdict
+        (:func:`certify`); ``False`` when only the partition and whether it holds matter.
 
     Raises
     ------
@@ -248,7 +260,7 @@ def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certif
     if result.complete:
         partition = canonical(result.partition)
         if certify_result or semantics == "shared":
-            cert = certify(game, partition, semantics, tol, exhaustive_up_to, seed, z=level)
+            cert = certify(game, partition, semantics, tol, exhaustive_up_to, seed, z=level, detail=detail)
         peeled = Equilibrium(game, semantics, tol, partition,
                              tuple(r.stable for r in result.rounds if r.stable),
                              tuple(r.graph for r in result.rounds), "peeling",
@@ -269,6 +281,6 @@ def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certif
         raise NoEquilibrium(f"no collaboration equilibrium exists under {semantics} semantics "
                             f"(all {bell(game.n):,} partitions checked)")
     partition = found[0]
-    cert = certify(game, partition, semantics, tol, z=level) if certify_result else None
+    cert = certify(game, partition, semantics, tol, z=level, detail=detail) if certify_result else None
     return Equilibrium(game, semantics, tol, partition, (), tuple(r.graph for r in result.rounds),
                        "enumeration", cert, level)

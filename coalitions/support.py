@@ -152,7 +152,7 @@ def support_over(partition, games: Iterable[Game], count: int, semantics: str = 
     for b, game in enumerate(games):
         try:
             eq = solve(game, semantics, tol, certify_result=True, exhaustive_up_to=exhaustive_up_to,
-                       max_enumerate=max_enumerate, seed=seed, z=z)
+                       max_enumerate=max_enumerate, seed=seed, z=z, detail=False)
         except NoEquilibrium:
             found.append(None)
             if progress is not None:

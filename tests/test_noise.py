@@ -394,3 +394,14 @@ def test_both_comparisons_at_once_are_each_alone(game, z, data):
     ref = int(data.draw(st.sampled_from(list(s))))
     better, tied = cmp.better_and_not_worse(i, s, ref)
     assert better.tolist() == cmp.better(i, s, ref).tolist() and tied.tolist() == cmp.not_worse(i, s, ref).tolist()
+
+
+@SETTINGS
+@given(noisy_games(max_n=4), st.data())
+def test_a_certificate_without_detail_has_the_same_verdict_on_the_axioms(game, data):
+    p = data.draw(partitions(game))
+    full, bare = certify(game, p, z=DEFAULT_Z), certify(game, p, z=DEFAULT_Z, detail=False)
+    assert (full.inner.holds, full.outer.holds) == (bare.inner.holds, bare.outer.holds)
+    assert bare.closest_inner is None and bare.closest_outer is None and bare.point_holds is None
+    assert bare.verdict == (full.verdict if full.holds else f"not stable at z = {DEFAULT_Z:g}")
+    assert solve(game, detail=False).partition == solve(game).partition
