@@ -368,3 +368,17 @@ def build_distribution(kind: str, source: Path, outdir: Path) -> Path:
     assert proc.returncode == 0, proc.stderr[-2000:]
     (path,) = outdir.glob("*.whl" if kind == "wheel" else "*.tar.gz")
     return path
+
+
+@pytest.fixture
+def one_thread():
+    """PyTorch on one thread for the test (tiny models must not oversubscribe the cores); restored after.
+
+    A module takes it for every test with ``pytestmark = pytest.mark.usefixtures("one_thread")``.
+    """
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -26,12 +26,7 @@ from coalitions.params import ParameterError  # noqa: E402
 LOGISTIC = DEFAULT_PROTOCOLS[("binary", "logistic")]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _tagged(fed: Federation) -> Federation:

@@ -27,13 +27,7 @@ from coalitions.learners.training.protocol import (  # noqa: E402
 )
 from coalitions.params import ParameterError  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _singletons(values, n):
