@@ -15,10 +15,10 @@ from coalitions.cli.output import flag_errors
 from coalitions.cli.params import SEED, Batch, Finite, Rates
 from coalitions.learners.data.datasets import LOADERS
 from coalitions.learners.data.datasets import OPTIONS as LOADER_OPTIONS
-from coalitions.learners.methods.registry import METHODS, all_options
+from coalitions.learners.methods.registry import ALIASES, METHODS, all_options
 
 __all__ = ["DATASETS", "DATASET_OPTIONS", "dataset_options", "training_options", "training_given", "TRAINING_KEYS",
-           "TRAINING_FLAG_OF", "method_options", "SectionedCommand", "apply_threads", "load_federation"]
+           "TRAINING_FLAG_OF", "method_options", "MethodChoice", "SectionedCommand", "apply_threads", "load_federation"]
 
 #: The datasets and the loader options offered as flags: the datasets registry's.
 DATASETS = tuple(LOADERS)
@@ -80,6 +80,17 @@ def training_given(opts: dict) -> dict:
 TRAINING_KEYS = tuple(flag.replace("-", "_") for flag, _, _ in _TRAINING_FLAGS)
 #: A protocol field -> the flag that sets it (error messages name the flag the user typed).
 TRAINING_FLAG_OF = {"hidden": "--mlp-hidden", **{k: "--" + k.replace("_", "-") for k in TRAINING_KEYS if k != "mlp_hidden"}}
+
+
+class MethodChoice(click.Choice):
+    """``--method``: a registered method's name, or one of its aliases (given back as the name); the help lists
+    the names."""
+
+    def __init__(self):
+        super().__init__(list(METHODS))
+
+    def convert(self, value, param, ctx):
+        return super().convert(ALIASES.get(value, value) if isinstance(value, str) else value, param, ctx)
 
 
 class SectionedCommand(click.Command):

@@ -12,6 +12,7 @@ from coalitions import options as option_checks
 from coalitions.cli.data_options import DATASETS, TRAINING_FLAG_OF, dataset_options, training_given, training_options
 from coalitions.cli.output import Negative, flag_errors, progress
 from coalitions.cli.params import NON_NEGATIVE, OUTPUT, OUTPUT_FOLDER, SEMANTICS, check_tol, threads_option
+from coalitions.learners.methods.registry import federated
 
 __all__ = ["federate"]
 
@@ -22,9 +23,7 @@ __all__ = ["federate"]
               help="Rehearse in Flower's simulation engine, one virtual site per client [default].")
 @click.option("--superlink", default=None, metavar="ADDR",
               help="Run on the SuperLink whose Control API listens at ADDR (e.g. 127.0.0.1:9093).")
-@click.option("--method", type=click.Choice(["exact", "spo", "local", "fedavg", "fedprox", "ditto", "fedper",
-                                            "lg-fedavg", "fedamp", "fedamp-heuristic", "federico", "superfed",
-                                            "superfed-lm", "qffl", "afl", "per-fedavg", "pfedme", "pfedhn"]),
+@click.option("--method", type=click.Choice(["exact", "spo", *federated()]),
               default="exact",
               show_default=True,
               help="exact: the game (a model per coalition, trained among its members under the training protocol); spo: the Pareto "

@@ -11,6 +11,7 @@ from coalitions.cli.data_options import (
     DATASET_OPTIONS,
     DATASETS,
     TRAINING_FLAG_OF,
+    MethodChoice,
     SectionedCommand,
     apply_threads,
     dataset_options,
@@ -27,7 +28,7 @@ __all__ = ["learn"]
 
 @click.command(cls=SectionedCommand)
 @click.argument("dataset", type=click.Choice(DATASETS))
-@click.option("--method", required=True, type=click.Choice(list(METHODS)),
+@click.option("--method", required=True, type=MethodChoice(),
               help="The learner (see docs/learners-spo.md).")
 @training_options
 @method_options
