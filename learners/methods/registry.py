@@ -10,11 +10,12 @@ chosen method does not take.
 Adding a learner is one :func:`register` call with its estimator's path, its
 options, its report label, any aliases, whether it runs over Flower and where its
 site steps keep optimiser state; everything else is derived from the registry:
-the ``learn`` and ``federate --method`` choices, the package's exports
-(:mod:`coalitions.learners`), the report labels
+the ``learn`` and ``federate --method`` choices, the report labels
 (:data:`~coalitions.learners.experiments.catalogue.METHOD_LABELS`), the Flower
 site's table (:data:`~coalitions.learners.federated.personal.PERSONAL`) and the
-optimiser states a site keeps (:data:`OPTIMISER_KEYS`).  The registration is
+optimiser states a site keeps (:data:`OPTIMISER_KEYS`); the package's exports
+(:mod:`coalitions.learners`, which does not read the registry on import) are
+checked against it by the tests.  The registration is
 data beside the others, not a decorator on the class: the class's module loads
 PyTorch, and the command line lists the methods and their flags without it.
 What a method exchanges over Flower (its ``up``, ``down`` and ``kept`` keys) is
