@@ -1,20 +1,25 @@
 """Calibration of the noise-aware equilibrium where the true game is known (docs/concepts.md, "Measurement noise").
 
 A *true* game is planted: clients in groups whose members gain from each other, clients best
-alone, and tied pairs whose members neither gain nor lose together (a gain of exactly 0):
+alone, tied pairs whose members neither gain nor lose together (a gain of exactly 0), and in
+half the games two or three *flat* clients, to whom every coalition is worth the same (as to
+most fashion clients, docs/results.md):
 
     v_i(S) = b_i + sum_{j in S, j != i} W_ij,
-    W_ij ~ U(0.05, 0.15) within a gaining group, 0 within a tied pair, U(-0.15, -0.05) otherwise.
+    W_ij ~ U(0.05, 0.15) within a gaining group, 0 within a tied pair and for a flat i,
+    U(-0.15, -0.05) otherwise.
 
 It is then *measured* with noise of known standard deviation ``sigma``: each client's values
 share a component (the same scoring rows score every subset model), ``e_i(S) = sigma *
 (sqrt(rho) u_i + sqrt(1 - rho) eps_{i,S})`` with ``rho = 0.5``, so a paired difference has
 standard error ``sigma``; ``B`` bootstrap-like replicates are drawn from the same law around
-the measured values.  For each noise level the script solves the measured game twice — on
-point values (``z = 0``) and noise-aware (``z = 1.96``, and ``z = 1``) — and reports, over ``--runs`` games:
+the measured values.  For each noise level the script solves the measured game — on
+point values (``z = 0``) and noise-aware at ``z = 1.96`` for each family of comparisons
+(:mod:`coalitions.noise`: per comparison, client-wise, game-wise; and ``z = 1`` per
+comparison) — and reports, over ``--runs`` games:
 
-* how often each equals the true game's equilibrium (the true game's CE, unique here), and
-  the same for ``z = 1``, to show the trade-off the level sets;
+* how often each equals the true game's equilibrium (the true game's CE, unique here), to
+  show the trade-off the level and the family set;
 * how often "stable at z = 1.96" is said of a partition that the true game *blocks*
   (outer agreement fails on the true values: a group that truly gains is split), and, apart,
   of a partition that is not a CE of the true game for the other reason (a block holds
@@ -38,7 +43,7 @@ import numpy as np
 
 import coalitions as co
 from coalitions.certificate import inner_agreement, outer_agreement
-from coalitions.noise import DEFAULT_Z, Uncertainty
+from coalitions.noise import DEFAULT_FAMILY, DEFAULT_Z, FAMILIES, Uncertainty
 from coalitions.partition import canonical
 from coalitions.replicates import Replicates
 
@@ -48,12 +53,14 @@ LEVELS = (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08)
 
 
 def true_game(rng: np.random.Generator) -> tuple[co.Game, tuple[int, ...]]:
-    """A planted game of 6-8 clients: one or two gaining groups, a tied pair, best-alone clients."""
+    """A planted game of 6-11 clients: one or two gaining groups, a tied pair, best-alone clients, maybe flat ones."""
     kinds: list[tuple[str, int]] = [("gain", int(rng.integers(2, 4)))]
     if rng.random() < 0.5:
         kinds.append(("gain", 2))
     kinds.append(("tie", 2))
     kinds += [("alone", 1)] * int(rng.integers(1, 3))
+    if rng.random() < 0.5:
+        kinds += [("flat", 1)] * int(rng.integers(2, 4))
     n = sum(size for _, size in kinds)
     label = np.repeat(np.arange(len(kinds)), [size for _, size in kinds])
     W = rng.uniform(-0.15, -0.05, (n, n))
@@ -61,6 +68,8 @@ def true_game(rng: np.random.Generator) -> tuple[co.Game, tuple[int, ...]]:
         inside = np.flatnonzero(label == g)
         block = np.ix_(inside, inside)
         W[block] = rng.uniform(0.05, 0.15, (inside.size, inside.size)) if kind == "gain" else 0.0
+        if kind == "flat":
+            W[inside, :] = 0.0     # every coalition is worth the same to it
     np.fill_diagonal(W, 0.0)
     base = rng.uniform(0.0, 1.0, n)
     masks = np.arange(1 << n)
@@ -95,28 +104,40 @@ def measure(game: co.Game, sigma: float, b: int, rng: np.random.Generator) -> co
 
 def run_level(sigma: float, runs: int, b: int, seed: int) -> dict:
     rng = np.random.default_rng([seed, int(sigma * 1e6)])
-    point_ok = noisy_ok = mid_ok = stable = false_blocked = false_inner = point_spurious = noisy_spurious = 0
+    equal = {"point": 0, "z1": 0, **{f: 0 for f in FAMILIES}}
+    spurious = {"point": 0, **{f: 0 for f in FAMILIES}}
+    stable = {f: 0 for f in FAMILIES}
+    blocked = {f: 0 for f in FAMILIES}
+    inner = {f: 0 for f in FAMILIES}
     for _ in range(runs):
         truth, want = true_game(rng)
         g = measure(truth, sigma, b, rng)
         point = canonical(co.solve(g, z=0.0, certify_result=False).partition)
-        eq = co.solve(g, z=DEFAULT_Z)
-        noisy = canonical(eq.partition)
-        mid_ok += canonical(co.solve(g, z=1.0, certify_result=False).partition) == want
-        point_ok += point == want
-        noisy_ok += noisy == want
-        # a block holding a client who truly gains nothing from it (a spurious collaboration)
-        point_spurious += not inner_agreement(truth, point, tol=1e-12).holds
-        noisy_spurious += not inner_agreement(truth, noisy, tol=1e-12).holds
-        if eq.certificate.holds:
-            stable += 1
-            false_blocked += not outer_agreement(truth, noisy, tol=1e-12).holds
-            false_inner += not inner_agreement(truth, noisy, tol=1e-12).holds
-    return {"sigma": sigma, "runs": runs, "point_equal": point_ok / runs, "noisy_equal": noisy_ok / runs,
-            "z1_equal": mid_ok / runs,
-            "stable": stable, "stable_but_blocked": false_blocked / max(stable, 1),
-            "stable_but_spurious": false_inner / max(stable, 1),
-            "point_spurious": point_spurious / runs, "noisy_spurious": noisy_spurious / runs}
+        equal["point"] += point == want
+        spurious["point"] += not inner_agreement(truth, point, tol=1e-12).holds
+        comparison = g.with_uncertainty(g.uncertainty.with_family("comparison"))
+        equal["z1"] += canonical(co.solve(comparison, z=1.0, certify_result=False).partition) == want
+        for f in FAMILIES:
+            eq = co.solve(g.with_uncertainty(g.uncertainty.with_family(f)), z=DEFAULT_Z)
+            found = canonical(eq.partition)
+            equal[f] += found == want
+            # a block holding a client who truly gains nothing from it (a spurious collaboration)
+            spurious[f] += not inner_agreement(truth, found, tol=1e-12).holds
+            if eq.certificate.holds:
+                stable[f] += 1
+                blocked[f] += not outer_agreement(truth, found, tol=1e-12).holds
+                inner[f] += not inner_agreement(truth, found, tol=1e-12).holds
+    return {"sigma": sigma, "runs": runs,
+            "equal": {k: v / runs for k, v in equal.items()},
+            "spurious": {k: v / runs for k, v in spurious.items()},
+            "stable": stable,
+            "stable_but_blocked": {f: blocked[f] / max(stable[f], 1) for f in FAMILIES},
+            "stable_but_spurious": {f: inner[f] / max(stable[f], 1) for f in FAMILIES}}
+
+
+MARKS = {"point": "o-", "z1": "^-", "comparison": "v-", "client": "D-", "game": "s-"}
+NAMES = {"point": "point values (z = 0)", "z1": "z = 1, per comparison", "comparison": "z = 1.96, per comparison",
+         "client": "z = 1.96, client-wise", "game": "z = 1.96, game-wise"}
 
 
 def figure(rows: list[dict], path: str) -> None:
@@ -126,19 +147,20 @@ def figure(rows: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     s = [r["sigma"] for r in rows]
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
-    ax[0].plot(s, [r["point_equal"] for r in rows], "o-", label="point values (z = 0)")
-    ax[0].plot(s, [r["z1_equal"] for r in rows], "^-", label="noise-aware (z = 1)")
-    ax[0].plot(s, [r["noisy_equal"] for r in rows], "s-", label="noise-aware (z = 1.96)")
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    for k in ("point", "z1", *FAMILIES):
+        ax[0].plot(s, [r["equal"][k] for r in rows], MARKS[k], label=NAMES[k])
     ax[0].set(xscale="log", xlabel="standard error of a paired difference (gains 0.05-0.15 per partner)",
               ylabel="share equal to the true CE", ylim=(-0.02, 1.02))
-    ax[0].legend()
-    ax[1].plot(s, [r["stable_but_blocked"] for r in rows], "o-", label="true game blocks it (missed gain)")
-    ax[1].plot(s, [r["stable_but_spurious"] for r in rows], "s-", label="a member truly gains nothing")
+    ax[0].legend(fontsize=8)
+    for f in FAMILIES:
+        ax[1].plot(s, [r["stable_but_blocked"][f] for r in rows], MARKS[f], label=f"true game blocks it ({f})")
+    ax[1].plot(s, [r["stable_but_spurious"][DEFAULT_FAMILY] for r in rows], ":", color="grey",
+               label=f"a member truly gains nothing ({DEFAULT_FAMILY})")
     ax[1].axhline(0.05, color="grey", lw=0.8, ls="--")
     ax[1].set(xscale="log", xlabel="standard error of a paired difference",
               ylabel='share of "stable at z = 1.96" that is wrong', ylim=(-0.02, 1.02))
-    ax[1].legend()
+    ax[1].legend(fontsize=8)
     for a in ax:
         a.set_xticks(s)
         a.set_xticklabels([f"{x:g}" for x in s])
@@ -157,20 +179,25 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="Write the rows here (JSON).")
     args = ap.parse_args()
     runs, b = (20, 50) if args.quick else (args.runs, args.replicates)
-    print(f"noise calibration: {runs} planted games of 6-8 clients per level, {b} replicates, seed {args.seed}; "
+    print(f"noise calibration: {runs} planted games of 6-11 clients per level, {b} replicates, seed {args.seed}; "
           f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
-    print(f"{'SE':>7}  {'point=true':>10}  {'z=1 =true':>10}  {'aware=true':>10}  {'spurious pt':>11}  {'spurious aw':>11}  "
-          f"{'stable':>6}  {'stable, blocked':>15}  {'stable, spurious':>16}")
+    cols = ("point", "z1", *FAMILIES)
+    print("share equal to the true CE (point values; z = 1 per comparison; z = 1.96 per family), the share with a "
+          "spurious block, and, of the partitions certified stable at z = 1.96, the share the true game blocks")
+    print(f"{'SE':>7}  " + "  ".join(f"{c:>10}" for c in cols) + "  " +
+          "  ".join(f"{'spur ' + c:>15}" for c in ("point", *FAMILIES)) + "  " +
+          "  ".join(f"{'blocked ' + c:>18}" for c in FAMILIES))
     rows = []
     start = time.perf_counter()
     for sigma in LEVELS:
         r = run_level(sigma, runs, b, args.seed)
         rows.append(r)
-        print(f"{sigma:7.4f}  {r['point_equal']:10.2f}  {r['z1_equal']:10.2f}  {r['noisy_equal']:10.2f}  {r['point_spurious']:11.2f}  "
-              f"{r['noisy_spurious']:11.2f}  {r['stable']:6d}  {r['stable_but_blocked']:15.3f}  "
-              f"{r['stable_but_spurious']:16.3f}", flush=True)
-    print(f"ratio noise-aware / point-value equal-to-truth, summed over levels: "
-          f"{sum(r['noisy_equal'] for r in rows) / max(sum(r['point_equal'] for r in rows), 1e-12):.2f}")
+        print(f"{sigma:7.4f}  " + "  ".join(f"{r['equal'][c]:10.2f}" for c in cols) + "  " +
+              "  ".join(f"{r['spurious'][c]:15.2f}" for c in ("point", *FAMILIES)) + "  " +
+              "  ".join(f"{r['stable_but_blocked'][f]:11.3f} ({r['stable'][f]:4d})" for f in FAMILIES), flush=True)
+    for f in FAMILIES:
+        ratio = sum(r["equal"][f] for r in rows) / max(sum(r["equal"]["point"] for r in rows), 1e-12)
+        print(f"ratio {f}-wise / point-value equal-to-truth, summed over levels: {ratio:.2f}")
     print(f"{time.perf_counter() - start:.1f} s")
     if args.json:
         import json

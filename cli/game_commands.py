@@ -15,17 +15,19 @@ from coalitions.brute_force import MAX_ENUMERATE
 from coalitions.cli.output import Negative, emit, progress
 from coalitions.cli.params import FORMATS, INPUT, NON_NEGATIVE, OUTPUT, SEED, SEMANTICS, Tolerance, check_tol
 from coalitions.networks import graphml
+from coalitions.noise import DEFAULT_FAMILY, FAMILIES
 
 __all__ = ["solve", "verify", "enumerate_cmd", "welfare_cmd", "graph", "compare_cmd", "read_game_tol", "with_common"]
 
 
-def read_game_tol(game_file: str, tol, z=None):
+def read_game_tol(game_file: str, tol, z=None, family=None):
     """The game, its replicates (or None), the tolerance and the level ``z``.
 
     ``--tol auto`` is resolved from the replicates.  ``--z`` defaults to 1.96 for a
     game that carries its uncertainty (``coalitions/game@2``) and 0 otherwise; a
     level given for a ``coalitions/game@1`` file with replicates makes them its
-    uncertainty.
+    uncertainty.  ``--family`` says which comparisons the level covers at once
+    (:mod:`coalitions.noise`); it has nothing to act on in a game without uncertainty.
     """
     from coalitions.noise import Uncertainty, check_z, resolve_z
     from coalitions.support import AUTO_TOL_FACTOR, auto_tol
@@ -38,6 +40,8 @@ def read_game_tol(game_file: str, tol, z=None):
                 game = game.with_uncertainty(Uncertainty.from_replicates(reps))
             except co.InputError as e:
                 raise co.InputError(f"{game_file}: --z {z:g}: {e}") from None
+    if family is not None and game.uncertainty is not None:
+        game = game.with_uncertainty(game.uncertainty.with_family(family))
     level = resolve_z(game, z)
     if tol != "auto":
         return game, reps, check_tol(tol), level
@@ -64,6 +68,10 @@ common_game = [
                  help="Significance level of every comparison: a client prefers S to T only when "
                       "v(S) - v(T) > tol + z x its paired standard error; 0 compares point values "
                       "[default: 1.96 when GAME carries its uncertainty (coalitions/game@2), else 0]."),
+    click.option("--family", type=click.Choice(FAMILIES), default=None,
+                 help="Which comparisons one level z covers at once: each on its own, all of a client's, or all "
+                      "of the game's (thresholds from the bootstrap max-t; docs/concepts.md §7) "
+                      f"[default: {DEFAULT_FAMILY}]."),
 ]
 
 
@@ -88,7 +96,7 @@ def with_common(f):
               help="The same game measured again with another training seed (repeatable): the equilibrium's "
                    "support over retraining.")
 @click.option("-o", "--output", type=OUTPUT, help="Write here instead of stdout.")
-def solve(game_file, semantics, tol, z, fmt, exhaustive_up_to, max_enumerate, seed, retrained, output):
+def solve(game_file, semantics, tol, z, family, fmt, exhaustive_up_to, max_enumerate, seed, retrained, output):
     """Peel GAME into a collaboration equilibrium and certify it.
 
     When GAME carries its measurement uncertainty (coalitions oracle records it),
@@ -99,10 +107,10 @@ def solve(game_file, semantics, tol, z, fmt, exhaustive_up_to, max_enumerate, se
     """
     from coalitions.support import support, support_over
 
-    game, reps, tol, z = read_game_tol(game_file, tol, z)
+    game, reps, tol, z = read_game_tol(game_file, tol, z, family)
     others = []
     for path in retrained:
-        other, _, _, _ = read_game_tol(path, tol, None)
+        other, _, _, _ = read_game_tol(path, tol, None, family)
         if other.clients != game.clients or other.sense != game.sense:
             raise co.InputError(f"--retrained {path}: its clients or sense differ from {game_file}'s")
         others.append(other.with_uncertainty(game.uncertainty if z > 0 else None))
@@ -154,14 +162,14 @@ def solve(game_file, semantics, tol, z, fmt, exhaustive_up_to, max_enumerate, se
 @click.option("--exhaustive-up-to", type=click.IntRange(0), default=None,
               help="Exhaustive over at most this many clients, sampled beyond [default: always exhaustive].")
 @click.option("--seed", type=SEED, default=0, show_default=True)
-def verify(game_file, partition_text, semantics, tol, z, fmt, exhaustive_up_to, seed):
+def verify(game_file, partition_text, semantics, tol, z, family, fmt, exhaustive_up_to, seed):
     """Check a partition against both CE axioms (and the classic stability notions).
 
     On a game that carries its uncertainty the two axioms are checked at the level
     --z (the classic notions on point values).  Exit 0 when it is a CE, 1 when it
     is not, 2 when the partition is unusable.
     """
-    game, _, tol, z = read_game_tol(game_file, tol, z)
+    game, _, tol, z = read_game_tol(game_file, tol, z, family)
     try:
         part = co.parse_partition(game, partition_text)
     except co.InputError as e:
@@ -190,12 +198,12 @@ def verify(game_file, partition_text, semantics, tol, z, fmt, exhaustive_up_to, 
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--max-clients", type=click.IntRange(1), default=MAX_ENUMERATE, show_default=True,
               help="Refuse larger games (Bell(N) partitions are enumerated).")
-def enumerate_cmd(game_file, semantics, tol, z, fmt, max_clients):
+def enumerate_cmd(game_file, semantics, tol, z, family, fmt, max_clients):
     """Every collaboration equilibrium of GAME, by brute force over all partitions (at the level --z).
 
     Exit 1 when there is none.
     """
-    game, _, tol, z = read_game_tol(game_file, tol, z)
+    game, _, tol, z = read_game_tol(game_file, tol, z, family)
     found = co.equilibria(game, semantics, tol, max_clients=max_clients,
                           progress=progress("enumerating partitions"), z=z)
     if fmt == "json":
@@ -220,7 +228,7 @@ def enumerate_cmd(game_file, semantics, tol, z, fmt, max_clients):
               help="Largest game whose partitions are enumerated for the stable ones (the optimum has no limit).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-o", "--output", type=OUTPUT, help="Write here instead of stdout.")
-def welfare_cmd(game_file, semantics, tol, z, weights, stability, max_enumerate, fmt, output):
+def welfare_cmd(game_file, semantics, tol, z, family, weights, stability, max_enumerate, fmt, output):
     """The social optimum of GAME, every stable partition's welfare, and the prices of anarchy and stability.
 
     A loss game (sense min) reports the cost sum of w_i * err_i and prices as cost ratios (stable over
@@ -228,7 +236,7 @@ def welfare_cmd(game_file, semantics, tol, z, weights, stability, max_enumerate,
     """
     from coalitions.welfare import resolve_weights, welfare, welfare_text, welfare_to_json
 
-    game, _, tol, z = read_game_tol(game_file, tol, z)
+    game, _, tol, z = read_game_tol(game_file, tol, z, family)
     try:
         omega = resolve_weights(game, weights)
     except co.InputError as e:
@@ -248,10 +256,14 @@ def welfare_cmd(game_file, semantics, tol, z, weights, stability, max_enumerate,
 @click.option("--z", "z", type=NON_NEGATIVE, default=None,
               help="Significance level: a collaborator is necessary only when leaving it out costs more than "
                    "tol + z paired standard errors [default: 1.96 when GAME carries its uncertainty, else 0].")
+@click.option("--family", type=click.Choice(FAMILIES), default=None,
+                 help="Which comparisons one level z covers at once: each on its own, all of a client's, or all "
+                      "of the game's (thresholds from the bootstrap max-t; docs/concepts.md §7) "
+                      f"[default: {DEFAULT_FAMILY}].")
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
-def graph(game_file, within, tol, z, fmt):
+def graph(game_file, within, tol, z, family, fmt):
     """The benefit graph BG(R): each client's optimal collaborator set, ambiguity shown."""
-    game, _, _, z = read_game_tol(game_file, 0.0, z)
+    game, _, _, z = read_game_tol(game_file, 0.0, z, family)
     if within is None:
         r = game.grand
     else:
@@ -277,7 +289,7 @@ def graph(game_file, within, tol, z, fmt):
 @click.argument("game_file", metavar="GAME", type=INPUT)
 @with_common
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def compare_cmd(estimate_file, game_file, semantics, tol, z, fmt):
+def compare_cmd(estimate_file, game_file, semantics, tol, z, family, fmt):
     """Score a learned ESTIMATE against the exact GAME (same client names).
 
     Edge precision / recall / F1 of BG(all), the share of exact OCS, whether the
@@ -288,7 +300,7 @@ def compare_cmd(estimate_file, game_file, semantics, tol, z, fmt):
     from coalitions.estimate import read_estimate
 
     est = read_estimate(estimate_file)
-    game, _, tol, z = read_game_tol(game_file, tol, z)
+    game, _, tol, z = read_game_tol(game_file, tol, z, family)
     try:
         res = compare(est, game, semantics, tol, z=z)
     except co.InputError as e:

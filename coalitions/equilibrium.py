@@ -59,6 +59,11 @@ class Certificate:
         blocking, with their z-scores (noisy certificates only).
     point_holds : bool or None
         Both axioms hold on the point values (noisy certificates only).
+    family : str or None
+        Which comparisons the level covers at once (:mod:`coalitions.noise`; noisy certificates only).
+    thresholds : tuple of float or None
+        Each client's threshold ``c_i(z)`` on ``d / se`` for that family (noisy certificates only);
+        the z-scores of ``closest_*`` are on the scale of ``z`` (significant above ``z``).
     """
 
     inner: AxiomReport
@@ -68,6 +73,8 @@ class Certificate:
     closest_inner: Closest | None = None
     closest_outer: Closest | None = None
     point_holds: bool | None = None
+    family: str | None = None
+    thresholds: tuple[float, ...] | None = None
 
     @property
     def holds(self) -> bool:
@@ -86,10 +93,11 @@ class Certificate:
         """
         if not self.noisy:
             return "holds" if self.holds else "fails"
+        level = f"z = {self.z:g}" + ("" if self.family in (None, "comparison") else f", {self.family}-wise")
         if self.holds:
-            return f"stable at z = {self.z:g}"
+            return f"stable at {level}"
         if self.point_holds is None:  # certified without detail
-            return f"not stable at z = {self.z:g}"
+            return f"not stable at {level}"
         return "holds on point values only" if self.point_holds else "fails"
 
 
@@ -116,10 +124,12 @@ def certify(game: Game, partition, semantics: str = "personalized", tol: float =
     if cmp.noisy:
         inner = streamed.inner_agreement(game, partition, semantics, tol, chunk=chunk, z=cmp.level)
         outer = streamed.outer_agreement(game, partition, semantics, tol, chunk=chunk, z=cmp.level)
+        u = game.uncertainty
+        family = dict(family=u.family, thresholds=tuple(float(c) for c in u.critical(cmp.level)))
         if not detail:
-            return Certificate(inner, outer, z=cmp.level, noisy=True)
+            return Certificate(inner, outer, z=cmp.level, noisy=True, **family)
         point = certify(game, partition, semantics, tol, exhaustive_up_to, seed, chunk, z=0.0)
-        return Certificate(inner, outer, z=cmp.level, noisy=True,
+        return Certificate(inner, outer, z=cmp.level, noisy=True, **family,
                            closest_inner=streamed.closest_inner(game, partition, semantics, tol, cmp.level),
                            closest_outer=streamed.closest_outer(game, partition, semantics, tol, cmp.level),
                            point_holds=point.holds)

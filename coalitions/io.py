@@ -608,6 +608,8 @@ def equilibrium_to_json(eq) -> dict:
             out["certificate"].update({
                 "z": cert.z, "verdict": cert.verdict,
                 "uncertainty": game.uncertainty.kind,
+                "family": cert.family,
+                "thresholds": None if cert.thresholds is None else dict(zip(game.clients, cert.thresholds, strict=True)),
                 "point_values_hold": cert.point_holds,
                 "closest_inner": _closest_json(game, cert.closest_inner),
                 "closest_outer": _closest_json(game, cert.closest_outer)})

@@ -93,12 +93,25 @@ def _z(x: float, kind: str) -> str:
     return fmt(x)
 
 
+def _family_text(cert) -> str:
+    """What the level covers, with the thresholds it sets on ``d / se``."""
+    if cert.family in (None, "comparison"):
+        return "per comparison"
+    c = cert.thresholds or ()
+    if cert.family == "game" or len(set(c)) <= 1:
+        at = f"threshold {c[0]:.2f}" if c else ""
+    else:
+        at = f"thresholds {min(c):.2f}-{max(c):.2f}"
+    scope = "all comparisons of the game at once" if cert.family == "game" else "each client's comparisons at once"
+    return f"for {scope} ({at} standard errors; z-scores below are on the scale of z)"
+
+
 def certificate_text(game, cert) -> str:
     """Both axioms with their witnesses; for a measured game, the level, the verdict and the closest calls."""
     if not cert.noisy:
         head = f"certificate ({cert.method}{', z 0: point values' if game.uncertainty is not None else ''}):"
         return "\n".join([head, report_text(game, cert.inner), report_text(game, cert.outer)])
-    out = [f"certificate ({cert.method}, at z {cert.z:g} per comparison, {_noise_source(game)}):",
+    out = [f"certificate ({cert.method}, at z {cert.z:g} {_family_text(cert)}, {_noise_source(game)}):",
            report_text(game, cert.inner), report_text(game, cert.outer), f"verdict: {cert.verdict}"]
     c = cert.closest_outer
     if c is not None:

@@ -303,8 +303,8 @@ def test_oracle_replicates_then_solve_prints_support(tmp_path, capsys):
     assert "support over 50 bootstrap replicates" in out and "the partition" in out
     assert cli.main(["solve", str(path), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    eq = solve(game)
-    s = support(eq.partition, reps)
+    eq = solve(game)                                   # at z = 1.96, the game's standard errors fixed
+    s = support(eq.partition, reps, z=eq.z, uncertainty=game.uncertainty)
     assert data["support"] == {"partition": s.partition_share,
                                "coalitions": {game.key(k): v for k, v in s.coalition_shares.items()},
                                "replicates": 50}
