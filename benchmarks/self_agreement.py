@@ -14,6 +14,8 @@ validation rows.  Printed per experiment and regime, at ``z = 0`` (point values)
 * for a classification task, the same for the **validation-loss game** of the same subset models
   (``ExhaustiveOracle(loss_game=True)``), so that the game whose graph reproduces itself better
   can be chosen as the primary one on seeds no report uses (``--data-seed 100`` ...);
+* each of these at ``z = 1.96`` for every family of comparisons (:mod:`coalitions.noise`: per
+  comparison, the default; client-wise; game-wise);
 * the equilibrium's **support over validation resamples** (the share of replicates whose CE is
   the game's; seed 0's game) and **over retraining** (the share of the other seeds' games whose
   CE is seed 0's).
@@ -40,7 +42,9 @@ from coalitions.learners.experiments.catalogue import get_experiment
 from coalitions.learners.experiments.statistics import separate_seeds
 from coalitions.support import edge_f1, self_agreement, support, support_over
 
-LEVELS = (0.0, 1.96)
+#: (row key, z, family): point values, then z = 1.96 for each family of comparisons (coalitions.noise).
+CASES = (("point", 0.0, "comparison"), ("aware", 1.96, "comparison"), ("client-wise", 1.96, "client"),
+         ("game-wise", 1.96, "game"))
 
 
 def games(exp_name: str, regime, data_seed: int, seeds: int, quick: bool, replicates: int):
@@ -61,10 +65,10 @@ def games(exp_name: str, regime, data_seed: int, seeds: int, quick: bool, replic
 
 
 def measure(found) -> dict:
-    first, reps, _ = found[0]
     row = {}
-    for z in LEVELS:
-        key = "point" if z == 0 else "aware"
+    for key, z, family in CASES:
+        first, reps, _ = found[0]
+        first = first.with_uncertainty(first.uncertainty.with_family(family))
         f1 = self_agreement(first, reps, z=z)
         graphs = [co.ExactOracle(g, z=z).benefit_graph(g.grand).edges for g, _, _ in found]
         across = [edge_f1(a, b) for a, b in itertools.combinations(graphs, 2)]
@@ -101,7 +105,7 @@ def main() -> None:
     print(f"self-agreement of the exhaustive game: {seeds} training seeds, data seeds {args.data_seeds}, "
           f"{args.replicates} replicates, {'quick' if quick else 'full'} oracle settings; "
           f"python {platform.python_version()}, torch via coalitions.learners, {platform.machine()}")
-    print(f"{'experiment':<24} {'game':<8} {'z':>4}  {'edges':>5}  {'F1 resample':>11}  {'same graph':>10}  "
+    print(f"{'experiment':<24} {'game':<8} {'z':>4} {'family':<6}  {'edges':>5}  {'F1 resample':>11}  {'same graph':>10}  "
           f"{'F1 retrain':>10}  "
           f"{'support resample':>16}  {'support retrain':>15}  {'verdict':<26} partition")
     rows = []
@@ -115,10 +119,10 @@ def main() -> None:
             label = name if len(exp.regimes) == 1 else f"{name}/{regime.name}"
             for game_name, found in by_game.items():
                 row = measure(found)
-                for key, z in (("point", 0.0), ("aware", 1.96)):
+                for key, z, family in CASES:
                     r = row[key]
                     fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
-                    print(f"{label:<24} {game_name:<8} {z:4.2f}  {r['edges']:5d}  {fmt(r['f1_resampling']):>11}  "
+                    print(f"{label:<24} {game_name:<8} {z:4.2f} {family[:6]:<6}  {r['edges']:5d}  {fmt(r['f1_resampling']):>11}  "
                           f"{fmt(r['graph_same']):>10}  {fmt(r['f1_retraining']):>10}  {fmt(r['support_resampling']):>16}  "
                           f"{fmt(r['support_retraining']):>15}  {r['verdict']:<26} {r['partition']}", flush=True)
                 rows.append({"experiment": label, "game": game_name, "data_seed": data_seed, "clients": fed.n,
@@ -137,16 +141,18 @@ def summary(rows: list[dict]) -> None:
     The primary game of an experiment is the one whose graph reproduces itself better under
     validation resampling at the default level (z = 1.96), on average over the data seeds run.
     """
-    print("\nmean over data seeds of the median edge F1 under validation resampling (z 0 / z 1.96):")
+    print("\nmean over data seeds of the median edge F1 under validation resampling, and of the CE's support "
+          "(z 0 / z 1.96 per comparison / client-wise / game-wise):")
     for label in dict.fromkeys(r["experiment"] for r in rows):
         mine = [r for r in rows if r["experiment"] == label]
         scores = {}
         for game in dict.fromkeys(r["game"] for r in mine):
             rs = [r for r in mine if r["game"] == game]
-            point = float(np.mean([r["point"]["f1_resampling"] for r in rs]))
-            aware = float(np.mean([r["aware"]["f1_resampling"] for r in rs]))
-            scores[game] = aware
-            print(f"  {label:<24} {game:<8} {point:.2f} / {aware:.2f}  ({len(rs)} data seeds)")
+            f1 = [float(np.mean([r[k]["f1_resampling"] for r in rs])) for k, _, _ in CASES]
+            sup = [float(np.mean([r[k]["support_resampling"] for r in rs])) for k, _, _ in CASES]
+            scores[game] = f1[1]
+            print(f"  {label:<24} {game:<8} F1 {' / '.join(f'{x:.2f}' for x in f1)}; "
+                  f"support {' / '.join(f'{x:.2f}' for x in sup)}  ({len(rs)} data seeds)")
         if len(scores) > 1:
             print(f"  {label:<24} primary game: {max(scores, key=lambda g: scores[g])}")
 

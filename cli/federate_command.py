@@ -39,6 +39,9 @@ __all__ = ["federate"]
 @click.option("--exclude-bad-sites", "exclude_bad_sites", is_flag=True,
               help="A site whose reply fails the server's checks is left out (the run starts again without it "
                    "and the outputs record it) instead of stopping the run.")
+@click.option("--replicates", type=click.IntRange(0), default=None,
+              help="--method exact: bootstrap replicates of each site's validation rows, re-scored at the site, "
+                   "that the game carries as its standard errors (coalitions/game@2; 0: none) [default: 200].")
 @click.option("--sites", type=click.IntRange(1, 12), default=None,
               help="SuperNodes to wait for (--superlink) [the dataset's client count].")
 @click.option("--site-schema", "schemas", multiple=True, type=click.Path(dir_okay=False),
@@ -55,7 +58,7 @@ __all__ = ["federate"]
 @click.option("-o", "--output", required=True, type=OUTPUT_FOLDER,
               help="Folder: game.json, game-test.json, equilibrium.json, run.json.")
 def federate(dataset, simulation, superlink, method, method_option, root_certificates, insecure, exclude_bad_sites,
-             sites, schemas, threads, wait, checkpoint, semantics, tol, output, **opts):
+             replicates, sites, schemas, threads, wait, checkpoint, semantics, tol, output, **opts):
     """Measure DATASET's exact game with Flower, the data staying at the sites (docs/federated.md).
 
     For every coalition S, S's model is trained among S's members only: each
@@ -63,7 +66,8 @@ def federate(dataset, simulation, superlink, method, method_option, root_certifi
     optimiser to the members' average change (FedOpt); each member reports its
     validation metric.  The training flags are learn's and oracle's: the sites'
     task's default protocol with the flags given changed.  The server writes
-    the game (coalitions/game@1), solves and certifies it.  Dataset csv: each
+    the game with its sites' bootstrap replicates (coalitions/game@2), solves and
+    certifies it at z = 1.96.  Dataset csv: each
     site reads its own CSV file described by a schema file.  With a
     personalised --method (local, fedavg, fedamp, superfed, ...) the server
     runs that learner's strategy under the same protocol and writes
@@ -93,7 +97,8 @@ def federate(dataset, simulation, superlink, method, method_option, root_certifi
                            threads=threads or 1, wait_s=wait,
                            progress=progress("rounds, all coalitions at once") if sys.stderr.isatty() else None,
                            method=method, method_options=options, insecure=insecure,
-                           root_certificates=root_certificates, exclude_bad_sites=exclude_bad_sites)
+                           root_certificates=root_certificates, exclude_bad_sites=exclude_bad_sites,
+                           replicates=replicates)
     if method != "exact":
         eq = " | ".join(",".join(b) for b in rec["equilibrium"])
         unit = "hypernetwork steps" if method == "spo" else "rounds"

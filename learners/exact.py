@@ -91,7 +91,7 @@ from coalitions.errors import InputError
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.roles import data_roles, with_roles
 from coalitions.learners.estimator import EstimatorMixin
-from coalitions.learners.game.bootstrap import bootstrap_draws, rescore
+from coalitions.learners.game.bootstrap import DEFAULT_REPLICATES, bootstrap_draws, rescore
 from coalitions.learners.game.chunks import ChunkTrainer
 from coalitions.learners.game.closed_form import (
     _aug,
@@ -126,11 +126,6 @@ def chunk_trainer(params: dict, federation, config: dict, device) -> ChunkTraine
     oracle = ExhaustiveOracle(**params)
     draws = bootstrap_draws(federation, oracle.replicates, oracle.seed) if oracle.replicates else None
     return ChunkTrainer(oracle, federation, config, device, draws)
-
-
-#: Bootstrap replicates the oracle scores by default: the paired standard errors of the measured game
-#: to about 3 % (see ``replicates`` below).
-DEFAULT_REPLICATES = 200
 
 
 def _measured(game: co.Game, replicates) -> co.Game:

@@ -274,6 +274,38 @@ def test_server_over_memory_grid_equals_inprocess(reference, heart):
 
 
 @needs_flwr
+def test_sites_bootstrap_replicates_equal_the_inprocess_ones_and_the_game_carries_them(heart, tmp_path):
+    """Each site re-scores its models on resamples of its own validation rows; the game carries them."""
+    from coalitions.io import read_game_replicates
+    from coalitions.learners.federated.outputs import write_outputs
+    from coalitions.learners.federated.protocol import evaluate_models
+    from coalitions.learners.federated.server import measure_game
+    from coalitions.learners.game.bootstrap import site_draws
+
+    ref = inprocess_game(heart, FAST_P, seed=0, replicates=5)
+    res = measure_game(MemoryGrid(HEART_NODES), _settings(replicates=5), log=lambda s: None)
+    assert res["val_replicates"].shape == (5, 4, 16)
+    np.testing.assert_allclose(res["val_replicates"], ref["val_replicates"], atol=TOL)
+    np.testing.assert_allclose(res["val"], ref["val"], atol=TOL)            # the point values are unchanged
+    # replicate b of site i is the metric of i's models on draw b of i's rows
+    spec = make_model(FAST_P.model, heart.input_shape, heart.n_outputs, hidden=FAST_P.hidden)
+    i, c = 2, heart.clients[2]
+    mine = site_masks(4, i)
+    sub = {k: v[mine - 1] for k, v in ref["params"].items()}
+    rows = site_draws(c.val.y, heart.metric, 5, 0, i)
+    for b in range(5):
+        want, _ = evaluate_models(spec, heart.task, heart.metric, sub, c.val.X[rows[b]], c.val.y[rows[b]])
+        np.testing.assert_allclose(ref["val_replicates"][b, i, mine], want, atol=1e-12)
+    assert np.std(ref["val_replicates"][:, i, mine], axis=0).max() > 0
+    files = write_outputs(res, _settings(replicates=5), tmp_path, "personalized", 1e-9)
+    game, reps = read_game_replicates(tmp_path / "game.json")
+    assert reps.b == 5 and game.uncertainty is not None
+    assert json.loads((tmp_path / "run.json").read_text())["replicates"] == 5
+    assert json.loads((tmp_path / "equilibrium.json").read_text())["certificate"]["z"] == 1.96
+    assert len(files) == 4
+
+
+@needs_flwr
 def test_server_resumes_from_its_checkpoint_after_a_crash(tmp_path, reference):
     from coalitions.learners.federated.server import measure_game
 
@@ -513,7 +545,8 @@ def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulate
     assert TrainingProtocol.from_json({k: v for k, v in prov["protocol"].items()
                                        if k not in ("aggregation", "seed")}) == FAST_P
     assert [s["name"] for s in prov["sites"]] == list(heart.names)
-    same = co.solve(co.Game.from_array(val, heart.names, "max"))
+    assert game.uncertainty is not None and game.uncertainty.replicates.b == 200   # the default
+    same = co.solve(co.Game.from_array(val, heart.names, "max").with_uncertainty(game.uncertainty))
     fed_eq = json.loads((out / "equilibrium.json").read_text())
     run = json.loads((out / "run.json").read_text())
     want = sorted(sorted(heart.names[i] for i in co.bitmask.members(k)) for k in same.partition)

@@ -32,7 +32,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from coalitions.errors import InputError
-from coalitions.learners.federated.protocol import evaluate_models, local_round, validation_losses
+from coalitions.learners.federated.protocol import evaluate_models, evaluate_replicates, local_round, validation_losses
+from coalitions.learners.game.bootstrap import DEFAULT_REPLICATES, site_draws
 from coalitions.learners.federated.server import Settings, measure_game
 from coalitions.learners.federated.sites import SiteData, describe, from_loader, from_schema
 
@@ -42,7 +43,7 @@ __all__ = ["client_app", "server_app", "make_server_app", "RUN_CONFIG", "setting
 RUN_CONFIG = {"sites": 4, "dataset": "heart", "data-options": "{}", "output": "federated-game",
               "checkpoint": "", "semantics": "personalized", "tol": 1e-9, "wait-s": 120.0,
               "round-timeout-s": 600.0, "retries": 2, "threads": 1, "method": "exact", "method-options": "{}",
-              "exclude-bad-sites": False, "training": "{}", "seed": 0}
+              "exclude-bad-sites": False, "training": "{}", "seed": 0, "replicates": DEFAULT_REPLICATES}
 
 
 # --------------------------------------------------------------------------- the site
@@ -188,8 +189,14 @@ def _evaluate(msg: Message, context: Context) -> Message:
     for part, v in (("validation", val), ("test", test)):
         if not np.all(np.isfinite(v)):
             raise InputError(f"site {c.name!r}: the {site.metric} of its {part} split is undefined (a single class?)")
-    record = MetricRecord({"val": [float(x) for x in val], "test": [float(x) for x in test],
-                           "val-loss": [float(x) for x in val_loss]})
+    values = {"val": [float(x) for x in val], "test": [float(x) for x in test],
+              "val-loss": [float(x) for x in val_loss]}
+    if int(cfg.get("replicates", 0)):      # the game's standard errors: the models re-scored on resampled rows
+        draws = site_draws(c.val.y, site.metric, int(cfg["replicates"]), int(str(cfg["seed"])),
+                           int(str(cfg["site-index"])))
+        values["val-replicates"] = [float(x) for x in
+                                    evaluate_replicates(spec, site.metric, params, c.val.X, c.val.y, draws).ravel()]
+    record = MetricRecord(values)
     return Message(RecordDict({"metrics": record}), reply_to=msg)
 
 
@@ -217,7 +224,7 @@ def settings_from_run_config(rc) -> tuple[Settings, dict]:
                         data_options=options, checkpoint=str(c["checkpoint"]) or None, wait_s=float(c["wait-s"]),
                         round_timeout_s=timeout if timeout > 0 else None, retries=int(c["retries"]),
                         threads=int(c["threads"]), method=str(c["method"]), method_options=method_options,
-                        exclude_bad_sites=bool(c["exclude-bad-sites"]))
+                        exclude_bad_sites=bool(c["exclude-bad-sites"]), replicates=int(c["replicates"]))
     return settings, {"output": str(c["output"]), "semantics": str(c["semantics"]), "tol": float(c["tol"])}
 
 

@@ -49,11 +49,19 @@ def write_outputs(result: dict, settings: Settings, output, semantics: str = "pe
     sense = METRIC_SENSE[result["metric"]]
     game = co.Game.from_array(result["val"], result["names"], sense, {**base, "split": "val"})
     test = co.Game.from_array(result["test"], result["names"], sense, {**base, "split": "test"})
-    co.write_game(game, out / "game.json")
+    replicates = None
+    if result.get("val_replicates") is not None:   # each site's values on resamples of its validation rows
+        from coalitions.noise import Uncertainty
+        from coalitions.replicates import Replicates
+
+        replicates = Replicates.from_array(result["val_replicates"], result["names"], sense)
+        game = game.with_uncertainty(Uncertainty.from_replicates(replicates))
+    co.write_game(game, out / "game.json", replicates)
     co.write_game(test, out / "game-test.json")
     record = {**traffic, "sites": sites, "seconds": round(result["seconds"], 3),
               "resumed_from_round": result["resumed_from"], "flower_version": result["flower_version"],
-              "protocol": base["protocol"], "semantics": semantics, "files": list(FILES), **_excluded(settings)}
+              "protocol": base["protocol"], "semantics": semantics, "files": list(FILES), **_excluded(settings),
+              "replicates": 0 if replicates is None else replicates.b}
     if result.get("stopped_at") is not None:    # patience: the server step where each coalition stopped
         record["stopped_at"] = {",".join(result["names"][i] for i in co.bitmask.members(k + 1)): int(s)
                                 for k, s in enumerate(result["stopped_at"])}

@@ -61,7 +61,7 @@ import numpy as np
 from coalitions.errors import InputError
 
 __all__ = ["federated_protocol", "check_training", "game_rounds", "coalition_masks", "site_masks",
-           "initial_params", "local_round", "aggregate", "GameServer", "evaluate_models", "inprocess_game",
+           "initial_params", "local_round", "aggregate", "GameServer", "evaluate_models", "evaluate_replicates", "inprocess_game",
            "payload_bytes", "refuse_tuning_split"]
 
 #: The models a site can train from flat features (no image shape reaches the server).
@@ -385,6 +385,19 @@ def evaluate_models(spec, task: str, metric: str, params: dict, X, y) -> tuple[n
     return evaluate_batch(metric, y, scores), mean_loss_batch(task, y, scores)
 
 
+def evaluate_replicates(spec, metric: str, params: dict, X, y, draws: np.ndarray) -> np.ndarray:
+    """``(B, M)``: the metric of each of ``M`` stacked models on each resample ``draws[b]`` of ``(X, y)``."""
+    import torch
+
+    from coalitions.learners.game.bootstrap import rescore
+    from coalitions.learners.training.models import stacked_forward
+
+    with torch.no_grad():
+        scores = stacked_forward(spec, {k: torch.as_tensor(np.asarray(v)) for k, v in params.items()},
+                                 torch.as_tensor(np.array(X, dtype=np.float32))).double().numpy()
+    return rescore(metric, np.asarray(y), scores, draws)
+
+
 def validation_losses(spec, task: str, params: dict, X, y) -> np.ndarray:
     """Each stacked model's mean loss on a site's validation split (the early stop's evaluation)."""
     import torch
@@ -398,7 +411,7 @@ def validation_losses(spec, task: str, params: dict, X, y) -> np.ndarray:
         return loss_function(task)(out, torch.as_tensor(np.array(y))).double().mean(dim=1).numpy()
 
 
-def inprocess_game(federation, protocol=None, seed: int = 0, threads: int | None = 1):
+def inprocess_game(federation, protocol=None, seed: int = 0, threads: int | None = 1, replicates: int = 0):
     """The federated game computed in one process: the reference of the Flower one.
 
     Same protocol, same functions (:func:`local_round`, :class:`GameServer`,
@@ -411,10 +424,13 @@ def inprocess_game(federation, protocol=None, seed: int = 0, threads: int | None
     dict
         ``val``, ``test``, ``val_loss`` ``(N, 2^N)`` (NaN where ``i ∉ S``); ``params``
         (``(2^N − 1, ...)``, row ``k`` = coalition ``k + 1``: the models scored); ``rounds``
-        (server steps run) and ``stopped_at`` (per coalition, or ``None`` without patience).
+        (server steps run) and ``stopped_at`` (per coalition, or ``None`` without patience);
+        with ``replicates`` ``B > 0``, ``val_replicates`` ``(B, N, 2^N)``: each site's values on
+        ``B`` resamples of its validation rows (:func:`~coalitions.learners.game.bootstrap.site_draws`).
     """
     import torch
 
+    from coalitions.learners.game.bootstrap import site_draws
     from coalitions.learners.training.models import make_model
 
     fed = federation
@@ -453,6 +469,11 @@ def inprocess_game(federation, protocol=None, seed: int = 0, threads: int | None
             out["val"][i, mine], out["val_loss"][i, mine] = evaluate_models(spec, fed.task, fed.metric, sub,
                                                                             flat[i][1], c.val.y)
             out["test"][i, mine], _ = evaluate_models(spec, fed.task, fed.metric, sub, flat[i][2], c.test.y)
+            if replicates:
+                draws = site_draws(c.val.y, fed.metric, replicates, seed, i)
+                out.setdefault("val_replicates", np.full((replicates, fed.n, 1 << fed.n), np.nan))
+                out["val_replicates"][:, i, mine] = evaluate_replicates(spec, fed.metric, sub, flat[i][1], c.val.y,
+                                                                        draws)
     finally:
         torch.set_num_threads(before)
     return {**out, "params": final, "rounds": last, "stopped_at": server.stopped_at()}

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from coalitions.errors import InputError
 from coalitions.learners.federated.app_folder import write_app
+from coalitions.learners.game.bootstrap import DEFAULT_REPLICATES
 from coalitions.learners.federated.outputs import FILES, write_outputs
 
 #: The run's log lines, the --insecure warning and an unexpected traceback (docs/learners-protocol.md, "Logging").
@@ -43,7 +44,8 @@ def federate_simulation(dataset: str, data_options: dict, training: dict, output
                         semantics: str = "personalized", tol: float = 1e-9, threads: int = 1,
                         cpus: int | None = None, log=None, progress=None, method: str = "exact",
                         method_options: dict | None = None, exclude_bad_sites: bool = False,
-                        supernodes: int | None = None, wait_s: float = 120.0) -> dict:
+                        supernodes: int | None = None, wait_s: float = 120.0,
+                        replicates: int = DEFAULT_REPLICATES) -> dict:
     """Measure the game of ``dataset`` in Flower's Simulation Runtime; returns ``run.json``'s record.
 
     The way Flower runs a simulation since ``run_simulation`` was deprecated:
@@ -71,7 +73,7 @@ def federate_simulation(dataset: str, data_options: dict, training: dict, output
 
         n = load(dataset, **data_options).n     # checks the options before anything starts
     run_config = _run_config(training, seed, n, dataset, data_options, output, checkpoint, semantics, tol, wait_s,
-                             threads, method, method_options, exclude_bad_sites)
+                             threads, method, method_options, exclude_bad_sites, replicates)
     nodes = n if supernodes is None else int(supernodes)
     n_cpus = max(1, min(nodes, cpus or os.cpu_count() or 1))
     federation = f"num-supernodes={nodes} client-resources-num-cpus=1 client-resources-num-gpus=0 init-args-num-cpus={n_cpus}"
@@ -225,7 +227,7 @@ def _group_alive(group: int) -> bool:
 
 def _run_config(training: dict, seed: int, sites: int, dataset: str | None, data_options: dict | None, output,
                 checkpoint, semantics: str, tol: float, wait_s: float, threads: int, method: str,
-                method_options: dict | None, exclude_bad_sites: bool) -> dict:
+                method_options: dict | None, exclude_bad_sites: bool, replicates: int = DEFAULT_REPLICATES) -> dict:
     """The app's run config (``--run-config``) for these settings; paths made absolute.
 
     ``training``: the training flags given (protocol field -> value), as JSON; the server turns
@@ -238,7 +240,7 @@ def _run_config(training: dict, seed: int, sites: int, dataset: str | None, data
             "tol": float(tol), "wait-s": float(wait_s), "round-timeout-s": 600.0, "retries": 2,
             "threads": int(threads), "method": method,
             "method-options": json.dumps(method_options or {}, sort_keys=True),
-            "exclude-bad-sites": bool(exclude_bad_sites)}
+            "exclude-bad-sites": bool(exclude_bad_sites), "replicates": int(replicates)}
 
 
 def _read_run(out: Path, error: str, code: int, where: str) -> dict:
@@ -374,7 +376,8 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
                        data_options: dict | None = None, checkpoint=None, semantics: str = "personalized",
                        tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, timeout_s: float | None = None,
                        insecure: bool = False, root_certificates=None, method: str = "exact",
-                       method_options: dict | None = None, exclude_bad_sites: bool = False) -> dict:
+                       method_options: dict | None = None, exclude_bad_sites: bool = False,
+                       replicates: int = DEFAULT_REPLICATES) -> dict:
     """Submit the app to the SuperLink whose Control API listens at ``address``; wait; read ``run.json``.
 
     ``sites`` SuperNodes must connect; ``dataset`` is the loader they use
@@ -392,7 +395,7 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
     _reachable(address)
     out = Path(output).resolve()
     run_config = _run_config(training, seed, sites, dataset, data_options, out, checkpoint, semantics, tol, wait_s, threads,
-                             method, method_options, exclude_bad_sites)
+                             method, method_options, exclude_bad_sites, replicates)
     (out / "run.json").unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="coalitions-federate-") as tmp:
         app_dir = write_app(Path(tmp) / "app", run_config)
@@ -414,11 +417,31 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
         raise InputError(f"--superlink {address}: {e}") from None
 
 
+def check_replicates(replicates, method: str = "exact") -> int:
+    """``replicates`` as a count of bootstrap replicates for ``method``'s game; else :class:`InputError`.
+
+    ``None``: :data:`~coalitions.learners.game.bootstrap.DEFAULT_REPLICATES` for ``exact``,
+    0 for the other methods (only the game's values are resampled).  Otherwise 0 or between
+    2 and :data:`~coalitions.replicates.MAX_REPLICATES`, and 0 for any method but ``exact``.
+    """
+    from coalitions.replicates import MAX_REPLICATES
+
+    if replicates is None:
+        return DEFAULT_REPLICATES if method == "exact" else 0
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or not 0 <= replicates <= MAX_REPLICATES:
+        raise InputError(f"--replicates must be a whole number from 0 to {MAX_REPLICATES:,}, got {replicates!r}")
+    if replicates == 1:
+        raise InputError("--replicates 1: standard errors need at least 2 replicates (0: none)")
+    if replicates and method != "exact":
+        raise InputError(f"--replicates is for --method exact (the game's values), not --method {method}")
+    return replicates
+
+
 def federate(dataset: str, data_options: dict, training: dict, output, *, seed: int = 0, superlink: str | None = None,
              sites: int | None = None, schemas=(), checkpoint=None, semantics: str = "personalized",
              tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, progress=None, method: str = "exact",
              method_options: dict | None = None, insecure: bool = False, root_certificates=None,
-             exclude_bad_sites: bool = False) -> dict:
+             exclude_bad_sites: bool = False, replicates: int | None = None) -> dict:
     """``coalitions federate``: the simulation engine (``superlink=None``) or a running SuperLink.
 
     ``dataset`` is a loader name, or ``"csv"``: in the simulation engine the
@@ -431,7 +454,10 @@ def federate(dataset: str, data_options: dict, training: dict, output, *, seed: 
     checkpointed).  ``training``: the training flags given (:class:`~coalitions.learners.training.protocol.TrainingProtocol`
     field -> value); every method trains under the sites' task's default protocol with these
     changed (:meth:`~coalitions.learners.federated.server.Settings.protocol_for`), SPO with its own.
-    ``seed`` draws the initial models and the sites' minibatch orders.
+    ``seed`` draws the initial models and the sites' minibatch orders.  ``replicates``: the
+    bootstrap replicates of each site's validation rows the game carries (``exact`` only;
+    default :data:`~coalitions.learners.game.bootstrap.DEFAULT_REPLICATES`; 0: none, the
+    game's values without their standard errors).
     """
     from coalitions.learners.federated.personal import PERSONAL
     from coalitions.learners.federated.protocol import check_training
@@ -452,6 +478,7 @@ def federate(dataset: str, data_options: dict, training: dict, output, *, seed: 
         check_method(method, training, method_options)   # before Ray or a SuperLink starts
     else:
         check_training(training)
+    replicates = check_replicates(replicates, method)
     options = dict(data_options)
     if dataset == "csv":
         if options:
@@ -491,12 +518,14 @@ def federate(dataset: str, data_options: dict, training: dict, output, *, seed: 
         if superlink is None:
             return federate_simulation(dataset, options, training, out, seed=seed, checkpoint=ckpt, semantics=semantics,
                                        tol=tol, threads=threads, progress=progress, method=method,
-                                       method_options=method_options, exclude_bad_sites=exclude_bad_sites)
+                                       method_options=method_options, exclude_bad_sites=exclude_bad_sites,
+                                       replicates=replicates)
         assert sites is not None   # counted above when not given
         return federate_superlink(superlink, sites, training, out, seed=seed, dataset=dataset, data_options=options,
                                   checkpoint=ckpt, semantics=semantics, tol=tol, threads=threads, wait_s=wait_s,
                                   method=method, method_options=method_options, insecure=insecure,
-                                  root_certificates=root_certificates, exclude_bad_sites=exclude_bad_sites)
+                                  root_certificates=root_certificates, exclude_bad_sites=exclude_bad_sites,
+                                  replicates=replicates)
     except BaseException:
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()          # a run that failed leaves no empty -o folder behind

@@ -95,6 +95,9 @@ class Settings:
         A site whose reply fails its check (:mod:`~coalitions.learners.federated.replies`)
         is left out and the run starts again without it (``False``: the run
         stops with an error naming the site).
+    replicates : int
+        Bootstrap replicates of each site's validation rows for the game's standard errors
+        (``exact`` only; 0: none).
     excluded : dict
         The sites left out so far: site name (or ``"node ID"`` when the site's
         description itself was refused) -> the reason; recorded in the outputs.
@@ -116,6 +119,7 @@ class Settings:
     exclude_bad_sites: bool = False
     excluded: dict = field(default_factory=dict)
     excluded_nodes: set = field(default_factory=set)
+    replicates: int = 0
 
     def protocol_for(self, task: str):
         """The run's :class:`~coalitions.learners.training.protocol.TrainingProtocol` for the sites' ``task``."""
@@ -378,27 +382,40 @@ def _site_config(link, protocol, seed: int, task: str, mine, **extra) -> dict:
 
 
 def _evaluate(link, names, server: GameServer, params: dict, protocol, seed: int, task: str, metric: str,
-              group: str) -> dict:
-    """One ``evaluate`` exchange of ``params``: ``val``, ``test`` and ``val_loss`` ``(N, 2^N)`` arrays."""
+              group: str, replicates: int = 0) -> dict:
+    """One ``evaluate`` exchange of ``params``: ``val``, ``test`` and ``val_loss`` ``(N, 2^N)`` arrays.
+
+    With ``replicates`` ``B > 0`` each site also re-scores its models on ``B`` resamples of its
+    validation rows (:func:`~coalitions.learners.game.bootstrap.site_draws`): ``val_replicates``
+    ``(B, N, 2^N)``.
+    """
     from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
     from coalitions.learners.federated.replies import check_losses
 
     n = len(names)
     contents = {}
+    extra = {"replicates": int(replicates)} if replicates else {}
     for i, name in enumerate(names):
         mine = site_masks(n, i)
         contents[name] = RecordDict({"models": ArrayRecord([v[mine - 1] for v in params.values()]),
                                      "config": ConfigRecord(_site_config(link, protocol, seed, task, mine,
-                                                                         metric=metric))})
+                                                                         metric=metric, **extra,
+                                                                         **{"site-index": i}))})
     replies = link.ask(contents, "evaluate", group)
     out = {key: np.full((n, 1 << n), np.nan) for key in ("val", "test", "val_loss")}
+    if replicates:
+        out["val_replicates"] = np.full((replicates, n, 1 << n), np.nan)
     for i, name in enumerate(names):
         mine = site_masks(n, i)
         rec = _record(replies[name], "metrics", name, link.nodes[name], "metric_records")
         out["val"][i, mine] = check_metrics(rec.get("val", []), metric, name, len(mine), "validation values")
         out["test"][i, mine] = check_metrics(rec.get("test", []), metric, name, len(mine), "test values")
         out["val_loss"][i, mine] = np.array(check_losses(rec.get("val-loss", []), name, "validation losses", len(mine)))
+        if replicates:
+            reps = check_metrics(rec.get("val-replicates", []), metric, name, replicates * len(mine),
+                                 f"{replicates} bootstrap replicates of its validation values")
+            out["val_replicates"][:, i, mine] = reps.reshape(replicates, len(mine))
     return out
 
 
@@ -409,7 +426,7 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
     -------
     dict
         ``names``, ``task``, ``metric``, ``val``, ``test`` and ``val_loss`` ``(N, 2^N)``
-        arrays, ``sites`` (their descriptions), ``protocol`` (the training protocol, JSON),
+        arrays, ``val_replicates`` ``(B, N, 2^N)`` with :attr:`Settings.replicates`, ``sites`` (their descriptions), ``protocol`` (the training protocol, JSON),
         ``rounds`` (server steps run), ``stopped_at`` (per coalition under patience),
         ``communication_rounds`` (with the describe and evaluate exchanges),
         ``bytes_sent``, ``bytes_received``, ``messages``, ``resumed_from``, ``seconds``.
@@ -491,7 +508,8 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
         last = _evaluate(link, names, server, server.params, p, seed, task, metric, "last")
         exchanges += 1
         server.record_losses({i: last["val_loss"][i, site_masks(n, i)] for i in range(n)})
-    result = _evaluate(link, names, server, server.final_params(), p, seed, task, metric, "final")
+    result = _evaluate(link, names, server, server.final_params(), p, seed, task, metric, "final",
+                       settings.replicates)
     return {"names": names, "task": task, "metric": metric, **result, "sites": sites,
             "protocol": p.to_json(), "seed": seed, "rounds": server.round, "stopped_at": server.stopped_at(),
             "communication_rounds": exchanges + 2, "bytes_sent": int(link.sent),
