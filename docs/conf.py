@@ -7,14 +7,19 @@ Sphinx, not mkdocs: the docstrings are numpydoc with reStructuredText roles (``:
 
 from __future__ import annotations
 
+import re
+
 from coalitions import __version__
 
 project = "coalitions"
 author = "the coalitions authors"
 release = version = __version__
 
+# sphinx-mathjax-offline (the `docs` extra) copies MathJax into the site and points
+# sphinx.ext.mathjax at that copy: the math is typeset with no network, as the rest of the site
+# reads (without it MathJax is fetched from a CDN when a page opens).
 extensions = ["myst_parser", "numpydoc", "sphinx.ext.autodoc", "sphinx.ext.mathjax",
-              "sphinx.ext.intersphinx"]
+              "sphinx-mathjax-offline", "sphinx.ext.intersphinx"]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 # The committed run outputs and examples are data, not pages.
@@ -33,6 +38,99 @@ numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 # Nothing downloads while building: no intersphinx inventories are fetched.
 intersphinx_mapping: dict = {}
+
+# Every cross-reference resolves (CI builds with -n): a name that is not documented here is an
+# error, except these, which belong to other projects whose inventories are not fetched (above).
+nitpicky = True
+nitpick_ignore = [("py:class", "networkx.DiGraph"), ("py:func", "scipy.stats.wilcoxon"),
+                  ("py:func", "scipy.stats.binomtest"), ("py:mod", "numpy.testing"),
+                  ("py:func", "importlib.util.find_spec")]
+
+# The roles a Python object type answers (for short names, below).
+_ROLES = {"class": {"class", "exception"}, "exc": {"exception", "class"}, "func": {"function", "method"},
+          "meth": {"method", "classmethod", "staticmethod", "function", "property"},
+          "attr": {"attribute", "property", "data"}, "data": {"data", "attribute"}, "mod": {"module"},
+          "const": {"data", "attribute"}}
+
+
+def _documented(objects, target: str, types) -> str | None:
+    """The one documented object of a fitting type named ``target`` or ending with ``.target``."""
+    fits = {(entry.docname, entry.node_id): name for name, entry in objects.items()
+            if (name == target or name.endswith("." + target)) and not entry.aliased
+            and (types is None or entry.objtype in types)}
+    return next(iter(fits.values())) if len(fits) == 1 else None
+
+
+_NOTHING = object()
+
+
+def _imported(path: str):
+    """The object a dotted ``path`` names (a module, or an attribute of one), or ``_NOTHING``."""
+    import importlib
+
+    module, attrs = path, []
+    while module:
+        try:
+            obj = importlib.import_module(module)
+        except ImportError:
+            module, _, last = module.rpartition(".")
+            attrs.insert(0, last)
+            continue
+        for a in attrs:
+            if not hasattr(obj, a):
+                return _NOTHING
+            obj = getattr(obj, a)
+        return obj
+    return _NOTHING
+
+
+def _member_of(cls, member: str) -> bool:
+    """Whether ``member`` is an attribute, field or (fitted, ``name_``) attribute its docstring names."""
+    return (hasattr(cls, member) or member in getattr(cls, "__dataclass_fields__", {})
+            or re.search(rf"(^|[\s,]){re.escape(member)}(\s*[:,]|$)", cls.__doc__ or "", re.M) is not None)
+
+
+def _short_names(app, env, node, contnode):
+    """Resolve a docstring's short, re-exported or member name to the documented object it names.
+
+    Docstrings say :class:`InputError`, :class:`Game`, :func:`coalitions.solve` (the name a user
+    imports) or :attr:`Game.uncertainty` (a field their class's docstring describes); Sphinx looks
+    only in the current module and at the exact path.  Here a name resolves when exactly one
+    documented object of a fitting type ends with it; or when it imports as an object documented
+    under its defining module; or, for an attribute or method, when its class is documented (the
+    link goes to the class, whose docstring describes it).  Anything else stays unresolved (an
+    error under -n).
+    """
+    if node.get("refdomain") != "py":
+        return None
+    from sphinx.util.nodes import make_refnode
+
+    target = node["reftarget"].lstrip(".~")
+    objects = env.get_domain("py").objects
+    found = _documented(objects, target, _ROLES.get(node["reftype"]))
+    if found is None:
+        here = [p for p in (node.get("py:module"), node.get("py:class")) if p]
+        for path in (".".join(here + [target]), ".".join(here[:1] + [target]), target):
+            obj = _imported(path)
+            where = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"
+            if obj is not _NOTHING and where in objects:
+                found = where
+                break
+            owner, _, member = path.rpartition(".")
+            cls = _imported(owner)
+            if member and isinstance(cls, type) and _member_of(cls, member):
+                name = f"{cls.__module__}.{cls.__qualname__}"
+                found = name if name in objects else _documented(objects, cls.__qualname__, {"class", "exception"})
+                if found is not None:
+                    break
+    if found is None:
+        return None
+    entry = objects[found]
+    return make_refnode(app.builder, node["refdoc"], entry.docname, entry.node_id, contnode, found)
+
+
+def setup(app):
+    app.connect("missing-reference", _short_names)
 
 html_theme = "alabaster"
 html_title = f"coalitions {version}"

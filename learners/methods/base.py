@@ -610,7 +610,7 @@ class PersonalizedLearner(Learner):
         ``server_step(site_step(state))``: every client's site step, batched over
         the stacked clients, then the server's aggregation of what they upload;
         over Flower one generic strategy and one site handler call the same two
-        functions (:mod:`coalitions.learners.federated.personal.engine`).
+        functions (``coalitions.learners.federated.personal.engine``).
         """
         state, info = self.site_step(state, r, rng)
         return self.server_step(state, r), info
