@@ -129,8 +129,68 @@ def _short_names(app, env, node, contnode):
     return make_refnode(app.builder, node["refdoc"], entry.docname, entry.node_id, contnode, found)
 
 
+# "docs/concepts.md §5", "docs/formats.md" or "docs/cli.md#bad-input" in a docstring (where help()
+# shows it as it is) or a page's text: a link on the site, to the page and its section.
+_DOC_REF = re.compile(r"(?:docs/)?(?P<page>[a-z][a-z0-9-]*)\.md(?:#(?P<anchor>[a-z0-9-]+)|,? §(?P<section>\d+))?")
+
+
+def _section_ids(env, page: str) -> dict[str, str]:
+    """The anchor of each numbered section of ``page`` ("## 5. Learners..." -> {"5": its id})."""
+    from docutils import nodes
+
+    cache = env.__dict__.setdefault("_coalitions_sections", {})
+    if page not in cache:
+        ids = {}
+        for section in env.get_doctree(page).findall(nodes.section):
+            title = section.next_node(nodes.title)
+            m = re.match(r"(\d+)\.\s", title.astext()) if title is not None else None
+            if m and section["ids"]:
+                ids.setdefault(m.group(1), section["ids"][0])
+        cache[page] = ids
+    return cache[page]
+
+
+def _doc_links(app, doctree, docname):
+    """Turn every plain-text mention of a page of this site (``x.md``, ``x.md §n``) into a link."""
+    from docutils import nodes
+
+    if app.builder.format != "html":
+        return
+    found = app.env.found_docs
+    skip = (nodes.literal, nodes.literal_block, nodes.reference, nodes.raw, nodes.math, nodes.math_block,
+            nodes.title, nodes.target)
+    for text in list(doctree.findall(nodes.Text)):
+        parent = text.parent
+        if parent is None or any(isinstance(a, skip) for a in _ancestors(parent)):
+            continue
+        source = str(text)
+        pieces, at = [], 0
+        for m in _DOC_REF.finditer(source):
+            page = m.group("page")
+            if page not in found or page == docname and not (m.group("section") or m.group("anchor")):
+                continue
+            anchor = m.group("anchor") or (_section_ids(app.env, page).get(m.group("section") or "") or "")
+            if m.group("section") and not anchor:
+                raise ValueError(f"{docname}: {m.group(0)!r} names no numbered section of {page}.md")
+            uri = ("" if page == docname else app.builder.get_relative_uri(docname, page)) + (
+                f"#{anchor}" if anchor else "")
+            pieces += [nodes.Text(source[at:m.start()]),
+                       nodes.reference(m.group(0), m.group(0), internal=True, refuri=uri)]
+            at = m.end()
+        if pieces:
+            pieces.append(nodes.Text(source[at:]))
+            parent.replace(text, [p for p in pieces if not (isinstance(p, nodes.Text) and not str(p))])
+
+
+def _ancestors(node):
+    while node is not None:
+        yield node
+        node = node.parent
+
+
 def setup(app):
     app.connect("missing-reference", _short_names)
+    app.connect("doctree-resolved", _doc_links)
 
 html_theme = "alabaster"
 html_title = f"coalitions {version}"

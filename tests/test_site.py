@@ -72,3 +72,52 @@ def test_nitpicky_exceptions_are_other_projects_names():
     own = [target for _, target in _conf().nitpick_ignore if target.split(".")[0] in ("coalitions",)]
     assert own == []
     assert {t.split(".")[0] for _, t in _conf().nitpick_ignore} <= {"networkx", "scipy", "numpy", "importlib"}
+
+
+def _slug(heading: str) -> str:
+    """MyST's (GitHub's) anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def _pages() -> dict[str, str]:
+    return {p.stem: p.read_text() for p in (ROOT / "docs").glob("*.md")}
+
+
+def test_references_to_sections_in_the_pages_are_links_that_resolve():
+    """No plain-text "concepts.md §5" is left in a page, and every page#anchor link names a heading there."""
+    pages = _pages()
+    anchors = {name: {_slug(h) for h in re.findall(r"^#+ (.+)$", text, re.M)} for name, text in pages.items()}
+    plain, broken = [], []
+    for name, text in list(pages.items()) + [("README", (ROOT / "README.md").read_text())]:
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        linked = re.sub(r"\[[^\]]*\]\([^)]*\)", "", prose)          # link text and target out
+        plain += [f"{name}: {m}" for m in re.findall(r"\b[a-z-]+\.md,? §\d", linked)]
+        for page, anchor in re.findall(r"\]\((?:docs/)?([a-z-]*?)(?:\.md)?#([a-z0-9-]+)\)", prose):
+            if (page or name) in anchors and anchor not in anchors[page or name]:
+                broken.append(f"{name}: {page}#{anchor}")
+    assert plain == [] and broken == []
+
+
+def test_docstrings_mentions_of_pages_become_links(tmp_path):
+    """conf.py's transform: "docs/concepts.md §5" in a docstring links to the page's section 5."""
+    pytest.importorskip("sphinx")
+    pytest.importorskip("myst_parser")
+    from sphinx.cmd.build import build_main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text(
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('real_conf', {str(API.parent / 'conf.py')!r})\n"
+        "real = importlib.util.module_from_spec(spec); spec.loader.exec_module(real)\n"
+        "extensions = ['myst_parser']\nmyst_heading_anchors = 4\nsetup = real.setup\n")
+    (src / "index.md").write_text("# Home\n\n```{toctree}\nconcepts\nother\n```\n")
+    (src / "concepts.md").write_text("# Concepts\n\n## 1. The game\n\ntext\n\n## 5. Learners: estimates\n\ntext\n")
+    (src / "other.md").write_text("# Other\n\nAs docs/concepts.md §5 says (and concepts.md, not `concepts.md §1`).\n")
+    out = tmp_path / "html"
+    assert build_main(["-W", "-q", "-b", "html", str(src), str(out)]) == 0
+    html = (out / "other.html").read_text()
+    assert '<a class="reference internal" href="concepts.html#learners-estimates">docs/concepts.md §5</a>' in html
+    assert '<a class="reference internal" href="concepts.html">concepts.md</a>' in html
+    assert '<span class="pre">concepts.md</span> <span class="pre">§1</span></code>' in html   # code stays code
