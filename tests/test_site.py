@@ -121,3 +121,16 @@ def test_docstrings_mentions_of_pages_become_links(tmp_path):
     assert '<a class="reference internal" href="concepts.html#learners-estimates">docs/concepts.md §5</a>' in html
     assert '<a class="reference internal" href="concepts.html">concepts.md</a>' in html
     assert '<span class="pre">concepts.md</span> <span class="pre">§1</span></code>' in html   # code stays code
+
+
+#: Files that still cite the project's internal specification; each is outside this change's reach
+#: (the game core's owner changes it), and the test fails once it no longer does, to be struck here.
+SPEC_PENDING = {"learners/game/stopping.py"}
+
+
+def test_nothing_a_user_reads_cites_files_a_user_does_not_have():
+    """Docstrings and pages cite the pages (docs/...), not the project's internal SPEC."""
+    files = [p for d in ("coalitions", "learners", "docs") for p in (ROOT / d).rglob("*")
+             if p.suffix in (".py", ".md", ".rst") and "results" not in p.relative_to(ROOT).parts]
+    citing = {p.relative_to(ROOT).as_posix() for p in files if re.search(r"\bSPEC\b", p.read_text())}
+    assert citing == SPEC_PENDING
