@@ -41,7 +41,7 @@ from .peeling import Peeling, peel, peel_oracle
 from .scc import source_components, strongly_connected_components
 
 # The library's messages go to loggers under "coalitions" (the learners' Flower runs); nothing is
-# printed unless the user configures logging, as the command line does (coalitions/cli.py).
+# printed unless the user configures logging, as the command line does (coalitions.cli.main).
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [

@@ -41,7 +41,9 @@ from __future__ import annotations
 
 import importlib
 
-#: Public name → the module (relative to this package) that defines it.
+#: Public name → the module (relative to this package) that defines it.  The estimators of the
+#: registered methods are the methods registry's (tests/test_registry.py checks them against it: the
+#: registry is not read here, so that importing this package loads neither it nor PyTorch).
 _EXPORTS = {
     # estimators
     "EstimatorMixin": ".estimator",

@@ -61,9 +61,11 @@ game is filled.
 
 **Bootstrap replicates** (``replicates=B``, docs/concepts.md §6).  Before
 training, ``B`` resamples of each client's validation rows are drawn with
-replacement from ``numpy.random.default_rng([seed, 0xB007])`` — within each
-class for a classification task (a stratified bootstrap: every replicate keeps
-each class's count, so AUC stays defined).  After training, the same subset
+replacement from ``numpy.random.default_rng([seed, 0xB007])`` — from all of a
+client's rows, or within each class when the metric is AUC (a stratified
+bootstrap: every replicate keeps each class's count, so AUC stays defined;
+:func:`~coalitions.learners.game.bootstrap.bootstrap_draws` says why accuracy is
+not stratified).  After training, the same subset
 models are scored on every resample: no retraining.  In closed form the
 resample enters the quadratic form as row multiplicities ``w``
 (``A_i = X̃ᵀ diag(w) X̃`` etc.); otherwise the stored scores of a chunk are

@@ -1,9 +1,10 @@
 """The import contract of the layers (README "Layout"), read from the source with ``ast``.
 
-* the game core (``coalitions/`` without ``cli.py``) imports the standard library and numpy
-  only: never PyTorch, never ``coalitions.learners``, never the command line;
-* ``coalitions/cli.py`` imports the learners and PyTorch only lazily, inside the commands
-  that train (so ``coalitions --help`` and the game commands never load them);
+* the game core (``coalitions/``) imports the standard library and numpy only: never PyTorch,
+  never ``coalitions.learners``, never the command line;
+* the command line (``cli/``, installed as ``coalitions.cli``) imports the learners and PyTorch
+  only lazily, inside the commands that train (so ``coalitions --help`` and the game commands
+  never load them), apart from the registries its flags are built from;
 * the learners (``learners/``, installed as ``coalitions.learners``) never import the CLI;
 * every third-party package a layer imports is declared for it in pyproject.toml;
 * there is no import cycle between the project's modules, counting imports inside functions.
@@ -28,7 +29,7 @@ IMPORT_NAMES = {"scikit-learn": "sklearn"}
 def _module_files() -> dict[str, Path]:
     """``{dotted module name: file}`` of every installed module (the wheel's layout)."""
     out = {}
-    for top, prefix in (("coalitions", "coalitions"), ("learners", "coalitions.learners")):
+    for top, prefix in (("coalitions", "coalitions"), ("learners", "coalitions.learners"), ("cli", "coalitions.cli")):
         for path in sorted((ROOT / top).rglob("*.py")):
             rel = path.relative_to(ROOT / top).with_suffix("").parts
             if rel[-1] == "__init__":
@@ -85,7 +86,7 @@ TEST_TIME = {"coalitions.testing.strategies": "hypothesis", "coalitions.testing.
 
 
 def _layer(name: str) -> str:
-    if name == "coalitions.cli":
+    if name == "coalitions.cli" or name.startswith("coalitions.cli."):
         return "cli"
     if name in TEST_TIME:
         return "testing"
@@ -96,6 +97,7 @@ def test_the_layout_is_what_the_contract_reads():
     assert "coalitions.estimate" in MODULES and "coalitions.learners.methods.base" in MODULES
     assert _layer("coalitions.peeling") == "core" and _layer("coalitions.learners.exact") == "learners"
     assert _layer("coalitions.testing") == _layer("coalitions.testing.assertions") == "core"
+    assert "coalitions.cli.main" in MODULES and _layer("coalitions.cli.learn_command") == "cli"
     assert set(TEST_TIME) <= set(MODULES)
 
 
@@ -123,14 +125,23 @@ def test_the_core_exports_import_networkx_only_when_called():
     assert "networkx" in _declared("graph")
 
 
-def test_the_cli_loads_the_learners_and_torch_lazily():
-    for module, top in _imports("coalitions.cli", MODULES["coalitions.cli"]):
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if _layer(n) == "cli"))
+def test_the_cli_loads_the_learners_and_torch_lazily(name):
+    for module, top in _imports(name, MODULES[name]):
         if top:
-            assert _third_party(module) in (None, "click", "numpy"), f"cli.py imports {module} at module level"
+            assert _third_party(module) in (None, "click", "numpy"), f"{name} imports {module} at module level"
             lazy_only = module.startswith("coalitions.learners") and not module.startswith(
                 ("coalitions.learners.data", "coalitions.learners.experiments.catalogue",
                  "coalitions.learners.methods.registry"))
-            assert not lazy_only, f"cli.py imports {module} at module level"
+            assert not lazy_only, f"{name} imports {module} at module level"
+
+
+def test_the_cli_training_flags_are_the_protocols():
+    """The command line's training flags and the library's map of them (learn's messages list them in this order)."""
+    from coalitions.cli.data_options import TRAINING_KEYS
+    from coalitions.learners.training.protocol import FLAG_FIELDS
+
+    assert TRAINING_KEYS == tuple(FLAG_FIELDS)
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if _layer(n) == "learners"))

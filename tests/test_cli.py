@@ -1,4 +1,4 @@
-"""cli.py: the ``coalitions`` command (docs/cli.md) — outputs, exit codes, and the malformed corpus.
+"""cli/: the ``coalitions`` command (docs/cli.md) — outputs, exit codes, and the malformed corpus.
 
 Most cases run in-process through ``cli.main([...])`` (fast); a few run the installed
 ``coalitions`` command in a subprocess to show it behaves the same.
@@ -360,7 +360,7 @@ def test_missing_optional_package_is_exit_2_with_the_install_command(capsys, mon
     def missing(*args, **kwargs):
         raise ModuleNotFoundError(f"No module named '{package}'", name=package)
 
-    monkeypatch.setattr(cli, "load_federation", missing)
+    monkeypatch.setattr(cli.data_options, "load_federation", missing)
     rc, _, err = run(capsys, "oracle", "synthetic", "-o", tmp_path / "g.json")
     assert rc == 2 and extra in one_error_line(err) and not (tmp_path / "g.json").exists()
 
@@ -369,6 +369,6 @@ def test_missing_other_module_is_not_disguised(monkeypatch, tmp_path):
     def missing(*args, **kwargs):
         raise ModuleNotFoundError("No module named 'learners.nope'", name="learners.nope")
 
-    monkeypatch.setattr(cli, "load_federation", missing)
+    monkeypatch.setattr(cli.data_options, "load_federation", missing)
     with pytest.raises(ModuleNotFoundError):
         cli.main(["oracle", "synthetic", "-o", str(tmp_path / "g.json")])

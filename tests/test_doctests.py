@@ -17,16 +17,19 @@ CORE = sorted(["coalitions"] + [n for n in _modules(coalitions) if not n.startsw
 # The learner layer lives in learners/ of the repository and is mapped to coalitions.learners at
 # install time, so it is walked from its own path (importing it does not import torch).
 LEARNERS = sorted(["coalitions.learners"] + _modules(importlib.import_module("coalitions.learners")))
+# The command line likewise lives in cli/, mapped to coalitions.cli.
+CLI = sorted(["coalitions.cli"] + _modules(importlib.import_module("coalitions.cli")))
 
 
 def test_every_module_is_listed():
     assert {"coalitions.game", "coalitions.scc", "coalitions.peeling", "coalitions.brute_force",
-            "coalitions.cli", "coalitions.estimate"} <= set(CORE)
+            "coalitions.estimate"} <= set(CORE)
+    assert {"coalitions.cli", "coalitions.cli.main", "coalitions.cli.learn_command"} <= set(CLI)
     assert {"coalitions.learners.exact", "coalitions.learners.data.datasets",
             "coalitions.learners.training.engine"} <= set(LEARNERS)
 
 
-@pytest.mark.parametrize("name", CORE + LEARNERS)
+@pytest.mark.parametrize("name", CORE + CLI + LEARNERS)
 def test_doctests(name):
     if name.startswith("coalitions.learners"):
         pytest.importorskip("torch")

@@ -410,7 +410,7 @@ def test_output_refuses_empty_names_and_special_files_before_any_work(capsys, tm
     def never(*a, **k):
         raise AssertionError("work started")
 
-    monkeypatch.setattr(cli, "load_federation", never)
+    monkeypatch.setattr(cli.data_options, "load_federation", never)
     monkeypatch.setattr(cli.co, "solve", never)
     args = [a.replace("{out}", str(tmp_path)) for a in OUTPUT_COMMANDS[name]]
     rc, out, err = run(capsys, *args, "")

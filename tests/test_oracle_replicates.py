@@ -8,6 +8,7 @@ trainer against a per-subset training loop (tests/test_oracle.py's reference).
 import numpy as np
 import pytest
 import torch
+from test_fashion import DEBIAN
 from test_oracle import members, reference_loop, toy_binary, union
 
 import coalitions as co
@@ -76,6 +77,25 @@ def test_regression_draws_resample_rows_with_replacement():
     for c, rows in zip(fed.clients, d, strict=True):
         assert rows.shape == (200, len(c.val.y)) and rows.min() >= 0 and rows.max() < len(c.val.y)
         assert any(len(np.unique(r)) < len(r) for r in rows)  # some row drawn twice
+
+
+def test_accuracy_draws_are_not_stratified_so_a_rare_class_row_varies():
+    """A stratified resample keeps the only row of a class in every replicate: a difference in it
+    would get a standard error of 0.  For accuracy the resample is of all rows."""
+    if not DEBIAN.is_dir():
+        pytest.skip("Debian package dataset-fashion-mnist not installed")
+    fed = load("fashion", clients=4, samples=60, partition="dirichlet", alpha=0.1, seed=0)
+    assert fed.metric == "accuracy"
+    d = bootstrap_draws(fed, 300, 0)
+    seen = False
+    for c, rows in zip(fed.clients, d, strict=True):
+        y = c.val.y
+        counts = np.stack([np.bincount(y[r], minlength=10) for r in rows])
+        assert not np.all(counts == np.bincount(y, minlength=10))          # class counts vary
+        for k in np.flatnonzero(np.bincount(y, minlength=10) == 1):        # a class of one row
+            seen = True
+            assert len(np.unique(counts[:, k])) > 1                         # drawn 0, 1, 2 ... times
+    assert seen, "the federation should hold a client with a one-row class"
 
 
 def test_rescore_is_the_metric_on_each_resample():

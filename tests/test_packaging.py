@@ -1,7 +1,7 @@
 """The installed layout: one top-level name, ``coalitions``, from the repository's design layout.
 
-setup.py finds the packages under ``coalitions/`` (the core and the command line,
-``coalitions/cli.py``) and ``learners/`` (mapped to ``coalitions.learners``).  The repository holds
+setup.py finds the packages under ``coalitions/`` (the core), ``learners/`` (mapped to
+``coalitions.learners``) and ``cli/`` (the command line, mapped to ``coalitions.cli``).  The repository holds
 no symbolic link, so a clone without links (Windows' default, ``git clone -c core.symlinks=false``)
 builds the same wheel: these tests build it from such a clone, install it into a fresh
 environment and run the command it installs.
@@ -31,7 +31,7 @@ def _in_git_checkout() -> bool:
 
 def _source_packages() -> set[str]:
     found = set()
-    for top, name in (("coalitions", "coalitions"), ("learners", "coalitions.learners")):
+    for top, name in (("coalitions", "coalitions"), ("learners", "coalitions.learners"), ("cli", "coalitions.cli")):
         for init in (ROOT / top).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT / top).parts
             found.add(".".join((name, *rel)))
@@ -66,7 +66,7 @@ def test_wheel_has_one_top_level_name_and_every_package(linkless_wheel):
     assert tops == {"coalitions"}
     packages = {name.rpartition("/")[0].replace("/", ".") for name in names if name.endswith("/__init__.py")}
     assert packages == _source_packages()  # found by setup.py, none forgotten
-    assert not any(name.startswith(("learners/", "cli.py", "tests/")) for name in names)
+    assert not any(name.startswith(("learners/", "cli/", "tests/")) for name in names)
     example = ROOT / "learners" / "data" / "examples" / "heart-csv"   # package data: the CSV example federation
     assert {f"coalitions/learners/data/examples/heart-csv/{p.name}" for p in example.iterdir()} <= set(names)
     assert "coalitions/py.typed" in names
@@ -94,9 +94,18 @@ def test_core_import_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-def test_ci_types_the_whole_installed_package():
-    """.ci/run's mypy step checks ``-p coalitions`` on an install, where coalitions.learners exists."""
+def test_ci_types_the_whole_package_from_the_checkout():
+    """.ci/run's mypy step checks the checkout: every module of the three folders, under its installed name."""
+    import importlib.machinery
+    import importlib.util
+
     run = (ROOT / ".ci" / "run").read_text().splitlines()
     assert ".ci/mypy" in run
-    script = (ROOT / ".ci" / "mypy").read_text()
-    assert "--target" in script and "-m mypy" in script and "-p coalitions" in script
+    loader = importlib.machinery.SourceFileLoader("ci_mypy", str(ROOT / ".ci" / "mypy"))
+    spec = importlib.util.spec_from_loader("ci_mypy", loader)
+    script = importlib.util.module_from_spec(spec)
+    loader.exec_module(script)
+    checked = {s.module: Path(s.path) for s in script.sources()}
+    assert _source_packages() <= set(checked)
+    assert checked["coalitions.learners.exact"] == ROOT / "learners" / "exact.py"
+    assert checked["coalitions.cli"] == ROOT / "cli" / "__init__.py"

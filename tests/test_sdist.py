@@ -32,7 +32,7 @@ def test_the_unpacked_sdist_installs_and_passes_its_smoke_tests(tmp_path):
         tar.extractall(tmp_path / "unpacked", filter="data")
     (src,) = (tmp_path / "unpacked").iterdir()
     for needed in ("tests/data/malformed", "tests/conftest.py", "docs/examples/tie.json", "docs/cli.md",
-                   "benchmarks/core.py", "coalitions/cli.py", "learners/exact.py", "setup.py"):
+                   "benchmarks/core.py", "cli/main.py", "learners/exact.py", "setup.py"):
         assert (src / needed).exists(), f"the sdist lacks {needed}"
 
     target = tmp_path / "site"

@@ -32,32 +32,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from coalitions.errors import InputError
+from coalitions.learners.methods.registry import labels
 from coalitions.learners.training.protocol import DEFAULT_PROTOCOLS, TrainingProtocol
 from coalitions.params import ParameterError
 
 __all__ = ["Regime", "Settings", "Experiment", "EXPERIMENTS", "METHOD_LABELS", "PAPER_BASELINES", "get_experiment",
            "select_methods", "budgeted_options", "budget_record"]
 
-#: Column labels of the learners in reports, in table order (CE is inserted after SPO).
-METHOD_LABELS = {
-    "local": "Local",
-    "fedavg": "FedAvg",
-    "spo": "SPO",
-    "fedamp": "FedAMP",
-    "fedamp-heuristic": "HeurFedAMP",
-    "federico": "FedeRiCo",
-    "superfed-mm": "SuPerFed-MM",
-    "superfed-lm": "SuPerFed-LM",
-    "fedprox": "FedProx",
-    "ditto": "Ditto",
-    "fedper": "FedPer",
-    "lg-fedavg": "LG-FedAvg",
-    "qffl": "q-FFL",
-    "afl": "AFL",
-    "per-fedavg": "Per-FedAvg",
-    "pfedme": "pFedMe",
-    "pfedhn": "pFedHN",
-}
+#: Column labels of the learners in reports (the methods registry's; CE is inserted after SPO).
+METHOD_LABELS = labels()
 ALL_METHODS = ("local", "fedavg", "spo", "fedamp", "fedamp-heuristic", "federico", "superfed-mm")
 #: The baselines of the paper's tables (docs/learners-baselines.md).  FedPer and LG-FedAvg split a
 #: model into body and output layer: with a logistic model there is no body (FedPer is Local,

@@ -14,14 +14,21 @@ def bootstrap_draws(fed: Federation, b: int, seed: int = 0) -> list[np.ndarray]:
     """``B`` resamples of each client's validation rows: a ``(B, n_i)`` index array per client.
 
     Drawn with replacement from ``numpy.random.default_rng([seed, 0xB007])``,
-    client by client in order; within each class for a classification task
-    (stratified), so that every resample keeps each class's count.
+    client by client in order: from all of a client's rows (Efron's nonparametric
+    bootstrap) for accuracy, MSE and the validation loss; within each class for AUC
+    (stratified), so that every resample keeps each class's count and AUC stays defined.
+
+    Accuracy is not stratified because a stratified resample keeps the only row of a
+    class in every replicate: a difference between two models that lies in such rows
+    then has a bootstrap standard error of 0 and reads as infinitely significant (under
+    label skew a client often holds one or two rows of a rare class).  Unstratified, a
+    difference of ``k`` rows has a standard error of about ``√k / n``.
     """
     rng = np.random.default_rng([int(seed), 0xB007])
     out = []
     for c in fed.clients:
         y = c.val.y
-        if fed.task == "regression":
+        if fed.metric != "auc":
             out.append(rng.integers(0, len(y), size=(b, len(y))))
             continue
         parts = [rng.choice(np.flatnonzero(y == k), size=(b, int(np.sum(y == k))), replace=True)

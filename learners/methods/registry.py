@@ -7,8 +7,20 @@ command-line flag, passes to the chosen method only the options the user gave
 (the estimator's own defaults apply otherwise), and refuses an option that the
 chosen method does not take.
 
-Adding a learner is one :func:`register` call with its estimator's path and
-options; the estimator is a :class:`~coalitions.learners.methods.base.Learner`
+Adding a learner is one :func:`register` call with its estimator's path, its
+options, its report label, any aliases, whether it runs over Flower and where its
+site steps keep optimiser state; everything else is derived from the registry:
+the ``learn`` and ``federate --method`` choices, the report labels
+(:data:`~coalitions.learners.experiments.catalogue.METHOD_LABELS`), the Flower
+site's table (:data:`~coalitions.learners.federated.personal.PERSONAL`) and the
+optimiser states a site keeps (:data:`OPTIMISER_KEYS`); the package's exports
+(:mod:`coalitions.learners`, which does not read the registry on import) are
+checked against it by the tests.  The registration is
+data beside the others, not a decorator on the class: the class's module loads
+PyTorch, and the command line lists the methods and their flags without it.
+What a method exchanges over Flower (its ``up``, ``down`` and ``kept`` keys) is
+declared on the class, next to the steps that use it.  The estimator is a
+:class:`~coalitions.learners.methods.base.Learner`
 (it takes ``device``, ``seed`` and ``progress`` keywords, ``fit(federation)``
 returns it, and it exposes ``estimate_``, an :class:`~coalitions.estimate.Estimate`).
 A library error names the estimator's *parameter* (``Option.arg``); the command
@@ -30,7 +42,8 @@ from typing import Any
 
 from coalitions.errors import InputError
 
-__all__ = ["Option", "Method", "METHODS", "register", "create", "all_options"]
+__all__ = ["Option", "Method", "METHODS", "ALIASES", "register", "create", "all_options", "resolve", "labels",
+           "exports", "federated", "OPTIMISER_KEYS"]
 
 
 @dataclass(frozen=True)
@@ -68,12 +81,22 @@ class Option:
 
 @dataclass(frozen=True)
 class Method:
-    """A learner selectable by name: where its estimator lives and what it takes."""
+    """A learner selectable by name: where its estimator lives and what it takes.
+
+    ``label``: its column title in reports; ``aliases``: other names the command line accepts for
+    it; ``federated``: ``coalitions federate --method`` runs it as a personalised learner over
+    Flower; ``optimiser_keys``: the keys of its state where its site steps keep optimiser state
+    (a Flower site keeps them between rounds).
+    """
 
     name: str
     target: str  # "module:Class"
     summary: str
     options: tuple[Option, ...]
+    label: str = ""
+    aliases: tuple[str, ...] = ()
+    federated: bool = False
+    optimiser_keys: tuple[str, ...] = ()
 
     def option(self, key: str) -> Option:
         for o in self.options:
@@ -91,14 +114,42 @@ class Method:
 
 
 METHODS: dict[str, Method] = {}
+#: Another name accepted for a method -> its name.
+ALIASES: dict[str, str] = {}
 
 
 def register(method: Method) -> Method:
-    """Add a method (a name may be registered once)."""
-    if method.name in METHODS:
-        raise ValueError(f"method {method.name!r} is already registered")
+    """Add a method (a name or alias may be registered once)."""
+    for name in (method.name, *method.aliases):
+        if name in METHODS or name in ALIASES:
+            raise ValueError(f"method {name!r} is already registered")
     METHODS[method.name] = method
+    ALIASES.update({alias: method.name for alias in method.aliases})
     return method
+
+
+def resolve(name: str) -> str:
+    """The registered name of ``name`` (a name or an alias); an unknown name is returned as it is."""
+    return ALIASES.get(name, name)
+
+
+def labels() -> dict[str, str]:
+    """Every method's report label, by name."""
+    return {name: m.label or name for name, m in METHODS.items()}
+
+
+def exports() -> dict[str, str]:
+    """Every method's estimator class name -> its module (what :mod:`coalitions.learners` exports)."""
+    return {m.target.partition(":")[2]: m.target.partition(":")[0] for m in METHODS.values()}
+
+
+def federated() -> dict[str, str]:
+    """The names (and aliases) ``coalitions federate --method`` runs as personalised learners -> the method's name."""
+    out = {}
+    for name, m in METHODS.items():
+        if m.federated:
+            out.update({name: name, **{alias: name for alias in m.aliases}})
+    return out
 
 
 def all_options() -> list[Option]:
@@ -118,9 +169,9 @@ def create(name: str, given: dict, *, device: str = "auto", seed: int = 0, progr
     InputError
         Unknown method, or an option the method does not take.
     """
-    if name not in METHODS:
+    if resolve(name) not in METHODS:
         raise InputError(f"unknown method {name!r}: choose one of {', '.join(METHODS)}")
-    method = METHODS[name]
+    method = METHODS[resolve(name)]
     kwargs = {}
     for key, value in given.items():
         if key not in method.keys:
@@ -132,6 +183,7 @@ def create(name: str, given: dict, *, device: str = "auto", seed: int = 0, progr
 
 register(Method(
     name="spo",
+    label="SPO",
     target="coalitions.learners.methods.spo:SPO",
     summary="Specific Pareto Optimization (Cui et al. 2022): one Pareto hypernetwork, a direction "
             "search per client and remaining set.",
@@ -220,6 +272,9 @@ _FEDAMP = (
 )
 register(Method(
     name="fedamp",
+    label="FedAMP",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.fedamp:FedAMP",
     summary="FedAMP (Huang et al. 2021): cloud models u_i = sum_j xi_ij w_j with "
             "xi_ij = alpha_k A'(|w_i - w_j|^2), proximal local steps.",
@@ -232,6 +287,9 @@ register(Method(
 ))
 register(Method(
     name="fedamp-heuristic",
+    label="HeurFedAMP",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.fedamp:FedAMPHeuristic",
     summary="HeurFedAMP: xi_ij proportional to exp(sigma cos(w_i, w_j)), self-attention xi_ii given.",
     options=_FEDAMP + (Option("sigma", "sigma", "float", None, "Cosine temperature [200]."),
@@ -240,6 +298,9 @@ register(Method(
 ))
 register(Method(
     name="federico",
+    label="FedeRiCo",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.federico:FedeRiCo",
     summary="FedeRiCo (Sui, Wen et al. 2022): EM posteriors over the clients' models from EMA-tracked "
             "losses, epsilon-greedy neighbours, mixture prediction.",
@@ -264,6 +325,10 @@ _SUPERFED = (
 )
 register(Method(
     name="superfed-mm",
+    label="SuPerFed-MM",
+    aliases=("superfed",),
+    federated=True,
+    optimiser_keys=("site_opt1", "site_opt2"),
     target="coalitions.learners.methods.superfed:SuPerFedMM",
     summary="SuPerFed with model mixing (Hahn et al. 2022); lambda* per client on validation data. "
             "Utilities only.",
@@ -271,18 +336,27 @@ register(Method(
 ))
 register(Method(
     name="superfed-lm",
+    label="SuPerFed-LM",
+    federated=True,
+    optimiser_keys=("site_opt1", "site_opt2"),
     target="coalitions.learners.methods.superfed:SuPerFedLM",
     summary="SuPerFed with layer mixing (one lambda per layer). Utilities only.",
     options=_SUPERFED + _personalized_options(),
 ))
 register(Method(
     name="local",
+    label="Local",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.baselines:Local",
     summary="Every client trains alone (baseline; utilities only).",
     options=_personalized_options(),
 ))
 register(Method(
     name="fedavg",
+    label="FedAvg",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.baselines:FedAvg",
     summary="Federated averaging, one model for all (baseline; utilities only).",
     options=_personalized_options(),
@@ -293,6 +367,9 @@ register(Method(
 # (docs/learners-baselines.md: the update rule and the reference of each)
 register(Method(
     name="fedprox",
+    label="FedProx",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.fedprox:FedProx",
     summary="FedProx (Li et al. 2020): FedAvg whose clients minimise F_k(w) + mu/2 |w - w_t|^2 "
             "(baseline; utilities only).",
@@ -301,6 +378,9 @@ register(Method(
 ))
 register(Method(
     name="ditto",
+    label="Ditto",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.ditto:Ditto",
     summary="Ditto (Li et al. 2021): FedAvg plus a personal model per client minimising "
             "F_k(v) + lambda/2 |v - w_t|^2 (baseline; utilities only).",
@@ -310,6 +390,9 @@ register(Method(
 ))
 register(Method(
     name="fedper",
+    label="FedPer",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.fedper:FedPer",
     summary="FedPer (Arivazhagan et al. 2019): FedAvg of the body, a personal output layer per client "
             "(baseline; utilities only).",
@@ -317,6 +400,9 @@ register(Method(
 ))
 register(Method(
     name="lg-fedavg",
+    label="LG-FedAvg",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.fedper:LGFedAvg",
     summary="LG-FedAvg (Liang et al. 2020): personal bodies, FedAvg of the output layer "
             "(baseline; utilities only).",
@@ -324,6 +410,9 @@ register(Method(
 ))
 register(Method(
     name="qffl",
+    label="q-FFL",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.fair:QFFL",
     summary="q-FFL by q-FedAvg (Li et al. 2020): one model minimising sum_k p_k F_k^(q+1)/(q+1) "
             "(baseline; utilities only).",
@@ -332,6 +421,9 @@ register(Method(
 ))
 register(Method(
     name="afl",
+    label="AFL",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.fair:AFL",
     summary="Agnostic FL (Mohri et al. 2019): one model for the worst mixture of the clients' losses, "
             "gradient descent-ascent (baseline; utilities only).",
@@ -340,6 +432,9 @@ register(Method(
 ))
 register(Method(
     name="per-fedavg",
+    label="Per-FedAvg",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.perfedavg:PerFedAvg",
     summary="Per-FedAvg (Fallah et al. 2020): a meta-model for one personal gradient step, "
             "Hessian-vector meta-gradient (baseline; utilities only).",
@@ -348,6 +443,9 @@ register(Method(
 ))
 register(Method(
     name="pfedme",
+    label="pFedMe",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.pfedme:PFedMe",
     summary="pFedMe (T. Dinh et al. 2020): personal models as Moreau envelopes, the inner problem "
             "solved to tolerance (baseline; utilities only).",
@@ -361,6 +459,9 @@ register(Method(
 ))
 register(Method(
     name="pfedhn",
+    label="pFedHN",
+    federated=True,
+    optimiser_keys=("site_opt",),
     target="coalitions.learners.methods.pfedhn:PFedHN",
     summary="pFedHN (Shamsian et al. 2021): a server hypernetwork generates each client's model from "
             "its embedding (baseline; utilities only).",
@@ -370,3 +471,8 @@ register(Method(
         Option("hn-lr", "hn_lr", "float", 0.01, "pFedHN: Adam step of the hypernetwork and embeddings."),
     ) + _personalized_options(),
 ))
+
+
+#: Where a federated method's state holds a site's optimiser state (:meth:`PersonalizedLearner._site_steps
+#: <coalitions.learners.methods.base.PersonalizedLearner._site_steps>`): every method's ``optimiser_keys``.
+OPTIMISER_KEYS: tuple[str, ...] = tuple(dict.fromkeys(k for m in METHODS.values() for k in m.optimiser_keys))

@@ -296,10 +296,12 @@ def default_kind(task: str, input_shape: tuple = (), images: str = "cnn") -> str
     return "linear" if task == "regression" else "logistic"
 
 
-#: The command line's one set of training flags (click keys) -> the :class:`TrainingProtocol` field each sets.
-FLAG_FIELDS = {"model": "model", "mlp_hidden": "hidden", "optimizer": "optimizer", "lr": "lr", "momentum": "momentum",
-               "weight_decay": "weight_decay", "schedule": "schedule", "steps": "steps", "local_steps": "local_steps",
-               "batch_size": "batch_size", "patience": "patience", "lr_grid": "lr_grid", "tune_split": "tune_split"}
+#: The command line's one set of training flags (click keys, in the order of its help) -> the
+#: :class:`TrainingProtocol` field each sets.
+FLAG_FIELDS = {"model": "model", "mlp_hidden": "hidden", "optimizer": "optimizer", "lr": "lr", "lr_grid": "lr_grid",
+               "schedule": "schedule", "momentum": "momentum", "weight_decay": "weight_decay", "steps": "steps",
+               "local_steps": "local_steps", "batch_size": "batch_size", "patience": "patience",
+               "tune_split": "tune_split"}
 
 
 def protocol_with(task: str, input_shape: tuple = (), changes: dict | None = None) -> TrainingProtocol:

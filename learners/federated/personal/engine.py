@@ -206,5 +206,6 @@ def _stepped(method: str) -> bool:
 
 
 #: The server of each federated method: the generic one for every method written as two steps.
-STRATEGIES = {**{m: StepStrategy if _stepped(m) else METHOD_STRATEGIES[m] for m in PERSONAL},
-              "superfed": SuPerFedStrategy, "superfed-lm": SuPerFedStrategy}
+#: (SuPerFed's adds its sites' lambda* and validation curves to the learner; a name and its alias share one.)
+STRATEGIES = {m: SuPerFedStrategy if PERSONAL[m] in ("superfed-mm", "superfed-lm")
+              else StepStrategy if _stepped(m) else METHOD_STRATEGIES[PERSONAL[m]] for m in PERSONAL}

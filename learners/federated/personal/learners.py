@@ -11,15 +11,13 @@ from types import SimpleNamespace
 import numpy as np
 
 from coalitions.errors import InputError
+from coalitions.learners.methods.registry import OPTIMISER_KEYS, federated
 
 __all__ = ["PERSONAL", "learner_params", "method_params", "check_method", "site_learner", "server_learner", "initial_state"]
 
-#: ``coalitions federate --method`` name -> the learner's registry name (coalitions.learners.methods.registry).
-PERSONAL = {"local": "local", "fedavg": "fedavg", "fedprox": "fedprox", "ditto": "ditto", "fedper": "fedper",
-            "lg-fedavg": "lg-fedavg", "fedamp": "fedamp", "fedamp-heuristic": "fedamp-heuristic",
-            "federico": "federico", "superfed": "superfed-mm", "superfed-lm": "superfed-lm", "qffl": "qffl",
-            "afl": "afl", "per-fedavg": "per-fedavg", "pfedme": "pfedme",
-            "pfedhn": "pfedhn"}
+#: ``coalitions federate --method`` name (a registered name or alias) -> the learner's registry name
+#: (coalitions.learners.methods.registry: the methods registered as ``federated``).
+PERSONAL = federated()
 
 #: Learner parameters that are not the method's (the server's business, or meaningless at a site).
 _NOT_SENT = ("progress", "checkpoint", "device")
@@ -169,9 +167,8 @@ def _numpy(params: dict) -> dict:
     return {k: v.detach().cpu().numpy().astype(np.float32) for k, v in params.items()}
 
 
-#: Where a learner's state holds a site's optimiser state (:meth:`PersonalizedLearner._site_steps
-#: <coalitions.learners.methods.base.PersonalizedLearner._site_steps>`); it never leaves the site.
-OPTIMISER_KEYS = ("site_opt", "site_opt1", "site_opt2")
+# Where a learner's state holds a site's optimiser state: the registry's OPTIMISER_KEYS (every
+# method's ``optimiser_keys``); it never leaves the site.
 
 
 def flat_optimiser(state: dict) -> dict:

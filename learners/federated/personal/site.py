@@ -132,7 +132,7 @@ def _scores(method: str, learner, state: dict) -> dict:
     u = learner._utilities(learner.federation_, torch.device("cpu"))
     name = learner.federation_.names[0]
     out = {"val": u["val"][name], "test": u["test"][name]}
-    if method in ("superfed", "superfed-lm"):
+    if PERSONAL.get(method) in ("superfed-mm", "superfed-lm"):
         out["lambda"] = float(learner.lambda_[0])
         out["val_curve"] = [float(x) for x in learner.val_curve_[0]]
     return out

@@ -1,0 +1,86 @@
+"""``coalitions learn``: a learner's estimate of who benefits from whom on a dataset."""
+
+from __future__ import annotations
+
+import click
+
+import coalitions as co
+from coalitions import options as option_checks
+from coalitions.cli import data_options
+from coalitions.cli.data_options import (
+    DATASET_OPTIONS,
+    DATASETS,
+    TRAINING_FLAG_OF,
+    MethodChoice,
+    SectionedCommand,
+    apply_threads,
+    dataset_options,
+    method_options,
+    training_given,
+    training_options,
+)
+from coalitions.cli.output import flag_errors, progress
+from coalitions.cli.params import OUTPUT, device_option, threads_option
+from coalitions.learners.methods.registry import METHODS
+
+__all__ = ["learn"]
+
+
+@click.command(cls=SectionedCommand)
+@click.argument("dataset", type=click.Choice(DATASETS))
+@click.option("--method", required=True, type=MethodChoice(),
+              help="The learner (see docs/learners-spo.md).")
+@training_options
+@method_options
+@dataset_options
+@device_option
+@threads_option
+@click.option("-o", "--output", required=True, type=OUTPUT,
+              help="Estimate file (coalitions/estimate@1 JSON).")
+@click.option("--sensitivity", is_flag=True, default=False,
+              help="Print the learned equilibrium across the weight rule's threshold (also in the estimate's "
+                   "extra.sensitivity).")
+def learn(dataset, method, device, threads, output, sensitivity, **opts):
+    """Learn who benefits from whom on DATASET: a coalitions/estimate@1 file (docs/concepts.md §5, docs/formats.md).
+
+    The estimate holds the weights, each client's validation and test metric,
+    the learned benefit graph and the equilibrium that peeling reaches on the
+    learner's benefit oracle.  Options apply to the methods that take them.
+    The training flags make one training protocol: the dataset's default
+    protocol (its task and model) with the flags given changed; a personalised
+    learner trains under it (with --lr-grid once per rate, keeping the lowest
+    mean validation loss).  SPO trains its hypernetwork under the protocol's
+    --steps, --batch-size, --patience and --lr-grid; --lr, --model,
+    --mlp-hidden and --weight-decay set its own hypernetwork rate, target
+    model, target hidden units and ridge (docs/learners-spo.md).
+    """
+    import dataclasses
+
+    from coalitions.estimate import write_estimate
+    from coalitions.learners.methods.learning import Learning
+    from coalitions.sensitivity import sensitivity_table, sensitivity_to_json
+
+    option_checks.distinct_outputs(output=output, checkpoint=opts.get("checkpoint"))
+    training = training_given(opts)
+    keys = {o.key for m in METHODS.values() for o in m.options}  # every method's flags; Learning checks
+    given = {k: v for k, v in opts.items() if k in keys and k not in DATASET_OPTIONS and v is not None}
+    data_opts = {k: v for k, v in opts.items() if k in DATASET_OPTIONS}
+    run = Learning(method, given, training, device=device, seed=data_opts.get("seed") or 0, progress=progress)
+    if sensitivity and not getattr(run.estimator, "has_weights", True):
+        raise co.InputError(f"--sensitivity: --method {method} has no pairwise weights (its graph is structural)")
+    fed = data_options.load_federation(dataset, data_opts)
+    apply_threads(threads)
+    flags = {**TRAINING_FLAG_OF, **{o.arg: f"--{o.flag}" for o in METHODS[method].options}}
+    with flag_errors({**flags, "device": "--device", "seed": "--seed"}):
+        e = run.fit(fed)
+        sens = run.estimator.sensitivity() if sensitivity else None
+    if sens is not None:
+        e = dataclasses.replace(e, extra={**e.extra, "sensitivity": sensitivity_to_json(e.clients, sens[2], *sens[:2])})
+    write_estimate(e, output)
+    click.echo(f"wrote {output}: {method} on {dataset} ({fed.n} clients), equilibrium "
+               f"{' | '.join(','.join(b) for b in e.blocks())}", err=True)
+    for name, rec in e.extra.get("rules", {}).items():  # SPO: the paper's ratio rule beside elimination
+        click.echo(f"  {name} rule{' (used)' if rec['used'] else ''}: {rec['label']}; equilibrium "
+                   f"{' | '.join(','.join(b) for b in rec['partition'])}", err=True)
+    if sens is not None:
+        click.echo(sensitivity_table(e.clients, sens[2], sens[0], sens[1]))

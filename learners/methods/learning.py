@@ -1,0 +1,125 @@
+"""A registered method trained the way ``coalitions learn`` trains it (docs/cli.md, docs/learners-spo.md).
+
+The command line gives a method name, the method's own options and its training flags;
+:class:`Learning` owns what happens between those and the estimate:
+
+* a **personalised learner** trains under one training protocol, the data's default protocol
+  with the training flags changed (:func:`~coalitions.learners.training.protocol.protocol_with`);
+  with an ``lr_grid`` it trains once per rate and keeps the lowest mean validation loss
+  (:func:`~coalitions.learners.training.tuning.tune_lr`, recorded as ``extra.lr_tuning``);
+* **SPO** splits the training flags: those that are its own settings (``--lr``, ``--model``,
+  ``--mlp-hidden``, ``--weight-decay``: its hypernetwork's rate, its target model and ridge) go
+  to the estimator, those it reads from the protocol (:attr:`SPO.protocol_fields
+  <coalitions.learners.methods.spo.estimator.SPO.protocol_fields>`) make its protocol, and any
+  other is refused, naming the flags it takes.
+
+The estimator is built (and its options checked) when the run is made, before any data is read;
+:meth:`Learning.fit` trains it on a federation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from coalitions.errors import InputError
+from coalitions.learners.methods.registry import METHODS, create
+
+__all__ = ["Learning"]
+
+
+class Learning:
+    """One run of method ``method``: its estimator, built at once, and its fit under the run's protocol.
+
+    Parameters
+    ----------
+    method : str
+        A registered method name (:data:`~coalitions.learners.methods.registry.METHODS`).
+    options : dict
+        The method's own options given, by their flag keys (``alpha_k``, ``search_steps``, …).
+    training : dict
+        The training flags given, by their keys (:data:`~coalitions.learners.training.protocol.FLAG_FIELDS`),
+        ``None`` for ``--batch-size full``.
+    device : str
+    seed : int
+    progress : callable, optional
+        ``progress(label)`` -> a ``progress(done, total)`` callback for the training named ``label``.
+
+    Attributes
+    ----------
+    estimator : Learner
+        The estimator; after :meth:`fit`, the fitted one (with a grid: the one at the chosen rate).
+
+    Raises
+    ------
+    InputError
+        An option the method does not take, or a training flag SPO neither owns nor reads.
+    """
+
+    def __init__(self, method: str, options: dict, training: dict, *, device: str = "auto", seed: int = 0,
+                 progress: Callable[[str], Any] | None = None):
+        from coalitions.learners.methods.base import PersonalizedLearner
+
+        self.method, self.options, self.training = method, dict(options), dict(training)
+        self.device, self.seed, self._progress = device, seed, progress
+        if method not in METHODS:   # create's message
+            create(method, {})
+        cls = METHODS[method].estimator_class()
+        self.personal = issubclass(cls, PersonalizedLearner)
+        own: dict = {}
+        self._fields: dict = {}
+        if not self.personal:   # SPO: the training flags that are its own settings, and the protocol fields it reads
+            own, self._fields = _split_flags(method, cls, self.training)
+        self.estimator = create(method, {**self.options, **own}, device=device, seed=seed,
+                                progress=self._progress_for(f"training {method}"))
+
+    def _progress_for(self, label: str):
+        return None if self._progress is None else self._progress(label)
+
+    def fit(self, fed):
+        """Train on federation ``fed``; the estimate (:class:`~coalitions.estimate.Estimate`), ``lr_tuning`` in
+        its ``extra`` when the protocol has a grid."""
+        import dataclasses
+
+        from coalitions.learners.training.protocol import FLAG_FIELDS, protocol_with
+
+        tuning = None
+        if self.personal:
+            protocol = protocol_with(fed.task, fed.input_shape, {FLAG_FIELDS[k]: v for k, v in self.training.items()})
+            if protocol.lr_grid:   # once per rate, the lowest mean validation loss kept (as reproduce does)
+                from coalitions.learners.training.tuning import tune_lr
+
+                def fit_at(lr):
+                    one = create(self.method, self.options, device=self.device, seed=self.seed,
+                                 progress=self._progress_for(f"training {self.method} at lr {lr:g}"))
+                    return one.set_params(protocol=protocol.with_(lr=lr, lr_grid=None)).fit(fed)
+
+                self.estimator, tuning = tune_lr(fit_at, protocol.lr_grid,
+                                                 lambda fitted: fitted.val_loss_history_[-1])
+            else:
+                self.estimator.set_params(protocol=protocol).fit(fed)
+        else:   # SPO: the default protocol of the data with the flags it reads changed
+            self.estimator.set_params(protocol=protocol_with(fed.task, fed.input_shape, self._fields)).fit(fed)
+        e = self.estimator.estimate_
+        if tuning is not None:
+            e = dataclasses.replace(e, extra={**e.extra, "lr_tuning": tuning})
+        return e
+
+
+def _split_flags(method: str, cls, training: dict) -> tuple[dict, dict]:
+    """SPO's training flags: ``(its own options, the protocol fields it reads)``; any other flag is refused."""
+    from coalitions.learners.training.protocol import FLAG_FIELDS
+
+    reads = getattr(cls, "protocol_fields", ())
+    keys = METHODS[method].keys
+    own, fields = {}, {}
+    for k, v in training.items():
+        if k in keys:
+            own[k] = v
+        elif FLAG_FIELDS[k] in reads:
+            fields[FLAG_FIELDS[k]] = v
+        else:
+            takes = [f"--{k2.replace('_', '-')}" for k2 in FLAG_FIELDS if k2 in keys or FLAG_FIELDS[k2] in reads]
+            raise InputError(f"--{k.replace('_', '-')} does not apply to --method {method} (of the training "
+                             f"flags it takes {', '.join(takes)})")
+    return own, fields
