@@ -1,4 +1,6 @@
-"""Every round-based learner with and without early stopping (issue 18 item 2, SPEC §5).
+"""Every round-based learner with and without early stopping (issue 18 item 2).
+
+docs/learners-personalized.md, "Early stopping", gives the results.
 
 For one experiment of the catalogue (seed 0, its first regime, its protocol), each learner
 trains under the protocol (``protocol=``: its model, optimiser, learning rate, batch and budget,

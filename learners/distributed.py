@@ -125,30 +125,56 @@ def _reachable(address: str, timeout: float = 10.0, source: str = "--address") -
                          "start one with `ray start --head`") from None
 
 
+def _traced(fn: Callable, *args):
+    """``fn(*args)`` in a worker, with the worker that ran it: ``(value, (node id, process id))``."""
+    import ray
+
+    return fn(*args), (ray.get_runtime_context().get_node_id(), os.getpid())
+
+
+def _record(ray, tasks: int, workers: set) -> dict:
+    """Which backend ran ``tasks`` tasks on the worker processes ``workers`` (provenance: ``backend``)."""
+    try:
+        address = ray.get_runtime_context().gcs_address
+    except Exception:   # a record must not fail a finished run
+        address = None
+    return {"name": "ray", "address": address, "nodes": len({node for node, _ in workers}),
+            "workers": len(workers), "tasks": tasks}
+
+
 def run_tasks(fn: Callable, items: Iterable, on_result: Callable, *, num_cpus: float = 1,
-              num_gpus: float = 0, address: str | None = None, max_retries: int = MAX_RETRIES) -> None:
+              num_gpus: float = 0, address: str | None = None, max_retries: int = MAX_RETRIES) -> dict:
     """Run ``fn(*item)`` for every item as a Ray task; ``on_result(item, value)`` as each one finishes.
 
     Results arrive in the order the tasks finish; ``on_result`` runs in this
     (the driver's) process.  A task whose worker dies is rerun up to
     ``max_retries`` times; an exception raised by ``fn`` stops the run and is
     raised here (an :class:`InputError` as itself).
+
+    Returns what ran the tasks, for a run's provenance: ``{"name": "ray",
+    "address": the cluster's (GCS) address, "nodes": machines and "workers":
+    worker processes that returned a result, "tasks": results}`` (a rerun task
+    counts the worker that finished it).
     """
     ray = init(address)
-    remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=max_retries)(fn)
-    pending = {remote.remote(*item): item for item in items}
+    remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=max_retries)(_traced)
+    pending = {remote.remote(fn, *item): item for item in items}
+    workers: set = set()
+    tasks = 0
     try:
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 item = pending.pop(ref)
                 try:
-                    value = ray.get(ref)
+                    value, worker = ray.get(ref)
                 except ray.exceptions.RayTaskError as e:
                     cause = getattr(e, "cause", None)
                     if isinstance(cause, InputError):
                         raise InputError(str(cause)) from None
                     raise
+                workers.add(worker)
+                tasks += 1
                 on_result(item, value)
     except BaseException:
         # An error or an interrupt: leave no work running for nobody.  Ending this driver's Ray
@@ -157,6 +183,7 @@ def run_tasks(fn: Callable, items: Iterable, on_result: Callable, *, num_cpus: f
         # crash in its reply thread about one time in four (a C++ stack dump and exit 1 on Ctrl-C).
         ray.shutdown()
         raise
+    return _record(ray, tasks, workers)
 
 
 # ---------------------------------------------------------------------------- the oracle
@@ -181,8 +208,10 @@ def _oracle_task(job: str, setup, k: int, ms, threads: int, make_trainer: Callab
 
 
 def oracle_chunks(oracle, fed, cfg: dict, todo, store: Callable[[int, dict], None], make_trainer: Callable, *,
-                  address: str | None = None) -> None:
+                  address: str | None = None) -> dict:
     """Train the chunks ``todo`` (``[(k, masks), ...]``) of ``oracle`` as Ray tasks; ``store(k, values)``.
+
+    Returns :func:`run_tasks`'s record of what ran them.
 
     ``make_trainer(params, federation, config, device)`` builds the chunk trainer in a worker
     (:func:`coalitions.learners.exact.chunk_trainer`, passed in so that this module never imports
@@ -198,8 +227,8 @@ def oracle_chunks(oracle, fed, cfg: dict, todo, store: Callable[[int, dict], Non
     setup = ray.put((params, fed, cfg, oracle.device_))
     job = uuid.uuid4().hex
     gpus = GPUS_PER_TASK if str(oracle.device_).startswith("cuda") else 0
-    run_tasks(_oracle_task, [(job, setup, k, ms, threads, make_trainer) for k, ms in todo],
-              lambda item, values: store(item[2], values), num_cpus=threads, num_gpus=gpus, address=address)
+    return run_tasks(_oracle_task, [(job, setup, k, ms, threads, make_trainer) for k, ms in todo],
+                     lambda item, values: store(item[2], values), num_cpus=threads, num_gpus=gpus, address=address)
 
 
 # ---------------------------------------------------------------------------- reproduce
@@ -213,14 +242,15 @@ def _piece_task(compute: Callable, args: tuple, threads):
 
 def reproduce_pieces(exp, quick: bool, todo, runs_dir: Path, device: str, log: Callable[[str], None],
                      compute: Callable, store_piece: Callable, done_line: Callable, *,
-                     address: str | None = None) -> set:
+                     address: str | None = None) -> tuple[set, dict | None]:
     """Run ``reproduce``'s unfinished pieces ``todo`` (``[(regime, seed, what), ...]``) as Ray tasks.
 
     ``compute(experiment, quick, regime, seed, what, device)`` trains one piece in a worker;
     ``store_piece`` and ``done_line`` write and describe it on the driver (the runner's own
     functions, passed in so that this module never imports the runner).  Each finished piece is
     written into ``runs_dir`` (as the local backend writes it) and logged.  Returns the
-    ``(folder name, what)`` pairs written.
+    ``(folder name, what)`` pairs written and :func:`run_tasks`'s record of what ran them
+    (``None`` when there was nothing to run).
     """
     from coalitions.learners.training.threads import get_override
 
@@ -237,6 +267,7 @@ def reproduce_pieces(exp, quick: bool, todo, runs_dir: Path, device: str, log: C
         log(done_line(where, what, result, n, seconds) + " (ray)")
 
     items = [(compute, (exp.name, quick, regime.name, seed, what, device), threads) for regime, seed, what in todo]
+    record = None
     if items:
-        run_tasks(_piece_task, items, arrived, num_cpus=threads, num_gpus=gpus, address=address)
-    return written
+        record = run_tasks(_piece_task, items, arrived, num_cpus=threads, num_gpus=gpus, address=address)
+    return written, record

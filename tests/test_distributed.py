@@ -47,10 +47,17 @@ def test_oracle_on_ray_equals_local_to_the_bit(local_ray, tmp_path):
     assert np.array_equal(local.values_val_, on_ray.values_val_, equal_nan=True)
     assert np.array_equal(local.values_test_, on_ray.values_test_, equal_nan=True)
     assert local.game_.provenance["model"] == on_ray.game_.provenance["model"]
+    # the provenance says what trained the models: this process, or Ray's cluster and its workers
+    assert local.game_.provenance["backend"] == {"name": "local", "workers": 1}
+    ran = on_ray.game_.provenance["backend"]
+    assert ran == on_ray.backend_ and ran["name"] == "ray" and ran["tasks"] == distributed.MIN_CHUNKS
+    assert ran["address"] == ray.get_runtime_context().gcs_address and ":" in ran["address"]
+    assert ran["nodes"] == 1 and 1 <= ran["workers"] <= ran["tasks"]
     # every chunk was stored: a rerun trains nothing
     again = ExhaustiveOracle(protocol=p, device="cpu", seed=3, backend="ray",
                              checkpoint=tmp_path / "ck.npz").fit(fed)
     assert again.chunks_trained_ == 0 and again.chunks_resumed_ == distributed.MIN_CHUNKS
+    assert again.backend_["tasks"] == again.backend_["workers"] == 0   # nothing ran on the cluster
     assert np.array_equal(again.values_val_, local.values_val_, equal_nan=True)
 
 
@@ -118,10 +125,15 @@ def test_reproduce_on_ray_equals_local(local_ray, tmp_path):
 
     def strip(x):
         if isinstance(x, dict):
-            return {k: strip(v) for k, v in x.items() if k not in ("elapsed_s", "compute_s", "files")}
+            return {k: strip(v) for k, v in x.items() if k not in ("elapsed_s", "compute_s", "files", "backend")}
         return [strip(v) for v in x] if isinstance(x, list) else x
 
     assert strip(a) == strip(b)
+    assert a["backend"] == {"name": "local", "workers": 1}
+    assert b["backend"]["name"] == "ray" and b["backend"]["tasks"] == 2 * 3 and b["backend"]["workers"] >= 1
+    # read back, nothing runs on Ray: the record says so rather than repeating what was asked for
+    c = reproduce("synthetic", tmp_path / "ray", backend="ray", **kw)
+    assert c["backend"] == {"name": "local", "workers": 1, "requested": "ray"} and strip(c) == strip(a)
 
 
 def test_cli_oracle_on_ray_resumes_after_the_driver_is_stopped(tmp_path):

@@ -1,4 +1,4 @@
-"""Early stopping of the round-based learners (SPEC §5, issue 18): one validation
+"""Early stopping of the round-based learners (docs/learners-personalized.md): one validation
 evaluation per round, the best round's models kept, the stopping step recorded."""
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def test_estimate_weights_and_options():
 
 
 def test_the_likelihood_is_a_sum_and_recovers_planted_groups():
-    """SPEC §5: ``p(D_i | φ_j) ∝ exp(−Σ_x ℓ)``.  The mean (a temperature of ``n_i``) merged two planted groups."""
+    """learners-personalized.md, Methods: ``p(D_i | φ_j) ∝ exp(−Σ_x ℓ)``.  The mean (a temperature of ``n_i``) merged two planted groups."""
     fed = blobs(sizes=(30,) * 9, groups=((0, 1, 2), (3, 4, 5), (6, 7, 8)), seed=1)
     full = dict(kw(40, (), batch_size=None, lr=0.05), seed=0)   # full batch: 40 steps
     planted = {0b000000111, 0b000111000, 0b111000000}

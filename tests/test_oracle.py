@@ -102,6 +102,11 @@ def test_oracle_game_sense_provenance_and_round_trip(tmp_path):
         assert np.allclose(back.values, o.game_.values, equal_nan=True)
         assert back.provenance["options"] == json.loads(json.dumps(prov["options"]))
     assert o.test_game_.provenance["split"] == "test"
+    assert prov["backend"] == o.backend_ == {"name": "local", "workers": 1}
+    # the closed form runs in this process whatever backend was asked for: the record says so
+    asked = ExhaustiveOracle(backend="ray").fit(fed)
+    assert asked.game_.provenance["backend"] == {"name": "local", "workers": 1, "requested": "ray"}
+    assert co.read_game(tmp_path / "g.json").provenance["backend"] == prov["backend"]
     bg = o.benefit_graph(0b111)
     assert set(bg.edges) == set(co.ExactOracle(o.game_).benefit_graph(0b111).edges)
 

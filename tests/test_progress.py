@@ -101,15 +101,17 @@ def test_steps_off_a_terminal_are_lines_once_the_job_is_long(clock):
     for k in range(1, 4):                             # slow steps: one line each, with the time so far
         clock.now += 2.5
         rounds(k, 3)
-    assert out.getvalue().splitlines() == ["rounds: 1/3 (2.5 s)", "rounds: 2/3 (5.0 s)", "rounds: 3/3 (7.5 s)"]
+    # with the rate and the time left at that rate (issue 36, item 6)
+    assert out.getvalue().splitlines() == ["rounds: 1/3 (2.5 s, 0.4/s, 5.0 s left)",
+                                           "rounds: 2/3 (5.0 s, 0.4/s, 2.5 s left)", "rounds: 3/3 (7.5 s, 0.4/s)"]
     out.truncate(0), out.seek(0)
     fast = StepProgress("epochs", out)
     for k in range(1, 42):                            # 0.25 s steps: one line a second, and the last
         clock.now += 0.25
         fast(k, 41)
     lines = out.getvalue().splitlines()
-    assert len(lines) == 11 and lines[0] == "epochs: 4/41 (1.0 s)" and lines[-2] == "epochs: 40/41 (10.0 s)"
-    assert lines[-1] == "epochs: 41/41 (10.2 s)"
+    assert len(lines) == 11 and lines[0] == "epochs: 4/41 (1.0 s, 4/s, 9.2 s left)"
+    assert lines[-2] == "epochs: 40/41 (10.0 s, 4/s, 0.2 s left)" and lines[-1] == "epochs: 41/41 (10.2 s, 4/s)"
 
 
 def test_steps_on_a_terminal_are_a_bar_then_one_line(clock, monkeypatch):
@@ -123,7 +125,41 @@ def test_steps_on_a_terminal_are_a_bar_then_one_line(clock, monkeypatch):
     assert out.getvalue().startswith("\rrounds  [##########..........]  50%  1/2")
     clock.now += 1.0
     step(2, 2)
-    assert out.getvalue().endswith("\rrounds: 2/2 (2.0 s)\n")
+    assert out.getvalue().startswith("\rrounds  [##########..........]  50%  1/2  1/s  ETA 1.0 s")
+    assert out.getvalue().endswith("\rrounds: 2/2 (2.0 s, 1/s)\n")
+
+
+def test_a_resumed_job_takes_its_rate_from_the_work_done_now(clock):
+    """A first report at once (a checkpoint's chunks) sets the origin; it is not work done in no time."""
+    from coalitions.learners.experiments.progress import StepProgress
+
+    out = io.StringIO()
+    step = StepProgress("chunks", out)
+    step(600, 1000)                                   # resumed: 600 units already done
+    for _ in range(4):
+        clock.now += 1.0
+        step(600 + 10 * round(clock.now - 100), 1000)
+    assert out.getvalue().splitlines()[-1] == "chunks: 640/1000 (4.0 s, 10/s, 36 s left)"
+
+
+def test_a_piece_on_a_terminal_shows_its_rate_and_eta(clock, monkeypatch):
+    monkeypatch.setattr(pg, "REDRAW_S", 0.0)
+    out = Terminal()
+    show = PieceProgress("[s] ", out)
+    show.progress("few-seed0: spo", 0, 1000)           # the piece starts: no rate yet
+    assert "/s" not in out.getvalue()
+    clock.now += 2.0
+    show.progress("few-seed0: spo", 100, 1000)
+    assert out.getvalue().endswith("  10%  100/1000  50/s  ETA 18 s")
+    show.progress("many-seed0: spo", 5, 1000)          # a new piece: a new rate
+    assert out.getvalue().rstrip().endswith("0%  5/1000")
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.44, "0.4 s"), (12.4, "12 s"), (185, "3 min 05 s"),
+                                               (7620, "2 h 07 min")])
+def test_durations_read_as_a_person_reads_them(seconds, text):
+    assert pg.duration(seconds) == text
+    assert pg.rate_text(0.25) == "0.25/s" and pg.rate_text(41.66) == "41.7/s" and pg.rate_text(1234.4) == "1,234/s"
 
 
 def test_cli_commands_write_step_lines_to_a_log(monkeypatch, tmp_path):

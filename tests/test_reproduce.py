@@ -276,7 +276,15 @@ def test_readme_commands_are_the_ones_tested():
     block = text.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
     assert len(block) == 2
     assert block[0].endswith("coalitions reproduce synthetic --quick -o results")
-    assert block[1] in (ROOT / ".ci" / "run").read_text()
+    run = (ROOT / ".ci" / "run").read_text()
+    assert block[1] in run
+    # ... once, inside a fresh virtual environment of its own, as a user who follows the README in a
+    # new venv runs it (the base interpreter's packages unseen: no --system-site-packages)
+    lines = [line.strip() for line in run.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    venv = next(i for i, line in enumerate(lines) if line.startswith("python -m venv "))
+    activate = next(i for i, line in enumerate(lines) if line.startswith(". ") and "/bin/activate" in line)
+    assert "--system-site-packages" not in lines[venv] and venv < activate < lines.index(block[1])
+    assert run.count("python -m pytest") == 1
 
 
 def test_an_interrupt_says_how_to_resume(tmp_path, capsys, monkeypatch):

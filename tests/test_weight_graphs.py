@@ -40,7 +40,7 @@ def groups():
     return load("synthetic", samples=100, rho=0.01, val=100, test=100, seed=0)
 
 
-#: FedeRiCo's likelihood posterior (the sum of per-sample losses, SPEC §5) is one-hot after the
+#: FedeRiCo's likelihood posterior (the sum of per-sample losses, docs/learners-personalized.md) is one-hot after the
 #: first round: on this federation clients 0, 1, 2 adopt one model together and stay locked on it
 #: (the 800-sample sum turns small loss gaps into certainty, and the models nobody uses stop
 #: training); the mean (a temperature of n_i) gives no edge.  Kept visible as a known behaviour of

@@ -1,6 +1,6 @@
 """Hypothesis strategies for games, planted games, partitions and estimates (docs/testing.md).
 
-Import this module only in tests: it imports hypothesis (the ``test`` extra), which the rest
+Import this module only in tests: it imports hypothesis (the ``testing`` extra), which the rest
 of :mod:`coalitions.testing` never does.  Every strategy draws a *valid* object (a
 :class:`~coalitions.game.Game` always builds) and shrinks toward a small, simple one: fewer
 clients first, then values toward 0 (tied games) or toward one seed (continuous games).

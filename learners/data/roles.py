@@ -1,4 +1,4 @@
-"""Data roles: the rows that train, the rows that tune and the rows that score (issue 31, SPEC §5).
+"""Data roles: the rows that train, the rows that tune and the rows that score (docs/learners-protocol.md#data-roles).
 
 A model's learning rate (the protocol's ``lr_grid``) and its stopping step (``patience``) are
 *chosen*; a choice made on the rows that then score the game is scored optimistically, the more so

@@ -275,6 +275,10 @@ class Reproduction:
     plot_hint: str | None = None
     #: Per regime: the training protocol and each method's matched budget (catalogue.budget_record).
     budget: dict | None = None
+    #: What ran the pieces trained in this call (not the backend asked for): ``{"name": "local",
+    #: "workers": 1}`` or Ray's ``{"name": "ray", "address", "nodes", "workers", "tasks"}``
+    #: (:func:`coalitions.learners.distributed.run_tasks`); ``None`` in files written before it was recorded.
+    backend: dict | None = None
 
     def to_json(self) -> dict:
         out = {"format": RESULTS_FORMAT, "experiment": self.experiment, "title": self.title,
@@ -287,6 +291,8 @@ class Reproduction:
             out["plot_hint"] = self.plot_hint
         if self.budget is not None:
             out["budget"] = self.budget
+        if self.backend is not None:
+            out["backend"] = self.backend
         return out
 
     @classmethod
@@ -300,7 +306,7 @@ class Reproduction:
                    regimes=[RegimeResult.from_json(r) for r in data["regimes"]],
                    elapsed_s=data.get("elapsed_s", 0.0), compute_s=data.get("compute_s", 0.0),
                    compute_complete=data.get("compute_complete", True), figures=list(data.get("figures", [])),
-                   plot_hint=data.get("plot_hint"), budget=data.get("budget"))
+                   plot_hint=data.get("plot_hint"), budget=data.get("budget"), backend=data.get("backend"))
 
 
 def read_results(path: str | os.PathLike) -> Reproduction:

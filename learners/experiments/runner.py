@@ -142,6 +142,10 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
         raise InputError(f"--backend must be local or ray, got {backend!r}")
     start = time.perf_counter()
     fresh: set = set()
+    # what ran the pieces, not what was asked for: Ray's record when it ran any (results.json, "backend")
+    ran: dict = {"name": "local", "workers": 1}
+    if backend != "local":
+        ran["requested"] = backend
     if backend == "ray":
         from coalitions.learners.distributed import reproduce_pieces
 
@@ -149,8 +153,10 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
                 for what in (["exact"] if exp.oracle is not None else []) + list(methods)
                 if not all(f.exists() for f in _files(runs_dir / f"{regime.name}-seed{seed}", what,
                                                       what == "exact" and bool((exp.oracle or {}).get("loss_game"))))]
-        fresh = reproduce_pieces(exp, quick, todo, runs_dir, device, log, compute_named_piece, store_piece,
-                                 _done_line, address=address)
+        fresh, record = reproduce_pieces(exp, quick, todo, runs_dir, device, log, compute_named_piece, store_piece,
+                                         _done_line, address=address)
+        if record is not None:
+            ran = record
     from coalitions.learners.training.engine import resolve_device
 
     results = Reproduction(
@@ -158,7 +164,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
         seeds=list(seeds), methods=list(methods), method_options={m: settings.options_for(m) for m in methods},
         oracle=({**exp.oracle, **(exp.quick_oracle if quick else {})} if exp.oracle is not None else None),
         published=exp.published,
-        notes=exp.notes, regimes=[])
+        notes=exp.notes, regimes=[], backend=ran)
     budgets: dict = {}
     for regime in exp.regimes:
         runs: list[Run] = []

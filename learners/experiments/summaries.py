@@ -2,7 +2,7 @@
 
 Pure functions from trained pieces (games, estimates) to the typed records of
 :mod:`.results`: the exact game's CE and its test metrics (:func:`exact_summary`), a
-learner's comparison with the exact game (:func:`_method_summary`), the per-regime summary
+learner's comparison with the exact game (``_method_summary``), the per-regime summary
 table over seeds (:func:`summarize`), the seed-level statistics (:func:`regime_statistics`)
 and the threshold sensitivity (:func:`sensitivity_summary`).
 """

@@ -125,7 +125,7 @@ def _takes_info(callback) -> bool:
 
 # --------------------------------------------------------------------------- the contract
 class EarlyStop:
-    """Patience on a validation loss evaluated once per round (SPEC §5).
+    """Patience on a validation loss evaluated once per round (docs/learners-personalized.md#early-stopping-patience).
 
     ``update(loss)`` returns whether ``loss`` is the best so far (strictly lower);
     ``stopped`` turns true once ``patience`` consecutive evaluations have not
@@ -272,7 +272,8 @@ class PersonalizedLearner(Learner):
         ``protocol.local_steps`` steps (a method with its own floor, FedAMP's
         ``local_steps``, takes the larger); each optimised part of a site keeps one
         optimiser state and one schedule over the whole budget.  Early stopping
-        (SPEC §5): with ``protocol.patience``, after every round the mean over clients
+        (docs/learners-personalized.md#early-stopping-patience): with ``protocol.patience``,
+        after every round the mean over clients
         of each client's validation loss is evaluated once; training stops when it has
         not improved for ``patience`` consecutive rounds, and the models kept are those
         of the round with the lowest validation loss.  With ``protocol.tune_split`` that
@@ -610,7 +611,7 @@ class PersonalizedLearner(Learner):
         ``server_step(site_step(state))``: every client's site step, batched over
         the stacked clients, then the server's aggregation of what they upload;
         over Flower one generic strategy and one site handler call the same two
-        functions (:mod:`coalitions.learners.federated.personal.engine`).
+        functions (``coalitions.learners.federated.personal.engine``).
         """
         state, info = self.site_step(state, r, rng)
         return self.server_step(state, r), info

@@ -260,7 +260,7 @@ class FedAMP(PersonalizedLearner):
     def message_passing(self, params: dict) -> tuple[torch.Tensor, dict]:
         """The server's half of a round: ``ξ`` from the stacked models and every cloud model ``u_i = Σ_j ξ_ij w_j``.
 
-        Public so that the federated strategy (:mod:`coalitions.learners.federated.personal`)
+        Public so that the federated strategy (``coalitions.learners.federated.personal``, docs/federated.md)
         runs this very step on the models the sites upload.
         """
         W = flatten(params)

@@ -12,7 +12,7 @@ explains its data.  Each round ``t``:
 2. **E-step**: for the sampled ``j`` and itself, ``ℓ_ij = ℓ(φ_j; D_i)``, the
    negative log-likelihood of client ``i``'s whole training split,
    ``p(D_i | φ_j) ∝ exp(−ℓ_ij)``: the *sum* of the per-sample losses
-   (``likelihood="sum"``, the default, SPEC §5; ``"mean"`` divides by ``n_i``,
+   (``likelihood="sum"``, the default, docs/learners-personalized.md#methods; ``"mean"`` divides by ``n_i``,
    a temperature of ``n_i`` that flattens the posterior), and
    ``L̂_ij ← (1 − β)·L̂_ij + β·ℓ_ij``;
    then, by default (``accumulate=False``), the prior stays uniform and

@@ -14,7 +14,7 @@ archive (no pickle) holding
   numbers or strings: the tree's skeleton as JSON, every array or tensor as its
   own member (tensors come back as tensors, on the caller's device);
 * ``meta``: JSON-ready notes (a loss history, the engine chosen);
-* ``checksum``: SHA-256 of all of the above (:func:`_checksum`), so that a
+* ``checksum``: SHA-256 of all of the above (``_checksum``), so that a
   checkpoint re-saved with edited values is refused instead of resumed from.
 
 Reading it back, every fault of the content -- a string or object array where

@@ -14,7 +14,7 @@ optimiser, the learning-rate schedule, the batch and the **budget in gradient
 steps per client**.  The exhaustive oracle (:class:`coalitions.learners.exact.ExhaustiveOracle`),
 Local and FedAvg (:mod:`coalitions.learners.methods.baselines`) take it as
 ``protocol=``, and the ``reproduce`` catalogue derives every method's options
-from one protocol per experiment (:func:`coalitions.learners.experiments.catalogue`).
+from one protocol per experiment (:mod:`coalitions.learners.experiments.catalogue`).
 
 What "the same" means
     A model trained on one data set ``D`` (a subset's union in the exact game,

@@ -1,4 +1,6 @@
-"""Every column's learning rate chosen on validation from one fixed grid (issue 18, SPEC §5).
+"""Every column's learning rate chosen on validation from one fixed grid.
+
+docs/learners-protocol.md#every-columns-learning-rate-chosen-on-validation-from-one-grid says why and how.
 
 Personalised-FL benchmarks give every method the same tuning budget: the same
 grid of learning rates, each rate trained once under the same step budget, and

