@@ -190,8 +190,8 @@ class Uncertainty:
         >>> import numpy as np
         >>> from coalitions.game import Game
         >>> g = Game.from_array(np.array([[np.nan, 1.0, np.nan, 1.0], [np.nan, np.nan, 1.0, 1.0]]))
-        >>> u = Uncertainty.from_se(g, np.full((2, 4), 0.1))
-        >>> [round(float(c), 3) for c in u.critical(1.96)]      # 2 comparisons, one per client
+        >>> u = Uncertainty.from_se(g, np.full((2, 4), 0.1), family="game")
+        >>> [round(float(c), 3) for c in u.critical(1.96)]      # 2 comparisons, one per client (Šidák)
         [2.237, 2.237]
         >>> u.with_family("comparison").critical(1.96).tolist()
         [1.96, 1.96]
