@@ -375,27 +375,42 @@ def _learned_graph(e: Estimate, path: str, within: str | None, fmt: str) -> str:
 @click.argument("game_file", metavar="GAME", type=INPUT)
 @with_common
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--allow-different-data", is_flag=True, default=False,
+              help="Compare even when ESTIMATE and GAME record different data (data set, loader options, split "
+                   "seed); the output records what differed.")
 @click.option("-o", "--output", type=OUTPUT, help="Write here instead of stdout.")
-def compare_cmd(estimate_file, game_file, semantics, tol, z, family, fmt, output):
+def compare_cmd(estimate_file, game_file, semantics, tol, z, family, fmt, allow_different_data, output):
     """Score a learned ESTIMATE against the exact GAME (same client names).
 
     Edge precision / recall / F1 of BG(all), the share of exact OCS, whether the
     equilibria coincide, their adjusted Rand index, and each client's regret
     (exact payoff in the exact CE minus exact payoff in the learned CE).
+    Both files must record the same data (data set, loader options, split seed)
+    unless --allow-different-data; a file that records none (hand-written) is
+    compared as given, and the output says so.
     """
-    from coalitions.compare import compare, compare_text
+    from coalitions.compare import compare, compare_text, data_check
     from coalitions.estimate import read_estimate
 
     est = read_estimate(estimate_file)
     game, _, tol, z = read_game_tol(game_file, tol, z, family, what="compare (as its GAME)")
+    check = data_check(est, game)
+    if check.differences and not allow_different_data:
+        raise co.InputError(f"{estimate_file} vs {game_file}: different data: {check.describe()} "
+                            "(--allow-different-data compares anyway)")
     try:
         res = compare(est, game, semantics, tol, z=z)
     except co.InputError as e:
         raise co.InputError(f"{estimate_file} vs {game_file}: {e}") from None
     except co.NoEquilibrium as e:
         raise Negative(f"{game_file}: {e}") from None
+    data = {**check.to_json(), "allowed_different": bool(check.differences)}
+    if check.differences:
+        click.echo(f"coalitions: warning: {estimate_file} vs {game_file}: different data, compared anyway: "
+                   f"{check.describe()}", err=True)
     if fmt == "json":
         emit(cio.write_json({"format": "coalitions/comparison@1", "estimate": str(estimate_file),
-                             "game": str(game_file), "method": est.method, **res}, None), output)
+                             "game": str(game_file), "method": est.method, **res, "data": data}, None), output)
     else:
-        emit(f"{est.method} estimate {estimate_file} vs exact game {game_file}\n" + compare_text(res), output)
+        emit(f"{est.method} estimate {estimate_file} vs exact game {game_file}\n"
+             + compare_text({**res, "data": data}), output)

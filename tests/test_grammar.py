@@ -8,6 +8,7 @@ from conftest import EXAMPLES
 
 import coalitions as co
 from coalitions import cli
+from coalitions.compare import DataCheck, data_check, data_record
 from coalitions.estimate import Estimate, write_estimate
 from coalitions.graph import BenefitGraph
 
@@ -221,3 +222,72 @@ def test_a_learned_estimate_from_learn_solves_and_exports(capsys, tmp_path):
     assert run(capsys, "graph", est, "--format", "graphml", "-o", tmp_path / "g.graphml")[0] == 0
     g = nx.read_graphml(tmp_path / "g.graphml")
     assert sorted(g.nodes, key=int) == [str(i) for i in range(6)] and g.graph["learned_by"] == "local"
+
+
+# ---------------------------------------------------------------------------- compare checks provenance
+def test_data_check_is_pure_and_names_each_difference():
+    game = co.Game.from_mapping(["a", "b", "c"], VALUES, "max",
+                                {"dataset": "synthetic", "options": {"clients": 3, "samples": 10, "rho": 0.1,
+                                                                     "seed": 0}})
+    check = data_check(make_estimate(), game)
+    assert check.checked and not check.same
+    assert check.describe() == "samples 1000 vs 10, rho 1 vs 0.1, seed 7 vs 0"
+    assert check.to_json()["differences"][0] == {"field": "samples", "estimate": 1000, "game": 10}
+    assert data_check(make_estimate(dataset="heart"), game).differences[0] == ("dataset", "heart", "synthetic")
+
+
+def test_data_check_reads_equal_options_as_equal():
+    options = {"clients": 3, "samples": 1000, "rho": 1, "seed": 7, "flipped": [1, 2], "val": None}
+    game = co.Game.from_mapping(["a", "b", "c"], VALUES, "max", {"dataset": "synthetic", "options": options})
+    assert data_check(make_estimate({**DATA, "flipped": (1, 2)}), game).same    # 1 == 1.0, a tuple == its list
+    assert data_check(make_estimate({**DATA, "flipped": [1, 2], "other": 1}), game).describe() == "other 1 vs none"
+
+
+def test_data_check_of_files_without_provenance():
+    plain = co.Game.from_mapping(["a", "b", "c"], VALUES)
+    assert data_record(plain) is None and data_record(make_estimate(None)) is None
+    assert data_check(make_estimate(), plain) == DataCheck(("game",), ())
+    assert data_check(make_estimate(None), plain).unrecorded == ("estimate", "game")
+    assert not data_check(make_estimate(), plain).checked
+
+
+def test_compare_refuses_different_data_in_one_line(capsys, tmp_path, est):
+    game = game_file(tmp_path, {"dataset": "synthetic", "options": {**DATA, "samples": 10, "rho": 0.1, "seed": 0}})
+    rc, out, err = run(capsys, "compare", est, game)
+    assert rc == 2 and out == ""
+    assert one_line(err) == (f"coalitions: error: {est} vs {game}: different data: samples 1000 vs 10, rho 1 vs 0.1, "
+                             "seed 7 vs 0 (--allow-different-data compares anyway)")
+
+
+def test_compare_refuses_another_dataset(capsys, tmp_path, est):
+    game = game_file(tmp_path, {"dataset": "heart", "options": DATA})
+    rc, _, err = run(capsys, "compare", est, game)
+    assert rc == 2 and "different data: dataset synthetic vs heart" in one_line(err)
+
+
+def test_allow_different_data_compares_and_records_it(capsys, tmp_path, est):
+    game = game_file(tmp_path, {"dataset": "synthetic", "options": {**DATA, "seed": 0}})
+    rc, out, err = run(capsys, "compare", est, game, "--allow-different-data", "--format", "json")
+    assert rc == 0 and "different data, compared anyway: seed 7 vs 0" in one_line(err)
+    data = json.loads(out)["data"]
+    assert data["allowed_different"] is True and data["same"] is False and data["checked"] is True
+    assert data["differences"] == [{"field": "seed", "estimate": 7, "game": 0}]
+    rc, out, _ = run(capsys, "compare", est, game, "--allow-different-data")
+    assert rc == 0 and "data     DIFFERENT (compared anyway, --allow-different-data): seed 7 vs 0" in out
+
+
+def test_compare_on_the_same_data_says_it_checked(capsys, tmp_path, est):
+    game = game_file(tmp_path, {"dataset": "synthetic", "options": DATA})
+    rc, out, _ = run(capsys, "compare", est, game)
+    assert rc == 0 and "data     the same data set and options (checked)" in out
+    rc, out, _ = run(capsys, "compare", est, game, "--format", "json")
+    assert json.loads(out)["data"] == {"checked": True, "same": True, "unrecorded": [], "differences": [],
+                                       "allowed_different": False}
+
+
+def test_compare_without_provenance_compares_as_before_and_says_so(capsys, tmp_path, est):
+    rc, out, err = run(capsys, "compare", est, game_file(tmp_path))
+    assert rc == 0 and err == ""
+    assert "data     not checked: the game records no data set" in out and "edges    precision 1.000" in out
+    rc, out, _ = run(capsys, "compare", est, game_file(tmp_path), "--format", "json")
+    assert json.loads(out)["data"]["unrecorded"] == ["game"]
