@@ -31,6 +31,7 @@ from .axioms import (
 from .brute_force import equilibria
 from .equilibrium import Certificate, Equilibrium, certify, solve
 from .errors import InputError, NoEquilibrium
+from .estimate import Estimate, read_estimate
 from .game import Game
 from .graph import BenefitGraph, ExactOracle
 from .io import read_game, write_game
@@ -50,5 +51,5 @@ __all__ = [
     "source_components", "peel", "peel_oracle", "Peeling", "solve", "certify", "Equilibrium",
     "Certificate", "equilibria", "inner_agreement", "outer_agreement", "individual_rationality",
     "nash_stability", "individual_stability", "strict_core", "all_checks", "AxiomReport",
-    "Violation", "parse_partition", "format_partition", "InputError", "NoEquilibrium",
+    "Violation", "parse_partition", "format_partition", "InputError", "NoEquilibrium", "Estimate", "read_estimate",
 ]

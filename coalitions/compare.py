@@ -28,6 +28,11 @@ Metrics (clients matched by name):
   Positive: the learned equilibrium costs the client; negative: it gains (only
   possible when another client pays for it).
 
+Before scoring, :func:`data_check` says whether the two sides were measured on the same data:
+the data set and its loader options (samples, rho, the split seed, ...) that each records, the
+estimate in ``config.dataset`` / ``config.data_options``, the game in ``provenance.dataset`` /
+``provenance.options``.
+
 Examples
 --------
 >>> adjusted_rand_index([0, 0, 1, 1], [0, 0, 1, 1])
@@ -38,7 +43,9 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +58,8 @@ from .noise import resolve_z
 from .numbers import finite
 from .payoffs import check_semantics, payoff_table
 
-__all__ = ["compare", "adjusted_rand_index", "edge_scores", "compare_text", "KEYS"]
+__all__ = ["compare", "adjusted_rand_index", "edge_scores", "compare_text", "KEYS", "DataCheck", "data_check",
+           "data_record"]
 
 #: The keys ``compare --format json`` always has.
 KEYS = ("edge_precision", "edge_recall", "edge_f1", "ocs_exact", "same_partition", "ari", "regret")
@@ -231,12 +239,136 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     }
 
 
+def data_record(obj) -> dict | None:
+    """The data an estimate or a game records having been measured on: ``{"dataset", "options"}``, or None.
+
+    An :class:`~coalitions.estimate.Estimate` records it in ``config`` (``dataset``,
+    ``data_options``), a :class:`~coalitions.game.Game` in its provenance (``dataset``,
+    ``options``), as ``coalitions learn``, ``oracle`` and ``federate`` write them.  A
+    hand-written or generated file records none.
+    """
+    if isinstance(obj, Game):
+        record, key = obj.provenance or {}, "options"
+    else:
+        record, key = getattr(obj, "config", None) or {}, "data_options"
+    dataset, options = record.get("dataset"), record.get(key)
+    if dataset is None and options is None:
+        return None
+    return {"dataset": dataset, "options": dict(options) if isinstance(options, Mapping) else {}}
+
+
+def _shown(x: Any) -> str:
+    if x is None:
+        return "none"
+    if isinstance(x, bool):
+        return str(x).lower()
+    if isinstance(x, float):
+        return f"{x:g}"
+    if isinstance(x, (list, tuple)):
+        return ",".join(map(_shown, x)) or "[]"
+    return str(x)
+
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class DataCheck:
+    """Whether an estimate and a game were measured on the same data (:func:`data_check`).
+
+    Attributes
+    ----------
+    unrecorded : tuple of str
+        ``"estimate"`` and/or ``"game"``: the sides that record no data (nothing to check).
+    differences : tuple of (str, object, object)
+        ``(field, estimate's value, game's value)`` for the data set and every loader option that
+        differs; a value one side does not record is ``None`` there.
+    """
+
+    unrecorded: tuple[str, ...]
+    differences: tuple[tuple[str, Any, Any], ...]
+
+    @property
+    def checked(self) -> bool:
+        """Both sides record their data, so they were compared."""
+        return not self.unrecorded
+
+    @property
+    def same(self) -> bool:
+        """Both record their data, and it is the same."""
+        return self.checked and not self.differences
+
+    def describe(self) -> str:
+        """``samples 1000 vs 10, rho 1 vs 0.1, seed 7 vs 0`` (estimate's value first)."""
+        return ", ".join(f"{k} {_shown(a)} vs {_shown(b)}" for k, a, b in self.differences)
+
+    def to_json(self) -> dict:
+        return {"checked": self.checked, "same": self.same, "unrecorded": list(self.unrecorded),
+                "differences": [{"field": k, "estimate": a, "game": b} for k, a, b in self.differences]}
+
+
+def data_check(estimate, game: Game) -> DataCheck:
+    """Compare the data an estimate and a game record (:func:`data_record`): data set and loader options.
+
+    Pure: reads the two records, trains and loads nothing.  A side without a record is listed in
+    :attr:`DataCheck.unrecorded` and nothing is compared.  The options are compared key by key
+    (the split seed is the option ``seed``); an option one side does not record differs.
+
+    Examples
+    --------
+    >>> g = Game.from_mapping(["a"], {"a": {"a": 1.0}}, "max",
+    ...                       {"dataset": "synthetic", "options": {"samples": 10, "seed": 0}})
+    >>> class E: config = {"dataset": "synthetic", "data_options": {"samples": 1000, "seed": 7}}
+    >>> data_check(E(), g).describe()
+    'samples 1000 vs 10, seed 7 vs 0'
+    """
+    mine, theirs = data_record(estimate), data_record(game)
+    unrecorded = tuple(side for side, r in (("estimate", mine), ("game", theirs)) if r is None)
+    if mine is None or theirs is None:
+        return DataCheck(unrecorded, ())
+    diff = []
+    if mine["dataset"] != theirs["dataset"]:
+        diff.append(("dataset", mine["dataset"], theirs["dataset"]))
+    a, b = mine["options"], theirs["options"]
+    for key in list(a) + [k for k in b if k not in a]:
+        x, y = a.get(key, _MISSING), b.get(key, _MISSING)
+        if _normal(x) != _normal(y):
+            diff.append((str(key), None if x is _MISSING else x, None if y is _MISSING else y))
+    return DataCheck((), tuple(diff))
+
+
+def _normal(x: Any) -> Any:
+    """Equal data options compare equal whatever JSON made of them (a tuple read back as a list, 1 as 1.0)."""
+    if isinstance(x, (list, tuple)):
+        return tuple(_normal(v) for v in x)
+    if x is _MISSING:
+        return None  # not recorded reads as not set
+    if isinstance(x, bool):
+        return x
+    if isinstance(x, (int, float)):
+        return float(x)
+    return x
+
+
+def data_text(data: Mapping[str, Any]) -> str:
+    """The ``data`` line of :func:`compare_text` for a :meth:`DataCheck.to_json` record."""
+    if data.get("unrecorded"):
+        sides = " and ".join(f"the {s}" for s in data["unrecorded"])
+        return (f"data     not checked: {sides} record{'s' if len(data['unrecorded']) == 1 else ''} no data set "
+                "(a hand-written or generated file); compared as given")
+    if data.get("differences"):
+        shown = ", ".join(f"{d['field']} {_shown(d['estimate'])} vs {_shown(d['game'])}" for d in data["differences"])
+        return f"data     DIFFERENT (compared anyway, --allow-different-data): {shown}"
+    return "data     the same data set and options (checked)"
+
+
 def compare_text(result: dict) -> str:
     """A short human-readable report of :func:`compare`'s result."""
     def part(p):
         return " | ".join(",".join(b) for b in p)
 
-    lines = [
+    lines = [data_text(result["data"])] if "data" in result else []
+    lines += [
         f"edges    precision {result['edge_precision']:.3f}  recall {result['edge_recall']:.3f}  "
         f"F1 {result['edge_f1']:.3f}  ({len(result['edges_learned'])} learned, "
         f"{len(result['edges_exact'])} exact)",

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from coalitions import io as cio
 from coalitions.bitmask import mask_of, members
 from coalitions.errors import InputError
 from coalitions.game import check_client_names
@@ -46,10 +47,16 @@ from coalitions.numbers import to_float
 from coalitions.oracles import check_weights
 from coalitions.peeling import Peeling, peel_oracle
 
-__all__ = ["ESTIMATE_FORMAT", "MAX_ESTIMATE_CLIENTS", "Estimate", "estimate_to_json", "estimate_from_json", "read_estimate",
-           "write_estimate", "build_estimate"]
+__all__ = ["ESTIMATE_FORMAT", "LEARNED_EQUILIBRIUM_FORMAT", "NOT_CERTIFIED", "MAX_ESTIMATE_CLIENTS", "Estimate",
+           "estimate_to_json", "estimate_from_json", "read_estimate", "write_estimate", "build_estimate",
+           "learned_equilibrium_to_json", "read_game_or_estimate"]
 
 ESTIMATE_FORMAT = "coalitions/estimate@1"
+#: ``coalitions solve ESTIMATE --format json``: the learned partition and graph, never certified.
+LEARNED_EQUILIBRIUM_FORMAT = "coalitions/learned-equilibrium@1"
+#: Why an estimate's partition carries no certificate (``coalitions solve ESTIMATE``).
+NOT_CERTIFIED = ("not certified: an estimate holds no coalition values, only the learner's benefit graph; "
+                 "certify on the exact game (coalitions oracle), or score the estimate against it (coalitions compare)")
 #: Most clients an estimate may have (docs/formats.md): its benefit graph and weight matrix hold N^2
 #: entries, 16.8 million at this limit, which the reader checks in about 10 s on one core.
 MAX_ESTIMATE_CLIENTS = 4096
@@ -146,6 +153,22 @@ class Estimate:
         """The learned equilibrium as lists of names."""
         return [self.names(k) for k in self.partition]
 
+    def round_of(self) -> list[int]:
+        """The peeling round (1-based) that placed each client in its coalition."""
+        out = [0] * self.n
+        for r, ks in enumerate(self.rounds, start=1):
+            for k in ks:
+                for i in members(k):
+                    out[i] = r
+        return out
+
+    def to_networkx(self):
+        """The clients with their coalition and round, and ``BG(all)``'s edges, as a :class:`networkx.DiGraph`
+        (see :func:`coalitions.networks.estimate_to_networkx`)."""
+        from coalitions.networks import estimate_to_networkx
+
+        return estimate_to_networkx(self)
+
 
 def _check_partition_masks(partition, rounds, clients) -> None:
     n = len(clients)
@@ -182,6 +205,31 @@ def estimate_to_json(e: Estimate) -> dict:
         "rounds": [[e.names(k) for k in r] for r in e.rounds],
         "planted_groups": None if e.planted_groups is None else [list(g) for g in e.planted_groups],
         "extra": dict(e.extra),
+    }
+
+
+def learned_equilibrium_to_json(e: Estimate) -> dict:
+    """``coalitions/learned-equilibrium@1``: the estimate's partition, its peeling rounds and ``BG(all)``.
+
+    The keys that ``coalitions/equilibrium@1`` shares with it mean the same; there are no payoffs
+    and ``certificate`` is null (:data:`NOT_CERTIFIED` says why).  ``utilities`` are the learner's
+    own validation and test metric per client, in raw metric units.
+    """
+    first = sorted(e.partition, key=lambda k: k & -k)  # coalitions ordered by their first client
+    return {
+        "format": LEARNED_EQUILIBRIUM_FORMAT,
+        "learned": True,
+        "method": e.method,
+        "clients": list(e.clients),
+        "partition": [e.names(k) for k in first],
+        "rounds": [[e.names(k) for k in sorted(r, key=lambda k: k & -k)] for r in e.rounds],
+        "found_by": "peeling the learned benefit graph",
+        "benefit_graphs": [benefit_graph_to_json(e.benefit_graph)],
+        "metric": e.metric,
+        "sense": e.sense,
+        "utilities": {part: {c: _num(e.utilities[part][c]) for c in e.clients} for part in ("val", "test")},
+        "certificate": None,
+        "not_certified": NOT_CERTIFIED,
     }
 
 
@@ -336,6 +384,31 @@ def read_estimate(path: str | os.PathLike) -> Estimate:
         return estimate_from_json(data)
     except InputError as err:
         raise InputError(f"{path}: {err}") from None
+
+
+def read_game_or_estimate(path: str | os.PathLike):
+    """A game file's ``(game, replicates)``, or the :class:`~coalitions.estimate.Estimate` a file holds.
+
+    What the game commands read: a ``coalitions/game@1`` or ``@2`` game (JSON or ``.npz``) or a
+    learned ``coalitions/estimate@1`` (an :class:`Estimate`: its benefit graph and partition, no
+    values), told apart by the ``"format"`` field; the JSON is parsed once.  Errors are
+    :class:`InputError` naming the file.
+    """
+    if str(path).endswith(".npz"):
+        return cio.read_game_replicates(path)
+    try:
+        data = read_json(path)
+        fmt = data.get("format")
+        if fmt == ESTIMATE_FORMAT:
+            return estimate_from_json(data)
+        if fmt not in cio.GAME_FORMATS:
+            expected = " or ".join(map(repr, (*cio.GAME_FORMATS, ESTIMATE_FORMAT)))
+            raise InputError(f"unknown format {fmt!r} (expected {expected})")
+        return cio._game_of(data)
+    except MemoryError:
+        raise InputError(f"{path}: out of memory building the game") from None
+    except InputError as e:
+        cio._named(path, e)
 
 
 # --------------------------------------------------------------------------- from a fitted learner

@@ -426,18 +426,27 @@ def read_game_replicates(path: str | os.PathLike) -> tuple[Game, Replicates | No
     try:
         if str(path).endswith(".npz"):
             return _read_npz(path)
-        data = read_json(path, GAME_FORMAT)
-        game = game_from_json(data)
-        reps = replicates_from_json(data, game)
-        se = _se_from_json(data, game) if "se" in data else None
-        return uncertain_game(game, reps, se, str(data["format"])), reps
+        return _game_of(read_json(path, GAME_FORMAT))
     except MemoryError:
         raise InputError(f"{path}: out of memory building the game") from None
     except InputError as e:
-        msg = str(e)
-        if msg.startswith(f"{path}: "):
-            raise
-        raise InputError(f"{path}: {msg}") from None
+        _named(path, e)
+
+
+def _game_of(data: Mapping[str, Any]) -> tuple[Game, Replicates | None]:
+    """The game and replicates of a parsed ``coalitions/game@1`` or ``@2`` object."""
+    game = game_from_json(data)
+    reps = replicates_from_json(data, game)
+    se = _se_from_json(data, game) if "se" in data else None
+    return uncertain_game(game, reps, se, str(data["format"])), reps
+
+
+def _named(path, e: InputError) -> NoReturn:
+    """``e`` again, its message starting with the file name."""
+    msg = str(e)
+    if msg.startswith(f"{path}: "):
+        raise e
+    raise InputError(f"{path}: {msg}") from None
 
 
 def _values_json(game: Game, raw: np.ndarray) -> dict:

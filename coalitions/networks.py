@@ -23,7 +23,7 @@ import re
 from .bitmask import members
 from .errors import InputError
 
-__all__ = ["benefit_graph_to_networkx", "equilibrium_to_networkx", "graphml", "NETWORKX_HINT"]
+__all__ = ["benefit_graph_to_networkx", "equilibrium_to_networkx", "estimate_to_networkx", "graphml", "NETWORKX_HINT"]
 
 NETWORKX_HINT = "networkx is not installed: pip install 'collaboration-equilibrium[graph]'"
 
@@ -95,6 +95,35 @@ def equilibrium_to_networkx(eq):
                          mau=float(mau[i]))
     if eq.graphs:
         _add_edges(out, eq.graphs[0])
+    return out
+
+
+def estimate_to_networkx(estimate):
+    """A learned estimate's equilibrium as a :class:`networkx.DiGraph` over all clients.
+
+    Parameters
+    ----------
+    estimate : coalitions.estimate.Estimate
+
+    Returns
+    -------
+    networkx.DiGraph
+        Node attributes: ``coalition`` (index of the client's coalition, coalitions ordered by
+        their first client), ``round`` (the peeling round that placed it), ``ocs_size`` and
+        ``ambiguous`` as in :func:`benefit_graph_to_networkx`.  Edges: the learned ``BG(all)``.
+        Graph attributes: ``learned`` (true), ``method``, ``found_by`` and ``certified``
+        (``"unavailable"``: an estimate holds no values to certify against).
+    """
+    nx = _networkx()
+    bg, names = estimate.benefit_graph, estimate.clients
+    out = nx.DiGraph(learned=True, method=estimate.method, found_by="peeling the learned benefit graph",
+                     certified="unavailable")
+    rnd, ocs = estimate.round_of(), dict(bg.collaborators)
+    for b, k in enumerate(sorted(estimate.partition, key=lambda k: k & -k)):
+        for i in members(k):
+            out.add_node(names[i], coalition=b, round=int(rnd[i]), ocs_size=len(members(ocs.get(i, 0))),
+                         ambiguous=i in bg.ambiguous)
+    _add_edges(out, bg)
     return out
 
 

@@ -13,7 +13,8 @@ from .bitmask import members
 from .contribution import benefits, contributions, total_contributions
 
 __all__ = ["table", "equilibrium_text", "equilibrium_dot", "graph_text", "graph_dot",
-           "report_text", "fmt", "carries_text", "support_text", "certificate_text"]
+           "report_text", "fmt", "carries_text", "support_text", "certificate_text", "learned_equilibrium_text",
+           "learned_equilibrium_dot"]
 
 
 def fmt(x: float) -> str:
@@ -199,6 +200,44 @@ def equilibrium_dot(eq) -> str:
         lines.append("  }")
     if eq.graphs:
         lines += _graph_lines(eq.graphs[0])
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def learned_equilibrium_text(estimate, source: str = "") -> str:
+    """An estimate's partition (clearly learned, not certified), each client's metric, and ``BG(all)``."""
+    from .estimate import NOT_CERTIFIED
+
+    e, names = estimate, estimate.clients
+    blocks = sorted(e.partition, key=lambda k: k & -k)
+    where = {i: k for k in blocks for i in members(k)}
+    rnd = e.round_of()
+    util = e.utilities
+    rows = [(c, ",".join(names[j] for j in members(where[i])), rnd[i] or "-", fmt(util["val"][c]),
+             fmt(util["test"][c])) for i, c in enumerate(names)]
+    of = f" {source}" if source else ""
+    head = (f"Learned collaboration equilibrium (estimate{of}, method {e.method}), found by peeling the learned "
+            "benefit graph: " + " | ".join(",".join(names[j] for j in members(k)) for k in blocks))
+    better = "higher" if e.sense == "max" else "lower"
+    return "\n".join([head, NOT_CERTIFIED, "",
+                      table(["client", "coalition", "round", f"val {e.metric}", f"test {e.metric}"], rows),
+                      f"(the learner's own {e.metric} per client, {better} is better: not values of a game)", "",
+                      graph_text(e.benefit_graph)])
+
+
+def learned_equilibrium_dot(estimate) -> str:
+    """DOT of an estimate: its coalitions as clusters labelled with their round, the learned ``BG(all)``."""
+    e, names = estimate, estimate.clients
+    rnd = e.round_of()
+    title = f"learned equilibrium ({e.method}), not certified; edge j -> i: j is a necessary collaborator of i"
+    lines = ["digraph learned_equilibrium {", "  rankdir=LR;", '  node [shape=ellipse, fontname="Helvetica"];',
+             f"  label={_q(title)};"]
+    for n, k in enumerate(sorted(e.partition, key=lambda k: k & -k)):
+        lines.append(f"  subgraph cluster_{n} {{")
+        lines.append(f"    label={_q(f'round {rnd[members(k)[0]]}')}; style=rounded; color=gray40;")
+        lines += [f"    {_q(names[i])};" for i in members(k)]
+        lines.append("  }")
+    lines += _graph_lines(e.benefit_graph)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
