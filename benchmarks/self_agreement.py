@@ -70,7 +70,8 @@ def measure(found) -> dict:
         first, reps, _ = found[0]
         first = first.with_uncertainty(first.uncertainty.with_family(family))
         f1 = self_agreement(first, reps, z=z)
-        graphs = [co.ExactOracle(g, z=z).benefit_graph(g.grand).edges for g, _, _ in found]
+        graphs = [co.ExactOracle(g.with_uncertainty(g.uncertainty.with_family(family)), z=z).benefit_graph(g.grand).edges
+                  for g, _, _ in found]
         across = [edge_f1(a, b) for a, b in itertools.combinations(graphs, 2)]
         eq = co.solve(first, z=z)
         sup = support(eq.partition, reps, z=z, uncertainty=first.uncertainty)
