@@ -10,6 +10,7 @@ import math
 import os
 
 import click
+from click.shell_completion import CompletionItem
 
 import coalitions as co
 from coalitions import options as option_checks
@@ -66,6 +67,10 @@ class _InputFile(click.ParamType):
         self.given.append(str(value))
         return str(value)
 
+    def shell_complete(self, ctx, param, incomplete):
+        """The shell completes a path (Click's ``file`` completion item)."""
+        return [CompletionItem(incomplete, type="file")]
+
 
 class _OutputFile(click.ParamType):
     """An output file, checked before any work: not empty, in an existing folder, not a non-regular file."""
@@ -81,6 +86,10 @@ class _OutputFile(click.ParamType):
             self.fail(str(e), param, ctx)
         return str(value)
 
+    def shell_complete(self, ctx, param, incomplete):
+        """The shell completes a path (Click's ``file`` completion item)."""
+        return [CompletionItem(incomplete, type="file")]
+
 
 class _OutputFolder(click.ParamType):
     """An output folder (created if missing); an existing non-folder is refused."""
@@ -93,6 +102,10 @@ class _OutputFolder(click.ParamType):
         if os.path.exists(value) and not os.path.isdir(value):
             self.fail(f"{value}: exists and is not a folder", param, ctx)
         return str(value)
+
+    def shell_complete(self, ctx, param, incomplete):
+        """The shell completes a folder (Click's ``dir`` completion item)."""
+        return [CompletionItem(incomplete, type="dir")]
 
 
 INPUT = _InputFile()

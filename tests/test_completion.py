@@ -64,3 +64,18 @@ def test_bash_completes_commands_options_and_choices(words, expected):
     lines = r.stdout.splitlines()
     assert lines[-1] == "complete -o nosort -F _coalitions_completion coalitions"
     assert set(lines[:-1]) == expected
+
+
+@pytest.mark.parametrize(("words", "cword", "kind"), [
+    ("coalitions solve ga", 2, "file"),                  # GAME: a file
+    ("coalitions compare est.json ga", 3, "file"),       # ESTIMATE and GAME
+    ("coalitions solve game.json -o o", 4, "file"),      # an output file
+    ("coalitions federate heart -o ga", 4, "dir"),       # an output folder
+])
+def test_file_and_folder_arguments_complete_as_paths(words, cword, kind):
+    """Click answers the shell's question with a path item; bash's script then falls back to its own
+    filename (or folder) completion (``compopt -o default`` / ``-o dirnames``)."""
+    r = subprocess.run([_command()], env=_env(_COALITIONS_COMPLETE="bash_complete", COMP_WORDS=words,
+                                              COMP_CWORD=str(cword)), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [f"{kind},{words.split()[-1]}"]
