@@ -189,11 +189,11 @@ def _evaluate(msg: Message, context: Context) -> Message:
     for part, v in (("validation", val), ("test", test)):
         if not np.all(np.isfinite(v)):
             raise InputError(f"site {c.name!r}: the {site.metric} of its {part} split is undefined (a single class?)")
-    values = {"val": [float(x) for x in val], "test": [float(x) for x in test],
-              "val-loss": [float(x) for x in val_loss]}
-    if int(cfg.get("replicates", 0)):      # the game's standard errors: the models re-scored on resampled rows
-        draws = site_draws(c.val.y, site.metric, int(cfg["replicates"]), int(str(cfg["seed"])),
-                           int(str(cfg["site-index"])))
+    values: dict[str, int | float | list[int] | list[float]] = {
+        "val": [float(x) for x in val], "test": [float(x) for x in test], "val-loss": [float(x) for x in val_loss]}
+    replicates = int(str(cfg.get("replicates", 0)))
+    if replicates:      # the game's standard errors: the models re-scored on resampled rows
+        draws = site_draws(c.val.y, site.metric, replicates, int(str(cfg["seed"])), int(str(cfg["site-index"])))
         values["val-replicates"] = [float(x) for x in
                                     evaluate_replicates(spec, site.metric, params, c.val.X, c.val.y, draws).ravel()]
     record = MetricRecord(values)
