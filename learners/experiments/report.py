@@ -40,31 +40,49 @@ def _lr_section(reg: dict, labels: dict) -> list[str]:
     grid = next((cell(r, m)["lr_tuning"]["grid"] for r in runs for m in methods if cell(r, m).get("lr_tuning")),
                 None)
     lead = (f"Every learner column trained once per rate of the grid {', '.join(f'{g:g}' for g in grid)} (the "
-            "same step budget each time) and kept the rate with the lowest mean validation loss over clients. "
-            if grid else "")
+            "same step budget each time) and kept the rate whose kept models (where early stopping left them) have "
+            "the lowest mean tuning loss over clients. " if grid else "")
     out = ["### Learning rates chosen on validation", "",
            lead + "A cell is the rate kept, `@ step` where the column stopped early on its validation loss, "
            "`(max)` where it hit the maximum without stopping. Test data are never read.", "",
            "| column | " + " | ".join(f"seed {r['seed']}" for r in runs) + " |",
            "| --- |" + " --- |" * len(runs)]
     at_max = []
+    per_client = False
     for m in methods:
         cells = []
         for r in runs:
             t, stop = cell(r, m).get("lr_tuning"), cell(r, m).get("stopping")
-            lr = t["chosen"] if t else (stop or {}).get("lr")
-            text = "—" if lr is None else f"{lr:g}"
-            if stop:
-                text += " (max)" if stop.get("hit_max") else f" @ {stop['stopped_at']}"
-                if stop.get("hit_max") and labels.get(m, m) not in at_max:
-                    at_max.append(labels.get(m, m))
+            text = _lr_cell(t, stop)
+            per_client = per_client or (stop or {}).get("stopped_at_clients") is not None
+            if stop and stop.get("hit_max") and labels.get(m, m) not in at_max:
+                at_max.append(labels.get(m, m))
             cells.append(text)
         out.append(f"| {labels.get(m, m)} | " + " | ".join(cells) + " |")
     out.append("")
+    if per_client:
+        out += ["Local tunes each client on its own tuning rows, as the exact game tunes its single-client models: "
+                "its cell gives each client's rate and stopping step, in client order.", ""]
     if at_max:
         out += [f"Hit the maximum step budget without stopping (on at least one seed): {', '.join(at_max)}; "
                 "their rows may be limited by the budget, not by the method.", ""]
     return out
+
+
+def _lr_cell(tuning: dict | None, stop: dict | None) -> str:
+    """One column's rate and stop on one seed: ``0.05 @ 120``, ``0.05 (max)``; per client ``0.05 @ 40, 0.15 @ 12``."""
+    stop = stop or {}
+    rates, steps = stop.get("lr_clients"), stop.get("stopped_at_clients")
+    if steps is not None:   # a column tuned per client (Local)
+        if isinstance((tuning or {}).get("chosen"), dict):
+            rates = list(tuning["chosen"].values())
+        rates = rates if rates is not None else [stop.get("lr")] * len(steps)
+        return ", ".join(f"{'—' if lr is None else format(lr, 'g')} @ {s}" for lr, s in zip(rates, steps, strict=True))
+    lr = tuning["chosen"] if tuning else stop.get("lr")
+    text = "—" if lr is None else f"{lr:g}"
+    if stop:
+        text += " (max)" if stop.get("hit_max") else f" @ {stop['stopped_at']}"
+    return text
 
 
 def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.01, learned: float = 0.05) -> str:
