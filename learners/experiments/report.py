@@ -18,7 +18,7 @@ from pathlib import Path
 
 from coalitions.files import write_text
 
-__all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown", "verdicts"]
+__all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown", "verdicts", "ce_minus_local"]
 
 
 def _lr_section(reg: dict, labels: dict) -> list[str]:
@@ -305,10 +305,30 @@ def _p(p) -> str:
 
 
 def _interval(c: dict | None) -> str:
-    """``mean [lo, hi]`` of an interval record (``–`` where the metric is undefined)."""
+    """``mean [lo, hi]`` of an interval record (``–`` where the metric is undefined; the mean alone without bounds)."""
     if not c or c.get("estimate") is None:
         return "–"
+    if c.get("low") is None:
+        return _g(c["estimate"])
     return f"{_g(c['estimate'])} [{_g(c['low'])}, {_g(c['high'])}]"
+
+
+def ce_minus_local(reg: dict) -> str:
+    """A sentence: CE − Local (mean over clients, oriented so that positive is better) with its seed-level interval.
+
+    From the seed-level test of ``CE`` against ``Local`` (``ci``: Student-t over the seeds); ``""`` without one.
+    """
+    seed = (reg["summary"].get("statistics") or {}).get("seed") or {}
+    t = (seed.get("seed_tests") or {}).get("CE", {}).get("Local")
+    if t is None:
+        return ""
+    lo, hi = (t.get("ci") or [None, None])[:2]
+    level = 100 * (1 - seed.get("alpha", 0.05))
+    bounds = (f", {level:g}% interval over the {t['n_seeds']} seeds [{_g(lo)}, {_g(hi)}]" if lo is not None
+              else " (one seed: no interval)")
+    sign = "higher" if reg.get("metric") != "mse" else "lower"
+    return (f"CE − Local (each seed's difference of client means, positive: the CE's {reg.get('metric')} is "
+            f"better, i.e. {sign}): {_g(t['mean_difference'])}{bounds}; verdict: {t['direction']}.")
 
 
 def _binomial_section(reg: dict) -> list[str]:
@@ -325,20 +345,25 @@ def _binomial_section(reg: dict) -> list[str]:
         for col in cols:
             b = binom[col].get(c)
             cells.append("–" if b is None else f"{_g(b['estimate'])} [{_g(b['low'])}, {_g(b['high'])}]")
-        ns = {binom[col][c]["n"] for col in cols if c in binom[col]}
-        rows.append([c] + cells + [next(iter(ns)) if len(ns) == 1 else "–"])
+        sizes = {(binom[col][c]["n"], binom[col][c].get("rows_over_seeds", binom[col][c]["n"]))
+                 for col in cols if c in binom[col]}
+        rows.append([c] + cells + [(f"{next(iter(sizes))[0]} of {next(iter(sizes))[1]}" if len(sizes) == 1 else "–")])
     rows.append(["**mean over clients**"] + [_interval(means.get(col)) for col in cols] + [""])
     pooled = f"pooled over its {n} seeds" if n > 1 else "on one seed"
+    sentence = ce_minus_local(reg)
     return ([f"### Test accuracy per client with {100 * seed['level']:g}% intervals (higher is better)", "",
              f"Client rows: the share of the client's test samples classified right ({pooled}), with the "
-             "Clopper–Pearson "
-             "(exact binomial) interval (`statistics.clopper_pearson`): the uncertainty from the finite test set, "
-             "never [1, 1]. The variation between seeds is what the seed-level tests below measure. "
-             "Mean over clients: the mean over seeds of each seed's client mean, with a percentile bootstrap "
-             "interval resampling seeds, then clients (2000 replicates). CE: each client's model in the exact "
-             "equilibrium." + (f" {MAJORITY}: each client's most frequent training label predicted for every test "
-                               "sample." if MAJORITY in cols else ""), ""]
-            + _table(["client"] + cols + ["test samples (all seeds)"], rows) + [""])
+             "Clopper–Pearson (exact binomial) interval (`scipy.stats.binomtest(...).proportion_ci(method=\"exact\")`) "
+             "over the client's **distinct** test rows: where the seeds test the same rows (a fixed test file) or "
+             "reuse some (patients drawn again by each split), pooling seeds repeats rows and adds no test "
+             "evidence, so the interval counts each row once (last column: distinct rows of rows × seeds). "
+             "Never [1, 1]. The variation between seeds is what the seed-level tests below measure. "
+             "Mean over clients: the mean over seeds of each seed's client mean, with a Student-t interval over "
+             "the seeds (the replicates; the clients are a fixed set, not a sample). CE: each client's model in "
+             "the exact equilibrium." + (f" {MAJORITY}: each client's most frequent training label predicted for "
+                                         "every test sample." if MAJORITY in cols else ""), ""]
+            + _table(["client"] + cols + ["distinct test rows (of rows × seeds)"], rows) + [""]
+            + ([sentence, ""] if sentence else []))
 
 
 def _interval_section(reg: dict) -> list[str]:
@@ -356,6 +381,7 @@ def _interval_section(reg: dict) -> list[str]:
                     + [str(sizes[0]) if len(set(sizes)) == 1 else "–".join(map(str, (min(sizes), max(sizes))))])
     what = (f"the mean over {n} seeds of the client's test {reg['metric']}" if n > 1
             else f"the client's test {reg['metric']} (one seed)")
+    sentence = ce_minus_local(reg)
     lines = [f"### Test {reg['metric']} per client with {100 * st['level']:g}% bootstrap intervals "
              f"({_better(reg['metric'])})", "",
              f"`mean [lo, hi]`: {what}, and the {100 * (1 - st['level']) / 2:g}% and "
@@ -371,7 +397,8 @@ def _interval_section(reg: dict) -> list[str]:
                 if MAJORITY in cols else "")
              + (" A constant predictor (the majority class) has AUC 0.5 on every client."
                 if reg["metric"] == "auc" else ""), ""]
-    return lines + _table(["client"] + cols + ["test samples per seed"], rows) + [""]
+    return lines + _table(["client"] + cols + ["test samples per seed"], rows) + [""] + ([sentence, ""] if sentence
+                                                                                          else [])
 
 
 MAJORITY = "Majority class"
@@ -416,7 +443,9 @@ def _tests_section(reg: dict) -> list[str]:
     rows = []
     for col, tests in seed["seed_tests"].items():
         for ref, t in tests.items():
-            rows.append([col, ref, str(t["n_seeds"]), _g(t["mean_difference"]), _g(t["statistic"]), _p(t["p"]),
+            lo, hi = (t.get("ci") or [None, None])[:2]
+            rows.append([col, ref, str(t["n_seeds"]), _g(t["mean_difference"]),
+                         "–" if lo is None else f"[{_g(lo)}, {_g(hi)}]", _g(t["statistic"]), _p(t["p"]),
                          _p(t.get("p_holm")), f"{t['n_tied']} / {t['n_pairs']}", t["direction"]])
     sentences = [v for v in (verdicts(reg, "Local"), verdicts(reg, MAJORITY)) if v]
     family = sum(1 for ts in seed["seed_tests"].values() for t in ts.values() if t.get("p_holm") is not None)
@@ -424,13 +453,13 @@ def _tests_section(reg: dict) -> list[str]:
              f"Each column's test {reg['metric']} against Local's (and the majority class's). The clients of one "
              "seed share a split and an initialisation, so they are not independent replicates; the seeds are. "
              "Statistic: each seed's difference of client means (oriented so that positive is better), "
-             "paired t-test over the seeds, two-sided. p: raw; Holm: Holm–Bonferroni adjusted within this "
+             "paired t-test over the seeds, two-sided; interval: Student-t over the seeds of that difference. p: raw; Holm: Holm–Bonferroni adjusted within this "
              f"regime's family of {family} test{'s' if family != 1 else ''}. \"better\"/\"worse\" only when the "
              f"Holm p < {seed['alpha']:g}; \"underpowered\" (no verdict) with fewer than {seed['min_seeds']} seeds; "
              f"\"identical\" when every client × seed pair agrees within a relative {seed['tie_rtol']:g} "
              "(tied pairs: those that do).", ""]
-            + _table(["column", "against", "seeds", "mean difference", "t", "p", "Holm p", "tied pairs",
-                      "verdict"], rows) + [""]
+            + _table(["column", "against", "seeds", "mean difference", f"{100 * (1 - seed['alpha']):g}% interval",
+                      "t", "p", "Holm p", "tied pairs", "verdict"], rows) + [""]
             + [" ".join(sentences), ""])
 
 
@@ -488,11 +517,12 @@ def _utility_section(reg: dict) -> list[str]:
     rows = [[c] + [fmt_stat(s["test"][col][c]) for col in cols] for c in reg["clients"]]
     rows.append(["**mean**"] + [fmt_stat(s["test"][col]["mean"]) for col in cols])
     spread = f"mean ± sample std over {n} seeds" if n > 1 else "one seed"
+    sentence = ce_minus_local(reg)
     return ([f"### Test {reg['metric']} per client ({_better(reg['metric'])}; {spread})", "",
              "CE: each client's model in the exact equilibrium. The learners' figures are their own "
              "personalised models.", ""] + (["CE (ours): SPO's models in SPO's own CE (the paper's row).", ""]
                                              if "CE (ours)" in cols else [])
-            + _table(["client"] + cols, rows) + [""])
+            + _table(["client"] + cols, rows) + [""] + ([sentence, ""] if sentence else []))
 
 
 def _ours(reg: dict, partitions: dict) -> str:
@@ -566,7 +596,7 @@ def _published_digits(results: dict) -> list[str]:
                  _interval({k: 100 * v for k, v in means[col].items()}) if col in means else "–"] for col in cols]
         lines += ([f"**{reg['title']}**", ""] if len(results["regimes"]) > 1 else [])
         lines += _table(["method", "paper (CIFAR-10)", f"ours ({ours}), mean ± std over seeds",
-                         "ours, 95% interval (seeds, then clients)"], rows) + [""]
+                         "ours, 95% interval (Student-t over seeds)"], rows) + [""]
         sentence = verdicts(reg, "Local")
         if sentence:
             lines += ["Ordering on our data: " + sentence, ""]
