@@ -255,6 +255,9 @@ def test_convergence_note_says_still_falling_or_settled():
     assert "not settled): q-FFL." in note and "q-FFL" not in note.split("Flat")[0]
     reg["runs"][0]["methods"]["fedamp"]["_estimate"] = est(flat)
     assert "Still falling" not in convergence_note(reg, {})
+    reg["runs"][0]["methods"]["fedamp"]["_estimate"] = est([5.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.2, 1.5])
+    note = convergence_note(reg, {})
+    assert "Rising" in note and "FedAMP (+50%)" in note and "FedAMP" not in note.split("Settled: ")[1]
     assert convergence_note({"runs": [{"seed": 0, "methods": {}}]}, {}) == ""
 
 
@@ -318,3 +321,18 @@ def test_every_table_gives_the_interval_of_ce_minus_local():
                                                               CLIENTS + ["mean"]} for c in ("Local", "CE")})
     for section in (_utility_section, _interval_section, _tests_section):
         assert "CE − Local" in "\n".join(section(reg)) or "[" + f"{lo:.3g}" in "\n".join(section(reg)), section
+
+
+def test_partitions_are_written_in_one_sorted_order():
+    from coalitions.learners.experiments.report import _blocks
+
+    assert _blocks([["0"], ["1"], ["2"], ["4"], ["5"], ["3"]]) == "0 | 1 | 2 | 3 | 4 | 5"
+    assert _blocks([["b", "a"], ["10", "2"]], cell=True) == "2,10 \\| a,b"
+
+
+def test_one_seed_prints_no_empty_test_table():
+    """Under --quick (one seed) no test can be run: one sentence, not a table of dashes over a family of 0 tests."""
+    reg = _reg(_records({"local": 0.6, "fedamp": 0.9}, seeds=1), ["local", "fedamp"])
+    text = "\n".join(_tests_section(reg))
+    assert "family of 0" not in text and "| column |" not in text and "Not run: 1 seed" in text
+    assert "| column |" in "\n".join(_tests_section(_reg(_records({"local": 0.6, "fedamp": 0.9}), ["local", "fedamp"])))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 import numpy as np
 
@@ -136,7 +137,7 @@ def stopping_record(learner) -> dict | None:
     if stopped is None:
         return None
     lr = getattr(learner, "lr_", None)
-    out = {"lr": None if lr is None else float(lr), "stopped_at": int(stopped),
+    out: dict[str, Any] = {"lr": None if lr is None else float(lr), "stopped_at": int(stopped),
            "hit_max": bool(getattr(learner, "hit_max_", False))}
     if getattr(learner, "stops_per_client", False):   # Local: each client's own rate and stopping step
         out["lr_clients"] = [float(v) for v in learner.lr_clients_]

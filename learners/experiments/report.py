@@ -74,8 +74,9 @@ def _lr_cell(tuning: dict | None, stop: dict | None) -> str:
     stop = stop or {}
     rates, steps = stop.get("lr_clients"), stop.get("stopped_at_clients")
     if steps is not None:   # a column tuned per client (Local)
-        if isinstance((tuning or {}).get("chosen"), dict):
-            rates = list(tuning["chosen"].values())
+        chosen = (tuning or {}).get("chosen")
+        if isinstance(chosen, dict):
+            rates = list(chosen.values())
         rates = rates if rates is not None else [stop.get("lr")] * len(steps)
         return ", ".join(f"{'—' if lr is None else format(lr, 'g')} @ {s}" for lr, s in zip(rates, steps, strict=True))
     lr = tuning["chosen"] if tuning else stop.get("lr")
@@ -91,14 +92,16 @@ def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.
     From the first run's curves (:func:`~coalitions.learners.experiments.figures.convergence_series`):
     a curve whose mean validation loss fell by more than ``tol`` (relative) over the last
     ``last`` share of its points is *still falling*, so its utilities are limited by the
-    budget; one that fell by less than ``learned`` (relative) from its first point to its last
-    is *flat*: it did not learn what the loss measures, which is not "settled".  Curves with
-    fewer than five points are not judged.  ``""`` without curves.
+    budget; one that rose by more than ``tol`` over that share is *rising* (it has passed its best:
+    under a patience the kept model is an earlier one); one that fell by less than ``learned``
+    (relative) from its first point to its last is *flat*: it did not learn what the loss
+    measures, which is not "settled".  Curves with fewer than five points are not judged.
+    ``""`` without curves.
     """
     from coalitions.learners.experiments.figures import convergence_series
 
     series = convergence_series(reg, budget.get("steps_per_client"))
-    falling, settled, short, flat = [], [], [], []
+    falling, rising, settled, short, flat = [], [], [], [], []
     for label, (_, y) in series.items():
         if len(y) < 5:
             short.append(label)
@@ -109,11 +112,13 @@ def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.
         overall = (y[0] - end) / abs(y[0]) if y[0] else 0.0
         if drop > tol:
             falling.append((label, drop))
+        elif drop < -tol:
+            rising.append((label, drop))
         elif overall < learned:
             flat.append(label)
         else:
             settled.append((label, drop))
-    if not (falling or settled or flat):
+    if not (falling or rising or settled or flat):
         return ""
     seed = reg["runs"][0].get("seed", 0)
     head = (f"Convergence (seed {seed}): a learner whose mean validation loss fell by more than "
@@ -122,6 +127,9 @@ def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.
     if falling:
         parts.append("Still falling, so its utilities here are limited by the matched budget: "
                      + ", ".join(f"{lab} ({-d:.0%})" for lab, d in falling) + ".")
+    if rising:
+        parts.append("Rising (past its best, the validation loss went up over the last "
+                     f"{last:.0%}): " + ", ".join(f"{lab} (+{-d:.0%})" for lab, d in rising) + ".")
     if settled:
         parts.append("Settled: " + ", ".join(lab for lab, _ in settled) + ".")
     if flat:
@@ -148,8 +156,10 @@ def fmt_stat(s: dict | None, digits: int = 3) -> str:
 
 
 def _blocks(p, cell: bool = False) -> str:
-    """``A,B | C``; in a table cell the bar is escaped."""
-    return (" \\| " if cell else " | ").join(",".join(b) for b in p)
+    """``A,B | C`` in one order (:func:`~.results.partition_key`); in a table cell the bar is escaped."""
+    from coalitions.learners.experiments.results import partition_key
+
+    return partition_key(p, " \\| " if cell else " | ")
 
 
 def _set(names) -> str:
@@ -449,6 +459,10 @@ def _tests_section(reg: dict) -> list[str]:
                          _p(t.get("p_holm")), f"{t['n_tied']} / {t['n_pairs']}", t["direction"]])
     sentences = [v for v in (verdicts(reg, "Local"), verdicts(reg, MAJORITY)) if v]
     family = sum(1 for ts in seed["seed_tests"].values() for t in ts.values() if t.get("p_holm") is not None)
+    if not family and all(t["direction"] != "identical" for ts in seed["seed_tests"].values() for t in ts.values()):
+        return ["### Paired tests (seeds are the replicates)", "",
+                f"Not run: {rows[0][2]} seed gives no seed-level difference to test (`--quick` runs one seed; the "
+                "full run tests every column against Local and the majority class).", ""]
     return (["### Paired tests (seeds are the replicates)", "",
              f"Each column's test {reg['metric']} against Local's (and the majority class's). The clients of one "
              "seed share a split and an initialisation, so they are not independent replicates; the seeds are. "
@@ -593,7 +607,8 @@ def _published_digits(results: dict) -> list[str]:
         cols = reg["summary"]["columns"]
         means = ((reg["summary"].get("statistics") or {}).get("seed") or {}).get("mean_intervals") or {}
         rows = [[col, pub["accuracy"].get(col, "–"), _pct(t[col]["mean"]),
-                 _interval({k: 100 * v for k, v in means[col].items()}) if col in means else "–"] for col in cols]
+                 _interval({k: None if means[col].get(k) is None else 100 * means[col][k]
+                            for k in ("estimate", "low", "high")}) if col in means else "–"] for col in cols]
         lines += ([f"**{reg['title']}**", ""] if len(results["regimes"]) > 1 else [])
         lines += _table(["method", "paper (CIFAR-10)", f"ours ({ours}), mean ± std over seeds",
                          "ours, 95% interval (Student-t over seeds)"], rows) + [""]

@@ -145,7 +145,9 @@ def _labels() -> dict[str, str]:
 
 
 def _partition_key(blocks) -> str:
-    return " | ".join(",".join(b) for b in blocks)
+    from coalitions.learners.experiments.results import partition_key
+
+    return partition_key(blocks)
 
 
 def exact_supports(reg: dict) -> dict | None:

@@ -38,6 +38,7 @@ from coalitions.learners.experiments.results import (
     ExactSummary,
     MethodSummary,
     Run,
+    partition_key,
 )
 from coalitions.learners.experiments.seedstats import ALPHA, LEVEL, MAJORITY, N_BOOT
 from coalitions.payoffs import models_in
@@ -179,8 +180,8 @@ def summarize(regime: dict, methods) -> dict:
         table[label] = row
     out = {"columns": list(columns), "test": table}
     if all("exact" in r for r in runs):
-        exact = [tuple(tuple(b) for b in r["exact"]["partition"]) for r in runs]
-        out["exact_partitions"] = {" | ".join(",".join(b) for b in p): exact.count(p) for p in dict.fromkeys(exact)}
+        exact = [partition_key(r["exact"]["partition"]) for r in runs]
+        out["exact_partitions"] = {p: exact.count(p) for p in dict.fromkeys(exact)}
         agree = {}
         for m in methods:
             cmps = [r["methods"][m].get("compare") for r in runs]

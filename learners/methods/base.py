@@ -428,6 +428,7 @@ class PersonalizedLearner(Learner):
     protocol_: TrainingProtocol
     params_: dict
     weights_history_: list[np.ndarray]
+    lr_: float | None   # None: Local whose clients chose their rates (lr_clients_)
 
     def __init__(self, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
                  chunk=None, seed=0, checkpoint=None, progress=None):

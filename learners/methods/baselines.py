@@ -154,7 +154,7 @@ class Local(PersonalizedLearner):
         self.val_loss_history_ = [float(np.mean(row)) for row in self.val_loss_clients_]
         self.loss_history_ = []
         self.lr_clients_ = [float(protocol.lr_grid[k]) for k in pick]
-        self.lr_ = None
+        self.lr_ = None   # the clients' rates differ: lr_clients_
         self.fit_seconds_ = float(sum(f.fit_seconds_ for f in fits))
         self.state_ = {"params": self.params_}
         self.lr_tuning_ = {"grid": [float(g) for g in protocol.lr_grid],
