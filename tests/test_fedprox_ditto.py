@@ -89,3 +89,18 @@ def test_ditto_regulariser_has_a_gradient_and_lambda_moves_personal_models():
         d = Ditto(lam=lam, **{**KW, "protocol": plain}).fit(fed)
         return (flatten(d.params_) - flatten(d.global_)).norm().item()
     assert spread(5.0) < spread(2.0) < spread(0.5) < spread(0.0)
+
+
+def test_fedprox_differs_from_fedavg_only_with_several_local_steps_per_round():
+    """Issue 33: the proximal gradient μ(w − w^t) is zero where a round starts, so with one full-batch local step
+    per round FedProx *is* FedAvg whatever μ; with ``local_steps`` > 1 under the same protocol it is not."""
+    from coalitions.learners.training.protocol import TrainingProtocol
+
+    fed = blobs(sizes=SIZES)
+    for local_steps, same in ((1, True), (5, False)):
+        p = TrainingProtocol(model="mlp", hidden=8, optimizer="sgd", lr=0.1, steps=20, local_steps=local_steps)
+        avg = FedAvg(protocol=p, seed=0, engine="batched").fit(fed)
+        prox = FedProx(mu=1.0, protocol=p, seed=0, engine="batched").fit(fed)
+        assert prox.steps_per_round_ == local_steps
+        gap = float((flatten(prox.global_) - flatten(avg.global_)).abs().max())
+        assert (gap < 1e-6) if same else (gap > 1e-3), (local_steps, gap)

@@ -111,20 +111,19 @@ def test_intervals_contain_their_estimate_and_the_table_prints_them():
     reg = _reg(_records({"local": 0.6, "fedamp": 0.9}), ["local", "fedamp"])
     st = reg["summary"]["statistics"]
     assert st["columns"] == ["Local", "FedAMP", MAJORITY]
-    for col in st["columns"]:
-        for c in CLIENTS:
-            iv = st["intervals"][col][c]
-            assert iv["low"] <= iv["estimate"] <= iv["high"] and iv["n_samples"] == [60, 60, 60]
+    # accuracy: no per-client bootstrap block (it collapsed to [1, 1] and counted repeated rows); Clopper–Pearson
+    assert "intervals" not in st
     assert st["outputs_check"] < 1e-12  # the metric recomputed from the outputs is the recorded one
     seed = st["seed"]
     text = "\n".join(_interval_section(reg))
     b = seed["binomial"]["FedAMP"]["c0"]
-    assert b["n"] == 180 and b["low"] <= b["estimate"] <= b["high"]
+    assert b["n"] == 180 and b["low"] <= b["estimate"] <= b["high"]   # records without row ids: rows × seeds
     assert "Clopper–Pearson" in text and f"{b['estimate']:.3g} [{b['low']:.3g}, {b['high']:.3g}]" in text
     m = seed["mean_intervals"]["FedAMP"]
     assert m["low"] <= m["estimate"] <= m["high"] and "**mean over clients**" in text
     tests = "\n".join(_tests_section(reg))
-    assert "| column | against | seeds | mean difference | t | p | Holm p | tied pairs | verdict |" in tests
+    assert ("| column | against | seeds | mean difference | 95% interval | t | p | Holm p | tied pairs | verdict |"
+            in tests)
     assert f"| FedAMP | {MAJORITY} |" in tests and f"| {MAJORITY} | Local |" not in tests
 
 
@@ -221,8 +220,7 @@ def test_digits_ordering_claims_cite_their_tests():
     reg = _reg(_records({"local": 0.7, "fedavg": 0.4, "spo": 0.7}, seeds=5, seed=5, same_as={"spo": "local"}),
                ["local", "fedavg", "spo"])
     st = reg["summary"]["statistics"]
-    mean = {col: {"mean": {"mean": float(np.mean([v["estimate"] for v in st["intervals"][col].values()]))}}
-            for col in ("Local", "FedAvg", "SPO")}
+    mean = {col: {"mean": {"mean": st["seed"]["mean_intervals"][col]["estimate"]}} for col in ("Local", "FedAvg", "SPO")}
     reg["summary"].update(columns=["Local", "FedAvg", "SPO"], test=mean)
     results = {"experiment": "digits", "published": {"table": "Table 3", "ordering": "...",
                                                       "accuracy": {"Local": "86", "FedAvg": "51", "SPO": "92"}},
@@ -257,4 +255,84 @@ def test_convergence_note_says_still_falling_or_settled():
     assert "not settled): q-FFL." in note and "q-FFL" not in note.split("Flat")[0]
     reg["runs"][0]["methods"]["fedamp"]["_estimate"] = est(flat)
     assert "Still falling" not in convergence_note(reg, {})
+    reg["runs"][0]["methods"]["fedamp"]["_estimate"] = est([5.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.2, 1.5])
+    note = convergence_note(reg, {})
+    assert "Rising" in note and "FedAMP (+50%)" in note and "FedAMP" not in note.split("Settled: ")[1]
     assert convergence_note({"runs": [{"seed": 0, "methods": {}}]}, {}) == ""
+
+
+def _fixed_test_set(records, ids_of=lambda s: np.arange(60)):
+    """The records with row ids: by default every seed tests the same 60 rows (a fixed test file)."""
+    for s, rec in enumerate(records):
+        rec["ids"] = {c: ids_of(s) for c in CLIENTS}
+    return records
+
+
+def test_a_fixed_test_set_counts_its_distinct_rows_once():
+    """Adult's adult.test: 5 seeds of the same 60 rows are 60 rows of evidence, not 300 (issue 33)."""
+    from scipy.stats import binomtest
+
+    recs = _records({"local": 0.8, "fedamp": 0.9}, seeds=5)
+    pooled = _reg(recs, ["local", "fedamp"])["summary"]["statistics"]["seed"]["binomial"]["FedAMP"]["c0"]
+    fixed = _reg(_fixed_test_set(recs), ["local", "fedamp"])["summary"]["statistics"]
+    b = fixed["seed"]["binomial"]["FedAMP"]["c0"]
+    assert fixed["distinct_test_rows"]["c0"] == 60 and (b["n"], b["rows_over_seeds"]) == (60, 300)
+    assert b["estimate"] == pytest.approx(pooled["estimate"])            # the same pooled accuracy...
+    assert b["high"] - b["low"] > 2 * (pooled["high"] - pooled["low"])   # ...with the interval of 60 rows
+    want = binomtest(round(b["estimate"] * 60), 60).proportion_ci(method="exact")
+    assert (b["low"], b["high"]) == pytest.approx((want.low, want.high))
+    # seeds that draw disjoint rows keep every row
+    disjoint = _reg(_fixed_test_set(recs, lambda s: np.arange(60) + 60 * s), ["local", "fedamp"])
+    assert disjoint["summary"]["statistics"]["seed"]["binomial"]["FedAMP"]["c0"]["n"] == 300
+    text = "\n".join(_interval_section({**_reg(_fixed_test_set(recs), ["local", "fedamp"])}))
+    assert "60 of 300" in text and "distinct" in text
+
+
+def test_the_mean_over_clients_has_a_seed_level_interval():
+    """Seeds are the replicates: the interval is Student-t over the seeds' client means, not a bootstrap of clients."""
+    from scipy import stats
+
+    reg = _reg(_records({"local": 0.6, "fedamp": 0.9}, seeds=5), ["local", "fedamp"])
+    st = reg["summary"]["statistics"]["seed"]
+    per_seed = np.nanmean(np.array([[r["metric"]["fedamp"][c] for c in CLIENTS] for r in _records(
+        {"local": 0.6, "fedamp": 0.9}, seeds=5)]), axis=1)
+    m = st["mean_intervals"]["FedAMP"]
+    half = stats.t.ppf(0.975, 4) * per_seed.std(ddof=1) / np.sqrt(5)
+    assert m["estimate"] == pytest.approx(per_seed.mean())
+    assert (m["low"], m["high"]) == pytest.approx((per_seed.mean() - half, per_seed.mean() + half))
+    one = _reg(_records({"local": 0.6}, seeds=1), ["local"])["summary"]["statistics"]["seed"]["mean_intervals"]
+    assert one["Local"]["low"] is None    # one seed: no interval over seeds
+
+
+def test_every_table_gives_the_interval_of_ce_minus_local():
+    from coalitions.learners.experiments.report import _utility_section, ce_minus_local
+
+    recs = _records({"local": 0.6, "fedamp": 0.9}, seeds=5)
+    for rec in recs:   # the exact CE as a column: FedAMP's outputs under the CE's name
+        rec["outputs"]["ce"] = rec["outputs"]["fedamp"]
+        rec["metric"]["ce"] = rec["metric"]["fedamp"]
+    reg = _reg(recs, ["local", "fedamp"])
+    t = reg["summary"]["statistics"]["seed"]["seed_tests"]["CE"]["Local"]
+    lo, hi = t["ci"]
+    assert lo < t["mean_difference"] < hi and lo > 0
+    sentence = ce_minus_local(reg)
+    assert f"[{lo:.3g}, {hi:.3g}]" in sentence and "better" in sentence
+    reg["summary"].update(columns=["Local", "CE"], test={c: {k: {"mean": 0.5, "std": 0.0, "n": 5} for k in
+                                                              CLIENTS + ["mean"]} for c in ("Local", "CE")})
+    for section in (_utility_section, _interval_section, _tests_section):
+        assert "CE − Local" in "\n".join(section(reg)) or "[" + f"{lo:.3g}" in "\n".join(section(reg)), section
+
+
+def test_partitions_are_written_in_one_sorted_order():
+    from coalitions.learners.experiments.report import _blocks
+
+    assert _blocks([["0"], ["1"], ["2"], ["4"], ["5"], ["3"]]) == "0 | 1 | 2 | 3 | 4 | 5"
+    assert _blocks([["b", "a"], ["10", "2"]], cell=True) == "2,10 \\| a,b"
+
+
+def test_one_seed_prints_no_empty_test_table():
+    """Under --quick (one seed) no test can be run: one sentence, not a table of dashes over a family of 0 tests."""
+    reg = _reg(_records({"local": 0.6, "fedamp": 0.9}, seeds=1), ["local", "fedamp"])
+    text = "\n".join(_tests_section(reg))
+    assert "family of 0" not in text and "| column |" not in text and "Not run: 1 seed" in text
+    assert "| column |" in "\n".join(_tests_section(_reg(_records({"local": 0.6, "fedamp": 0.9}), ["local", "fedamp"])))

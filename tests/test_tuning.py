@@ -26,7 +26,7 @@ def test_lowest_validation_loss_wins_ties_go_to_the_earlier_rate_and_nan_never_w
         tune_lr(lambda lr: lr, [], lambda fit: 0.0)
 
 
-@pytest.mark.parametrize("method", ["fedamp", "local"])
+@pytest.mark.parametrize("method", ["fedamp", "fedavg"])   # Local chooses per client: test_local_per_client.py
 def test_a_column_is_trained_once_per_rate_and_keeps_the_best_on_validation(method):
     fed = blobs()
     grid = [0.001, 0.01, 0.1]
@@ -60,6 +60,16 @@ def test_report_names_the_columns_that_hit_the_maximum():
     text = "\n".join(_lr_section({"runs": runs}, {"fedavg": "FedAvg", "spo": "SPO"}))
     assert "| FedAvg | 0.1 (max) |" in text and "| SPO | 0.01 @ 20 |" in text
     assert "without stopping (on at least one seed): FedAvg;" in text
+
+
+def test_report_gives_locals_rate_and_stop_per_client():
+    from coalitions.learners.experiments.report import _lr_section
+
+    local = {"lr_tuning": {"grid": [0.015, 0.15], "chosen": {"a": 0.15, "b": 0.015}},
+             "stopping": {"lr": None, "stopped_at": 40, "hit_max": False, "lr_clients": [0.15, 0.015],
+                          "stopped_at_clients": [12, 40]}}
+    text = "\n".join(_lr_section({"runs": [{"seed": 0, "methods": {"local": local}}]}, {"local": "Local"}))
+    assert "| Local | 0.15 @ 12, 0.015 @ 40 |" in text and "each client's rate and stopping step" in text
 
 
 def test_spo_column_gets_the_protocols_patience_and_grid():

@@ -39,10 +39,17 @@ METRIC_SENSE = {"mse": "min", "accuracy": "max", "auc": "max"}
 
 @dataclass(frozen=True, eq=False)
 class Split:
-    """One client's split: features ``X`` and targets ``y`` (same length ``n``)."""
+    """One client's split: features ``X`` and targets ``y`` (same length ``n``).
+
+    ``ids`` (optional, ``(n,)`` integers): each row's number in the loader's source data, the same
+    for the same row in every seed's federation (feature scaling changes ``X`` with the seed), so
+    that statistics pooled over seeds count distinct rows (Adult's fixed ``adult.test``, heart's
+    patients drawn again by every split: issue 33).  ``None`` where the source has no row numbers.
+    """
 
     X: np.ndarray
     y: np.ndarray
+    ids: np.ndarray | None = None
 
     def __post_init__(self):
         X = np.ascontiguousarray(self.X, dtype=np.float32)
@@ -56,6 +63,13 @@ class Split:
         y.setflags(write=False)
         object.__setattr__(self, "X", X)
         object.__setattr__(self, "y", y)
+        if self.ids is not None:
+            ids = np.asarray(self.ids)
+            if ids.shape != y.shape or ids.dtype.kind not in "iu":
+                raise InputError(f"split row ids must be {y.shape[0]} integers, got {ids.dtype} {ids.shape}")
+            ids = np.ascontiguousarray(ids, dtype=np.int64)
+            ids.setflags(write=False)
+            object.__setattr__(self, "ids", ids)
 
     def __len__(self) -> int:
         return int(self.X.shape[0])

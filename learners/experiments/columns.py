@@ -1,7 +1,8 @@
 """Train one piece of a reproduction: the exact games or one learner column, with the report's records.
 
-A column is fitted once per rate of the protocol's ``lr_grid`` and keeps the rate with the lowest
-mean validation loss (:func:`~coalitions.learners.training.tuning.tune_lr`); its estimate carries
+A column is fitted once per rate of the protocol's ``lr_grid`` and keeps the rate whose kept models
+have the lowest mean tuning loss (:func:`~coalitions.learners.training.tuning.fit_on_grid`; Local
+chooses per client); its estimate carries
 ``extra.test_outputs``, ``extra.sensitivity``, ``extra.lr_tuning`` and ``extra.stopping``
 (docs/formats.md).  Pure computation, no files: the local loop and the Ray tasks both call it.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 import numpy as np
 
@@ -60,23 +62,14 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
 
     options = dict(options)
     protocol = options.pop("protocol", None)
-    grid = protocol.lr_grid if protocol is not None else None
-
-    def fit_one(lr: float | None):
-        learner = create(what, dict(options), device=device, seed=seed, progress=progress)
-        if protocol is not None:
-            learner.set_params(protocol=protocol if lr is None else protocol.with_(lr=lr, lr_grid=None))
-        return learner.fit(fed)
-
     if what == "spo":   # SPO tunes its own rate on the protocol's grid and rule, and stops on its patience
         return with_records(fit_spo(fed, options, seed, device, progress, protocol=protocol), fed)
-    if not grid:
-        return with_records(fit_one(None), fed)
-    from coalitions.learners.training.tuning import tune_lr
+    from coalitions.learners.training.tuning import fit_on_grid
 
-    learner, record = tune_lr(fit_one, grid, lambda fitted: fitted.val_loss_history_[-1])
+    learner, record = fit_on_grid(lambda lr: create(what, dict(options), device=device, seed=seed, progress=progress),
+                                  protocol, fed)
     est = with_records(learner, fed)
-    return dataclasses.replace(est, extra={**est.extra, "lr_tuning": record})
+    return est if record is None else dataclasses.replace(est, extra={**est.extra, "lr_tuning": record})
 
 
 def learner_outputs(learner, fed) -> list[np.ndarray]:
@@ -130,6 +123,10 @@ def with_records(learner, fed):
 def stopping_record(learner) -> dict | None:
     """Where a fitted column stopped: ``{"lr", "stopped_at", "hit_max"}`` (issue 18 item 3), or None.
 
+    A learner that stops per client (Local) adds ``lr_clients`` and ``stopped_at_clients`` (client
+    order); its ``stopped_at`` is then the latest client's, and ``lr`` None when the clients chose
+    their rates on a grid.
+
     Read from the fitted learner's ``lr_`` (the rate it trained at), ``stopped_at_`` (the local step
     at which its validation loss had not improved for the protocol's ``patience`` evaluations, or the
     maximum) and ``hit_max_`` (True: it never stopped, the budget did).  A learner without
@@ -140,8 +137,12 @@ def stopping_record(learner) -> dict | None:
     if stopped is None:
         return None
     lr = getattr(learner, "lr_", None)
-    return {"lr": None if lr is None else float(lr), "stopped_at": int(stopped),
-            "hit_max": bool(getattr(learner, "hit_max_", False))}
+    out: dict[str, Any] = {"lr": None if lr is None else float(lr), "stopped_at": int(stopped),
+           "hit_max": bool(getattr(learner, "hit_max_", False))}
+    if getattr(learner, "stops_per_client", False):   # Local: each client's own rate and stopping step
+        out["lr_clients"] = [float(v) for v in learner.lr_clients_]
+        out["stopped_at_clients"] = [int(v) for v in learner.stopped_at_clients_]
+    return out
 
 
 def lr_tuning(estimate) -> dict | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from coalitions.files import write_text
 
-__all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown", "verdicts"]
+__all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown", "verdicts", "ce_minus_local"]
 
 
 def _lr_section(reg: dict, labels: dict) -> list[str]:
@@ -40,31 +40,50 @@ def _lr_section(reg: dict, labels: dict) -> list[str]:
     grid = next((cell(r, m)["lr_tuning"]["grid"] for r in runs for m in methods if cell(r, m).get("lr_tuning")),
                 None)
     lead = (f"Every learner column trained once per rate of the grid {', '.join(f'{g:g}' for g in grid)} (the "
-            "same step budget each time) and kept the rate with the lowest mean validation loss over clients. "
-            if grid else "")
+            "same step budget each time) and kept the rate whose kept models (where early stopping left them) have "
+            "the lowest mean tuning loss over clients. " if grid else "")
     out = ["### Learning rates chosen on validation", "",
            lead + "A cell is the rate kept, `@ step` where the column stopped early on its validation loss, "
            "`(max)` where it hit the maximum without stopping. Test data are never read.", "",
            "| column | " + " | ".join(f"seed {r['seed']}" for r in runs) + " |",
            "| --- |" + " --- |" * len(runs)]
     at_max = []
+    per_client = False
     for m in methods:
         cells = []
         for r in runs:
             t, stop = cell(r, m).get("lr_tuning"), cell(r, m).get("stopping")
-            lr = t["chosen"] if t else (stop or {}).get("lr")
-            text = "—" if lr is None else f"{lr:g}"
-            if stop:
-                text += " (max)" if stop.get("hit_max") else f" @ {stop['stopped_at']}"
-                if stop.get("hit_max") and labels.get(m, m) not in at_max:
-                    at_max.append(labels.get(m, m))
+            text = _lr_cell(t, stop)
+            per_client = per_client or (stop or {}).get("stopped_at_clients") is not None
+            if stop and stop.get("hit_max") and labels.get(m, m) not in at_max:
+                at_max.append(labels.get(m, m))
             cells.append(text)
         out.append(f"| {labels.get(m, m)} | " + " | ".join(cells) + " |")
     out.append("")
+    if per_client:
+        out += ["Local tunes each client on its own tuning rows, as the exact game tunes its single-client models: "
+                "its cell gives each client's rate and stopping step, in client order.", ""]
     if at_max:
         out += [f"Hit the maximum step budget without stopping (on at least one seed): {', '.join(at_max)}; "
                 "their rows may be limited by the budget, not by the method.", ""]
     return out
+
+
+def _lr_cell(tuning: dict | None, stop: dict | None) -> str:
+    """One column's rate and stop on one seed: ``0.05 @ 120``, ``0.05 (max)``; per client ``0.05 @ 40, 0.15 @ 12``."""
+    stop = stop or {}
+    rates, steps = stop.get("lr_clients"), stop.get("stopped_at_clients")
+    if steps is not None:   # a column tuned per client (Local)
+        chosen = (tuning or {}).get("chosen")
+        if isinstance(chosen, dict):
+            rates = list(chosen.values())
+        rates = rates if rates is not None else [stop.get("lr")] * len(steps)
+        return ", ".join(f"{'—' if lr is None else format(lr, 'g')} @ {s}" for lr, s in zip(rates, steps, strict=True))
+    lr = tuning["chosen"] if tuning else stop.get("lr")
+    text = "—" if lr is None else f"{lr:g}"
+    if stop:
+        text += " (max)" if stop.get("hit_max") else f" @ {stop['stopped_at']}"
+    return text
 
 
 def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.01, learned: float = 0.05) -> str:
@@ -73,14 +92,16 @@ def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.
     From the first run's curves (:func:`~coalitions.learners.experiments.figures.convergence_series`):
     a curve whose mean validation loss fell by more than ``tol`` (relative) over the last
     ``last`` share of its points is *still falling*, so its utilities are limited by the
-    budget; one that fell by less than ``learned`` (relative) from its first point to its last
-    is *flat*: it did not learn what the loss measures, which is not "settled".  Curves with
-    fewer than five points are not judged.  ``""`` without curves.
+    budget; one that rose by more than ``tol`` over that share is *rising* (it has passed its best:
+    under a patience the kept model is an earlier one); one that fell by less than ``learned``
+    (relative) from its first point to its last is *flat*: it did not learn what the loss
+    measures, which is not "settled".  Curves with fewer than five points are not judged.
+    ``""`` without curves.
     """
     from coalitions.learners.experiments.figures import convergence_series
 
     series = convergence_series(reg, budget.get("steps_per_client"))
-    falling, settled, short, flat = [], [], [], []
+    falling, rising, settled, short, flat = [], [], [], [], []
     for label, (_, y) in series.items():
         if len(y) < 5:
             short.append(label)
@@ -91,11 +112,13 @@ def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.
         overall = (y[0] - end) / abs(y[0]) if y[0] else 0.0
         if drop > tol:
             falling.append((label, drop))
+        elif drop < -tol:
+            rising.append((label, drop))
         elif overall < learned:
             flat.append(label)
         else:
             settled.append((label, drop))
-    if not (falling or settled or flat):
+    if not (falling or rising or settled or flat):
         return ""
     seed = reg["runs"][0].get("seed", 0)
     head = (f"Convergence (seed {seed}): a learner whose mean validation loss fell by more than "
@@ -104,6 +127,9 @@ def convergence_note(reg: dict, budget: dict, last: float = 0.2, tol: float = 0.
     if falling:
         parts.append("Still falling, so its utilities here are limited by the matched budget: "
                      + ", ".join(f"{lab} ({-d:.0%})" for lab, d in falling) + ".")
+    if rising:
+        parts.append("Rising (past its best, the validation loss went up over the last "
+                     f"{last:.0%}): " + ", ".join(f"{lab} (+{-d:.0%})" for lab, d in rising) + ".")
     if settled:
         parts.append("Settled: " + ", ".join(lab for lab, _ in settled) + ".")
     if flat:
@@ -130,8 +156,10 @@ def fmt_stat(s: dict | None, digits: int = 3) -> str:
 
 
 def _blocks(p, cell: bool = False) -> str:
-    """``A,B | C``; in a table cell the bar is escaped."""
-    return (" \\| " if cell else " | ").join(",".join(b) for b in p)
+    """``A,B | C`` in one order (:func:`~.results.partition_key`); in a table cell the bar is escaped."""
+    from coalitions.learners.experiments.results import partition_key
+
+    return partition_key(p, " \\| " if cell else " | ")
 
 
 def _set(names) -> str:
@@ -287,10 +315,30 @@ def _p(p) -> str:
 
 
 def _interval(c: dict | None) -> str:
-    """``mean [lo, hi]`` of an interval record (``–`` where the metric is undefined)."""
+    """``mean [lo, hi]`` of an interval record (``–`` where the metric is undefined; the mean alone without bounds)."""
     if not c or c.get("estimate") is None:
         return "–"
+    if c.get("low") is None:
+        return _g(c["estimate"])
     return f"{_g(c['estimate'])} [{_g(c['low'])}, {_g(c['high'])}]"
+
+
+def ce_minus_local(reg: dict) -> str:
+    """A sentence: CE − Local (mean over clients, oriented so that positive is better) with its seed-level interval.
+
+    From the seed-level test of ``CE`` against ``Local`` (``ci``: Student-t over the seeds); ``""`` without one.
+    """
+    seed = (reg["summary"].get("statistics") or {}).get("seed") or {}
+    t = (seed.get("seed_tests") or {}).get("CE", {}).get("Local")
+    if t is None:
+        return ""
+    lo, hi = (t.get("ci") or [None, None])[:2]
+    level = 100 * (1 - seed.get("alpha", 0.05))
+    bounds = (f", {level:g}% interval over the {t['n_seeds']} seeds [{_g(lo)}, {_g(hi)}]" if lo is not None
+              else " (one seed: no interval)")
+    sign = "higher" if reg.get("metric") != "mse" else "lower"
+    return (f"CE − Local (each seed's difference of client means, positive: the CE's {reg.get('metric')} is "
+            f"better, i.e. {sign}): {_g(t['mean_difference'])}{bounds}; verdict: {t['direction']}.")
 
 
 def _binomial_section(reg: dict) -> list[str]:
@@ -307,20 +355,25 @@ def _binomial_section(reg: dict) -> list[str]:
         for col in cols:
             b = binom[col].get(c)
             cells.append("–" if b is None else f"{_g(b['estimate'])} [{_g(b['low'])}, {_g(b['high'])}]")
-        ns = {binom[col][c]["n"] for col in cols if c in binom[col]}
-        rows.append([c] + cells + [next(iter(ns)) if len(ns) == 1 else "–"])
+        sizes = {(binom[col][c]["n"], binom[col][c].get("rows_over_seeds", binom[col][c]["n"]))
+                 for col in cols if c in binom[col]}
+        rows.append([c] + cells + [(f"{next(iter(sizes))[0]} of {next(iter(sizes))[1]}" if len(sizes) == 1 else "–")])
     rows.append(["**mean over clients**"] + [_interval(means.get(col)) for col in cols] + [""])
     pooled = f"pooled over its {n} seeds" if n > 1 else "on one seed"
+    sentence = ce_minus_local(reg)
     return ([f"### Test accuracy per client with {100 * seed['level']:g}% intervals (higher is better)", "",
              f"Client rows: the share of the client's test samples classified right ({pooled}), with the "
-             "Clopper–Pearson "
-             "(exact binomial) interval (`statistics.clopper_pearson`): the uncertainty from the finite test set, "
-             "never [1, 1]. The variation between seeds is what the seed-level tests below measure. "
-             "Mean over clients: the mean over seeds of each seed's client mean, with a percentile bootstrap "
-             "interval resampling seeds, then clients (2000 replicates). CE: each client's model in the exact "
-             "equilibrium." + (f" {MAJORITY}: each client's most frequent training label predicted for every test "
-                               "sample." if MAJORITY in cols else ""), ""]
-            + _table(["client"] + cols + ["test samples (all seeds)"], rows) + [""])
+             "Clopper–Pearson (exact binomial) interval (`scipy.stats.binomtest(...).proportion_ci(method=\"exact\")`) "
+             "over the client's **distinct** test rows: where the seeds test the same rows (a fixed test file) or "
+             "reuse some (patients drawn again by each split), pooling seeds repeats rows and adds no test "
+             "evidence, so the interval counts each row once (last column: distinct rows of rows × seeds). "
+             "Never [1, 1]. The variation between seeds is what the seed-level tests below measure. "
+             "Mean over clients: the mean over seeds of each seed's client mean, with a Student-t interval over "
+             "the seeds (the replicates; the clients are a fixed set, not a sample). CE: each client's model in "
+             "the exact equilibrium." + (f" {MAJORITY}: each client's most frequent training label predicted for "
+                                         "every test sample." if MAJORITY in cols else ""), ""]
+            + _table(["client"] + cols + ["distinct test rows (of rows × seeds)"], rows) + [""]
+            + ([sentence, ""] if sentence else []))
 
 
 def _interval_section(reg: dict) -> list[str]:
@@ -338,6 +391,7 @@ def _interval_section(reg: dict) -> list[str]:
                     + [str(sizes[0]) if len(set(sizes)) == 1 else "–".join(map(str, (min(sizes), max(sizes))))])
     what = (f"the mean over {n} seeds of the client's test {reg['metric']}" if n > 1
             else f"the client's test {reg['metric']} (one seed)")
+    sentence = ce_minus_local(reg)
     lines = [f"### Test {reg['metric']} per client with {100 * st['level']:g}% bootstrap intervals "
              f"({_better(reg['metric'])})", "",
              f"`mean [lo, hi]`: {what}, and the {100 * (1 - st['level']) / 2:g}% and "
@@ -353,7 +407,8 @@ def _interval_section(reg: dict) -> list[str]:
                 if MAJORITY in cols else "")
              + (" A constant predictor (the majority class) has AUC 0.5 on every client."
                 if reg["metric"] == "auc" else ""), ""]
-    return lines + _table(["client"] + cols + ["test samples per seed"], rows) + [""]
+    return lines + _table(["client"] + cols + ["test samples per seed"], rows) + [""] + ([sentence, ""] if sentence
+                                                                                          else [])
 
 
 MAJORITY = "Majority class"
@@ -398,21 +453,27 @@ def _tests_section(reg: dict) -> list[str]:
     rows = []
     for col, tests in seed["seed_tests"].items():
         for ref, t in tests.items():
-            rows.append([col, ref, str(t["n_seeds"]), _g(t["mean_difference"]), _g(t["statistic"]), _p(t["p"]),
+            lo, hi = (t.get("ci") or [None, None])[:2]
+            rows.append([col, ref, str(t["n_seeds"]), _g(t["mean_difference"]),
+                         "–" if lo is None else f"[{_g(lo)}, {_g(hi)}]", _g(t["statistic"]), _p(t["p"]),
                          _p(t.get("p_holm")), f"{t['n_tied']} / {t['n_pairs']}", t["direction"]])
     sentences = [v for v in (verdicts(reg, "Local"), verdicts(reg, MAJORITY)) if v]
     family = sum(1 for ts in seed["seed_tests"].values() for t in ts.values() if t.get("p_holm") is not None)
+    if not family and all(t["direction"] != "identical" for ts in seed["seed_tests"].values() for t in ts.values()):
+        return ["### Paired tests (seeds are the replicates)", "",
+                f"Not run: {rows[0][2]} seed gives no seed-level difference to test (`--quick` runs one seed; the "
+                "full run tests every column against Local and the majority class).", ""]
     return (["### Paired tests (seeds are the replicates)", "",
              f"Each column's test {reg['metric']} against Local's (and the majority class's). The clients of one "
              "seed share a split and an initialisation, so they are not independent replicates; the seeds are. "
              "Statistic: each seed's difference of client means (oriented so that positive is better), "
-             "paired t-test over the seeds, two-sided. p: raw; Holm: Holm–Bonferroni adjusted within this "
+             "paired t-test over the seeds, two-sided; interval: Student-t over the seeds of that difference. p: raw; Holm: Holm–Bonferroni adjusted within this "
              f"regime's family of {family} test{'s' if family != 1 else ''}. \"better\"/\"worse\" only when the "
              f"Holm p < {seed['alpha']:g}; \"underpowered\" (no verdict) with fewer than {seed['min_seeds']} seeds; "
              f"\"identical\" when every client × seed pair agrees within a relative {seed['tie_rtol']:g} "
              "(tied pairs: those that do).", ""]
-            + _table(["column", "against", "seeds", "mean difference", "t", "p", "Holm p", "tied pairs",
-                      "verdict"], rows) + [""]
+            + _table(["column", "against", "seeds", "mean difference", f"{100 * (1 - seed['alpha']):g}% interval",
+                      "t", "p", "Holm p", "tied pairs", "verdict"], rows) + [""]
             + [" ".join(sentences), ""])
 
 
@@ -470,11 +531,12 @@ def _utility_section(reg: dict) -> list[str]:
     rows = [[c] + [fmt_stat(s["test"][col][c]) for col in cols] for c in reg["clients"]]
     rows.append(["**mean**"] + [fmt_stat(s["test"][col]["mean"]) for col in cols])
     spread = f"mean ± sample std over {n} seeds" if n > 1 else "one seed"
+    sentence = ce_minus_local(reg)
     return ([f"### Test {reg['metric']} per client ({_better(reg['metric'])}; {spread})", "",
              "CE: each client's model in the exact equilibrium. The learners' figures are their own "
              "personalised models.", ""] + (["CE (ours): SPO's models in SPO's own CE (the paper's row).", ""]
                                              if "CE (ours)" in cols else [])
-            + _table(["client"] + cols, rows) + [""])
+            + _table(["client"] + cols, rows) + [""] + ([sentence, ""] if sentence else []))
 
 
 def _ours(reg: dict, partitions: dict) -> str:
@@ -545,10 +607,11 @@ def _published_digits(results: dict) -> list[str]:
         cols = reg["summary"]["columns"]
         means = ((reg["summary"].get("statistics") or {}).get("seed") or {}).get("mean_intervals") or {}
         rows = [[col, pub["accuracy"].get(col, "–"), _pct(t[col]["mean"]),
-                 _interval({k: 100 * v for k, v in means[col].items()}) if col in means else "–"] for col in cols]
+                 _interval({k: None if means[col].get(k) is None else 100 * means[col][k]
+                            for k in ("estimate", "low", "high")}) if col in means else "–"] for col in cols]
         lines += ([f"**{reg['title']}**", ""] if len(results["regimes"]) > 1 else [])
         lines += _table(["method", "paper (CIFAR-10)", f"ours ({ours}), mean ± std over seeds",
-                         "ours, 95% interval (seeds, then clients)"], rows) + [""]
+                         "ours, 95% interval (Student-t over seeds)"], rows) + [""]
         sentence = verdicts(reg, "Local")
         if sentence:
             lines += ["Ordering on our data: " + sentence, ""]

@@ -27,8 +27,28 @@ from typing import Any
 from coalitions.errors import InputError
 from coalitions.io import read_json, write_json
 
-__all__ = ["RESULTS_FORMAT", "ExactSummary", "Comparison", "MethodSummary", "Run", "RegimeResult", "Reproduction",
+__all__ = ["partition_key", "RESULTS_FORMAT", "ExactSummary", "Comparison", "MethodSummary", "Run", "RegimeResult", "Reproduction",
            "read_results", "write_results"]
+
+
+def _name_key(name: str) -> tuple:
+    """Clients in natural order: ``2`` before ``10``, numbers before names."""
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
+def partition_key(blocks, sep: str = " | ") -> str:
+    """A partition as the reports write it, in one order whatever the order found: ``0,1,2 | 3 | 4,5``.
+
+    Members sorted within each block, blocks by their first member (natural order: ``0 | 1 | 2 | 3 | 4 | 5``,
+    not the peeling's ``0 | 1 | 2 | 4 | 5 | 3``).
+
+    Examples
+    --------
+    >>> partition_key([["4"], ["5", "10"], ["3"]])
+    '3 | 4 | 5,10'
+    """
+    ordered = sorted((sorted((str(c) for c in b), key=_name_key) for b in blocks), key=lambda b: _name_key(b[0]))
+    return sep.join(",".join(b) for b in ordered)
 
 RESULTS_FORMAT = "coalitions/reproduction@1"
 

@@ -8,11 +8,16 @@ only reloads each seed's federation for its test-set sizes and majority-class ba
 * **Tests**: every column against Local and the majority class, seed level
   (:func:`~.statistics.seed_level_test`), one Holm family per regime
   (:func:`~.statistics.family_tests`); raw and adjusted p both kept.
-* **Per-client accuracy intervals**: Clopper–Pearson on the client's test hits pooled
-  over the seeds (:func:`~.statistics.clopper_pearson`): the test-sample uncertainty of
-  the reported accuracy, never ``[1, 1]``.
-* **Mean over clients**: percentile bootstrap over seeds, then clients
-  (:func:`~.statistics.bootstrap_interval` with each seed's per-client values).
+* **Per-client accuracy intervals**: Clopper–Pearson (:func:`~.statistics.clopper_pearson`,
+  scipy's ``binomtest``) on the client's test accuracy pooled over the seeds, counted over the
+  *distinct* test rows behind it (:func:`~.statistics.distinct_rows`): where every seed tests
+  the same rows (Adult's ``adult.test``) or reuses some (heart), pooling seeds repeats rows and
+  adds no new test evidence, so ``n`` is the distinct rows and the hits are the pooled accuracy
+  times ``n``, rounded.  Never ``[1, 1]``.
+* **Mean over clients**: the mean over seeds of each seed's client mean, with a Student-t
+  interval over the seeds (:func:`~.statistics.seed_interval`): the seeds are the replicates,
+  the clients are a fixed set.  The seed-level tests carry the interval of each column's
+  difference with Local (``ci``), CE − Local among them.
 * **Supports**: the exact CE's support over validation resamples (recorded per seed by
   the run) and over retraining (:func:`~.statistics.retraining_support`), each labelled.
 """
@@ -24,13 +29,14 @@ import numpy as np
 from coalitions.learners.experiments.statistics import (
     MIN_SEEDS,
     TIE_RTOL,
-    bootstrap_interval,
     clopper_pearson,
+    distinct_rows,
     family_tests,
     retraining_support,
+    seed_interval,
 )
 
-__all__ = ["seed_statistics", "column_values", "exact_supports", "refresh_results", "MAJORITY", "LEVEL", "N_BOOT",
+__all__ = ["seed_statistics", "distinct_test_rows", "column_values", "exact_supports", "refresh_results", "MAJORITY", "LEVEL", "N_BOOT",
            "ALPHA"]
 
 #: The report's column of the majority-class baseline (classification by accuracy).
@@ -40,8 +46,8 @@ LEVEL, N_BOOT, ALPHA = 0.95, 2000, 0.05
 
 
 def seed_statistics(clients: list[str], metric: str, values: dict[str, np.ndarray],
-                    n_test: np.ndarray | None = None) -> dict:
-    """Seed-level tests (one Holm family), Clopper–Pearson client intervals, bootstrap mean intervals.
+                    n_test: np.ndarray | None = None, n_distinct: dict | None = None) -> dict:
+    """Seed-level tests (one Holm family), Clopper–Pearson client intervals, seed-level mean intervals.
 
     Parameters
     ----------
@@ -51,12 +57,16 @@ def seed_statistics(clients: list[str], metric: str, values: dict[str, np.ndarra
         ``{column label: (clients, seeds) test metric}``; the majority class under :data:`MAJORITY`.
     n_test : ndarray of int, shape (clients, seeds), optional
         Test samples behind each accuracy (needed for the Clopper–Pearson intervals).
+    n_distinct : dict, optional
+        ``{client: distinct test rows over the seeds}`` (:func:`~.statistics.distinct_rows`); a
+        client missing or ``None``: its rows are taken as distinct (rows × seeds).
 
     Returns
     -------
     dict
-        ``{"seed_tests": {column: {reference: record}}, "binomial": {column: {client: {...}}} (accuracy
-        only), "mean_intervals": {column: {"estimate", "low", "high"}}, "family", "min_seeds",
+        ``{"seed_tests": {column: {reference: record}}, "binomial": {column: {client: {"estimate",
+        "low", "high", "hits", "n", "rows_over_seeds"}}} (accuracy only; ``n`` the distinct rows),
+        "mean_intervals": {column: {"estimate", "low", "high", "n_seeds"}}, "family", "min_seeds",
         "tie_rtol", "alpha", "level"}``.
     """
     sense = "min" if metric == "mse" else "max"
@@ -68,29 +78,40 @@ def seed_statistics(clients: list[str], metric: str, values: dict[str, np.ndarra
                          "two-sided, Holm-adjusted within the regime"}
     if metric == "accuracy" and n_test is not None:
         n = np.asarray(n_test, dtype=np.int64)
-        binom = {}
-        for col, v in values.items():
-            row = {}
-            for ci, c in enumerate(clients):
-                ok = np.isfinite(v[ci])
-                k = int(np.rint(np.sum(v[ci][ok] * n[ci][ok])))
-                total = int(n[ci][ok].sum())
-                if total == 0:
-                    continue
-                lo, hi = clopper_pearson(k, total, LEVEL)
-                row[c] = {"estimate": k / total, "low": lo, "high": hi, "hits": k, "n": total}
-            binom[col] = row
-        out["binomial"] = binom
+        out["binomial"] = {col: _binomial_row(clients, v, n, n_distinct or {}) for col, v in values.items()}
     means = {}
     for col, v in values.items():
-        per_seed = [v[:, s][np.isfinite(v[:, s])] for s in range(v.shape[1])]
-        per_seed = [x for x in per_seed if x.size]
+        per_seed = [float(np.mean(v[:, s][np.isfinite(v[:, s])])) for s in range(v.shape[1])
+                    if np.isfinite(v[:, s]).any()]
         if not per_seed:
             continue
-        iv = bootstrap_interval(per_seed, level=LEVEL, n_boot=N_BOOT, seed=0)
-        means[col] = {"estimate": iv.estimate, "low": iv.low, "high": iv.high}
+        est, lo, hi = seed_interval(per_seed, LEVEL)
+        means[col] = {"estimate": est, "low": lo, "high": hi, "n_seeds": len(per_seed)}
     out["mean_intervals"] = means
+    out["mean_interval_method"] = "Student-t over the seeds of each seed's mean over clients (seeds are the replicates)"
     return out
+
+
+def _binomial_row(clients: list[str], v: np.ndarray, n: np.ndarray, n_distinct: dict) -> dict:
+    """One column's Clopper–Pearson interval per client, over the distinct test rows behind its pooled accuracy."""
+    row = {}
+    for ci, c in enumerate(clients):
+        ok = np.isfinite(v[ci])
+        total = int(n[ci][ok].sum())
+        if total == 0:
+            continue
+        estimate = float(np.sum(v[ci][ok] * n[ci][ok])) / total       # the accuracy pooled over the seeds
+        rows = n_distinct.get(c) or total
+        rows = min(int(rows), total)
+        k = int(np.rint(estimate * rows))
+        lo, hi = clopper_pearson(k, rows, LEVEL)
+        row[c] = {"estimate": estimate, "low": lo, "high": hi, "hits": k, "n": rows, "rows_over_seeds": total}
+    return row
+
+
+def distinct_test_rows(clients: list[str], per_seed_ids: list[dict]) -> dict[str, int | None]:
+    """``{client: distinct test rows over the seeds}`` from each seed's ``{client: Split.ids}`` (None: unknown)."""
+    return {c: distinct_rows([ids.get(c) for ids in per_seed_ids]) for c in clients}
 
 
 def column_values(reg: dict) -> dict[str, np.ndarray]:
@@ -124,7 +145,9 @@ def _labels() -> dict[str, str]:
 
 
 def _partition_key(blocks) -> str:
-    return " | ".join(",".join(b) for b in blocks)
+    from coalitions.learners.experiments.results import partition_key
+
+    return partition_key(blocks)
 
 
 def exact_supports(reg: dict) -> dict | None:
@@ -165,10 +188,12 @@ def refresh_results(results: dict) -> dict:
         values = column_values(reg)
         n_test = np.zeros((len(clients), len(reg["runs"])), dtype=np.int64)
         maj = np.full(n_test.shape, np.nan)
+        ids: list[dict] = []
         for s, run in enumerate(reg["runs"]):
             if run.get("data_seed") is None:
                 break
             fed = load(results["dataset"], seed=run["data_seed"], **reg["options"])
+            ids.append({c.name: c.test.ids for c in fed.clients})
             sizes = dict(zip(fed.names, fed.sizes("test"), strict=True))
             n_test[:, s] = [sizes[c] for c in clients]
             if fed.task != "regression":
@@ -177,6 +202,9 @@ def refresh_results(results: dict) -> dict:
         if reg["metric"] == "accuracy" and np.all(np.isfinite(maj)):
             values[MAJORITY] = maj
         st = reg["summary"].setdefault("statistics", {})
-        st["seed"] = seed_statistics(clients, str(reg["metric"]), values, n_test if n_test.all() else None)
+        if reg["metric"] == "accuracy":   # the older per-client bootstrap: replaced by seed.binomial
+            st.pop("intervals", None)
+        st["seed"] = seed_statistics(clients, str(reg["metric"]), values, n_test if n_test.all() else None,
+                                     distinct_test_rows(clients, ids) if len(ids) == len(reg["runs"]) else None)
         reg["summary"]["supports"] = exact_supports(reg)
     return results

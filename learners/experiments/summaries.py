@@ -38,6 +38,7 @@ from coalitions.learners.experiments.results import (
     ExactSummary,
     MethodSummary,
     Run,
+    partition_key,
 )
 from coalitions.learners.experiments.seedstats import ALPHA, LEVEL, MAJORITY, N_BOOT
 from coalitions.payoffs import models_in
@@ -179,8 +180,8 @@ def summarize(regime: dict, methods) -> dict:
         table[label] = row
     out = {"columns": list(columns), "test": table}
     if all("exact" in r for r in runs):
-        exact = [tuple(tuple(b) for b in r["exact"]["partition"]) for r in runs]
-        out["exact_partitions"] = {" | ".join(",".join(b) for b in p): exact.count(p) for p in dict.fromkeys(exact)}
+        exact = [partition_key(r["exact"]["partition"]) for r in runs]
+        out["exact_partitions"] = {p: exact.count(p) for p in dict.fromkeys(exact)}
         agree = {}
         for m in methods:
             cmps = [r["methods"][m].get("compare") for r in runs]
@@ -207,7 +208,8 @@ def seed_record(fed, run: Run, exact_out: dict | None, estimates: dict) -> dict:
     from coalitions.learners.experiments.statistics import majority_class
 
     names = list(fed.names)
-    rec: dict = {"y": {c.name: np.asarray(c.test.y) for c in fed.clients}, "outputs": {}, "metric": {}}
+    rec: dict = {"y": {c.name: np.asarray(c.test.y) for c in fed.clients}, "outputs": {}, "metric": {},
+                 "ids": {c.name: c.test.ids for c in fed.clients}}
     for m, est in estimates.items():
         rec["outputs"][m] = {c: np.asarray(est.extra["test_outputs"][c], dtype=np.float64) for c in names}
         rec["metric"][m] = dict(run.methods[m].test)
@@ -219,22 +221,30 @@ def seed_record(fed, run: Run, exact_out: dict | None, estimates: dict) -> dict:
     return rec
 
 
+#: What ``statistics.intervals`` (MSE and AUC) are, in ``results.json`` beside them.
+INTERVALS_METHOD = ("per-client two-stage percentile bootstrap: seeds resampled, then each drawn seed's test rows "
+                    "resampled independently (rows a fixed test set repeats across seeds count as new: too narrow "
+                    "there); for the verdicts read seed.seed_tests")
+
+
 def regime_statistics(clients: list[str], metric: str, records: list[dict], methods) -> dict:
     """Per-client intervals and seed-level paired tests of every column (docs/formats.md, ``statistics``).
 
-    ``records``: one :func:`seed_record` per seed.  For every column (the
-    learners, ``CE``, and for accuracy the majority-class baseline,
-    :func:`~.statistics.majority_class`) and client, the 95% two-stage bootstrap
+    ``records``: one :func:`seed_record` per seed.  For MSE and AUC, for every column (the
+    learners and ``CE``) and client, the 95% two-stage bootstrap
     interval over the client's test samples and the seeds
-    (:func:`~.statistics.bootstrap_interval` of :func:`~.statistics.output_samples`);
-    under ``"seed"`` (:func:`~.seedstats.seed_statistics`) every column's seed-level test
-    against Local and, for accuracy, the majority class, Holm-adjusted as one family,
-    Clopper–Pearson intervals of each client's pooled test hits, and bootstrap intervals
-    of the mean over clients.  ``outputs_check``: the
+    (:func:`~.statistics.bootstrap_interval` of :func:`~.statistics.output_samples`), labelled
+    by ``intervals_method``; for accuracy none (it collapsed to ``[1, 1]`` on a perfect client
+    and counted every seed's rows as new): the Clopper–Pearson intervals replace it.
+    Under ``"seed"`` (:func:`~.seedstats.seed_statistics`) every column's seed-level test
+    against Local and, for accuracy, the majority class, Holm-adjusted as one family, with the
+    interval of each difference; Clopper–Pearson intervals of each client's pooled test accuracy
+    over its distinct test rows (``records``' ``ids``); Student-t intervals over the seeds of
+    the mean over clients.  ``outputs_check``: the
     largest difference between a metric recomputed from the stored outputs and
     the one the run recorded (the outputs are the scored models').
     """
-    from coalitions.learners.experiments.seedstats import seed_statistics
+    from coalitions.learners.experiments.seedstats import distinct_test_rows, seed_statistics
     from coalitions.learners.experiments.statistics import bootstrap_interval, output_samples
 
     have_exact = all("ce" in r["outputs"] for r in records)
@@ -268,8 +278,14 @@ def regime_statistics(clients: list[str], metric: str, records: list[dict], meth
         intervals[label] = row
         values[label] = per_pair
     n_test = np.array([[len(r["y"][c]) for r in records] for c in clients], dtype=np.int64)
-    return {"level": LEVEL, "n_boot": N_BOOT, "alpha": ALPHA, "columns": list(intervals), "intervals": intervals,
-            "outputs_check": check, "seed": seed_statistics(clients, metric, values, n_test)}
+    distinct = distinct_test_rows(clients, [r.get("ids") or {} for r in records])
+    out = {"level": LEVEL, "n_boot": N_BOOT, "alpha": ALPHA, "columns": list(intervals),
+           "outputs_check": check, "seed": seed_statistics(clients, metric, values, n_test, distinct),
+           "distinct_test_rows": distinct}
+    if metric != "accuracy":   # accuracy: the Clopper–Pearson intervals under "seed" (binomial)
+        out["intervals"] = intervals
+        out["intervals_method"] = INTERVALS_METHOD
+    return out
 
 
 def sensitivity_summary(runs: list[dict], methods) -> dict:

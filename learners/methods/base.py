@@ -85,7 +85,7 @@ from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds, threshold_sensitivity
 
 __all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "unflatten", "default_model",
-           "default_kind", "EarlyStop"]
+           "default_kind", "EarlyStop", "ClientsEarlyStop"]
 
 #: The parameters every personalised learner takes, after its own (each class names them in its
 #: ``__init__``).  No training setting is among them: the model, optimiser, rate, schedule, batch,
@@ -154,6 +154,59 @@ class EarlyStop:
         if self.patience is not None and self.bad >= self.patience:
             self.stopped = True
         return False
+
+    def update_clients(self, per_client) -> np.ndarray:
+        """One evaluation of the clients' losses, read as their mean: which clients' models are now the best (all or none)."""
+        return np.full(len(per_client), self.update(float(np.mean(per_client))))
+
+    def best_rounds(self, n: int) -> list[int]:
+        """The round each of ``n`` clients keeps: the one best round of the mean."""
+        return [self.best_round] * n
+
+    def stop_rounds(self, n: int) -> list[int]:
+        """The round each of ``n`` clients stopped at: the last round run."""
+        return [self.round] * n
+
+
+class ClientsEarlyStop:
+    """Patience per client, for clients whose models are independent (Local): each stops on its own loss.
+
+    Client ``i``'s models are scored after every round by its own tuning loss; it stops when that
+    loss has not improved for ``patience`` evaluations and keeps its best round, as the exhaustive
+    game's model of ``{i}`` does (:mod:`coalitions.learners.game.stopping`).  ``update_clients``
+    returns which clients improved (a stopped client never does); ``stopped`` is true once every
+    client has stopped.  ``history`` (rounds × clients) replays a resumed run.
+
+    Examples
+    --------
+    >>> s = ClientsEarlyStop(1, 2)
+    >>> [s.update_clients(v).tolist() for v in ([3.0, 3.0], [2.0, 4.0], [2.5, 1.0])]
+    [[True, True], [True, False], [False, False]]
+    >>> s.stopped, s.best_rounds(2), s.stop_rounds(2)
+    (True, [2, 1], [3, 2])
+    """
+
+    def __init__(self, patience: int | None, n: int, history=()):
+        self.clients = [EarlyStop(patience) for _ in range(n)]
+        for row in history:
+            self.update_clients(row)
+
+    def update_clients(self, per_client) -> np.ndarray:
+        """Record one evaluation of every client's loss; which clients' models are now their best."""
+        return np.array([False if s.stopped else s.update(float(v)) for s, v in zip(self.clients, per_client,
+                                                                                     strict=True)])
+
+    @property
+    def stopped(self) -> bool:
+        return all(s.stopped for s in self.clients)
+
+    def best_rounds(self, n: int) -> list[int]:
+        """The round each client keeps."""
+        return [s.best_round for s in self.clients]
+
+    def stop_rounds(self, n: int) -> list[int]:
+        """The round each client stopped at (its last evaluation)."""
+        return [s.round for s in self.clients]
 
 
 class Learner(EstimatorMixin, ABC):
@@ -335,11 +388,19 @@ class PersonalizedLearner(Learner):
     resumed_from_ : int
         Rounds loaded from the checkpoint (0 when none).
     best_round_ : int
-        The round whose models were kept (the last one without a patience).
+        The round whose models were kept (the last one without a patience); a learner that stops
+        per client (:attr:`stops_per_client`, Local) keeps each client's own round,
+        ``best_round_clients_``, and ``best_round_`` is the latest of them.
+    best_val_loss_ : float
+        The kept models' tuning loss, the mean over clients of ``best_val_loss_clients_`` (each
+        client's mean loss on its tuning rows under the model it keeps): what the learning-rate
+        grid compares (:func:`~coalitions.learners.training.tuning.kept_val_loss`).  Under a
+        patience the loss of the best round, not of the last round run.
     stopped_at_ : int
         Local gradient steps per client when training stopped:
         ``rounds run × steps per round`` (``steps_per_round_``); the budget's
-        maximum when it never stopped early.
+        maximum when it never stopped early.  ``stopped_at_clients_``: where each client
+        stopped (all at ``stopped_at_`` unless the learner stops per client).
     hit_max_ : bool
         Whether training ran the whole budget without early stopping.
     lr_ : float
@@ -367,6 +428,7 @@ class PersonalizedLearner(Learner):
     protocol_: TrainingProtocol
     params_: dict
     weights_history_: list[np.ndarray]
+    lr_: float | None   # None: Local whose clients chose their rates (lr_clients_)
 
     def __init__(self, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
                  chunk=None, seed=0, checkpoint=None, progress=None):
@@ -472,7 +534,7 @@ class PersonalizedLearner(Learner):
         if state is None:
             gen = torch.Generator().manual_seed(int(self.seed))
             state = self.init_state(fed, gen, dev)
-        stopper = EarlyStop(patience, self.val_loss_history_)
+        stopper = self._stopper(patience, fed.n)
         val_data = Padded(fed, "tuning", dev)   # the rows that stop it (and choose its rate): never the scoring rows
         for r in range(self.resumed_from_, self.rounds_):
             if stopper.stopped:
@@ -483,8 +545,9 @@ class PersonalizedLearner(Learner):
             per_client = self._val_losses(state, val_data)
             self.val_loss_clients_.append(per_client)
             self.val_loss_history_.append(float(np.mean(per_client)))
-            if stopper.update(self.val_loss_history_[-1]) and patience is not None:
-                best = copy.deepcopy(state)
+            improved = stopper.update_clients(per_client)
+            if patience is not None and improved.any():
+                best = self._keep_best(best, state, improved)
             if self.checkpoint is not None:
                 meta = {"loss_history": self.loss_history_, "val_loss_clients": self.val_loss_clients_,
                         "engine": list(self.engine_.choice_ or ("auto", None))}
@@ -503,13 +566,18 @@ class PersonalizedLearner(Learner):
                 self.progress(1, 1)
         run = self.rounds_run_ = len(self.val_loss_history_)
         self.hit_max_ = run == self.rounds_   # ran the whole budget (a stop due on the last round saves nothing)
-        self.best_round_ = stopper.best_round if patience is not None else run
+        self.best_round_clients_ = stopper.best_rounds(fed.n) if patience is not None else [run] * fed.n
+        self.best_round_ = max(self.best_round_clients_)
         self.steps_per_round_ = self._steps_per_round(fed)
         self.stopped_at_ = run * self.steps_per_round_
+        self.stopped_at_clients_ = [r * self.steps_per_round_ for r in stopper.stop_rounds(fed.n)]
         self.lr_ = self._lr_for()
         if patience is not None and best is not None:
             state = best
         self.state_ = state
+        self.best_val_loss_clients_ = (self._val_losses(state, val_data) if not run else
+                                       [self.val_loss_clients_[r - 1][i] for i, r in enumerate(self.best_round_clients_)])
+        self.best_val_loss_ = float(np.mean(self.best_val_loss_clients_))
         self.finish(state)
         self.utilities_ = self._utilities(fed, dev)
         self.fit_seconds_ = time.perf_counter() - t0
@@ -544,6 +612,23 @@ class PersonalizedLearner(Learner):
         """Early-stopping patience in rounds, the protocol's."""
         patience = self.protocol_.patience
         return None if patience is None else int(patience)
+
+    #: Are the clients' models independent, so that each stops on its own tuning loss (Local)?  Otherwise the
+    #: mean over clients stops them all at one round (:class:`EarlyStop`).
+    stops_per_client: ClassVar[bool] = False
+    #: Does the learner choose its rate on the protocol's ``lr_grid`` itself (Local, per client)?  Otherwise a
+    #: column fits it once per rate (:func:`~coalitions.learners.training.tuning.fit_on_grid`).
+    tunes_own_rate: ClassVar[bool] = False
+
+    def _stopper(self, patience: int | None, n: int):
+        """The early stop of a fit (replaying a resumed run's evaluations): per client or on the mean over clients."""
+        if self.stops_per_client:
+            return ClientsEarlyStop(patience, n, self.val_loss_clients_)
+        return EarlyStop(patience, self.val_loss_history_)
+
+    def _keep_best(self, best: dict | None, state: dict, improved: np.ndarray) -> dict:
+        """The kept state after an evaluation where the clients ``improved`` (all of them here) reached their best."""
+        return copy.deepcopy(state)
 
     def _lr_for(self) -> float:
         """The (peak) learning rate trained with, the protocol's."""

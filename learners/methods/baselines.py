@@ -8,7 +8,11 @@ utilities.
 
 * **Local**: client ``i`` minimises its own loss ``F_i(w_i)`` for
   the protocol's budget of local steps (one optimiser state over all rounds, like
-  every site here, so that FedAMP with ``α_k = 0`` equals Local exactly).
+  every site here, so that FedAMP with ``α_k = 0`` equals Local exactly).  Its clients'
+  models are independent, so each is tuned on its own data as the exhaustive game tunes its
+  model of ``{i}`` (issue 33): under a patience each client stops on its own tuning loss and
+  keeps its own best round, and under an ``lr_grid`` each client keeps the rate whose kept
+  model has its lowest tuning loss.
 * **FedAvg** (McMahan et al. 2017): every round all clients start from the
   global model ``w``, take a round's local steps on their own data, and the
   server averages ``w ← Σ_i n_i w_i / Σ_i n_i`` (``n_i`` training samples;
@@ -25,8 +29,8 @@ budget of gradient steps per client (:meth:`TrainingProtocol.rounds_for` on the 
 * **Local** keeps one optimiser state over all rounds (its models never leave their clients, so a
   round is only bookkeeping) and the schedule runs over the whole budget: client ``i``'s model is
   then the exhaustive oracle's subset model of ``{i}`` under the same protocol and seed — the same
-  initial parameters, objective, optimiser, schedule and steps (full batch; with a batch size the
-  two draw minibatches differently).  With ``closed_form=True`` (linear regression) both solve the
+  initial parameters, objective, optimiser, schedule and steps, the same stopping step and the
+  same rate from the grid (full batch; with a batch size the two draw minibatches differently).  With ``closed_form=True`` (linear regression) both solve the
   same ridge problem exactly (:func:`coalitions.learners.exact.closed_form_weights`) and no round is run.
 * **FedAvg**: each site keeps its optimiser state across rounds (as a real site would), and the
   learning-rate schedule runs over the whole budget in that state.  With SGD, full batch and one
@@ -40,10 +44,13 @@ budget of gradient steps per client (:meth:`TrainingProtocol.rounds_for` on the 
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
+
 import numpy as np
 import torch
 
-from coalitions.learners.methods.base import PersonalizedLearner
+from coalitions.learners.methods.base import PersonalizedLearner, default_model
 
 __all__ = ["Local", "FedAvg", "weighted_average", "broadcast", "average_step"]
 
@@ -67,16 +74,31 @@ def average_step(state: dict, sizes, up: str = "model", down: str = "global") ->
 
 
 class Local(PersonalizedLearner):
-    """Every client trains alone on its own data (no communication).
+    """Every client trains alone on its own data (no communication), tuned on its own data.
 
     Parameters are the common ones of :class:`~coalitions.learners.methods.base.PersonalizedLearner`
     (the training settings are the ``protocol``'s): client ``i``'s model is the exhaustive
-    oracle's model of ``{i}`` under the same protocol and seed (module docstring).
+    oracle's model of ``{i}`` under the same protocol and seed (module docstring).  Under the
+    protocol's ``patience`` each client stops on its own tuning loss (:attr:`stops_per_client`);
+    under its ``lr_grid`` Local is fitted once per rate and each client keeps the rate whose kept
+    model has its lowest tuning loss (ties: the earlier rate), as the game's model of ``{i}``
+    does.  No other column tunes per client: their models depend on one another.
+
+    Attributes
+    ----------
+    lr_clients_ : list of float
+        The rate each client trained at (the protocol's ``lr`` for every client without a grid).
+    lr_tuning_ : dict or None
+        With a grid: ``{"grid": [...], "val_loss": [...], "chosen": {client: rate}}``, ``val_loss``
+        the mean over clients of the kept models' tuning losses at each rate (the estimate's
+        ``extra.lr_tuning``).  ``loss_history_`` is then empty: the clients trained at different rates.
     """
 
     method = "local"
     has_weights = False
     shares_model = False
+    stops_per_client = True
+    tunes_own_rate = True
 
     def __init__(self, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
                  chunk=None, seed=0, checkpoint=None, progress=None):
@@ -84,8 +106,71 @@ class Local(PersonalizedLearner):
 
     def _closed_form(self, fed) -> bool:
         """Linear regression under a ``closed_form`` protocol: each client's ridge fit, no rounds."""
-        return (self.protocol_.closed_form and fed.task == "regression"
-                and self._model_for(fed) == "linear")
+        p = self.protocol_for(fed)
+        return p.closed_form and fed.task == "regression" and (p.model or default_model(fed)) == "linear"
+
+    def fit(self, federation):
+        """Train every client alone; with the protocol's ``lr_grid``, each client at the rate its own data choose."""
+        grid = getattr(self.protocol, "lr_grid", None)   # (a bad protocol is refused by the fit below)
+        if not grid or self._closed_form(federation):
+            super().fit(federation)
+            self.lr_clients_ = [self.lr_] * self.federation_.n
+            self.lr_tuning_ = None
+            return self
+        protocol = self.protocol_for(federation)
+        fits = [self._at_rate(protocol, k).fit(federation) for k in range(len(grid))]
+        return self._per_client(fits, protocol)
+
+    def _at_rate(self, protocol, k: int) -> Local:
+        """An unfitted copy training at rate ``k`` of ``protocol``'s grid (its own checkpoint, ``<checkpoint>.lr<k>``)."""
+        lr = protocol.lr_grid[k]
+        return type(self)(**{**self.get_params(deep=False), "protocol": protocol.with_(lr=lr, lr_grid=None),
+                             "checkpoint": None if self.checkpoint is None else Path(f"{self.checkpoint}.lr{k}")})
+
+    def _per_client(self, fits: list, protocol) -> Local:
+        """Become the fit whose client ``i`` is client ``i`` of the fit at its chosen rate (the lowest kept tuning loss)."""
+        n = fits[0].federation_.n
+        kept = np.array([f.best_val_loss_clients_ for f in fits])            # (rates, clients)
+        kept_or_inf = np.where(np.isfinite(kept), kept, np.inf)
+        pick = [int(np.argmin(kept_or_inf[:, i])) for i in range(n)]      # argmin: ties to the earlier rate
+        first = fits[0]
+        self.__dict__.update({k: copy.copy(v) for k, v in vars(first).items() if k.endswith("_")})
+        self._forget_estimate()
+        self.protocol_ = protocol
+        names = list(first.federation_.names)
+        chosen = [fits[k] for k in pick]
+        self.params_ = {key: torch.stack([f.params_[key][i] for i, f in enumerate(chosen)])
+                        for key in first.params_}
+        self.utilities_ = {part: {c: f.utilities_[part][c] for c, f in zip(names, chosen, strict=True)}
+                           for part in first.utilities_}
+        for attr in ("best_round_clients_", "stopped_at_clients_", "best_val_loss_clients_"):
+            setattr(self, attr, [getattr(f, attr)[i] for i, f in enumerate(chosen)])
+        self.best_val_loss_ = float(np.mean(self.best_val_loss_clients_))
+        self.best_round_ = max(self.best_round_clients_)
+        self.rounds_run_ = max(f.rounds_run_ for f in chosen)
+        self.stopped_at_ = max(self.stopped_at_clients_)
+        self.hit_max_ = any(f.hit_max_ for f in chosen)
+        self.val_loss_clients_ = _curves(chosen, self.best_val_loss_clients_, self.rounds_run_)
+        self.val_loss_history_ = [float(np.mean(row)) for row in self.val_loss_clients_]
+        self.loss_history_ = []
+        self.lr_clients_ = [float(protocol.lr_grid[k]) for k in pick]
+        self.lr_ = None   # the clients' rates differ: lr_clients_
+        self.fit_seconds_ = float(sum(f.fit_seconds_ for f in fits))
+        self.state_ = {"params": self.params_}
+        self.lr_tuning_ = {"grid": [float(g) for g in protocol.lr_grid],
+                           "val_loss": [round(float(np.mean(f.best_val_loss_clients_)), 12) for f in fits],
+                           "chosen": dict(zip(names, self.lr_clients_, strict=True))}
+        return self
+
+    def _stopping_record(self) -> dict:
+        """The base's record with each client's rate and stopping step (they stop, and may tune, per client)."""
+        out = super()._stopping_record()
+        return {**out, "lr": out["lr"] if self.lr_tuning_ is None else None, "lr_clients": self.lr_clients_,
+                "stopped_at_clients": [int(v) for v in self.stopped_at_clients_]}
+
+    def estimate_extra(self, peeling):
+        extra = super().estimate_extra(peeling)
+        return extra if self.lr_tuning_ is None else {**extra, "lr_tuning": self.lr_tuning_}
 
     def _rounds_for(self, fed) -> int:
         return 0 if self._closed_form(fed) else super()._rounds_for(fed)
@@ -106,6 +191,15 @@ class Local(PersonalizedLearner):
         dev, dtype = like["weight"].device, like["weight"].dtype
         return {"weight": torch.as_tensor(W[:, :-1, None], device=dev, dtype=dtype),
                 "bias": torch.as_tensor(W[:, -1:], device=dev, dtype=dtype)}
+
+    def _keep_best(self, best, state, improved):
+        """The kept state: each client's model from the round of its own best tuning loss (rows ``improved`` now)."""
+        if best is None or improved.all():
+            return copy.deepcopy(state)
+        rows = torch.as_tensor(improved)
+        params = {k: torch.where(rows.to(v.device).view(-1, *([1] * (v.dim() - 1))), v.detach(), best["params"][k])
+                  for k, v in state["params"].items()}
+        return {**best, "params": params}
 
     kept = ("params",)      # nothing goes up or down: over Flower one message starts every site's rounds
 
@@ -165,3 +259,9 @@ class FedAvg(PersonalizedLearner):
         self.params_ = {k: v.expand(n, *v.shape[1:]).clone() for k, v in self.global_.items()}
         self.weights_ = None
         self.weights_history_ = []
+
+
+def _curves(fits: list, kept: list[float], rounds: int) -> list[list[float]]:
+    """Rounds × clients tuning losses: client ``i``'s from ``fits[i]``, then its kept loss once that fit has ended."""
+    return [[float(f.val_loss_clients_[r][i]) if r < len(f.val_loss_clients_) else float(kept[i])
+             for i, f in enumerate(fits)] for r in range(rounds)]

@@ -5,8 +5,10 @@ The command line gives a method name, the method's own options and its training 
 
 * a **personalised learner** trains under one training protocol, the data's default protocol
   with the training flags changed (:func:`~coalitions.learners.training.protocol.protocol_with`);
-  with an ``lr_grid`` it trains once per rate and keeps the lowest mean validation loss
-  (:func:`~coalitions.learners.training.tuning.tune_lr`, recorded as ``extra.lr_tuning``);
+  with an ``lr_grid`` it trains once per rate and keeps the rate whose kept models have the lowest
+  mean tuning loss, as ``coalitions reproduce`` does
+  (:func:`~coalitions.learners.training.tuning.fit_on_grid`, recorded as ``extra.lr_tuning``;
+  Local chooses per client);
 * **SPO** splits the training flags: those that are its own settings (``--lr``, ``--model``,
   ``--mlp-hidden``, ``--weight-decay``: its hypernetwork's rate, its target model and ridge) go
   to the estimator, those it reads from the protocol (:attr:`SPO.protocol_fields
@@ -86,18 +88,15 @@ class Learning:
         tuning = None
         if self.personal:
             protocol = protocol_with(fed.task, fed.input_shape, {FLAG_FIELDS[k]: v for k, v in self.training.items()})
-            if protocol.lr_grid:   # once per rate, the lowest mean validation loss kept (as reproduce does)
-                from coalitions.learners.training.tuning import tune_lr
+            from coalitions.learners.training.tuning import fit_on_grid
 
-                def fit_at(lr):
-                    one = create(self.method, self.options, device=self.device, seed=self.seed,
-                                 progress=self._progress_for(f"training {self.method} at lr {lr:g}"))
-                    return one.set_params(protocol=protocol.with_(lr=lr, lr_grid=None)).fit(fed)
+            def make(lr):
+                if lr is None:
+                    return self.estimator
+                return create(self.method, self.options, device=self.device, seed=self.seed,
+                              progress=self._progress_for(f"training {self.method} at lr {lr:g}"))
 
-                self.estimator, tuning = tune_lr(fit_at, protocol.lr_grid,
-                                                 lambda fitted: fitted.val_loss_history_[-1])
-            else:
-                self.estimator.set_params(protocol=protocol).fit(fed)
+            self.estimator, tuning = fit_on_grid(make, protocol, fed)   # the rule reproduce follows
         else:   # SPO: the default protocol of the data with the flags it reads changed
             self.estimator.set_params(protocol=protocol_with(fed.task, fed.input_shape, self._fields)).fit(fed)
         e = self.estimator.estimate_

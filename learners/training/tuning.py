@@ -11,8 +11,13 @@ or not at all, wins or loses by its learning rate, not by what it does.
 
 The rule here: train once per rate of the protocol's ``lr_grid``
 (:class:`~coalitions.learners.training.protocol.TrainingProtocol`), score each
-fit by its mean validation loss over clients, keep the lowest (ties: the
-earlier rate of the grid).  Test data are never read.
+fit by the mean over clients of its *kept* models' tuning loss (:func:`kept_val_loss`: under a
+patience the models early stopping keeps, not those of the last round run; the tuning rows are
+the validation rows unless the protocol has a ``tune_split``), keep the lowest (ties: the
+earlier rate of the grid).  Test data are never read.  The exhaustive game and SPO choose by
+the same rule (their kept models' loss); :func:`fit_on_grid` applies it to a learner column, and
+Local, whose clients' models are independent, applies it per client itself
+(:class:`~coalitions.learners.methods.baselines.Local`), as the game does for its models of ``{i}``.
 
 Examples
 --------
@@ -27,7 +32,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["tune_lr"]
+__all__ = ["tune_lr", "kept_val_loss", "fit_on_grid"]
 
 
 def tune_lr(fit_one: Callable[[float], Any], grid: Sequence[float], score: Callable[[Any], float]
@@ -68,3 +73,46 @@ def tune_lr(fit_one: Callable[[float], Any], grid: Sequence[float], score: Calla
         if best is None or (math.isfinite(s) and s < best_score):
             best, best_score, best_lr = fitted, (s if math.isfinite(s) else math.inf), lr
     return best, {"grid": rates, "val_loss": losses, "chosen": best_lr}
+
+
+def kept_val_loss(fitted) -> float:
+    """The selection rule's score of a fitted learner: its kept models' mean tuning loss over clients.
+
+    ``best_val_loss_`` (:class:`~coalitions.learners.methods.base.PersonalizedLearner`): under a
+    patience the loss of the round early stopping keeps, the last round's without one.  (Reading
+    ``val_loss_history_[-1]``, the last round run, scored a stopped column by a model it does not
+    keep: FedAMP on fashion 0.575 recorded against 0.334 kept, issue 33.)
+    """
+    return float(fitted.best_val_loss_)
+
+
+def fit_on_grid(make: Callable[[float | None], Any], protocol, federation) -> tuple[Any, dict | None]:
+    """Fit the column ``make`` builds under ``protocol``, its rate chosen on the protocol's ``lr_grid``.
+
+    Parameters
+    ----------
+    make : callable
+        ``make(lr)``: an unfitted learner (``lr`` a rate of the grid, ``None`` without one).
+    protocol : TrainingProtocol or None
+        The column's protocol (``None``: the learner's own default, no grid).
+    federation : Federation
+
+    Returns
+    -------
+    fitted : learner
+        Without a grid, or for a learner that tunes itself (``tunes_own_rate``: Local, per
+        client), fitted once under ``protocol``; else the fit at the rate :func:`tune_lr` keeps
+        by :func:`kept_val_loss`.
+    record : dict or None
+        :func:`tune_lr`'s record (``None`` when the learner was fitted once).
+    """
+    learner = make(None)
+    if protocol is None:
+        return learner.fit(federation), None
+    if not protocol.lr_grid or getattr(learner, "tunes_own_rate", False):
+        return learner.set_params(protocol=protocol).fit(federation), None
+
+    def fit_one(lr: float):
+        return make(lr).set_params(protocol=protocol.with_(lr=lr, lr_grid=None)).fit(federation)
+
+    return tune_lr(fit_one, protocol.lr_grid, kept_val_loss)

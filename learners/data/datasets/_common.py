@@ -249,10 +249,18 @@ def one_hot(values: Sequence[str], levels: Sequence[str]) -> np.ndarray:
     return out
 
 
-def make_client(name: str, X: np.ndarray, y: np.ndarray, splits) -> Client:
-    """A :class:`Client` from one array pair and its three index arrays."""
+def make_client(name: str, X: np.ndarray, y: np.ndarray, splits, ids=None) -> Client:
+    """A :class:`Client` from one array pair and its three index arrays.
+
+    ``ids``: the source data's row number of each row of ``X`` (each split keeps its rows'
+    numbers, :attr:`Split.ids <coalitions.learners.data.federation.Split.ids>`); ``None``: none.
+    """
     tr, va, te = splits
-    return Client(name, Split(X[tr], y[tr]), Split(X[va], y[va]), Split(X[te], y[te]))
+
+    def part(idx):
+        return Split(X[idx], y[idx], None if ids is None else np.asarray(ids)[idx])
+
+    return Client(name, part(tr), part(va), part(te))
 
 
 def check_int(name: str, value, low: int, high: int | None = None) -> int:

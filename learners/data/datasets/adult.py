@@ -113,7 +113,9 @@ def adult(metric: str = "accuracy", max_train: int | None = None, seed: int = 0)
     for name, pick, pick_t, tr, va in raw:
         X, y = encode(pick)
         X_t, y_t = encode(pick_t)
-        clients.append(Client(name, Split(X[tr], y[tr]), Split(X[va], y[va]), Split(X_t, y_t)))
+        # the test rows are the client's rows of adult.test, the same in every seed (ids: their order there)
+        clients.append(Client(name, Split(X[tr], y[tr], tr), Split(X[va], y[va], va),
+                              Split(X_t, y_t, np.arange(len(y_t)))))
     options = {"metric": metric, "max_train": max_train, "seed": seed}
     preparation = {"numeric": dict(scaler.describe(), columns=list(range(len(NUMERIC))), names=list(NUMERIC)),
                    "one_hot": {"source": "levels of the pooled training data of all clients",

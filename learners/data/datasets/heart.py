@@ -139,7 +139,8 @@ def heart(metric: str = "accuracy", hospitals=None, seed: int = 0) -> Federation
                     raise InputError(f"heart: hospital {name!r} has a single class in its {part} split, "
                                      "so its AUC is undefined; use --metric accuracy or leave it out "
                                      "with --hospitals")
-        clients.append(make_client(name, scaler(X), y, parts))
+        # a hospital's rows in file order: the same patient has the same id whatever the seed
+        clients.append(make_client(name, scaler(X), y, parts, ids=np.arange(len(y))))
     options = {"metric": metric, "hospitals": names, "seed": seed}
     preparation = {"features": dict(scaler.describe(), names=list(FEATURES))}
     return Federation("heart", "binary", metric, tuple(clients), 2, None, options, preparation)

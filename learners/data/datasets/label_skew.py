@@ -143,7 +143,7 @@ def label_skew_federation(name: str, labels: np.ndarray, images, scaler, *, clie
     out = []
     for k, idx in enumerate(owned):
         X, y = pixels[np.searchsorted(used, idx)], labels[idx]
-        out.append(make_client(names[k], X, y, split_indices(len(idx), fractions, r_split, labels=y)))
+        out.append(make_client(names[k], X, y, split_indices(len(idx), fractions, r_split, labels=y), ids=idx))
     planted_names = tuple(tuple(names[k] for k in g) for g in planted) if planted else None
     options = {"clients": clients, "partition": partition, "seed": seed}
     if partition == "practical":
