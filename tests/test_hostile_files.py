@@ -1,0 +1,182 @@
+"""Hostile files, options and environments of issue 35 (items 6 and 7): docs/cli.md, "Bad input".
+
+Memory and time are decided before anything is read (certificates, checkpoints,
+schema files are sized and typed first; a checkpoint's arrays are checked
+against their headers before they are allocated; model and data sizes against
+memory), and no answer is silently wrong (long doubles, a learner whose loss
+stops being finite, numpy warnings, invisible names, a hang-up while writing).
+Each case exits 2 with one line naming the fault, or gives the exact answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import EXAMPLES, ROOT
+
+import coalitions as co
+from coalitions import cli
+from coalitions.errors import InputError
+from coalitions.game import check_client_names
+
+TIE = str(EXAMPLES / "tie.json")
+
+
+def run(capsys, *args):
+    rc = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_line(err: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and "Warning" not in err, err
+    return lines[0]
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def cap_memory(monkeypatch, gib: float = 1.0) -> None:
+    """Simulate a container cap (no real allocation): the memory reader answers ``gib`` GiB."""
+    from coalitions import resources
+
+    monkeypatch.setattr(resources, "available_memory", lambda: (int(gib * (1 << 30)), "cgroup memory.max"))
+
+
+# ---------------------------------------------------------------------------- SIGHUP is SIGTERM
+def test_a_hangup_inside_a_write_leaves_nothing_behind(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        import numpy as np
+        from coalitions import cli
+
+        def slow(f, **arrays):  # the terminal closes half way through writing the archive
+            f.write(b"PK half an archive")
+            os.kill(os.getpid(), {int(signal.SIGHUP)})
+            time.sleep(30)
+
+        np.savez_compressed = slow
+        sys.exit(cli.main(sys.argv[1:]))
+    """)
+    (tmp_path / "g.npz").write_bytes(b"old")
+    proc = subprocess.run([sys.executable, "-c", script, "game", "planted", "--groups", "2", "-o",
+                           str(tmp_path / "g.npz")], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 129 and proc.stderr.strip() == "coalitions: hung up"
+    assert leftovers(tmp_path) == ["g.npz"] and (tmp_path / "g.npz").read_bytes() == b"old"
+
+
+def test_the_hangup_handler_is_restored_and_nohup_is_respected(capsys):
+    before = signal.getsignal(signal.SIGHUP)
+    run(capsys, "solve", TIE)
+    assert signal.getsignal(signal.SIGHUP) is before
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        seen = []
+        original = cli.main.__globals__["_run"]
+
+        def spy(argv):
+            seen.append(signal.getsignal(signal.SIGHUP))
+            return original(argv)
+
+        cli.main.__globals__["_run"] = spy
+        try:
+            run(capsys, "solve", TIE)
+        finally:
+            cli.main.__globals__["_run"] = original
+        assert seen == [signal.SIG_IGN]  # under nohup the run outlives its terminal
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
+# ---------------------------------------------------------------------------- invisible names
+@pytest.mark.parametrize("char", ["\u3164", "\u034f", "\ufe0f", "\U000e0100", "\u2800", "\u115f", "\uffa0",
+                                  "\u00a0", "\u3000", "\u2007", "\u180e", "\U000e0041"])
+def test_invisible_characters_in_names_are_refused(char):
+    name = f"Hun{char}gary"
+    with pytest.raises(InputError) as e:
+        check_client_names(["Hungary", name])
+    msg = str(e.value)
+    assert msg.startswith(f"client name {ascii(name)} may not contain invisible") and f"U+{ord(char):04X}" in msg
+    with pytest.raises(InputError, match="invisible"):
+        check_client_names([f"Hungary{char}"])
+
+
+def test_visible_names_stay_accepted():
+    names = ["a b", "Zürich", "e\u0301", "Hungary", "\u0928\u093f", "\u4e2d\u6587", "\U0001F600", "a-b_c.d"]
+    assert check_client_names(names) == tuple(names)
+
+
+def test_an_invisible_name_on_the_command_line(capsys, tmp_path):
+    rc, _, err = run(capsys, "game", "mean-estimation", "--sizes", "1,2", "--names", "Hungary,Hungary\u3164",
+                     "-o", tmp_path / "g.json")
+    assert rc == 2 and "--names: client name 'Hungary\\u3164' may not contain invisible" in one_line(err)
+    assert leftovers(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------- options
+def test_a_deeply_nested_method_option_is_one_line(capsys, tmp_path):
+    deep = "[" * 20_000 + "]" * 20_000
+    rc, _, err = run(capsys, "federate", "synthetic", "--method", "fedavg", "--method-option", f"alpha_k={deep}",
+                     "-o", tmp_path / "f")
+    assert rc == 2 and "--method-option alpha_k: its JSON value is nested deeper than" in one_line(err)
+    assert leftovers(tmp_path) == []
+
+
+def test_an_output_folder_whose_run_json_is_a_folder(capsys, tmp_path):
+    (tmp_path / "f" / "run.json").mkdir(parents=True)
+    rc, _, err = run(capsys, "federate", "synthetic", "-o", tmp_path / "f")
+    assert rc == 2 and f"{tmp_path / 'f' / 'run.json'}: is a directory; only a regular file" in one_line(err)
+
+
+# ---------------------------------------------------------------------------- files read: typed and sized first
+@pytest.mark.parametrize("kind", ["fifo", "zero", "folder", "big"])
+def test_root_certificates_are_typed_and_sized_before_reading(tmp_path, kind):
+    path = {"fifo": tmp_path / "ca.pem", "zero": Path("/dev/zero"), "folder": tmp_path, "big": tmp_path / "big.pem"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    if kind == "big":
+        with open(path, "wb") as f:
+            f.truncate(1 << 30)
+    code = ("import sys\nfrom coalitions.learners.federated.run import _connection\n"
+            "from coalitions.errors import InputError\n"
+            f"try:\n    _connection('127.0.0.1:9093', False, {str(path)!r})\n"
+            "except InputError as e:\n    print('coalitions: error:', e, file=sys.stderr); sys.exit(2)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    fault = {"fifo": "is a named pipe (FIFO)", "zero": "is a character device", "folder": "is a directory",
+             "big": "larger than the 1 MiB limit of a certificate file"}[kind]
+    line = one_line(proc.stderr)
+    assert proc.returncode == 2 and f"--root-certificates {path}: " in line and fault in line
+
+
+def test_site_schema_files_are_typed_and_sized_before_reading(tmp_path):
+    from coalitions.learners.federated.sites import from_schema
+
+    os.mkfifo(tmp_path / "site.json")
+    with pytest.raises(InputError, match="site.json: is a named pipe"):
+        from_schema(tmp_path / "site.json")
+    schema = {"site": "a", "csv": "data.csv", "task": "binary", "metric": "accuracy", "n_classes": 2,
+              "label": "y", "features": ["x"], "split": "split"}
+    (tmp_path / "ok.json").write_text(json.dumps(schema))
+    os.mkfifo(tmp_path / "data.csv")
+    with pytest.raises(InputError, match="data.csv: is a named pipe"):
+        from_schema(tmp_path / "ok.json")
+
+
+@pytest.mark.parametrize("char", ["\u3164", "\u034f", "\U000e0100", "\u2800"])
+def test_a_site_announcing_an_invisible_name_is_refused_by_its_reply_check(char):
+    from coalitions.learners.federated.replies import BadReply, check_name
+
+    with pytest.raises(BadReply) as e:
+        check_name(f"Hungary{char}", 3)
+    assert f"node 3: its name {ascii('Hungary' + char)} may not contain invisible characters" in str(e.value)
