@@ -33,9 +33,9 @@ from flwr.serverapp import Grid, ServerApp
 
 from coalitions.errors import InputError
 from coalitions.learners.federated.protocol import evaluate_models, evaluate_replicates, local_round, validation_losses
-from coalitions.learners.game.bootstrap import DEFAULT_REPLICATES, site_draws
 from coalitions.learners.federated.server import Settings, measure_game
 from coalitions.learners.federated.sites import SiteData, describe, from_loader, from_schema
+from coalitions.learners.game.bootstrap import DEFAULT_REPLICATES, site_draws
 
 __all__ = ["client_app", "server_app", "make_server_app", "RUN_CONFIG", "settings_from_run_config"]
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from coalitions.errors import InputError
 from coalitions.learners.federated.app_folder import write_app
-from coalitions.learners.game.bootstrap import DEFAULT_REPLICATES
 from coalitions.learners.federated.outputs import FILES, write_outputs
+from coalitions.learners.game.bootstrap import DEFAULT_REPLICATES
 
 #: The run's log lines, the --insecure warning and an unexpected traceback (docs/learners-protocol.md, "Logging").
 _log = logging.getLogger(__name__)

@@ -9,7 +9,6 @@ import numpy as np
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import evaluate_batch
 
-
 #: Bootstrap replicates a measured game carries by default (the exhaustive oracle, the federated game):
 #: the paired standard errors to about 3 % (docs/cli.md, ``oracle --replicates``).
 DEFAULT_REPLICATES = 200
