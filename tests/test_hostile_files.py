@@ -180,3 +180,97 @@ def test_a_site_announcing_an_invisible_name_is_refused_by_its_reply_check(char)
     with pytest.raises(BadReply) as e:
         check_name(f"Hungary{char}", 3)
     assert f"node 3: its name {ascii('Hungary' + char)} may not contain invisible characters" in str(e.value)
+
+
+# ---------------------------------------------------------------------------- checkpoints: headers before allocation
+def _checkpoint_fields(tmp_path: Path) -> dict:
+    from coalitions.learners.training.checkpoint import save_state
+
+    save_state(tmp_path / "ok.npz", "k", 1, {"w": np.ones(3)})
+    with np.load(tmp_path / "ok.npz") as z:
+        return {name: z[name] for name in z.files}
+
+
+def _npy(a: np.ndarray) -> bytes:
+    import io
+
+    b = io.BytesIO()
+    np.save(b, a)
+    return b.getvalue()
+
+
+def _header(shape, descr="<f8") -> bytes:
+    import io
+
+    from numpy.lib import format as npformat
+
+    b = io.BytesIO()
+    npformat.write_array_header_1_0(b, {"descr": descr, "fortran_order": False, "shape": shape})
+    return b.getvalue()
+
+
+def checkpoint_bomb(tmp_path: Path, unpacked: int = 200 << 20) -> Path:
+    """A valid checkpoint whose array ``a0`` is ``unpacked`` bytes of zeros, deflated to a few hundred KB."""
+    path = tmp_path / "bomb.npz"
+    fields = _checkpoint_fields(tmp_path)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, a in fields.items():
+            if name != "a0":
+                z.writestr(f"{name}.npy", _npy(a))
+        with z.open("a0.npy", "w", force_zip64=True) as m:
+            m.write(_header((unpacked // 8,)))
+            chunk = bytes(1 << 20)
+            for _ in range(unpacked >> 20):
+                m.write(chunk)
+    return path
+
+
+def test_a_checkpoint_bomb_is_refused_before_it_is_unpacked(tmp_path, monkeypatch):
+    from numpy.lib import format as npformat
+
+    from coalitions.learners.training.checkpoint import load_state
+
+    path = checkpoint_bomb(tmp_path)
+    assert path.stat().st_size < 1 << 20
+
+    def never(*a, **k):
+        raise AssertionError("an array was unpacked")
+
+    monkeypatch.setattr(npformat, "read_array", never)
+    with pytest.raises(InputError) as e:
+        load_state(path, "k")
+    assert str(e.value).startswith(f"{path}: not a usable checkpoint: its members unpack to 209,716,") and \
+        "a compressed bomb?" in str(e.value)
+
+
+def test_a_checkpoint_whose_header_lies_is_named(tmp_path):
+    from coalitions.learners.training.checkpoint import load_state
+
+    path = tmp_path / "lies.npz"
+    fields = _checkpoint_fields(tmp_path)
+    with zipfile.ZipFile(path, "w") as z:
+        for name, a in fields.items():
+            z.writestr(f"{name}.npy", _header((10 ** 12,)) + bytes(24) if name == "a0" else _npy(a))
+    with pytest.raises(InputError) as e:
+        load_state(path, "k")
+    assert (f"{path}: not a usable checkpoint: the header of array 'a0' lies: it declares <f8 of shape "
+            "(1000000000000,) (8,000,000,000,000 bytes) over 24 bytes of data") in str(e.value)
+
+
+def test_checkpoint_arrays_are_checked_against_memory(tmp_path, monkeypatch):
+    from coalitions import resources
+    from coalitions.learners.training.checkpoint import load_state, save_state
+
+    save_state(tmp_path / "big.npz", "k", 1, {"w": np.ones(1 << 20)})
+    cap_memory(monkeypatch, 1e-3)
+    monkeypatch.setattr(resources, "QUICK_BYTES", 0)
+    with pytest.raises(InputError, match=r"big.npz: not a usable checkpoint: .*loading its 7 arrays needs about"):
+        load_state(tmp_path / "big.npz", "k")
+
+
+def test_the_command_line_names_the_bomb(capsys, tmp_path):
+    path = checkpoint_bomb(tmp_path, 16 << 20)
+    rc, _, err = run(capsys, "learn", "synthetic", "--method", "fedavg", "--steps", "2", "--checkpoint", path,
+                     "-o", tmp_path / "e.json")
+    assert rc == 2 and f"{path}: not a usable checkpoint: its members unpack to" in one_line(err)
+    assert not (tmp_path / "e.json").exists()
