@@ -274,3 +274,42 @@ def test_the_command_line_names_the_bomb(capsys, tmp_path):
                      "-o", tmp_path / "e.json")
     assert rc == 2 and f"{path}: not a usable checkpoint: its members unpack to" in one_line(err)
     assert not (tmp_path / "e.json").exists()
+
+
+# ---------------------------------------------------------------------------- long doubles: exact or refused
+def _twin_games(tmp_path: Path, dtype) -> Path:
+    """Two clients who each gain 2^-60 from joining: the answer is a,b; rounded to float64 it would be a | b."""
+    one = np.array(1.0, dtype=dtype)
+    gain = one + np.ldexp(one, -60)
+    values = np.full((2, 4), np.nan, dtype=dtype)
+    values[0, 1] = values[1, 2] = one
+    values[0, 3] = values[1, 3] = gain
+    path = tmp_path / f"g-{np.dtype(dtype).name}.npz"
+    np.savez(path, values=values, clients=np.array(["a", "b"]), sense=np.array("max"))
+    return path
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant <= 52, reason="long double is float64 on this platform")
+def test_a_long_double_game_is_read_exactly_or_refused(capsys, tmp_path):
+    path = _twin_games(tmp_path, np.longdouble)
+    rc, out, err = run(capsys, "solve", path)
+    line = one_line(err)
+    shown = str(np.longdouble(1) + np.ldexp(np.longdouble(1), -60))
+    assert rc == 2 and out == "" and line.startswith(f"coalitions: error: {path}: 'values': entry (0, 3) is a long "
+                                                     f"double ({shown}) that float64 cannot hold exactly")
+    assert "store the values as float64" in line
+    exact = tmp_path / "exact.npz"  # long doubles that float64 holds exactly read as before
+    with np.load(path) as z:
+        np.savez(exact, values=np.round(z["values"]), clients=z["clients"], sense=z["sense"])
+    assert run(capsys, "solve", exact)[0] == 0
+
+
+
+def test_a_gain_of_2_to_the_minus_60_that_float64_holds_is_answered(capsys, tmp_path):
+    values = np.full((2, 4), np.nan)
+    values[0, 1] = values[1, 2] = 0.0
+    values[0, 3] = values[1, 3] = 2.0 ** -60
+    path = tmp_path / "g.npz"
+    np.savez(path, values=values, clients=np.array(["a", "b"]), sense=np.array("max"))
+    rc, out, _ = run(capsys, "solve", path, "--tol", "0")
+    assert rc == 0 and out.splitlines()[0].endswith("found by peeling: a,b")
