@@ -313,3 +313,32 @@ def test_a_gain_of_2_to_the_minus_60_that_float64_holds_is_answered(capsys, tmp_
     np.savez(path, values=values, clients=np.array(["a", "b"]), sense=np.array("max"))
     rc, out, _ = run(capsys, "solve", path, "--tol", "0")
     assert rc == 0 and out.splitlines()[0].endswith("found by peeling: a,b")
+
+
+# ---------------------------------------------------------------------------- no numpy warning on stderr
+@pytest.mark.parametrize("args, fault", [
+    (["mean-estimation", "--sizes", "1e308,1e308"],
+     "--sizes 1e308,1e308: the error of client '0' in coalition '0' overflows a float"),
+    (["mean-estimation", "--sizes", "1e200,1"], "--sizes 1e200,1: the error of client '0' in coalition '0' overflows"),
+    (["planted", "--groups", "2", "--ties", "1e-320"], "--ties 1e-320: rounding to multiples of ties=1e-320 overflows"),
+])
+def test_generators_that_overflow_say_so_in_one_line(capsys, tmp_path, args, fault):
+    rc, _, err = run(capsys, "game", *args, "-o", tmp_path / "g.json")
+    assert rc == 2 and fault in one_line(err) and leftovers(tmp_path) == []
+
+
+def test_sizes_near_the_largest_float_that_fit_give_the_exact_game(capsys, tmp_path):
+    rc, _, err = run(capsys, "game", "mean-estimation", "--sizes", "1e100,1e100", "-o", tmp_path / "g.json")
+    assert rc == 0 and "Warning" not in err
+
+
+def test_tol_auto_on_replicates_whose_spread_overflows(capsys, tmp_path):
+    g = co.planted([2], noise=0, seed=1)
+    reps = np.stack([g.raw_values() * 1e200, g.raw_values() * -1e200, g.raw_values()])
+    path = tmp_path / "g.npz"
+    np.savez(path, values=g.raw_values(), replicates=reps, clients=np.array(g.clients), sense=np.array("max"))
+    for cmd in ("solve", "enumerate", "welfare"):
+        rc, out, err = run(capsys, cmd, path, "--tol", "auto")
+        assert rc == 2 and out == "" and one_line(err) == (
+            f"coalitions: error: {path}: --tol auto: the bootstrap SD of the marginal contributions overflows a "
+            "float (the replicates differ by more than about 1e154); give --tol a number")
