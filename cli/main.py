@@ -114,6 +114,7 @@ def _run(argv) -> int:
     INPUT.given.clear()
     try:
         option_checks.check_stdout()
+        option_checks.check_environment()
         cli.main(args=argv, prog_name="coalitions", standalone_mode=False)
         try:
             sys.stdout.flush()

@@ -342,3 +342,37 @@ def test_tol_auto_on_replicates_whose_spread_overflows(capsys, tmp_path):
         assert rc == 2 and out == "" and one_line(err) == (
             f"coalitions: error: {path}: --tol auto: the bootstrap SD of the marginal contributions overflows a "
             "float (the replicates differ by more than about 1e154); give --tol a number")
+
+
+# ---------------------------------------------------------------------------- the environment
+@pytest.mark.parametrize("value", ["abc", "0", "4,x", "-1"])
+def test_a_bad_omp_num_threads_is_one_line(capsys, monkeypatch, value):
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    rc, out, err = run(capsys, "solve", TIE)
+    assert rc == 2 and out == "" and one_line(err) == (
+        f"coalitions: error: OMP_NUM_THREADS={value!r} (environment): not a positive integer or a comma-separated "
+        "list of them; unset it or set it to e.g. 4")
+
+
+@pytest.mark.parametrize("value", ["4", " 2 ", "4,2", ""])
+def test_a_good_omp_num_threads_runs(capsys, monkeypatch, value):
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert run(capsys, "solve", TIE)[0] == 0
+
+
+def test_bad_omp_num_threads_never_reaches_libgomp(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "abc"}
+    proc = subprocess.run([sys.executable, "-m", "coalitions.cli", "oracle", "synthetic", "--clients", "3", "--steps",
+                           "2", "-o", str(tmp_path / "o.json")], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "OMP_NUM_THREADS='abc'" in one_line(proc.stderr) and "libgomp" not in proc.stderr
+
+
+def test_home_that_is_not_a_folder_gives_the_figures_without_warnings(tmp_path):
+    pytest.importorskip("matplotlib")
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")}
+    env["HOME"] = "/dev/null"
+    code = ("import sys\nfrom coalitions.options import check_environment\ncheck_environment()\n"
+            "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+            f"plt.plot([1, 2]); plt.savefig({str(tmp_path / 'f.png')!r})\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "" and (tmp_path / "f.png").stat().st_size > 0
