@@ -376,3 +376,21 @@ def test_home_that_is_not_a_folder_gives_the_figures_without_warnings(tmp_path):
             f"plt.plot([1, 2]); plt.savefig({str(tmp_path / 'f.png')!r})\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and proc.stderr == "" and (tmp_path / "f.png").stat().st_size > 0
+
+
+# ---------------------------------------------------------------------------- a diverged learner is not an answer
+@pytest.mark.parametrize("args, setting", [(["--method", "fedavg", "--lr", "1e308"], "--lr 1e+308"),
+                                           (["--method", "fedprox", "--mu", "1e308"], "--mu 1e+308")])
+def test_a_learner_whose_loss_is_not_finite_exits_2(capsys, tmp_path, args, setting):
+    pytest.importorskip("torch")
+    rc, out, err = run(capsys, "learn", "synthetic", *args, "--steps", "2", "-o", tmp_path / "e.json")
+    line = one_line(err.splitlines()[-1] + "\n") if err else ""
+    assert rc == 2 and f"--method {args[1]}: the training loss became non-finite" in line and setting in line
+    assert not (tmp_path / "e.json").exists()
+
+
+def test_a_dimension_beyond_memory_is_refused_before_drawing(capsys, tmp_path, monkeypatch):
+    cap_memory(monkeypatch)
+    rc, _, err = run(capsys, "learn", "synthetic", "--method", "local", "--dim", "2000000000", "-o", tmp_path / "e.json")
+    line = one_line(err)
+    assert rc == 2 and "--dim 2000000000: 6 clients' " in line and "GiB of memory; only 1 GiB are available" in line
