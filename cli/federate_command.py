@@ -17,6 +17,32 @@ from coalitions.learners.methods.registry import federated
 __all__ = ["federate"]
 
 
+#: Deepest JSON value of a ``--method-option`` (a method's options are numbers, lists of numbers, short strings).
+MAX_OPTION_DEPTH = 64
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` in ``text`` outside strings, in one pass (no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
 @click.command()
 @click.argument("dataset", type=click.Choice([*DATASETS, "csv"]))
 @click.option("--simulation", is_flag=True,
@@ -87,6 +113,9 @@ def federate(dataset, simulation, superlink, method, method_option, root_certifi
         key, eq, raw = item.partition("=")
         if not eq or not key.strip():
             raise co.InputError(f"--method-option {item!r}: write KEY=VALUE, e.g. alpha_k=0.5")
+        if _json_depth(raw) > MAX_OPTION_DEPTH:
+            raise co.InputError(f"--method-option {key.strip()}: its JSON value is nested deeper than "
+                                f"{MAX_OPTION_DEPTH} levels")
         try:
             options[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:

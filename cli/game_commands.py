@@ -7,6 +7,7 @@ prints; none loads the learners or PyTorch.
 from __future__ import annotations
 
 import click
+import numpy as np
 
 import coalitions as co
 from coalitions import io as cio
@@ -78,9 +79,15 @@ def read_game_tol(game_file: str, tol, z=None, family=None, *, loaded=None, what
         raise co.InputError(f"{game_file}: --tol auto needs bootstrap replicates, and the game holds none "
                             "(coalitions oracle ... --replicates B records them)")
     try:
-        value = auto_tol(reps)
+        with np.errstate(over="raise", invalid="raise", divide="ignore", under="ignore"):
+            value = auto_tol(reps)
     except co.InputError as e:
         raise co.InputError(f"{game_file}: {e}") from None
+    except FloatingPointError:
+        value = float("inf")
+    if not np.isfinite(value):  # never 0 with a warning: the spread is beyond a float
+        raise co.InputError(f"{game_file}: --tol auto: the bootstrap SD of the marginal contributions overflows a "
+                            f"float (the replicates differ by more than about 1e154); give --tol a number")
     click.echo(f"--tol auto: {value:.6g} ({AUTO_TOL_FACTOR:g} x the median bootstrap SD of the marginal contributions "
                f"over {reps.b} replicates)", err=True)
     return game, reps, value, level

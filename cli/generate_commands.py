@@ -8,6 +8,7 @@ import coalitions as co
 from coalitions import io as cio
 from coalitions.cli.params import FINITE, NON_NEGATIVE, OUTPUT, SEED, numbers
 from coalitions.game import check_client_names
+from coalitions.numbers import NumberOverflow
 
 __all__ = ["game", "mean_estimation", "planted"]
 
@@ -36,6 +37,8 @@ def mean_estimation(sizes, mu_e, sigma2, names, federation, output):
     _check_game_size(len(n), output, "--sizes")
     try:
         g = co.mean_estimation(n, mu_e, sigma2, names, federation)
+    except NumberOverflow as e:
+        raise co.InputError(f"--sizes {sizes}: {e}") from None
     except MemoryError:
         raise co.InputError(f"--sizes: out of memory building a game of {len(n)} clients; {output} not written"
                             ) from None
@@ -59,6 +62,8 @@ def planted(groups, noise, ties, seed, dtype, output):
     _check_game_size(sum(sizes), output, "--groups", 4 if dtype == "float32" else 8)
     try:
         g = co.planted(sizes, noise, ties, seed, dtype=dtype)
+    except NumberOverflow as e:
+        raise co.InputError(f"--ties {ties!r}: {e}") from None
     except MemoryError:
         raise co.InputError(f"--groups {groups}: out of memory building a game of {sum(sizes)} clients; "
                             f"{output} not written") from None

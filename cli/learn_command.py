@@ -74,6 +74,7 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
     with flag_errors({**flags, "device": "--device", "seed": "--seed"}):
         e = run.fit(fed)
         sens = run.estimator.sensitivity() if sensitivity else None
+    _check_finite(e, method, {**training, **given}, flags)
     if sens is not None:
         e = dataclasses.replace(e, extra={**e.extra, "sensitivity": sensitivity_to_json(e.clients, sens[2], *sens[:2])})
     write_estimate(e, output)
@@ -84,3 +85,23 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
                    f"{' | '.join(','.join(b) for b in rec['partition'])}", err=True)
     if sens is not None:
         click.echo(sensitivity_table(e.clients, sens[2], sens[0], sens[1]))
+
+
+def _check_finite(e, method: str, settings: dict, flags: dict) -> None:
+    """Refuse an estimate whose every validation metric is NaN or infinite: the training diverged.
+
+    A rate of ``1e308`` (or FedProx's ``--mu 1e308``) makes the loss non-finite
+    in the first step; the estimate would be written with every utility
+    ``null`` and exit 0.  One client's undefined metric (an AUC over one class)
+    is not refused.
+    """
+    import math
+
+    vals = [v for v in e.utilities.get("val", {}).values()]
+    bad = [v for v in vals if v is None or not math.isfinite(v)]
+    if vals and (len(bad) == len(vals) or any(v is not None and math.isinf(v) for v in bad)):
+        shown = ", ".join(f"{flags.get(k, '--' + k.replace('_', '-'))} {v:g}" if isinstance(v, float)
+                          else f"{flags.get(k, '--' + k.replace('_', '-'))} {v}" for k, v in sorted(settings.items()))
+        raise co.InputError(f"--method {method}: the training loss became non-finite (NaN or inf), so every "
+                            f"validation metric is undefined; with {shown or 'the default settings'}: lower the "
+                            "learning rate or the method's penalty")

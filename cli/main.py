@@ -2,7 +2,7 @@
 
 Exit codes: 0 success; 1 a negative answer (an axiom is violated, no CE
 exists); 2 unusable input or arguments, with one line naming the file, client
-or coalition at fault and never a traceback; 130 and 143 when interrupted.
+or coalition at fault and never a traceback; 130, 143 and 129 when interrupted (Ctrl-C, SIGTERM, SIGHUP).
 """
 
 from __future__ import annotations
@@ -31,7 +31,18 @@ __all__ = ["cli", "main", "Terminated", "OPTIONAL_PACKAGES"]
 
 
 class Terminated(BaseException):
-    """SIGTERM, raised in the main thread so that writers remove their temporary files (exit 143)."""
+    """SIGTERM or SIGHUP, raised in the main thread so that writers remove their temporary files.
+
+    The exit code is the shell's for the signal: 143 for SIGTERM, 129 for SIGHUP (a closed terminal).
+    """
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signum)
+        self.signum = int(signum)
+
+
+#: The signals turned into :class:`Terminated`: a closed terminal (SIGHUP) must not leave a ``.partial`` file either.
+_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -49,7 +60,7 @@ for _command in (solve, verify, enumerate_cmd, welfare_cmd, graph, game, oracle,
 
 
 def _terminate(signum, frame):
-    raise Terminated()
+    raise Terminated(signum)
 
 
 class _Echo(logging.Handler):
@@ -77,27 +88,33 @@ def _library_messages() -> Iterator[None]:
 
 
 def main(argv=None) -> int:
-    """Entry point: run the command, map outcomes to exit codes 0 / 1 / 2 (130, 143 when interrupted).
+    """Entry point: run the command, map outcomes to exit codes 0 / 1 / 2 (130, 143, 129 when interrupted).
 
-    SIGTERM is turned into an exception for the run, so that a write in progress
-    removes its temporary file (coalitions.files.write_file) as on Ctrl-C.
+    SIGTERM and SIGHUP are turned into an exception for the run, so that a write
+    in progress removes its temporary file (coalitions.files.write_file) as on
+    Ctrl-C; a SIGHUP that the caller ignores (``nohup``) stays ignored.
     """
-    try:
-        previous = signal.signal(signal.SIGTERM, _terminate)
-    except ValueError:  # not the main thread
-        previous = None
+    previous = {}
+    for sig in _SIGNALS:
+        try:
+            if signal.getsignal(sig) is signal.SIG_IGN and sig != signal.SIGTERM:
+                continue  # nohup: the caller asked for the run to outlive its terminal
+            previous[sig] = signal.signal(sig, _terminate)
+        except ValueError:  # not the main thread
+            break
     try:
         with _library_messages():
             return _run(argv)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run(argv) -> int:
     INPUT.given.clear()
     try:
         option_checks.check_stdout()
+        option_checks.check_environment()
         cli.main(args=argv, prog_name="coalitions", standalone_mode=False)
         try:
             sys.stdout.flush()
@@ -129,9 +146,10 @@ def _run(argv) -> int:
     except KeyboardInterrupt:
         click.echo("coalitions: interrupted", err=True)
         return 130
-    except Terminated:
-        click.echo("coalitions: terminated", err=True)
-        return 143
+    except Terminated as e:
+        hangup = e.signum == getattr(signal, "SIGHUP", None)
+        click.echo(f"coalitions: {'hung up' if hangup else 'terminated'}", err=True)
+        return 128 + e.signum
     except MemoryError:
         where = ", ".join(INPUT.given) or "the command"
         click.echo(f"coalitions: error: {where}: out of memory (too large for this machine)", err=True)

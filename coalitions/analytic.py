@@ -38,6 +38,7 @@ import numpy as np
 from .bitmask import all_masks, contains
 from .errors import InputError
 from .game import Game, check_client_names, check_size
+from .numbers import LARGEST, NumberOverflow
 
 __all__ = ["mean_estimation", "planted", "FEDERATIONS"]
 
@@ -121,12 +122,19 @@ def mean_estimation(sizes: Sequence[float], mu_e: float = 10.0, sigma2: float = 
     names = [str(i) for i in range(N)] if clients is None else list(clients)
     check_client_names(names, "clients")
     masks = all_masks(N)
-    total = _subset_sums(n)
-    squares = _subset_sums(n ** 2)
     errors = np.full((N, 1 << N), np.nan)
-    for j in range(N):
-        inside = contains(masks, j)
-        errors[j, inside] = _ERRORS[federation](n, j, inside, total, squares, masks, mu_e, sigma2)
+    with np.errstate(all="ignore"):  # sizes near the largest float: refused below, never a numpy warning
+        total = _subset_sums(n)
+        squares = _subset_sums(n ** 2)
+        for j in range(N):
+            inside = contains(masks, j)
+            errors[j, inside] = _ERRORS[federation](n, j, inside, total, squares, masks, mu_e, sigma2)
+            bad = ~np.isfinite(errors[j, inside])
+            if bad.any():
+                m = int(masks[inside][np.argmax(bad)])
+                key = ",".join(names[k] for k in range(N) if m >> k & 1)
+                raise NumberOverflow(f"the error of client {names[j]!r} in coalition {key!r} overflows a float "
+                                     f"(|x| > {LARGEST:.2g} on the way); rescale the sizes")
     prov = {"generator": "mean-estimation", "federation": federation, "sizes": n.tolist(),
             "mu_e": mu_e, "sigma2": sigma2}
     return Game.from_array(errors, names, "min", prov)
@@ -183,7 +191,11 @@ def planted(groups: Sequence[int], noise: float = 0.05, ties: float = 0.0, seed:
         if noise:
             v += rng.normal(0.0, noise, v.size).reshape(v.shape)
         if ties:
-            v = np.round(v / ties) * ties
+            with np.errstate(all="ignore"):
+                v = np.round(v / ties) * ties
+            if not np.isfinite(v).all():
+                raise NumberOverflow(f"rounding to multiples of ties={ties!r} overflows a float (|value / ties| > "
+                                     f"{LARGEST:.2g}); choose a larger step")
         inside[...] = v
     prov = {"generator": "planted", "groups": sizes, "noise": noise, "ties": ties, "seed": seed}
     if dtype == "float32":

@@ -42,6 +42,25 @@ MAX_CLIENTS = 26
 SENSES = ("max", "min")
 
 
+#: Code points that print as nothing: Unicode's ``Default_Ignorable_Code_Point`` property
+#: (DerivedCoreProperties.txt, Unicode 15: fillers, joiners, variation selectors, tags) besides the
+#: format characters (``Cf``) refused by category.  ``unicodedata`` does not expose the property.
+_IGNORABLE = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+              (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+              (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+              (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
+#: Blank glyphs outside that property: the Braille blank (category So).
+_BLANK = frozenset({0x2800})
+
+
+def _invisible(ch: str, cat: str) -> bool:
+    """True for a character that prints as nothing or as a blank other than the ASCII space."""
+    o = ord(ch)
+    if cat == "Zs":
+        return ch != " "  # no-break, ideographic, em, figure spaces: they print like a space and are not one
+    return o in _BLANK or any(lo <= o <= hi for lo, hi in _IGNORABLE)
+
+
 def _name_fault(name: str) -> str | None:
     """Why ``name`` cannot be a client name, or None.
 
@@ -51,7 +70,11 @@ def _name_fault(name: str) -> str | None:
     newline or NUL would split a table line or a C string) and no line or
     paragraph separator, no invisible format character (category ``Cf``: a
     zero-width space, a bidi override that makes ``"ab"`` print as ``"ba"``),
-    and not contain the separators ``,`` and ``|``.
+    no other invisible character (Unicode's default-ignorable code points: the
+    Hangul fillers, the combining grapheme joiner, variation selectors, tags;
+    the Braille blank; a space separator other than the ASCII space), so that
+    two names that print alike are never two clients, and not contain the
+    separators ``,`` and ``|``.
     """
     for ch in name:
         cat = unicodedata.category(ch)
@@ -64,6 +87,10 @@ def _name_fault(name: str) -> str | None:
         if cat == "Cf":
             return (f"may not contain invisible format characters (it holds U+{ord(ch):04X} "
                     f"{unicodedata.name(ch, 'a format character')}: zero-width, bidi controls, ...)")
+        if _invisible(ch, cat):
+            return (f"may not contain invisible characters (it holds U+{ord(ch):04X} "
+                    f"{unicodedata.name(ch, 'an invisible character')}: fillers, joiners, variation selectors, "
+                    "blanks, spaces other than ' ')")
     if "," in name or "|" in name or name != name.strip():
         return "may not contain ',' or '|' or surrounding spaces"
     return None
@@ -89,7 +116,8 @@ def check_client_names(clients: Sequence[object], where: str = "'clients'", pref
             raise InputError(f"{prefix}client name {name!r} must be a non-empty string")
         fault = _name_fault(name)
         if fault is not None:
-            raise InputError(f"{prefix}client name {name!r} {fault}")
+            shown = ascii(name) if "invisible" in fault else repr(name)  # an invisible character, escaped
+            raise InputError(f"{prefix}client name {shown} {fault}")
         if name in seen:
             raise InputError(f"{prefix}client {name!r} is listed twice")
         key = unicodedata.normalize("NFKC", name)

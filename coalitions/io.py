@@ -364,9 +364,9 @@ def _read_npz(path) -> tuple[Game, Replicates | None]:
             reps = _npy_data(zf, members["replicates"], path, "replicates") if "replicates" in members else None
             se = _npy_data(zf, members["se"], path, "se") if "se" in members else None
     try:
-        values = float_array(values, "'values'", np.float32 if values.dtype == np.float32 else np.float64)
-        reps = None if reps is None else float_array(reps, "'replicates'")
-        se = None if se is None else float_array(se, "'se'")
+        values = float_array(values, "'values'", np.float32 if values.dtype == np.float32 else np.float64, exact=True)
+        reps = None if reps is None else float_array(reps, "'replicates'", exact=True)
+        se = None if se is None else float_array(se, "'se'", exact=True)
     except InputError as e:
         _fail(path, str(e))
     _check_outside_nan(path, values, names)

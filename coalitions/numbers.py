@@ -110,12 +110,15 @@ def to_int(x: Any, what: str, low: int | None = None, high: int | None = None) -
     return x
 
 
-def float_array(a: np.ndarray, what: str, dtype: Any = np.float64) -> np.ndarray:
+def float_array(a: np.ndarray, what: str, dtype: Any = np.float64, exact: bool = False) -> np.ndarray:
     """A numeric array as ``dtype`` (float64 or float32), refusing values that would become ``inf``.
 
     NaN stays NaN (the caller decides where NaN is allowed); a finite value
     too large for ``dtype`` -- a long double ``1e400``, an int64 beyond
-    float32 -- is an error naming ``what`` and the first such entry.
+    float32 -- is an error naming ``what`` and the first such entry.  With
+    ``exact`` (the file readers), a value that ``dtype`` would round -- a long
+    double ``1 + 2^-60``, an integer beyond ``2^53`` -- is refused too: a gain
+    rounded away can change the answer.
     """
     a = np.asarray(a)
     if a.dtype.kind not in "fiu":
@@ -127,6 +130,16 @@ def float_array(a: np.ndarray, what: str, dtype: Any = np.float64) -> np.ndarray
         where = tuple(int(i) for i in np.argwhere(grew)[0])
         raise InputError(f"{what}: entry {where} is {str(a[where])}, too large for {np.dtype(dtype).name} "
                          f"(largest {np.finfo(dtype).max:.2g})")
+    if exact and a.dtype != out.dtype:
+        with np.errstate(all="ignore"):
+            back = out.astype(a.dtype)
+            rounded = (back != a) & ~np.isnan(out)
+        if rounded.any():
+            where = tuple(int(i) for i in np.argwhere(rounded)[0])
+            kind = "a long double" if a.dtype.kind == "f" else f"an {a.dtype.name} integer"
+            raise InputError(f"{what}: entry {where} is {kind} ({str(a[where])}) that {np.dtype(dtype).name} "
+                             f"cannot hold exactly; reading it would round it to {str(out[where])} and could change "
+                             f"the answer (store the values as {np.dtype(dtype).name})")
     return out
 
 

@@ -28,12 +28,14 @@ coalitions.errors.InputError: --seeds: seed 0 is given twice; each seed is one i
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 
 from .errors import InputError
 
-__all__ = ["max_threads", "threads", "trains", "distinct_seeds", "distinct_outputs", "check_stdout", "THREADS_PER_CPU"]
+__all__ = ["max_threads", "threads", "trains", "distinct_seeds", "distinct_outputs", "check_stdout",
+           "check_environment", "THREADS_PER_CPU"]
 
 #: ``--threads`` may oversubscribe each usable CPU at most this many times.
 THREADS_PER_CPU = 4
@@ -105,3 +107,35 @@ def check_stdout() -> None:
         closed = True
     if closed:
         raise InputError("standard output is closed; redirect it to a file or to /dev/null instead of closing it")
+
+
+#: ``OMP_NUM_THREADS`` as the OpenMP specification writes it: positive integers, comma-separated (one per level).
+_OMP_THREADS = re.compile(r"\s*[1-9][0-9]*\s*(,\s*[1-9][0-9]*\s*)*")
+
+
+def check_environment(environ=None) -> None:
+    """Refuse or repair, before anything runs, an environment a library would complain about on stderr.
+
+    * ``OMP_NUM_THREADS`` that is not a list of positive integers (``abc``, ``0``):
+      libgomp prints its own line when PyTorch or scikit-learn loads it and goes on
+      with its default; refused instead, naming the variable.
+    * ``HOME`` that is not a folder (``/dev/null``) with ``MPLCONFIGDIR`` and
+      ``XDG_CONFIG_HOME`` unset: matplotlib would print two lines of warnings and
+      make a cache folder of its own; a private temporary folder, removed at exit,
+      is given to it instead (the figures are the same).
+    """
+    env = os.environ if environ is None else environ
+    omp = env.get("OMP_NUM_THREADS")
+    if omp is not None and omp.strip() and not _OMP_THREADS.fullmatch(omp):
+        raise InputError(f"OMP_NUM_THREADS={omp!r} (environment): not a positive integer or a comma-separated "
+                         "list of them; unset it or set it to e.g. 4")
+    home = env.get("HOME")
+    if ("MPLCONFIGDIR" not in env and not env.get("XDG_CONFIG_HOME") and home is not None
+            and not os.path.isdir(home)):
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="coalitions-matplotlib-")
+        atexit.register(shutil.rmtree, folder, True)
+        env["MPLCONFIGDIR"] = folder

@@ -116,7 +116,20 @@ def rows() -> list[tuple[str, str, int, str]]:
             ("`--groups 13,13` (memory checked first)", ["game", "planted", "--groups", "13,13", "-o",
                                                         f"{tmp}/p.npz"]),
             ("`.npz` of 100,000 members, one twice", ["solve", f"{tmp}/many.npz"]),
+            # issue 35: invisible names, overflowing generators, deep options, a folder where a file goes
+            ("`--names` with a Hangul filler", ["game", "mean-estimation", "--sizes", "1,2", "--names",
+                                                "Hungary,Hungary\u3164", "-o", f"{tmp}/m.json"]),
+            ("`--sizes 1e308,1e308`", ["game", "mean-estimation", "--sizes", "1e308,1e308", "-o", f"{tmp}/m.json"]),
+            ("`--ties 1e-320`", ["game", "planted", "--groups", "2", "--ties", "1e-320", "-o", f"{tmp}/p.json"]),
+            ("`--method-option` 20,000 levels deep", ["federate", "synthetic", "--method", "fedavg", "--method-option",
+                                                      "alpha_k=" + "[" * 20000 + "]" * 20000, "-o", f"{tmp}/f"]),
+            ("`-o OUT` with `OUT/run.json` a directory", ["federate", "synthetic", "-o", f"{tmp}/fed"]),
+            ("`learn --lr 1e308`", ["learn", "synthetic", "--method", "fedavg", "--lr", "1e308", "--steps", "2",
+                                    "-o", f"{tmp}/e.json"]),
+            ("`--root-certificates /dev/zero`", ["federate", "heart", "--superlink", "127.0.0.1:9",
+                                                 "--root-certificates", "/dev/zero", "-o", f"{tmp}/f"]),
         ]
+        (t / "fed" / "run.json").mkdir(parents=True)
         many_members(t / "many.npz", 100_000)
         for label, args in cases:
             out.append((label, " ".join(args[:2]) if args[0] == "game" else args[0], *run(args, tmp=tmp)))

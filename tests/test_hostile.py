@@ -177,8 +177,11 @@ def test_bad_client_names(name, fault):
 def test_client_names_accepted_exactly_when_printable_on_one_line(name):
     import unicodedata
 
+    from coalitions.game import _invisible
+
     good = (name == name.strip() and "," not in name and "|" not in name
-            and not any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") for c in name))
+            and not any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") for c in name)
+            and not any(_invisible(c, unicodedata.category(c)) for c in name))
     if good:
         assert check_client_names([name]) == (name,)
         name.encode("utf-8")  # printable and writable

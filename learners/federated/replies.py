@@ -72,7 +72,7 @@ def check_name(name, who) -> str:
     if fault is None and unicodedata.normalize("NFC", name) != name:
         fault = "is not in Unicode normal form NFC"
     if fault:
-        raise BadReply(who, f"its name {name!r} {fault}")
+        raise BadReply(who, f"its name {ascii(name) if 'invisible' in fault else repr(name)} {fault}")
     return name
 
 

@@ -259,6 +259,10 @@ def _flwr_executable() -> str:
     return found
 
 
+#: Largest ``--root-certificates`` file read (a CA bundle of the whole web is about 220 KB).
+MAX_CERTIFICATE_BYTES = 1 << 20
+
+
 def _connection(address: str, insecure: bool, root_certificates, name: str = "coalitions") -> str:
     """The ``[superlink.<name>]`` table of the private Flower configuration: TLS unless ``insecure``.
 
@@ -269,11 +273,15 @@ def _connection(address: str, insecure: bool, root_certificates, name: str = "co
         raise InputError("--insecure and --root-certificates exclude each other")
     lines = [f"address = {json.dumps(address)}", f"insecure = {'true' if insecure else 'false'}"]
     if root_certificates:
+        from coalitions.files import read_bytes
+
         path = Path(root_certificates).resolve()
-        try:
-            head = path.read_bytes()[:4096]
-        except OSError as e:
-            raise InputError(f"--root-certificates {root_certificates}: cannot read ({e.strerror})") from None
+        if not path.exists():
+            raise InputError(f"--root-certificates {root_certificates}: cannot read (No such file or directory)")
+        try:  # a regular file of at most 1 MiB: /dev/zero is never read, a FIFO never opened
+            head = read_bytes(root_certificates, MAX_CERTIFICATE_BYTES, "a certificate file")[:4096]
+        except InputError as e:
+            raise InputError(f"--root-certificates {e}") from None
         if b"-----BEGIN CERTIFICATE-----" not in head:
             raise InputError(f"--root-certificates {root_certificates}: not a PEM certificate file")
         lines.append(f"root-certificates = {json.dumps(str(path))}")
@@ -437,6 +445,24 @@ def check_replicates(replicates, method: str = "exact") -> int:
     return replicates
 
 
+def _check_output_folder(out: Path, checkpoint: Path | None) -> None:
+    """Before anything starts: ``out`` is a folder (or absent) and every file the run writes there can be replaced.
+
+    A directory, FIFO or device where ``run.json`` or ``game.json`` goes would
+    otherwise fail the ServerApp after the whole run (``IsADirectoryError``).
+    """
+    from coalitions.files import check_output_path
+    from coalitions.learners.federated.outputs import FILES, PERSONAL_FILES
+
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a folder (-o names the output folder)")
+    for name in dict.fromkeys((*FILES, *PERSONAL_FILES)):
+        if os.path.lexists(out / name):
+            check_output_path(out / name)
+    if checkpoint is not None and os.path.lexists(checkpoint):
+        check_output_path(checkpoint)
+
+
 def federate(dataset: str, data_options: dict, training: dict, output, *, seed: int = 0, superlink: str | None = None,
              sites: int | None = None, schemas=(), checkpoint=None, semantics: str = "personalized",
              tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, progress=None, method: str = "exact",
@@ -509,6 +535,7 @@ def federate(dataset: str, data_options: dict, training: dict, output, *, seed: 
         from coalitions.learners.data.datasets import load
 
         sites = load(dataset, **options).n
+    _check_output_folder(out, ckpt)
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,7 @@ Only sizes and the fields above leave the site in the first message (see
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from functools import lru_cache
@@ -38,6 +39,14 @@ from pathlib import Path
 import numpy as np
 
 from coalitions.errors import InputError
+from coalitions.files import open_input, read_bytes
+from coalitions.resources import check_memory
+
+#: Largest site schema read (a few hundred bytes in practice).
+MAX_SCHEMA_BYTES = 1 << 20
+#: Largest site CSV file read, and its rows' peak in memory in multiples of its bytes (Python floats in lists).
+MAX_CSV_BYTES = 4 << 30
+CSV_PEAK = 8
 
 __all__ = ["SiteData", "from_loader", "from_schema", "describe", "SCHEMA_KEYS"]
 
@@ -113,13 +122,17 @@ def from_schema(path) -> SiteData:
 def _from_schema(path: str, _mtime: int) -> SiteData:
     from coalitions.learners.data.federation import METRIC_SENSE, TASKS, Client, Split
 
+    if not os.path.lexists(path):
+        raise InputError(f"{path}: cannot read site schema (No such file or directory)")
+    raw = read_bytes(path, MAX_SCHEMA_BYTES, "a site schema")  # a regular file, sized before it is read
     try:
-        with open(path, encoding="utf-8") as f:
-            schema = json.load(f)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read site schema ({e.strerror})") from None
+        schema = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not JSON (nested too deeply)") from None
     if not isinstance(schema, dict):
         raise InputError(f"{path}: a site schema is a JSON object")
     unknown = set(schema) - set(SCHEMA_KEYS)
@@ -142,7 +155,9 @@ def _from_schema(path: str, _mtime: int) -> SiteData:
     rows: dict[str, tuple[list, list]] = {"train": ([], []), "val": ([], []), "test": ([], [])}
     top = int(n_classes or 0)
     try:
-        with open(data_path, newline="", encoding="utf-8") as f:
+        with open_input(data_path, MAX_CSV_BYTES, "a site's CSV file") as raw_file, \
+                io.TextIOWrapper(raw_file, encoding="utf-8", newline="") as f:
+            check_memory(CSV_PEAK * os.fstat(raw_file.fileno()).st_size, f"{data_path}: reading its rows")
             reader = csv.DictReader(f)
             need = [*features, schema["label"], schema["split"]]
             absent = [c for c in need if c not in (reader.fieldnames or [])]
@@ -165,6 +180,10 @@ def _from_schema(path: str, _mtime: int) -> SiteData:
                 rows[part][1].append(y)
     except OSError as e:
         raise InputError(f"{data_path}: cannot read the site's data ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{data_path}: not UTF-8 text (byte 0x{e.object[e.start]:02x})") from None
+    except csv.Error as e:
+        raise InputError(f"{data_path}: not a readable CSV file ({e})") from None
     for part, (X, _) in rows.items():
         if not X:
             raise InputError(f"{data_path}: no {part} rows")

@@ -15,7 +15,14 @@ archive (no pickle) holding
   own member (tensors come back as tensors, on the caller's device);
 * ``meta``: JSON-ready notes (a loss history, the engine chosen);
 * ``checksum``: SHA-256 of all of the above (``_checksum``), so that a
-  checkpoint re-saved with edited values is refused instead of resumed from.
+  checkpoint damaged or edited by hand is refused instead of resumed from.
+  It detects accidents only: it is not keyed, and anyone who can write the
+  file can re-compute it (docs/formats.md, "Checkpoints").
+
+Members are stored uncompressed; reading, every ``.npy`` header is checked
+against its member's bytes before any array is allocated, members that unpack
+to more than the file's size (a compressed bomb) are refused, and the total is
+checked against the available memory (:func:`_read_members`).
 
 Reading it back, every fault of the content -- a string or object array where
 numbers belong, a skeleton nested deeper than :data:`MAX_DEPTH`, a node of
@@ -31,7 +38,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
+import struct
 import zipfile
+import zlib
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +138,75 @@ def _checksum(fields: dict) -> str:
     return h.hexdigest()
 
 
+#: What a damaged zip archive or ``.npy`` header can raise (as for games: coalitions.io).
+_DAMAGED = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError,
+            struct.error, KeyError, SyntaxError, OverflowError, RecursionError, TypeError)
+#: Unpacked bytes a checkpoint may hold beyond its own size: :func:`save_state` stores its members uncompressed,
+#: so only the zip's own headers and directory make the two differ.
+_SLACK_BYTES = 1 << 20
+
+
+def _read_members(path: Path) -> dict[str, np.ndarray]:
+    """Every array of the checkpoint at ``path``, each header checked before its data is allocated.
+
+    A checkpoint is written uncompressed (:func:`save_state`), so members that
+    unpack to more than the file's own size are a compressed bomb and refused
+    before anything is unpacked; every ``.npy`` header's dtype and shape must
+    account for exactly the bytes its member holds (a header that declares 8 TB
+    over 8 bytes of data is named, not allocated); and the total is compared
+    with the memory the machine will give (:func:`coalitions.resources.check_memory`).
+    """
+    from numpy.lib import format as npformat
+
+    from coalitions.resources import check_memory
+
+    with open_input(path, MAX_NPZ_BYTES, "a checkpoint") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        zf = zipfile.ZipFile(fh)  # not a zip archive: BadZipFile, "not a readable checkpoint"
+        with zf:
+            infos = zf.infolist()
+            names = Counter(i.filename for i in infos)
+            twice = sorted(x for x, k in names.items() if k > 1)
+            if twice:
+                raise _Bad(f"the archive holds member {twice[0]!r} twice")
+            unpacked = sum(i.file_size for i in infos)
+            if unpacked > size + _SLACK_BYTES:
+                raise _Bad(f"its members unpack to {unpacked:,} bytes from a {size:,}-byte file (a checkpoint is "
+                           "written uncompressed: a compressed bomb?)")
+            headers = {}
+            for info in infos:
+                if not info.filename.endswith(".npy"):
+                    continue  # not an array of this toolkit's (another program's archive): never read
+                name = info.filename[:-4]
+                try:
+                    with zf.open(info) as m:
+                        version = npformat.read_magic(m)
+                        read = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+                        shape, _, dtype = read(m)
+                        offset = m.tell()
+                except _DAMAGED as e:
+                    raise _Bad(f"member {name!r} is not a readable NumPy array ({e.__class__.__name__})") from None
+                if dtype.hasobject:
+                    raise _Bad(f"array {name!r} holds pickled Python objects (dtype {dtype}), which are never loaded")
+                declared = math.prod(shape) * dtype.itemsize
+                if declared != info.file_size - offset:
+                    raise _Bad(f"the header of array {name!r} lies: it declares {dtype.str} of shape {tuple(shape)} "
+                               f"({declared:,} bytes) over {info.file_size - offset:,} bytes of data")
+                headers[name] = info
+            try:
+                check_memory(2 * unpacked, f"{path}: loading its {len(headers)} arrays")
+            except InputError as e:
+                raise _Bad(str(e).split(": ", 1)[1]) from None
+            fields = {}
+            for name, info in headers.items():
+                try:
+                    with zf.open(info) as m:
+                        fields[name] = npformat.read_array(m, allow_pickle=False)
+                except _DAMAGED as e:
+                    raise _Bad(f"array {name!r} is not readable ({e.__class__.__name__})") from None
+    return fields
+
+
 def save_state(path, key: str, progress: int, state: dict, meta: dict | None = None) -> None:
     """Write ``state`` after ``progress`` rounds or chunks to ``path``, atomically."""
     path = Path(path)
@@ -149,8 +230,7 @@ def load_state(path, key: str, device="cpu"):
     if not path.exists():
         return None
     try:
-        with open_input(path, MAX_NPZ_BYTES, "a checkpoint") as fh, np.load(fh, allow_pickle=False) as z:
-            fields = {name: z[name] for name in z.files}
+        fields = _read_members(path)
         fmt, found = str(fields.get("format", "")), str(fields.get("key", ""))
         if fmt == CHECKPOINT_FORMAT and found == key:
             if str(fields.get("checksum", "")) != _checksum(fields):

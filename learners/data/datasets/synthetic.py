@@ -142,6 +142,12 @@ def synthetic(clients: int = 6, samples: int = 10, rho: float = 0.1, dim: int = 
     rho = check_float("rho", rho)
     noise = check_float("noise", noise)
     flip = _flipped(flipped, clients)
+    from coalitions.resources import check_memory
+
+    # every client's float32 rows kept, plus one split drawn in float64 and its float32 copy
+    rows = clients * (samples + fresh + test)
+    check_memory(4 * rows * dim + 12 * max(samples, fresh, test) * dim + 16 * dim,
+                 f"--dim {dim}: {clients} clients' {rows:,} rows of {dim:,} features")
     streams = np.random.SeedSequence(seed).spawn(clients + 1)
     v = np.random.default_rng(streams[0]).random(dim)
     out = []
