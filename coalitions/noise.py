@@ -406,5 +406,6 @@ def _ratio(d: np.ndarray, se: np.ndarray) -> np.ndarray:
     """``d / se`` with ``±inf`` for a non-zero ``d`` over a zero ``se`` and 0 for ``0/0``; NaN stays NaN."""
     out = np.where(d > 0, np.inf, np.where(d < 0, -np.inf, np.where(d == 0, 0.0, np.nan)))
     positive = se > 0
-    np.divide(d, se, out=out, where=positive)
+    with np.errstate(over="ignore"):   # a ratio beyond the largest float is ±inf, which is the answer
+        np.divide(d, se, out=out, where=positive)
     return out

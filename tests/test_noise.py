@@ -496,3 +496,15 @@ def test_bad_families_are_refused():
     g = co.mean_estimation([5, 5])
     with pytest.raises(InputError, match="family must be one of comparison, client, game"):
         Uncertainty.from_se(g, np.zeros(g.values.shape), family="clients")
+
+
+def test_scores_beyond_the_largest_float_are_infinite_without_a_warning():
+    """``--tol 1.7e308`` over a standard error of 1e-300: the ratio saturates to -inf, silently."""
+    import warnings
+
+    g = co.mean_estimation([5, 5, 25])
+    noisy = g.with_uncertainty(Uncertainty.from_se(g, np.where(np.isnan(g.values), np.nan, 1e-300)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        score = Comparison(noisy, tol=1.7e308).gain_score(0, np.array([3]), 1)
+    assert score.tolist() == [-np.inf]
