@@ -65,8 +65,9 @@ def exact_summary(game: co.Game, test_game: co.Game, metric: str | None,
 
     eq = co.solve(game) if eq is None else eq
     cert = eq.certificate if eq.certificate is not None else co.certify(game, eq.partition, eq.semantics, eq.tol)
+    # every replicate solved as the game was: the same level, against the game's own standard errors
     sup = None if replicates is None else support_to_json(game, support(eq.partition, replicates, eq.semantics,
-                                                                        eq.tol))
+                                                                        eq.tol, z=eq.z, uncertainty=game.uncertainty))
     bg = co.ExactOracle(game).benefit_graph(game.grand)
     used = models_in(game, eq.partition)
     raw_val, raw_test = game.raw_values(), test_game.raw_values()
