@@ -270,7 +270,8 @@ SYNTHETIC = Experiment(
                            "0.26 ± 0.03"],
                    "many": ["1e-4 ± .0"] * 6},
     },
-    notes=("The seed text lost the paper's sample counts, so regime I takes 10 samples per client "
+    notes=("The paper does not give the number of samples per client, so regime I takes 10 "
+           "samples per client "
            "(fewer than the 21 unknowns) with the paper's public code's rho = 0.1 and noise SD 0.01; "
            "regime II takes 1000 samples and rho = 1. With these settings the exact game's CE is the "
            "paper's {0,1,2},{3,4,5} on 15 of seeds 0–19 (not on seeds 3, 9, 10, 18, 19), with CE test "

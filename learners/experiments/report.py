@@ -524,6 +524,19 @@ def _spo_rules_section(reg: dict) -> list[str]:
             + _table(header, rows) + [""])
 
 
+def _weights_caption(reg: dict, labels: dict) -> str:
+    """What the weights figure shows, and which columns it leaves out because they have no weights."""
+    methods = reg["runs"][0]["methods"]
+    shown = [labels.get(m, m) for m, s in methods.items() if s.get("weights") is not None]
+    missing = [labels.get(m, m) for m, s in methods.items() if s.get("weights") is None]
+    text = (f"The weights figure shows the exact benefit graph and the N×N weight matrix of {', '.join(shown)} "
+            "(seed 0; row i: the weight of each client j in i's model).")
+    if missing:
+        text += (f" Not shown: {', '.join(missing)}, which learn no weight per pair of clients "
+                 "(a shared model, per-client models, a mix of the two, or a hypernetwork).")
+    return text
+
+
 def _utility_section(reg: dict) -> list[str]:
     s = reg["summary"]
     cols = s["columns"]
@@ -670,6 +683,8 @@ def report_markdown(results: dict) -> str:
         figs = [f for f in results.get("figures", []) if f.startswith(reg["name"] + "-") and f.endswith(".png")]
         if figs:
             lines += ["### Figures", ""] + [f"![{f}]({f})" for f in figs] + [""]
+            if f"{reg['name']}-weights.png" in figs:
+                lines += [_weights_caption(reg, METHOD_LABELS), ""]
         if f"convergence_{reg['name']}.png" in results.get("figures", []):
             lines += [f"![validation loss per round](convergence_{reg['name']}.png)", ""]
             note = reg.get("convergence") or convergence_note(reg, (results.get("budget") or {}).get(reg["name"]) or {})
