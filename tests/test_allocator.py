@@ -6,7 +6,10 @@ a process where it never is.  ``tests/data/exact_personal_game.npz`` holds them 
 main's code at commit 71edf57, before the setting existed (script: the ``_games`` function
 below, run there) on an AMD EPYC machine; the float kernels a CPU's instruction set selects
 differ in their last bits (an Intel Xeon gives up to 2e-7 on the regression games), so across
-machines they must agree to float32 rounding.
+machines they must agree to float32 rounding.  The classification game's replicates are not
+compared with it: since the bootstrap stopped stratifying accuracy by class
+(learners/game/bootstrap.py), they are drawn from other rows than at 71edf57; its values are, and
+the first test compares everything, replicates included, with and without the setting.
 """
 import json
 import platform
@@ -61,9 +64,13 @@ def test_game_is_the_same_to_the_bit_with_freed_memory_kept():
         np.testing.assert_array_equal(got[k], plain[k], err_msg=k)
 
 
+#: Drawn differently since the reference was computed (the docstring says why).
+REDRAWN = {"blobs_replicates"}
+
+
 def test_game_matches_the_reference_computed_before_the_setting():
     ref = np.load(REFERENCE)
     got = _games()
     assert sorted(got) == sorted(ref.files)
-    for k in ref.files:
+    for k in sorted(set(ref.files) - REDRAWN):
         np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, atol=1e-6, err_msg=k)

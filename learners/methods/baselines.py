@@ -163,14 +163,22 @@ class Local(PersonalizedLearner):
         return self
 
     def _stopping_record(self) -> dict:
-        """The base's record with each client's rate and stopping step (they stop, and may tune, per client)."""
+        """The base's record with each client's rate and stopping step (they stop, and may tune, per client).
+
+        The Flower server's twin, which does not run :meth:`fit`, trained every site at one rate
+        and stopped them together (the server's rule is on the sites' mean loss): its record says so.
+        """
         out = super()._stopping_record()
+        if not hasattr(self, "lr_clients_"):
+            n = self.federation_.n
+            return {**out, "lr_clients": [out["lr"]] * n, "stopped_at_clients": [out["stopped_at"]] * n}
         return {**out, "lr": out["lr"] if self.lr_tuning_ is None else None, "lr_clients": self.lr_clients_,
                 "stopped_at_clients": [int(v) for v in self.stopped_at_clients_]}
 
     def estimate_extra(self, peeling):
         extra = super().estimate_extra(peeling)
-        return extra if self.lr_tuning_ is None else {**extra, "lr_tuning": self.lr_tuning_}
+        tuning = getattr(self, "lr_tuning_", None)    # None for the Flower server's twin, which tunes nothing
+        return extra if tuning is None else {**extra, "lr_tuning": tuning}
 
     def _rounds_for(self, fed) -> int:
         return 0 if self._closed_form(fed) else super()._rounds_for(fed)
