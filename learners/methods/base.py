@@ -1,4 +1,4 @@
-"""The estimator contract, and what every personalised federated learner shares.
+"""The estimator contract, and the personalised federated learner as a method: its steps.
 
 :class:`Learner` is the abstract base of every method (scikit-learn's conventions, from
 :class:`~coalitions.learners.estimator.EstimatorMixin`): ``__init__`` only stores its explicitly
@@ -11,14 +11,21 @@ them, ``weights_``.  The estimate (``estimate_``) is built from those by the cor
 its own settings and results through the public hooks :meth:`Learner.estimate_config` and
 :meth:`Learner.estimate_extra`.
 
-:class:`PersonalizedLearner` is the base of ``fedamp``, ``fedamp-heuristic``, ``federico``,
-``superfed-mm``, ``superfed-lm``, ``local`` and ``fedavg``.  A subclass says how to start
-(:meth:`~PersonalizedLearner.init_state`), what one communication round does
-(:meth:`~PersonalizedLearner.train_round`), what the final state means
+:class:`PersonalizedLearner` is the base of the personalised methods (``fedamp``, ``federico``,
+``superfed-mm``, ``local``, ``fedavg``, the paper's baselines).  A subclass says how to start
+(:meth:`~PersonalizedLearner.init_state`), what one communication round does — a site step and a
+server step (:meth:`~PersonalizedLearner.site_step`, :meth:`~PersonalizedLearner.server_step`),
+or a whole :meth:`~PersonalizedLearner.train_round` — what the final state means
 (:meth:`~PersonalizedLearner.finish`) and, if it is not one model per client, how a client
-predicts (:meth:`~PersonalizedLearner.client_scores`); the base runs the rounds on the
-batched :class:`~coalitions.learners.training.engine.Engine`, saves a checkpoint after every
-round, reports progress and scores every client on its validation and test data.
+predicts (:meth:`~PersonalizedLearner.client_scores`).  Three pieces do the rest, each in its
+own module:
+
+* :mod:`coalitions.learners.methods.runner`: the budget as rounds
+  (:class:`~coalitions.learners.methods.runner.RoundBudget`) and the fit loop
+  (:class:`~coalitions.learners.methods.runner.RoundRunner`: checkpoint, resume, early stopping,
+  progress) on the batched :class:`~coalitions.learners.training.engine.Engine`;
+* :mod:`coalitions.learners.methods.readout`: the scores, the weights, the benefit oracle and
+  the estimate's record (:class:`~coalitions.learners.methods.readout.Readout`).
 
 Randomness
     Everything random in round ``r`` comes from ``numpy.random.default_rng([seed, r, stream])``
@@ -35,27 +42,12 @@ Optimiser
     server sent (:meth:`PersonalizedLearner._site_steps`; the state is saved in
     every round's checkpoint).  Restarting Adam every round would make its
     first step ``lr·sign(g)`` and turn a one-step-per-round method into sign
-    descent at a constant rate (issue 18).
-From weights to an equilibrium (``docs/concepts.md``, "Learned benefit graphs")
-    With a weight matrix (FedAMP's ``ξ``, FedeRiCo's posteriors) ``BG(R)``
-    comes from :class:`~coalitions.oracles.WeightOracle` (rule and threshold
-    configurable) on the matrix :meth:`PersonalizedLearner.rule_weights` names
-    (FedAMP: its attention relative to an identical peer, so that the rule has
-    a null reference): for ``R ⊊ all`` rows are **renormalised** over ``R`` by
-    default; ``refit=True`` trains the method again on the clients of ``R``
-    alone and reads ``BG(R)`` off the new weights (:class:`RefitOracle`).  The
-    estimate's config says which (``"restricted": "renormalise" | "refit"``).
-    Baselines without pairwise weights (Local, FedAvg, SuPerFed) write
-    ``weights: null`` and the *structural* graph of what they train: Local no
-    edges (everyone alone), FedAvg and SuPerFed every client on every other
-    (one shared federated model) — config ``"graph": "structural"``
-    (:class:`~coalitions.oracles.StructuralOracle`).
+    descent at a constant rate.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import math
 import os
 import time
@@ -66,34 +58,33 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from coalitions.bitmask import mask_of, members
 from coalitions.errors import InputError
 from coalitions.estimate import Estimate, build_estimate
-from coalitions.graph import BenefitGraph, BenefitOracle
+from coalitions.graph import BenefitOracle
 from coalitions.learners.data.federation import Federation
-from coalitions.learners.data.metrics import evaluate_batch, loss_function
+from coalitions.learners.data.metrics import loss_function
 from coalitions.learners.data.roles import data_roles, with_roles
 from coalitions.learners.estimator import EstimatorMixin
-from coalitions.learners.training.checkpoint import federation_arrays, fingerprint, load_state, save_state
+from coalitions.learners.methods.readout import Readout, RefitOracle
+from coalitions.learners.methods.runner import ClientsEarlyStop, EarlyStop, RoundBudget, RoundRunner
 from coalitions.learners.training.engine import PATHS, Engine, Padded, resolve_device, train_epochs
 from coalitions.learners.training.models import make_model
 from coalitions.learners.training.protocol import Scheduled, TrainingProtocol, decayed, default_kind, protocol_with
 from coalitions.learners.training.threads import applied, step_macs
-from coalitions.oracles import DEFAULT_THRESHOLDS, WEIGHT_RULES, StructuralOracle, WeightOracle
+from coalitions.oracles import WEIGHT_RULES
 from coalitions.params import ParameterError, check_param
 from coalitions.peeling import Peeling, peel_oracle
-from coalitions.sensitivity import SensitivityRow, default_thresholds, threshold_sensitivity
 
+#: ``RefitOracle``, ``EarlyStop`` and ``ClientsEarlyStop`` live in the readout and the runner; they are
+#: importable from here as well.
 __all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "unflatten", "default_model",
            "default_kind", "EarlyStop", "ClientsEarlyStop"]
 
 #: The parameters every personalised learner takes, after its own (each class names them in its
 #: ``__init__``).  No training setting is among them: the model, optimiser, rate, schedule, batch,
-#: weight decay, budget and patience are the ``protocol``'s alone (issue 18: one place for each setting).
+#: weight decay, budget and patience are the ``protocol``'s alone (one place for each setting).
 COMMON_PARAMS = ("protocol", "rule", "threshold", "refit", "device", "engine", "chunk", "seed", "checkpoint",
                  "progress")
-#: Settings that never change the result (left out of the checkpoint fingerprint).
-_NOT_RESULT = ("device", "checkpoint", "progress", "engine", "chunk", "rule", "threshold", "refit")
 
 
 def default_model(federation: Federation, images: str = "cnn") -> str:
@@ -112,103 +103,7 @@ def unflatten(flat: torch.Tensor, like: dict) -> dict:
     return out
 
 
-def _takes_info(callback) -> bool:
-    """Does ``callback`` accept a third positional argument (the round's ``info``)?"""
-    try:
-        params = list(inspect.signature(callback).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return True
-    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
-
-
 # --------------------------------------------------------------------------- the contract
-class EarlyStop:
-    """Patience on a validation loss evaluated once per round (docs/learners-personalized.md#early-stopping-patience).
-
-    ``update(loss)`` returns whether ``loss`` is the best so far (strictly lower);
-    ``stopped`` turns true once ``patience`` consecutive evaluations have not
-    improved on the best.  ``patience=None`` never stops.  ``history`` replays
-    the evaluations of a resumed run.
-
-    Examples
-    --------
-    >>> s = EarlyStop(2)
-    >>> [s.update(v) for v in (3.0, 2.0, 2.5, 2.1)], s.stopped, s.best_round
-    ([True, True, False, False], True, 2)
-    """
-
-    def __init__(self, patience: int | None, history=()):
-        self.patience, self.best, self.best_round, self.bad, self.stopped = patience, math.inf, 0, 0, False
-        self.round = 0
-        for v in history:
-            self.update(v)
-
-    def update(self, loss: float) -> bool:
-        self.round += 1
-        if loss < self.best:
-            self.best, self.best_round, self.bad = float(loss), self.round, 0
-            return True
-        self.bad += 1
-        if self.patience is not None and self.bad >= self.patience:
-            self.stopped = True
-        return False
-
-    def update_clients(self, per_client) -> np.ndarray:
-        """One evaluation of the clients' losses, read as their mean: which clients' models are now the best (all or none)."""
-        return np.full(len(per_client), self.update(float(np.mean(per_client))))
-
-    def best_rounds(self, n: int) -> list[int]:
-        """The round each of ``n`` clients keeps: the one best round of the mean."""
-        return [self.best_round] * n
-
-    def stop_rounds(self, n: int) -> list[int]:
-        """The round each of ``n`` clients stopped at: the last round run."""
-        return [self.round] * n
-
-
-class ClientsEarlyStop:
-    """Patience per client, for clients whose models are independent (Local): each stops on its own loss.
-
-    Client ``i``'s models are scored after every round by its own tuning loss; it stops when that
-    loss has not improved for ``patience`` evaluations and keeps its best round, as the exhaustive
-    game's model of ``{i}`` does (:mod:`coalitions.learners.game.stopping`).  ``update_clients``
-    returns which clients improved (a stopped client never does); ``stopped`` is true once every
-    client has stopped.  ``history`` (rounds × clients) replays a resumed run.
-
-    Examples
-    --------
-    >>> s = ClientsEarlyStop(1, 2)
-    >>> [s.update_clients(v).tolist() for v in ([3.0, 3.0], [2.0, 4.0], [2.5, 1.0])]
-    [[True, True], [True, False], [False, False]]
-    >>> s.stopped, s.best_rounds(2), s.stop_rounds(2)
-    (True, [2, 1], [3, 2])
-    """
-
-    def __init__(self, patience: int | None, n: int, history=()):
-        self.clients = [EarlyStop(patience) for _ in range(n)]
-        for row in history:
-            self.update_clients(row)
-
-    def update_clients(self, per_client) -> np.ndarray:
-        """Record one evaluation of every client's loss; which clients' models are now their best."""
-        return np.array([False if s.stopped else s.update(float(v)) for s, v in zip(self.clients, per_client,
-                                                                                     strict=True)])
-
-    @property
-    def stopped(self) -> bool:
-        return all(s.stopped for s in self.clients)
-
-    def best_rounds(self, n: int) -> list[int]:
-        """The round each client keeps."""
-        return [s.best_round for s in self.clients]
-
-    def stop_rounds(self, n: int) -> list[int]:
-        """The round each client stopped at (its last evaluation)."""
-        return [s.round for s in self.clients]
-
-
 class Learner(EstimatorMixin, ABC):
     """Abstract base of every learner: parameters, ``fit``, and the estimate from what was learned.
 
@@ -266,50 +161,8 @@ class Learner(EstimatorMixin, ABC):
         self.__dict__.pop("_estimate", None)
 
 
-# --------------------------------------------------------------------------- refit oracle
-class RefitOracle:
-    """``BG(R)`` by training the method again on the clients of ``R`` alone (``--refit``).
-
-    ``BG(all)`` comes from the fitted weights; for ``R ⊊ all`` a fresh copy of
-    the learner (same settings and seed, no checkpoint) is fitted on the
-    sub-federation of ``R`` and its weight matrix is read with the same rule.
-    Single clients have no collaborators.  Graphs are cached per ``R``.
-    """
-
-    def __init__(self, learner: PersonalizedLearner, federation: Federation, weights: np.ndarray):
-        self.clients = federation.names
-        self._learner = learner
-        self._fed = federation
-        self._weights = weights
-        self._cache: dict[int, BenefitGraph] = {}
-        self.refits_ = 0
-
-    def benefit_graph(self, within: int) -> BenefitGraph:
-        within = int(within)
-        if within in self._cache:
-            return self._cache[within]
-        idx = members(within)
-        grand = (1 << len(self.clients)) - 1
-        if within == grand:
-            graph = self._learner.weight_oracle(self.clients, self._weights).benefit_graph(within)
-        elif len(idx) == 1:
-            graph = BenefitGraph(self.clients, within, ((idx[0], 0),))
-        else:
-            sub = Federation(self._fed.name, self._fed.task, self._fed.metric,
-                             tuple(self._fed.clients[i] for i in idx), self._fed.n_classes, None,
-                             self._fed.options, tuning=self._fed.tuning)   # the same data roles
-            params = {**self._learner.get_params(deep=False), "checkpoint": None, "progress": None, "refit": False}
-            clone = type(self._learner)(**params).fit(sub)
-            self.refits_ += 1
-            local = clone.oracle_.benefit_graph((1 << len(idx)) - 1)
-            collab = tuple((idx[a], mask_of(idx[b] for b in members(c))) for a, c in local.collaborators)
-            graph = BenefitGraph(self.clients, within, collab)
-        self._cache[within] = graph
-        return graph
-
-
 # --------------------------------------------------------------------------- the personalised learners
-class PersonalizedLearner(Learner):
+class PersonalizedLearner(RoundBudget, Readout, Learner):
     """Base of the personalised learners (see the module docstring).
 
     Parameters
@@ -407,12 +260,6 @@ class PersonalizedLearner(Learner):
         The (peak) learning rate trained with, the protocol's.
     """
 
-    #: Does the method produce a pairwise weight matrix?
-    has_weights: ClassVar[bool] = True
-    #: Baselines: does the method train one shared model for everyone (FedAvg, SuPerFed)
-    #: or a model per client alone (Local)?  Gives the structural graph.
-    shares_model: ClassVar[bool] = True
-
     # The parameters (COMMON_PARAMS, kept by __init__ under their own names) and what fit() sets,
     # declared for the type checker.
     protocol: TrainingProtocol | None
@@ -429,6 +276,21 @@ class PersonalizedLearner(Learner):
     params_: dict
     weights_history_: list[np.ndarray]
     lr_: float | None   # None: Local whose clients chose their rates (lr_clients_)
+    # What the round runner records of the run (RoundRunner).
+    loss_history_: list[float]
+    val_loss_history_: list[float]
+    val_loss_clients_: list[list[float]]
+    resumed_from_: int
+    rounds_run_: int
+    hit_max_: bool
+    best_round_: int
+    best_round_clients_: list[int]
+    best_val_loss_: float
+    best_val_loss_clients_: list[float]
+    steps_per_round_: int
+    stopped_at_: int
+    stopped_at_clients_: list[int]
+    state_: dict
 
     def __init__(self, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
                  chunk=None, seed=0, checkpoint=None, progress=None):
@@ -509,109 +371,16 @@ class PersonalizedLearner(Learner):
         dev = resolve_device(self.device)
         self.prepare(fed, dev)
         self.train_data_ = Padded(fed, "train", dev)
-        key = fingerprint({k: v for k, v in self.config().items() if k not in _NOT_RESULT}
-                          | {"method": self.method, "model_": self.model_, "clients": list(fed.names)},
-                          federation_arrays(fed))
-        state = None
-        self.resumed_from_ = 0
-        self.loss_history_ = []
-        self.val_loss_history_: list[float] = []
-        self.val_loss_clients_: list[list[float]] = []
-        patience = self._patience_for()
-        best: dict | None = None
-        if self.checkpoint is not None:
-            loaded = load_state(self.checkpoint, key, dev)
-            if loaded is not None:
-                self.resumed_from_, state, meta = loaded
-                if patience is not None:  # the kept (best) models travel with the running state
-                    state, best = state["running"], state["best"]
-                self.loss_history_ = list(meta.get("loss_history", []))
-                self.val_loss_clients_ = [list(v) for v in meta.get("val_loss_clients", [])]
-                self.val_loss_history_ = [float(np.mean(v)) for v in self.val_loss_clients_]
-                if meta.get("engine") and self.engine == "auto":
-                    path, chunk = meta["engine"]
-                    self.engine_ = Engine(dev, path, chunk)
-        if state is None:
-            gen = torch.Generator().manual_seed(int(self.seed))
-            state = self.init_state(fed, gen, dev)
-        stopper = self._stopper(patience, fed.n)
-        val_data = Padded(fed, "tuning", dev)   # the rows that stop it (and choose its rate): never the scoring rows
-        for r in range(self.resumed_from_, self.rounds_):
-            if stopper.stopped:
-                break
-            state, info = self.train_round(state, r,
-                                           lambda stream, r=r: np.random.default_rng([int(self.seed), r, stream]))
-            self.loss_history_.append(float(info.get("loss", float("nan"))))
-            per_client = self._val_losses(state, val_data)
-            self.val_loss_clients_.append(per_client)
-            self.val_loss_history_.append(float(np.mean(per_client)))
-            improved = stopper.update_clients(per_client)
-            if patience is not None and improved.any():
-                best = self._keep_best(best, state, improved)
-            if self.checkpoint is not None:
-                meta = {"loss_history": self.loss_history_, "val_loss_clients": self.val_loss_clients_,
-                        "engine": list(self.engine_.choice_ or ("auto", None))}
-                saved = state if patience is None else {"running": state, "best": state if best is None else best}
-                save_state(self.checkpoint, key, r + 1, saved, meta)
-            if self.progress is not None:
-                if _takes_info(self.progress):
-                    self.progress(r + 1, self.rounds_, info)
-                else:
-                    self.progress(r + 1, self.rounds_)
-        if self.rounds_ == 0 and self.progress is not None:
-            # no rounds (Local solved in closed form): one unit of work, as the oracle's closed form reports
-            if _takes_info(self.progress):
-                self.progress(1, 1, {})
-            else:
-                self.progress(1, 1)
-        run = self.rounds_run_ = len(self.val_loss_history_)
-        self.hit_max_ = run == self.rounds_   # ran the whole budget (a stop due on the last round saves nothing)
-        self.best_round_clients_ = stopper.best_rounds(fed.n) if patience is not None else [run] * fed.n
-        self.best_round_ = max(self.best_round_clients_)
-        self.steps_per_round_ = self._steps_per_round(fed)
-        self.stopped_at_ = run * self.steps_per_round_
-        self.stopped_at_clients_ = [r * self.steps_per_round_ for r in stopper.stop_rounds(fed.n)]
-        self.lr_ = self._lr_for()
-        if patience is not None and best is not None:
-            state = best
-        self.state_ = state
-        self.best_val_loss_clients_ = (self._val_losses(state, val_data) if not run else
-                                       [self.val_loss_clients_[r - 1][i] for i, r in enumerate(self.best_round_clients_)])
-        self.best_val_loss_ = float(np.mean(self.best_val_loss_clients_))
+        state = RoundRunner(self, fed, dev).run()
         self.finish(state)
         self.utilities_ = self._utilities(fed, dev)
         self.fit_seconds_ = time.perf_counter() - t0
-        if not self.has_weights:
-            self.oracle_ = StructuralOracle(fed.names, self.shares_model)
-        elif self.refit:
-            self.oracle_ = RefitOracle(self, fed, self.rule_weights())
-        else:
-            self.oracle_ = self.weight_oracle(fed.names, self.rule_weights())
+        self.oracle_ = self._benefit_oracle(fed)
         return self
 
-    # -- the settings in force: the protocol's (protocol_for)
     def _model_for(self, fed: Federation) -> str:
         """The model kind trained on ``fed``: the protocol's, or :func:`default_model` when it names none."""
         return self.protocol_for(fed).model or default_model(fed)
-
-    def _batch(self) -> int | None:
-        """Minibatch size per client (``None``: full batch)."""
-        return self.protocol_.batch_size
-
-    def _steps_per_epoch(self) -> int:
-        """Steps of one epoch of the largest client: ``⌈n_max / batch⌉`` (1 in full batch)."""
-        b = self._batch()
-        n = int(self.train_sizes_.max())
-        return 1 if b is None else max(1, math.ceil(n / int(b)))
-
-    def _rounds_for(self, fed: Federation) -> int:
-        """Communication rounds: the fewest that give the largest client ``protocol.steps`` local steps."""
-        return max(1, -(-int(self.protocol_.steps) // max(1, self._steps_per_round(fed))))
-
-    def _patience_for(self) -> int | None:
-        """Early-stopping patience in rounds, the protocol's."""
-        patience = self.protocol_.patience
-        return None if patience is None else int(patience)
 
     #: Are the clients' models independent, so that each stops on its own tuning loss (Local)?  Otherwise the
     #: mean over clients stops them all at one round (:class:`EarlyStop`).
@@ -620,60 +389,15 @@ class PersonalizedLearner(Learner):
     #: column fits it once per rate (:func:`~coalitions.learners.training.tuning.fit_on_grid`).
     tunes_own_rate: ClassVar[bool] = False
 
-    def _stopper(self, patience: int | None, n: int):
-        """The early stop of a fit (replaying a resumed run's evaluations): per client or on the mean over clients."""
-        if self.stops_per_client:
-            return ClientsEarlyStop(patience, n, self.val_loss_clients_)
-        return EarlyStop(patience, self.val_loss_history_)
-
     def _keep_best(self, best: dict | None, state: dict, improved: np.ndarray) -> dict:
         """The kept state after an evaluation where the clients ``improved`` (all of them here) reached their best."""
         return copy.deepcopy(state)
-
-    def _lr_for(self) -> float:
-        """The (peak) learning rate trained with, the protocol's."""
-        return float(self.protocol_.lr)
-
-    def _steps_per_round(self, fed: Federation) -> int:
-        """Local gradient steps of the largest client in one round: epochs per round × its batches."""
-        return int(self._epochs_per_round(fed)) * self._steps_per_epoch()
-
-    def _min_local_steps(self) -> int:
-        """The fewest local steps a round gives every client (the protocol's ``local_steps``)."""
-        return int(self.protocol_.local_steps)
-
-    def _epochs_per_round(self, fed: Federation) -> int:
-        """Passes over the data per round: the fewest whole epochs that give the smallest client
-        ``protocol.local_steps`` steps."""
-        b = self._batch()
-        per_epoch = min(1 if b is None else max(1, math.ceil(int(n) / int(b))) for n in self.train_sizes_)
-        return max(1, math.ceil(self._min_local_steps() / per_epoch))
-
-    def _total_steps(self) -> int:
-        """Optimiser steps of the whole run, the schedule's length: rounds × steps per round."""
-        return int(self.rounds_) * self._steps_per_round(self.federation_)
 
     def _decay_names(self) -> tuple[str, ...]:
         """The weights (not biases) the protocol's weight decay applies to."""
         return tuple(k for k, s in self.spec_.shapes.items() if len(s) >= 2)
 
-    def _val_losses(self, state: dict, data: Padded) -> list[float]:
-        """Each client's mean task loss on its tuning rows (``data``) under the models of ``state``.
-
-        What the client would predict with after this round (:meth:`finish`, then
-        :meth:`client_scores`); recorded every round as ``val_loss_history_`` so that
-        convergence is visible (issue 9), and what early stopping and the learning-rate grid
-        read.  The tuning rows are the validation rows unless the protocol has a ``tune_split``
-        (:mod:`coalitions.learners.data.roles`).  Nothing is trained on it.
-        """
-        self.finish(state)
-        with torch.no_grad():
-            scores = self.client_scores(data)
-            per = self.per_sample_loss_(scores.to(torch.float32), data.y)
-            mean = (per * data.m).sum(1) / data.m.sum(1).clamp(min=1.0)
-        return [float(x) for x in mean.double().cpu().numpy()]
-
-    # -- what subclasses provide
+    # -- the method: what subclasses provide
     @abstractmethod
     def init_state(self, fed: Federation, gen: torch.Generator, device) -> dict:
         """The state before the first round (tensors, arrays, numbers, lists of them)."""
@@ -794,102 +518,3 @@ class PersonalizedLearner(Learner):
             epoch_steps=self._steps_per_epoch() if (data is None or data is self.train_data_) and batch_size == "default"
             else None, **kwargs)
         return params, {key: opt_state}, losses
-
-    # -- scoring, the oracle and the estimate
-    def _utilities(self, fed: Federation, device) -> dict:
-        out: dict[str, dict[str, float]] = {}
-        for part in ("val", "test"):
-            data = Padded(fed, part, device)
-            scores = self.client_scores(data).detach().cpu().double().numpy()
-            out[part] = {}
-            for i, name in enumerate(fed.names):
-                n = int(data.sizes[i])
-                out[part][name] = float(evaluate_batch(fed.metric, data.raw_y[i], scores[i:i + 1, :n])[0])
-        return out
-
-    def client_outputs(self, part: str = "test") -> list[np.ndarray]:
-        """Each client's personalised model's outputs on its own ``part`` split: what ``utilities_`` scores.
-
-        ``out[i]`` has shape ``(n_i,)`` (regression, binary logits) or ``(n_i, C)``
-        (class logits); :func:`coalitions.learners.data.metrics.evaluate` of it is
-        ``utilities_[part][name_i]``.  The per-sample statistics of the reports
-        (bootstrap intervals, :mod:`coalitions.learners.experiments.statistics`) start here.
-        """
-        check_param("part", part, "choice", choices=("val", "test"))
-        fed = self.federation_
-        data = Padded(fed, part, self.engine_.device_)
-        scores = self.client_scores(data).detach().cpu().double().numpy()
-        if scores.ndim == 3 and scores.shape[2] == 1:
-            scores = scores[:, :, 0]
-        return [scores[i, :int(data.sizes[i])] for i in range(fed.n)]
-
-    def rule_weights(self) -> np.ndarray:
-        """The row-stochastic matrix the weight rule reads (``weights_`` unless the method says otherwise).
-
-        FedAMP and HeurFedAMP read their self-referenced affinity (``docs/concepts.md`` §5).
-        """
-        if self.weights_ is None:
-            raise InputError(f"{self.method} has no pairwise weights")
-        return self.weights_
-
-    def sensitivity(self, thresholds=None) -> tuple[str, float, tuple[SensitivityRow, ...]]:
-        """The learned equilibrium across the rule's threshold: ``(rule, threshold used, rows)``.
-
-        A pure function of :meth:`rule_weights` (:func:`coalitions.sensitivity.threshold_sensitivity`,
-        rows renormalised over ``R``, also under ``refit=True``); ``thresholds``
-        defaults to the rule's grid, to which the threshold used is added.
-        """
-        if not self.has_weights:
-            raise InputError(f"{self.method} has no pairwise weights: its graph is structural, with no threshold")
-        used = float(self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.rule])
-        grid = [*(default_thresholds(self.rule) if thresholds is None else thresholds), used]
-        return self.rule, used, threshold_sensitivity(self.federation_.names, self.rule_weights(), self.rule, grid)
-
-    def weight_oracle(self, names, weights) -> WeightOracle:
-        """The :class:`~coalitions.oracles.WeightOracle` of this learner's rule and threshold on ``weights``."""
-        return WeightOracle(names, weights, self.rule, self.threshold)
-
-    def estimate_config(self) -> dict:
-        fed = self.federation_
-        config: dict[str, Any] = {
-            "method": self.method, **self.config(), "model_": self.model_, "dataset": fed.name,
-            "data_options": dict(fed.options), "device_used": str(self.engine_.device_),
-            "engine_used": self.engine_.label,
-            "threshold_used": self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.rule]}
-        if getattr(self, "data_roles_", None) is not None:   # fitted here (a Flower server's twin holds no data)
-            config["data_roles"] = self.data_roles_
-        if self.has_weights:
-            config["restricted"] = "refit" if self.refit else "renormalise"
-            # renormalising over R is a no-op for the ratio-type rules: BG(R) = BG(all) restricted
-            config["restriction_is_noop"] = not self.refit and self.rule in ("relative", "mass")
-            config["graph"] = "affinity" if getattr(self, "graph", "weights") == "affinity" else "weights"
-        else:
-            config["restricted"] = "structural"
-            config["graph"] = "structural"
-        return config
-
-    def _stopping_record(self) -> dict:
-        """What ``extra`` records of the budget: rounds, the kept round, the stopping step, the rate.
-
-        A learner that did not run :meth:`fit` (the Flower server's twin runs every
-        round, without early stopping) records the rounds it ran.
-        """
-        run = int(getattr(self, "rounds_run_", self.rounds_))
-        return {"max_rounds": int(self.rounds_), "best_round": int(getattr(self, "best_round_", run)),
-                "stopped_at": getattr(self, "stopped_at_", None), "hit_max": bool(getattr(self, "hit_max_", True)),
-                "lr": self._lr_for(), "patience": self._patience_for()}
-
-    def estimate_extra(self, peeling: Peeling) -> dict:
-        names = self.federation_.names
-        extra = {"loss_history": self.loss_history_, "fit_seconds": self.fit_seconds_,
-                 "resumed_from": self.resumed_from_, "rounds_run": int(getattr(self, "rounds_run_", self.rounds_)),
-                 **self._stopping_record(),
-                 "val_loss_history": {
-                     "mean": [float(v) for v in self.val_loss_history_],
-                     "clients": {c: [float(v[i]) for v in self.val_loss_clients_] for i, c in enumerate(names)}}}
-        if self.has_weights:
-            extra["weights_history"] = [np.round(w, 8).tolist() for w in self.weights_history_]
-            rule_w = self.rule_weights()
-            if rule_w is not self.weights_:
-                extra["rule_weights"] = np.round(rule_w, 12).tolist()
-        return extra
