@@ -203,7 +203,7 @@ class ExhaustiveOracle(EstimatorMixin):
         Bootstrap replicates of the validation sets to score the trained
         models on (module docstring); they are the measured game's uncertainty
         (:attr:`game_` carries them, :mod:`coalitions.noise`), so that it is solved at a
-        significance level.  The default, :data:`DEFAULT_REPLICATES`, estimates each
+        significance level.  The default, ``DEFAULT_REPLICATES`` (200), estimates each
         paired standard error to about 3 % (median relative error against 4,000
         replicates on heart: 4.6 % at 100, 3.4 % at 200, 2.1 % at 400); 0 for none
         (an exact game, point values).

@@ -383,7 +383,7 @@ class PersonalizedLearner(RoundBudget, Readout, Learner):
         return self.protocol_for(fed).model or default_model(fed)
 
     #: Are the clients' models independent, so that each stops on its own tuning loss (Local)?  Otherwise the
-    #: mean over clients stops them all at one round (:class:`EarlyStop`).
+    #: mean over clients stops them all at one round (``EarlyStop``, in ``coalitions.learners.methods.runner``).
     stops_per_client: ClassVar[bool] = False
     #: Does the learner choose its rate on the protocol's ``lr_grid`` itself (Local, per client)?  Otherwise a
     #: column fits it once per rate (:func:`~coalitions.learners.training.tuning.fit_on_grid`).

@@ -22,7 +22,7 @@ archive (no pickle) holding
 Members are stored uncompressed; reading, every ``.npy`` header is checked
 against its member's bytes before any array is allocated, members that unpack
 to more than the file's size (a compressed bomb) are refused, and the total is
-checked against the available memory (:func:`_read_members`).
+checked against the available memory (``_read_members``).
 
 Reading it back, every fault of the content -- a string or object array where
 numbers belong, a skeleton nested deeper than :data:`MAX_DEPTH`, a node of
