@@ -41,7 +41,8 @@ def stopping(regime: dict, label: str) -> tuple[str, str]:
     records = [run["methods"].get(method, {}).get("stopping") for run in regime["runs"]] if method else []
     if not records or any(r is None for r in records):
         return "–", "–"
-    rates = ", ".join(f"{r['lr']:g}" for r in records)
+    rates = ", ".join(f"{r['lr']:g}" if r.get("lr") is not None    # Local tunes per client: its clients' rates
+                      else "/".join(f"{x:g}" for x in r.get("lr_clients") or ()) or "per client" for r in records)
     steps = ", ".join("max" if r["hit_max"] else str(r["stopped_at"]) for r in records)
     return rates, steps
 

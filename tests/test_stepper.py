@@ -12,7 +12,9 @@ that wrote the file; the parts below are checked bit for bit on the machine runn
 trained only under a protocol (issue 18); the "noprot" games are now the same subset models
 trained by the stacked trainers' own optimiser (``protocol=None``: PyTorch's Adam and cosine
 schedule, :class:`~coalitions.learners.game.stepper.SubsetStepper`), which the oracle used then.  The parts are also checked one
-by one against the operations they replace.
+by one against the operations they replace.  The classification game's replicates are not
+compared with the file: since the bootstrap stopped stratifying accuracy and the loss by class
+(learners/game/bootstrap.py) they are drawn from other rows; its values, losses and stops are.
 """
 from pathlib import Path
 
@@ -88,7 +90,9 @@ def test_games_are_those_before_the_in_place_step():
     ref = np.load(REFERENCE)
     got = _games()
     assert sorted(got) == sorted(ref.files)
-    for k in ref.files:
+    redrawn = {k for k in ref.files if k.startswith("blobs_") and k.endswith("rep")}   # the docstring says why
+    assert len(redrawn) == 18   # 2 heads x (4 cases x 2 games + the own-Adam game)
+    for k in sorted(set(ref.files) - redrawn):
         # under patience a last-bit difference can move a subset model's best evaluation by one step
         # (seen on an Intel Xeon: 2 of 64 values of one game, 1.7e-4 relative)
         rtol = 1e-3 if "_pat" in k else 1e-6
