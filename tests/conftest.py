@@ -382,3 +382,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+@pytest.fixture(autouse=True)
+def no_thread_override_leaks():
+    """A command run in process (``cli.main([... "--threads", "1"])``) sets the process's ``--threads``
+    override and, unlike a real command, does not exit: clear it after each test, so that no test
+    sees another's (the learners are not imported for a test that does not use them)."""
+    import sys
+
+    yield
+    threads = sys.modules.get("coalitions.learners.training.threads")
+    if threads is not None:
+        threads.set_override(None)
