@@ -36,11 +36,12 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="budget (default: the experiment's)")
     ap.add_argument("--regimes", nargs="+", default=None, help="regime names (default: all)")
     ap.add_argument("--quick", action="store_true",
-                    help="one seed, two rates, 5 steps, the first regime (what CI runs; not a measurement)")
+                    help="one seed, one rate, 5 steps, 20 replicates, the first regime (what CI runs; not a "
+                         "measurement)")
     args = ap.parse_args(argv)
     exp = EXPERIMENTS["fashion"]
     if args.quick:
-        args.seeds, args.lrs, args.steps = args.seeds[:1], args.lrs[:2], args.steps or 5
+        args.seeds, args.lrs, args.steps = args.seeds[:1], args.lrs[:1], args.steps or 5
         args.regimes = args.regimes or [exp.regimes[0].name]
     means: dict[float, list[float]] = {lr: [] for lr in args.lrs}
     print("regime        seed  lr      val loss  val acc  CE (accuracy game)      CE (loss game)          s")
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
             pair = separate_seeds(seed)
             fed = load(exp.dataset, seed=pair.data, **regime.options)
             for lr in args.lrs:
-                opts = exp.oracle_options(False, regime)
+                opts = {**exp.oracle_options(False, regime), **({"replicates": 20} if args.quick else {})}
                 p = opts.pop("protocol").with_(lr=lr, **({"steps": args.steps} if args.steps else {}))
                 t = time.perf_counter()
                 o = ExhaustiveOracle(protocol=p, seed=pair.init, device="cpu", threads=1, **opts).fit(fed)
