@@ -389,6 +389,16 @@ def test_a_learner_whose_loss_is_not_finite_exits_2(capsys, tmp_path, args, sett
     assert not (tmp_path / "e.json").exists()
 
 
+def test_a_model_beyond_memory_is_refused_before_drawing(capsys, tmp_path, monkeypatch):
+    """``--mlp-hidden 1000000000``: the models' parameters are sized before they are drawn."""
+    cap_memory(monkeypatch)
+    rc, _, err = run(capsys, "learn", "synthetic", "--method", "local", "--model", "mlp", "--mlp-hidden",
+                     "1000000000", "-o", tmp_path / "e.json")
+    line = one_line(err)
+    assert rc == 2 and "mlp model of 22,000,000,001 parameters needs about" in line
+    assert "only 1 GiB are available" in line and not (tmp_path / "e.json").exists()
+
+
 def test_a_dimension_beyond_memory_is_refused_before_drawing(capsys, tmp_path, monkeypatch):
     cap_memory(monkeypatch)
     rc, _, err = run(capsys, "learn", "synthetic", "--method", "local", "--dim", "2000000000", "-o", tmp_path / "e.json")

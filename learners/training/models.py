@@ -97,7 +97,11 @@ class ModelSpec:
 
     def init(self, generator: torch.Generator | None, n_models: int, dtype=torch.float32,
              device="cpu") -> dict:
-        """Stacked parameters for ``n_models`` models, each ``~ U(±1/sqrt(fan_in))``."""
+        """Stacked parameters for ``n_models`` models, each ``~ U(±1/sqrt(fan_in))``.
+
+        Raises :class:`~coalitions.errors.InputError` before drawing when they do not fit in memory.
+        """
+        _check_room(self.shapes, n_models, self.kind)
         out = {}
         for name, shape in self.shapes.items():
             bound = 1.0 / math.sqrt(self.fan_in[name])
@@ -113,6 +117,18 @@ class ModelSpec:
     def module(self) -> torch.nn.Module:
         """An ``nn.Module`` computing ``forward`` (for ``torch.func.functional_call``)."""
         return _Module(self)
+
+
+def _check_room(shapes: dict, n_models: int, kind: str) -> None:
+    """Refuse, before drawing, ``n_models`` models of ``shapes`` that do not fit in memory.
+
+    The draw holds each parameter in float64 beside its float32 copy: 12 bytes a value.
+    """
+    from coalitions.resources import check_memory
+
+    per_model = sum(math.prod(s) for s in shapes.values())
+    check_memory(12 * int(n_models) * per_model,
+                 f"{int(n_models):,} {kind} model{'s' if n_models != 1 else ''} of {per_model:,} parameters")
 
 
 class _Module(torch.nn.Module):
@@ -234,6 +250,7 @@ class HeadsSpec:
 
     def init(self, generator: torch.Generator | None, n_models: int, dtype=torch.float32, device="cpu") -> dict:
         """Stacked parameters: every head drawn like ``base``'s output layer (PyTorch's default bounds)."""
+        _check_room(self.shapes, n_models, self.base.kind)
         out = {}
         for name, shape in self.shapes.items():
             bound = 1.0 / math.sqrt(self.base.fan_in[name])
