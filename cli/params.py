@@ -54,7 +54,17 @@ FINITE = Finite()
 NON_NEGATIVE = Finite(0.0)
 
 
-class _InputFile(click.ParamType):
+class _Path(click.ParamType):
+    """A path argument: the shell completes it as a file (or, with ``completes = "dir"``, a folder)."""
+
+    completes = "file"
+
+    def shell_complete(self, ctx, param, incomplete):
+        """Click's completion item of this kind, so that the shell completes the path itself."""
+        return [CompletionItem(incomplete, type=self.completes)]
+
+
+class _InputFile(_Path):
     """A file argument; the readers check everything else (coalitions.files.open_input)."""
 
     name = "file"
@@ -67,12 +77,8 @@ class _InputFile(click.ParamType):
         self.given.append(str(value))
         return str(value)
 
-    def shell_complete(self, ctx, param, incomplete):
-        """The shell completes a path (Click's ``file`` completion item)."""
-        return [CompletionItem(incomplete, type="file")]
 
-
-class _OutputFile(click.ParamType):
+class _OutputFile(_Path):
     """An output file, checked before any work: not empty, in an existing folder, not a non-regular file."""
 
     name = "file"
@@ -86,15 +92,12 @@ class _OutputFile(click.ParamType):
             self.fail(str(e), param, ctx)
         return str(value)
 
-    def shell_complete(self, ctx, param, incomplete):
-        """The shell completes a path (Click's ``file`` completion item)."""
-        return [CompletionItem(incomplete, type="file")]
 
-
-class _OutputFolder(click.ParamType):
+class _OutputFolder(_Path):
     """An output folder (created if missing); an existing non-folder is refused."""
 
     name = "directory"
+    completes = "dir"
 
     def convert(self, value, param, ctx):
         if not str(value):
@@ -102,10 +105,6 @@ class _OutputFolder(click.ParamType):
         if os.path.exists(value) and not os.path.isdir(value):
             self.fail(f"{value}: exists and is not a folder", param, ctx)
         return str(value)
-
-    def shell_complete(self, ctx, param, incomplete):
-        """The shell completes a folder (Click's ``dir`` completion item)."""
-        return [CompletionItem(incomplete, type="dir")]
 
 
 INPUT = _InputFile()

@@ -395,3 +395,19 @@ def no_thread_override_leaks():
     threads = sys.modules.get("coalitions.learners.training.threads")
     if threads is not None:
         threads.set_override(None)
+
+
+def run(capsys, *args):
+    """``coalitions ARGS`` in process: its exit code, stdout and stderr."""
+    from coalitions import cli
+
+    rc = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_line(err: str) -> str:
+    """The one line a refused command prints (the contract of docs/cli.md, "Bad input"): no traceback, no warning."""
+    lines = err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and "Warning" not in err, err
+    return lines[0]

@@ -4,7 +4,7 @@ and ``compare`` refusing an estimate and a game measured on different data."""
 import json
 
 import pytest
-from conftest import EXAMPLES
+from conftest import EXAMPLES, one_line, run
 
 import coalitions as co
 from coalitions import cli
@@ -25,18 +25,6 @@ DATA = {"clients": 3, "samples": 1000, "rho": 1.0, "seed": 7}
 VALUES = {"a": {"a": 1, "a,b": 3, "a,c": 0, "a,b,c": 2},
           "b": {"b": 1, "a,b": 2, "b,c": 0, "a,b,c": 1},
           "c": {"c": 5, "a,c": 1, "b,c": 2, "a,b,c": 4}}
-
-
-def run(capsys, *args):
-    rc = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_line(err: str) -> str:
-    lines = err.splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def commands(group=cli.cli, path=()):

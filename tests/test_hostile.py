@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, EXAMPLES, MALFORMED, ROOT
+from conftest import DATA, EXAMPLES, MALFORMED, ROOT, one_line, run
 from corpus_table import CORE_ONLY, HOSTILE_GAMES, checkpoint_cases, many_members
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -58,18 +58,6 @@ HOSTILE_FAULTS = {
 
 #: Commands that read a game, with the arguments they need besides it.
 GAME_COMMANDS = {"solve": [], "verify": ["--partition", "a|b"], "enumerate": [], "graph": [], "welfare": []}
-
-
-def run(capsys, *args):
-    rc = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_line(err: str) -> str:
-    lines = err.splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def command() -> list[str]:

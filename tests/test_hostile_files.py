@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, one_line, run
 
 import coalitions as co
 from coalitions import cli
@@ -29,18 +29,6 @@ from coalitions.errors import InputError
 from coalitions.game import check_client_names
 
 TIE = str(EXAMPLES / "tie.json")
-
-
-def run(capsys, *args):
-    rc = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_line(err: str) -> str:
-    lines = err.splitlines()
-    assert len(lines) == 1 and "Traceback" not in err and "Warning" not in err, err
-    return lines[0]
 
 
 def leftovers(folder: Path) -> list[str]:
