@@ -44,7 +44,7 @@ class Split:
     ``ids`` (optional, ``(n,)`` integers): each row's number in the loader's source data, the same
     for the same row in every seed's federation (feature scaling changes ``X`` with the seed), so
     that statistics pooled over seeds count distinct rows (Adult's fixed ``adult.test``, heart's
-    patients drawn again by every split: issue 33).  ``None`` where the source has no row numbers.
+    patients drawn again by every split).  ``None`` where the source has no row numbers.
     """
 
     X: np.ndarray

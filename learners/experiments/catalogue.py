@@ -6,7 +6,7 @@ the learners to compare, two sets of run settings (``quick`` and ``full``) and
 the published numbers to print beside ours (Cui et al., KDD 2022, Tables 1–3,
 as far as our text copies of the papers preserve them).
 
-Matched budgets (issue 9): an experiment names one
+Matched budgets: an experiment names one
 :class:`~coalitions.learners.training.protocol.TrainingProtocol`, and every method's options
 derive from it and its budget of gradient steps per client (:func:`budgeted_options`): the exact
 game's subset models and Local train under the protocol itself, SPO trains its hypernetwork ``steps``
@@ -183,7 +183,7 @@ class Experiment:
 
 _SEEDS = (0, 1, 2, 3, 4)
 
-#: The early-stopping patience of every neural and logistic experiment's protocol (issue 18, item 3): each
+#: The early-stopping patience of every neural and logistic experiment's protocol: each
 #: column -- every exact subset model, Local, every learner, SPO -- stops when its validation loss has not
 #: improved for this many evaluations (one per round or step) and keeps its best parameters; the report names
 #: the columns that reached the budget instead. (Synthetic keeps none: its exact game is the closed form.)
@@ -364,7 +364,7 @@ DIGITS = Experiment(
 _FASHION_SPO = {"model": "mlp", "mlp_hidden": 32, "heads": "personal", "hypernet_hidden": 100, "embed": 32,
                 "layers": 2, "directions": 16, "search_steps": 50}
 
-#: The Table 3 federation (issue 19), fixed before any test datum was read: 10 clients, about 20
+#: The Table 3 federation, fixed before any test datum was read: 10 clients, about 20
 #: training / 100 validation / 100 test samples each (validation accuracy moves in 1-point steps,
 #: not 5), label skew of two kinds. Settings chosen on seeds 100-102 by validation loss only
 #: (benchmarks/fashion_settings.py); the reports use seeds 0-4.
@@ -387,7 +387,7 @@ FASHION = Experiment(
     # triples the run's most expensive piece
     oracle={"heads": "personal", "loss_game": True, "lr_grid": None},
     methods=ALL_METHODS + PAPER_BASELINES,
-    # One protocol for every column (issue 9): Adam, weight decay 1e-3, full batch, 100 steps; lr 0.003,
+    # One protocol for every column: Adam, weight decay 1e-3, full batch, 100 steps; lr 0.003,
     # the lowest mean validation loss of the exact game on seeds 100-101 (benchmarks/fashion_settings.py).
     protocol=TrainingProtocol(model="mlp", hidden=32, optimizer="adam", lr=0.003, weight_decay=1e-3, steps=100,
                               lr_grid=(0.001, 0.003, 0.01), patience=PATIENCE),

@@ -121,7 +121,7 @@ def with_records(learner, fed):
 
 
 def stopping_record(learner) -> dict | None:
-    """Where a fitted column stopped: ``{"lr", "stopped_at", "hit_max"}`` (issue 18 item 3), or None.
+    """Where a fitted column stopped: ``{"lr", "stopped_at", "hit_max"}`` , or None.
 
     A learner that stops per client (Local) adds ``lr_clients`` and ``stopped_at_clients`` (client
     order); its ``stopped_at`` is then the latest client's, and ``lr`` None when the clients chose

@@ -22,7 +22,7 @@ __all__ = ["report_markdown", "rebuild", "fmt_stat", "published_markdown", "verd
 
 
 def _lr_section(reg: dict, labels: dict) -> list[str]:
-    """The rate each column chose on validation and where it stopped, per seed (issue 18 item 3).
+    """The rate each column chose on validation and where it stopped, per seed.
 
     A cell is the chosen rate (from ``lr_tuning``, else the rate the column trained at), followed by
     ``@ step`` where the column records its stopping step, and ``(max)`` when it never stopped: the

@@ -32,7 +32,7 @@ def ce_ours(estimate) -> dict | None:
     its block of the partition that SPO's own estimate peels to (not the exact
     game's CE), scored by SPO: ``{"partition": [[names]], "val": {name: metric},
     "test": {name: metric}}`` from the estimate's ``extra.ce_utilities``; ``None``
-    when the estimate has none.  Reported beside the exact CE (issue 9).
+    when the estimate has none.  Reported beside the exact CE.
     """
     utilities = estimate.extra.get("ce_utilities") if estimate.extra else None
     if not utilities:

@@ -459,7 +459,7 @@ def seed_interval(per_seed, level: float = 0.95) -> tuple[float, float | None, f
     federation (split and initialisation).  The clients of one seed are not replicates: a
     bootstrap over a fixed set of clients measures how the clients differ, not how the result
     would change on another split (Adult's Local: [0.749, 0.814] over its two clients, seed SD
-    0.0024; issue 33).  ``(mean, None, None)`` with fewer than two seeds.
+    0.0024).  ``(mean, None, None)`` with fewer than two seeds.
 
     Examples
     --------

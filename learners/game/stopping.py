@@ -1,4 +1,4 @@
-"""Early stopping of every subset model of a chunk, each on its own validation loss (issue 18, docs/learners-protocol.md).
+"""Early stopping of every subset model of a chunk, each on its own validation loss (docs/learners-protocol.md).
 
 Under a protocol with ``patience`` every column of a comparison stops when its validation loss
 has not improved for ``patience`` evaluations and keeps its best models; the exact game is a

@@ -10,7 +10,7 @@ utilities.
   the protocol's budget of local steps (one optimiser state over all rounds, like
   every site here, so that FedAMP with ``α_k = 0`` equals Local exactly).  Its clients'
   models are independent, so each is tuned on its own data as the exhaustive game tunes its
-  model of ``{i}`` (issue 33): under a patience each client stops on its own tuning loss and
+  model of ``{i}``: under a patience each client stops on its own tuning loss and
   keeps its own best round, and under an ``lr_grid`` each client keeps the rate whose kept
   model has its lowest tuning loss.
 * **FedAvg** (McMahan et al. 2017): every round all clients start from the

@@ -21,7 +21,7 @@ local solver takes plain gradient steps: then ``L (w^t − w̄_k)`` *is* the
 gradient ``∇F_k(w^t)`` after one step.  Under Adam (the protocol's optimiser)
 ``w^t − w̄_k`` is close to ``lr·sign(g)``, so ``1/lr`` makes ``‖Δw_k‖²`` the
 parameter count, the server step collapses to about ``1e-4`` per coordinate and
-the model never leaves its initialisation (issue 18: 13.7 % on fashion).  Here
+the model never leaves its initialisation (13.7 % on fashion).  Here
 ``L`` is the ratio that makes the clients' averaged change the averaged
 gradient at ``w^t``,
 

@@ -137,9 +137,8 @@ class FedeRiCo(PersonalizedLearner):
         ``j``'s: EM breaks that, see the module docstring).
     likelihood : {"sum", "mean"}
         ``ℓ_ij`` is the sum of client ``i``'s per-sample losses under ``φ_j``
-        (its data's negative log-likelihood, default) or their mean (the
-        former default, which made the posterior ``n_i`` times too flat:
-        one grand coalition on planted label-skew federations, issue 18).
+        (its data's negative log-likelihood, default) or their mean (which makes the posterior ``n_i`` times flatter:
+        one grand coalition on planted label-skew federations).
     optimizer, lr : str, float
         Adam, 1e-3 by default (the paper's).
     rule : str

@@ -277,8 +277,7 @@ class Adam:
         so the same bits (``tests/test_stepper.py``), without the dozen parameter-sized temporaries
         and the three ``where`` passes per parameter that the functional step allocates, and a block
         of models at a time (about :data:`BLOCK` elements, so that the fourteen passes of the update
-        stay in the core's cache): the exact game's stacked trainers spent a tenth of their time in
-        the functional step (issue 22).  A model whose ``active`` flag is False is left untouched
+        stay in the core's cache; ``docs/performance.md``).  A model whose ``active`` flag is False is left untouched
         (the active rows are updated on a copy and written back).  ``params`` must not be tensors
         that autograd tracks (pass ``detach()``-ed views).
         """

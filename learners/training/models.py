@@ -320,7 +320,7 @@ def stack_init(init: dict, models: int, product: tuple[str, ...] = ()) -> dict:
     Each parameter ``p`` becomes ``(M, *p.shape)``.  A name in ``product`` (a ``(d, k)`` weight,
     :func:`product_major`) is laid out product-major: its memory is ``(d, M, k)`` and the stacked
     ``(M, d, k)`` tensor a view of it, so that the one ``(n, d) @ (d, M·k)`` product of all models
-    reads it where it lies instead of copying it every step (issue 22).  The values, and every
+    reads it where it lies instead of copying it every step.  The values, and every
     result computed from them, are the same bits in either layout.
 
     >>> import torch
@@ -364,7 +364,7 @@ def stacked_personal_forward(spec: ModelSpec, params: dict, X: torch.Tensor, cou
     wname, bname = spec.head
     counts = [int(c) for c in counts]
     # One unbind and one split, not a slice per client: a slice's backward writes its gradient into a
-    # zero tensor of the whole input and autograd adds the N of them, N² traffic per step (issue 22);
+    # zero tensor of the whole input and autograd adds the N of them, N² traffic per step;
     # unbind's and split's backward place every client's gradient once (the same values)
     W, b = params[wname].unbind(1), params[bname].unbind(1)
     if not spec.body:

@@ -4,10 +4,8 @@ A comparison of a learned benefit graph with the exhaustive game is only fair
 when the models on both sides are trained the same way: the exact game's
 subset model of ``{i}`` *is* "client ``i`` alone", so it must be the model the
 Local baseline trains for client ``i``, and a method should not beat another
-because it was given ten times the gradient steps.  Before this module the
-exact game trained Adam, full batch, 500 epochs, while Local and the learners
-trained SGD, batch 32, 50 epochs, so the same all-alone partition scored
-differently in the two columns of a report (issue 9).
+because it was given ten times the gradient steps: two settings would score the
+same all-alone partition differently in two columns of one report.
 
 :class:`TrainingProtocol` is that shared setting, immutable: the model, the
 optimiser, the learning-rate schedule, the batch and the **budget in gradient
@@ -129,8 +127,7 @@ class TrainingProtocol:
         loss (mean over clients).  ``None``: ``lr`` is used as given.
     tune_split : float or None
         Which rows tune (choose the rate on ``lr_grid`` and the stopping step under ``patience``):
-        ``None``, the validation rows, the rows that also score the game (the behaviour before
-        issue 31); a fraction in ``(0, 1)``, that share of each client's *training* rows, held out
+        ``None``, the validation rows, the rows that also score the game; a fraction in ``(0, 1)``, that share of each client's *training* rows, held out
         (stratified by class, seeded from the federation's split seed) by
         :func:`~coalitions.learners.data.roles.with_roles`, so that every column trains on the same
         remaining rows and tunes on the same held-out ones while the validation rows only score
@@ -264,8 +261,8 @@ DEFAULT_PROTOCOLS: dict[tuple[str, str], TrainingProtocol] = {
 }
 
 
-#: Fields added after results were first recorded (issues 18 and 31); :meth:`TrainingProtocol.to_json` omits them at
-#: their defaults.
+#: Fields that :meth:`TrainingProtocol.to_json` omits at their defaults, so that a protocol without them
+#: writes the JSON that results recorded before these fields existed carry.
 _LATER_FIELDS = ("local_steps", "patience", "lr_grid", "tune_split")
 _DEFAULT_FIELDS = {name: TrainingProtocol.__dataclass_fields__[name].default for name in _LATER_FIELDS}
 

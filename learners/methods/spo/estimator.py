@@ -35,7 +35,7 @@ from coalitions.sensitivity import SensitivityRow, default_thresholds
 __all__ = ["SPO", "VARIANTS", "PROTOCOL_FIELDS"]
 
 #: The fields of the :class:`~coalitions.learners.training.protocol.TrainingProtocol` that SPO trains
-#: with (issue 18: one place for every training setting; SPO has no parameter of its own for them): the
+#: with (one place for every training setting; SPO has no parameter of its own for them): the
 #: budget in hypernetwork steps, the training samples per client and step, the early-stopping patience,
 #: the learning-rate grid and the rows that tune them (``tune_split``).  The protocol's other fields describe how *target* models are trained (their
 #: optimiser, rate, schedule, weight decay, model); SPO trains a hypernetwork that emits the target, so
@@ -56,7 +56,7 @@ class SPO(Learner):
     """Specific Pareto Optimization: a benefit oracle from one Pareto hypernetwork (package docstring).
 
     The training settings come from the comparison's training protocol and only from it
-    (``protocol``, issue 18: one place for every training setting): SPO trains its hypernetwork
+    (``protocol``: one place for every training setting): SPO trains its hypernetwork
     for ``protocol.steps`` steps on ``protocol.batch_size`` samples per client and step, stops
     early on ``protocol.patience`` and tunes its rate on ``protocol.lr_grid``
     (:data:`PROTOCOL_FIELDS`).  What the hypernetwork is and emits stays SPO's own: its Adam rate
@@ -552,7 +552,7 @@ class SPO(Learner):
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1))))
         history, running = [], []
-        # validation loss per evaluation (issue 9): each client's validation loss under h(d) for 16 fixed
+        # validation loss per evaluation: each client's validation loss under h(d) for 16 fixed
         # directions, weighted by its share d_j (the training objective's terms, on validation data)
         evals = torch.as_tensor(sample_directions(np.random.default_rng([int(self.seed), 0x7A1]), fed.n, 16,
                                                   self.alpha, self.faces), dtype=torch.float32, device=dev)
