@@ -17,8 +17,8 @@ Examples
 >>> import numpy as np
 >>> from coalitions.lazy_analytic import PlantedSource
 >>> cache = MeasuredGame(PlantedSource((2, 2), seed=1))
->>> cache.measure(np.array([3, 5])); cache.measure(np.array([3, 12])); cache.trainings
-3
+>>> cache.measure(np.array([3, 5])), cache.measure(np.array([3, 12])), cache.trainings   # {0,1} is asked once
+(2, 1, 3)
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class MeasuredGame:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write ``coalitions/measured@1`` (docs/formats.md) through :func:`coalitions.files.write_file`."""
-        extra: dict[str, np.ndarray] = {}
+        extra: dict[str, Any] = {}
         if self._reps is not None:
             extra["replicates"] = self._reps
         if self._se is not None:
