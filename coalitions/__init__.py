@@ -42,7 +42,7 @@ from .ocs import OCS, optimal_collaborators
 from .partition import format_partition, parse_partition
 from .payoffs import mau, payoff_table
 from .peeling import Peeling, peel, peel_oracle
-from .sample_ce import SampledEquilibrium, sample_ce
+from .sampled_ce import SampledEquilibrium, sample_ce
 from .scc import source_components, strongly_connected_components
 
 # The library's messages go to loggers under "coalitions" (the learners' Flower runs); nothing is

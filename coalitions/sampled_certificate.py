@@ -139,7 +139,7 @@ def certify_sampled(ledger: Ledger, partition: tuple[int, ...], rules: Rules, rn
     """Certify ``partition`` from coalitions drawn now (module docstring); ``ledger.limit`` is raised to the budget.
 
     The caller leaves room for the blocks, the ``N`` singletons and
-    :func:`outer_draws_needed` coalitions (:func:`coalitions.sample_ce.required_budget`).
+    :func:`outer_draws_needed` coalitions (:func:`coalitions.sampled_ce.required_budget`).
     """
     n = ledger.cache.n
     before = ledger.count

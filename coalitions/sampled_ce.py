@@ -276,8 +276,8 @@ def sampled_text(r: SampledEquilibrium) -> str:
              f"search: {r.search.stopped} after {r.search.repairs} repairs, {r.search.trainings} coalitions",
              f"outer agreement: {c.blocking_draws} of {c.m} coalitions "
              f"{'checked' if c.outer_method == 'exhaustive' else 'drawn from D (' + c.distribution + ')'} block; "
-             f"blocking share <= {c.epsilon:.4g}"
-             + ("" if c.outer_method == "exhaustive" else f" with confidence {1 - c.delta:g}")
+             + (f"blocking share under D = {c.epsilon:.4g} (every coalition checked)" if c.outer_method == "exhaustive"
+                else f"blocking share <= {c.epsilon:.4g} with confidence {1 - c.delta:g}")
              + (f" (asked: {c.requested_epsilon:g})" if c.requested_epsilon is not None else ""),
              f"individual rationality: {len(r.clients) - len(c.individual)} of {len(r.clients)} singletons content"]
     for b in c.blockers:
