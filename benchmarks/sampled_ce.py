@@ -1,0 +1,210 @@
+"""Calibration of the sampled equilibrium where the truth is known (docs/scale.md).
+
+Planted games (:func:`coalitions.planted`, groups whose members gain from each other and lose
+with everyone else, values with Gaussian noise drawn per coalition) are solved with
+:func:`coalitions.sample_ce` under a budget, and the answer is compared with the truth,
+computed exhaustively:
+
+* **N = 10, 12, 14** (many seeds, two noise levels): does the sampled partition equal the
+  exhaustive CE (:func:`coalitions.solve`, peeling on the full game)?  Is it a CE of the full
+  game under the sampled rules (each block's own model, checked exhaustively with
+  :mod:`coalitions.certificate`)?  Its welfare gap (mean value per client of the exhaustive CE
+  minus the sampled one's, each block's own model).  And the coverage of the certificate: is
+  the true blocking share under D (the D-weighted share of *all* coalitions that block,
+  computed exhaustively) at most the certified ε (δ = 0.05)?  The coverage rate is given with
+  its 95 % Clopper–Pearson interval.
+* **N = 16, 20, 24** (fewer seeds): the same against the planted groups, which the exhaustive
+  pass confirms to be a CE (no coalition of the 2^N blocks them, no sub-coalition splits off);
+  the full game of 24 clients is never built: the truth is streamed in chunks of coalitions,
+  client by client.
+* **N = 50**, 5 groups of 10 whose tasks conflict: planted groups recovered on how many of 10
+  seeds, ε at δ = 0.05, coalitions trained, time.
+
+Run:  python benchmarks/sampled_ce.py [--quick] [--seeds 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import numpy as np
+
+import coalitions as co
+from coalitions.analytic import coalition_normals, planted_weights
+from coalitions.bitmask import members, submasks
+from coalitions.certificate import inner_agreement, outer_agreement
+from coalitions.lazy_analytic import PlantedSource
+from coalitions.pac import d_weights, epsilon_bound
+
+EPSILON, DELTA = 0.01, 0.05
+SMALL = {10: (4, 3, 3), 12: (4, 4, 4), 14: (5, 5, 4)}
+MEDIUM = {16: (4, 4, 4, 4), 20: (5, 5, 5, 5), 24: (6, 6, 6, 6)}
+NOISES = (0.1, 0.5)
+CHUNK = 1 << 18
+
+
+def interval(k: int, n: int) -> tuple[float, float]:
+    """Two-sided 95 % Clopper–Pearson interval of a rate ``k / n``."""
+    hi = epsilon_bound(n, k, 0.025)
+    lo = 0.0 if k == 0 else 1.0 - epsilon_bound(n, n - k, 0.025)
+    return lo, hi
+
+
+def groups_of(sizes) -> tuple[int, ...]:
+    out, at = [], 0
+    for g in sizes:
+        out.append(((1 << g) - 1) << at)
+        at += g
+    return tuple(out)
+
+
+def streamed_blocking_share(sizes, noise: float, seed: int, partition, tol: float = 1e-9) -> float:
+    """The D-share of all coalitions of ≥ 2 clients blocking ``partition`` in the planted game, in chunks.
+
+    Client by client, only for the coalitions still possibly blocking; values as the planted game's
+    (noiseless part by a matrix product: the same numbers up to the order of a sum, 1e-16).
+    """
+    W, base = planted_weights(list(sizes), seed)
+    n = len(base)
+    where = np.zeros(n, dtype=np.int64)
+    for k in partition:
+        for i in members(k):
+            where[i] = k
+    now = PlantedSource(tuple(sizes), noise, 0.0, seed).measure(np.unique(where)).values
+    cols = {int(m): x for x, m in enumerate(np.unique(where))}
+    now_i = np.array([now[i, cols[int(where[i])]] for i in range(n)])
+    share = 0.0
+    for start in range(1, 1 << n, CHUNK):
+        masks = np.arange(start, min(start + CHUNK, 1 << n), dtype=np.int64)
+        alive = np.bitwise_count(masks) >= 2
+        alive &= ~np.isin(masks, np.asarray(partition, dtype=np.int64))
+        for i in range(n):
+            idx = np.flatnonzero(alive & ((masks >> i) & 1).astype(bool))
+            if not idx.size:
+                continue
+            m = masks[idx]
+            bits = ((m[:, None] >> np.arange(n)) & 1).astype(np.float64)
+            v = base[i] + bits @ W[i]
+            if noise:
+                v = v + noise * coalition_normals(seed, i, m)
+            alive[idx] = v > now_i[i] + tol
+        share += float(d_weights(masks[alive], n).sum())
+    return share
+
+
+def shared_welfare(game: co.Game, partition) -> float:
+    """Mean over clients of the value of each block's own model."""
+    return float(np.mean([game.values[i, k] for k in partition for i in members(k)]))
+
+
+def small(seeds: int) -> list[str]:
+    rows = ["| N | groups | noise | seeds | = exhaustive CE | CE of the full game (own models) | welfare gap (mean) "
+            "| ε certified (mean) | blocker drawn | true share ≤ ε: coverage [95 % CI] | coalitions used (mean) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for n, sizes in SMALL.items():
+        for noise in NOISES:
+            same = ce = cover = drawn = 0
+            gaps, eps, used = [], [], []
+            for seed in range(seeds):
+                src = PlantedSource(sizes, noise, 0.0, seed)
+                r = co.sample_ce(src, budget=3000, epsilon=EPSILON, delta=DELTA, seed=seed)
+                game = co.planted(list(sizes), noise=noise, seed=seed)
+                truth = co.solve(game, certify_result=False).partition
+                same += set(r.partition) == set(truth)
+                ce += (outer_agreement(game, r.partition, "shared").holds
+                       and inner_agreement(game, r.partition, "shared").holds)
+                gaps.append(shared_welfare(game, truth) - shared_welfare(game, r.partition))
+                true_share = streamed_blocking_share(sizes, noise, seed, r.partition)
+                cover += true_share <= r.certificate.epsilon
+                drawn += r.certificate.blocking_draws > 0
+                eps.append(r.certificate.epsilon)
+                used.append(r.trainings)
+            lo, hi = interval(cover, seeds)
+            rows.append(f"| {n} | {','.join(map(str, sizes))} | {noise:g} | {seeds} | {same}/{seeds} | {ce}/{seeds} | "
+                        f"{np.mean(gaps):.3g} | {np.mean(eps):.4f} | {drawn}/{seeds} | "
+                        f"{cover}/{seeds} = {cover / seeds:.2f} [{lo:.2f}, {hi:.2f}] | {np.mean(used):.0f} |")
+    return rows
+
+
+def medium(seeds: int, sizes_by_n) -> list[str]:
+    rows = ["| N | groups | seeds | = planted groups | groups are a CE (exhaustive) | ε certified (mean) "
+            "| true share ≤ ε | coalitions used (mean) of 2^N | time per run |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for n, sizes in sizes_by_n.items():
+        same = cover = ce = 0
+        eps, used, times = [], [], []
+        planted_p = groups_of(sizes)
+        for seed in range(seeds):
+            src = PlantedSource(sizes, 0.1, 0.0, seed)
+            t = time.perf_counter()
+            r = co.sample_ce(src, budget=4000, epsilon=EPSILON, delta=DELTA, seed=seed)
+            times.append(time.perf_counter() - t)
+            same += set(r.partition) == set(planted_p)
+            groups_block = streamed_blocking_share(sizes, 0.1, seed, planted_p)
+            inner_ok = all(
+                _inner_exact(src, k) for k in planted_p)
+            ce += groups_block == 0 and inner_ok
+            share = groups_block if set(r.partition) == set(planted_p) else streamed_blocking_share(
+                sizes, 0.1, seed, r.partition)
+            cover += share <= r.certificate.epsilon
+            eps.append(r.certificate.epsilon)
+            used.append(r.trainings)
+        rows.append(f"| {n} | {','.join(map(str, sizes))} | {seeds} | {same}/{seeds} | {ce}/{seeds} | "
+                    f"{np.mean(eps):.4f} | {cover}/{seeds} | {np.mean(used):.0f} of {1 << n:,} | "
+                    f"{np.mean(times):.2f} s |")
+    return rows
+
+
+def _inner_exact(src: PlantedSource, block: int) -> bool:
+    """No proper sub-coalition of ``block`` splits off with no member worse (every one measured)."""
+    subs = submasks(block)[1:-1]
+    v = src.measure(subs).values
+    now = src.measure(np.array([block])).values[:, 0]
+    ok = np.ones(subs.size, dtype=bool)
+    for i in members(block):
+        inside = ((subs >> i) & 1).astype(bool)
+        ok[inside] &= v[i, inside] >= now[i] - 1e-9
+    return not ok.any()
+
+
+def large(seeds: int) -> list[str]:
+    sizes = (10,) * 5
+    rows = ["| N | groups | seeds | groups recovered | ε certified at δ = 0.05 | coalitions used (mean, max) "
+            "| of which the certificate | time per run (mean) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    found, eps, used, cert, times = 0, [], [], [], []
+    for seed in range(seeds):
+        t = time.perf_counter()
+        r = co.sample_ce(PlantedSource(sizes, 0.1, 0.0, seed), budget=10_000, epsilon=EPSILON, delta=DELTA, seed=seed)
+        times.append(time.perf_counter() - t)
+        found += set(r.partition) == set(groups_of(sizes))
+        eps.append(r.certificate.epsilon)
+        used.append(r.trainings)
+        cert.append(r.certificate.trainings)
+    rows.append(f"| 50 | 10,10,10,10,10 | {seeds} | {found}/{seeds} | {max(eps):.4f} (max) | "
+                f"{np.mean(used):.0f}, {max(used)} | {np.mean(cert):.0f} | {np.mean(times):.2f} s |")
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="a few seeds, N up to 16 and one N = 50 run (CI)")
+    p.add_argument("--seeds", type=int, default=40, help="seeds per row at N = 10, 12, 14 [40]")
+    args = p.parse_args()
+    t0 = time.perf_counter()
+    print(f"# sampled CE calibration ({platform.processor() or platform.machine()}, python {platform.python_version()}, "
+          f"epsilon {EPSILON}, delta {DELTA}, budget 3000 / 4000 / 10000)")
+    seeds = 2 if args.quick else args.seeds
+    print("\n## N = 10, 12, 14\n")
+    print("\n".join(small(seeds)))
+    print("\n## N = 16 to 24 (noise 0.1)\n")
+    print("\n".join(medium(1 if args.quick else 5, {16: MEDIUM[16]} if args.quick else MEDIUM)))
+    print("\n## N = 50\n")
+    print("\n".join(large(1 if args.quick else 10)))
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
