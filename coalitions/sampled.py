@@ -2,7 +2,7 @@
 
 The rules are those of docs/concepts.md §3 under *measured* payoffs: member ``i`` of a
 coalition ``C`` gets ``v_i(C)``, the value of the model trained on ``C`` (the
-``shared`` semantics of SPEC §1; it is also the ``personalized`` payoff wherever the
+``shared`` semantics of docs/concepts.md §1; it is also the ``personalized`` payoff wherever the
 source's learner returns, for each member, the best model of the coalition's Pareto
 front, which the paper's embedding property provides).  Every comparison is the
 noise-aware one of :mod:`coalitions.noise`, per comparison (family ``"comparison"``:
