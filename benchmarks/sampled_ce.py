@@ -42,7 +42,7 @@ from coalitions.payoffs import payoff_at
 EPSILON, DELTA = 0.01, 0.05
 SMALL = {10: (4, 3, 3), 12: (4, 4, 4), 14: (5, 5, 4)}
 MEDIUM = {16: (4, 4, 4, 4), 20: (5, 5, 5, 5), 24: (6, 6, 6, 6)}
-NOISES = (0.1, 0.5)
+NOISES = (0.1, 0.3, 0.5)
 CHUNK = 1 << 18
 
 
@@ -103,12 +103,12 @@ def mean_payoff(game: co.Game, partition, semantics: str) -> float:
 def small(seeds: int) -> list[str]:
     rows = ["| N | groups | noise | seeds | = exhaustive CE | = planted groups | CE of the full game (own models) "
             "| welfare gap: personalized, own models (mean) | ε certified (mean) | blocker drawn "
-            "| true share ≤ ε: coverage [95 % CI] | coalitions used (mean) |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "| true share ≤ ε: coverage [95 % CI] | true share (mean, max) | coalitions used (mean) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for n, sizes in SMALL.items():
         for noise in NOISES:
             same = ce = cover = drawn = groups = 0
-            gaps, own, eps, used = [], [], [], []
+            gaps, own, eps, used, shares = [], [], [], [], []
             for seed in range(seeds):
                 src = PlantedSource(sizes, noise, 0.0, seed)
                 r = co.sample_ce(src, budget=3000, epsilon=EPSILON, delta=DELTA, seed=seed)
@@ -122,6 +122,7 @@ def small(seeds: int) -> list[str]:
                 own.append(mean_payoff(game, truth, "shared") - mean_payoff(game, r.partition, "shared"))
                 true_share = streamed_blocking_share(sizes, noise, seed, r.partition)
                 cover += true_share <= r.certificate.epsilon
+                shares.append(true_share)
                 drawn += r.certificate.blocking_draws > 0
                 eps.append(r.certificate.epsilon)
                 used.append(r.trainings)
@@ -129,7 +130,8 @@ def small(seeds: int) -> list[str]:
             rows.append(f"| {n} | {','.join(map(str, sizes))} | {noise:g} | {seeds} | {same}/{seeds} | "
                         f"{groups}/{seeds} | {ce}/{seeds} | {np.mean(gaps):.3g}, {np.mean(own):.3g} | "
                         f"{np.mean(eps):.4f} | {drawn}/{seeds} | "
-                        f"{cover}/{seeds} = {cover / seeds:.2f} [{lo:.2f}, {hi:.2f}] | {np.mean(used):.0f} |")
+                        f"{cover}/{seeds} = {cover / seeds:.2f} [{lo:.2f}, {hi:.2f}] | "
+                        f"{np.mean(shares):.2g}, {max(shares):.2g} | {np.mean(used):.0f} |")
     return rows
 
 
