@@ -162,9 +162,11 @@ def sample_ce(source, budget, epsilon, delta, start_file, z, tol, distribution, 
         if os.path.exists(cache_file):
             cache = MeasuredGame.load(cache_file, src)
             click.echo(f"--resume {cache_file}: {cache.trainings} coalitions measured already", err=True)
+    step = progress("sample-ce: coalitions used")
     result = co.sample_ce(src, budget, epsilon, delta, start=start, edges=edges, z=level, tol=tol,
                           distribution=distribution, seed=seed, cache=cache, save_to=cache_file,
-                          progress=progress("sample-ce: coalitions used"), exact_inner_up_to=exact_inner_up_to)
+                          progress=step, exact_inner_up_to=exact_inner_up_to)
+    step(result.trainings, result.trainings)   # the run is over: a bar ends, a log gets its last line
     text = cio.write_json(sampled_to_json(result), None) if fmt == "json" else sampled_text(result)
     emit(text, output)
     if not result.holds:
