@@ -293,3 +293,17 @@ def test_sample_ce_says_no_when_the_sample_finds_blockers(capsys):
 def test_sample_ce_refuses_bad_input_in_one_line(capsys, args, fragment):
     rc, _, err = run(capsys, "sample-ce", *args)
     assert rc == 2 and fragment in one_line(err)
+
+
+@FAST
+@given(games(min_n=2, max_n=4, ties=False), st.integers(0, 2**32 - 1), st.sampled_from([0.5, 1.96]))
+def test_noise_aware_blocking_agrees_with_the_exhaustive_check(game, seed, z):
+    from coalitions.certificate import outer_agreement as streamed_outer
+
+    se = np.random.default_rng(seed).uniform(0.0, 0.5, game.values.shape)
+    noisy = game.with_uncertainty(Uncertainty.from_se(game, se))
+    r = co.sample_ce(GameSource(noisy), budget=200, epsilon=0.05, delta=0.05, seed=1)
+    assert r.certificate.z == 1.96 and r.certificate.outer_method == "exhaustive"   # the source's SEs set z
+    r = co.sample_ce(GameSource(noisy), budget=200, epsilon=0.05, delta=0.05, seed=1, z=z)
+    truth = streamed_outer(noisy, r.partition, "shared", 1e-9, z=z)
+    assert r.certificate.outer_agreement == truth.holds
