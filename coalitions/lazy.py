@@ -114,9 +114,15 @@ class ValueSource(Protocol):
         source (:class:`coalitions.measured.MeasuredGame`).
     """
 
-    clients: tuple[str, ...]
-    sense: str
-    provenance: dict
+    # read-only members: a plain attribute, a frozen dataclass field or a property all satisfy them
+    @property
+    def clients(self) -> tuple[str, ...]: ...
+
+    @property
+    def sense(self) -> str: ...
+
+    @property
+    def provenance(self) -> dict: ...
 
     def measure(self, masks: np.ndarray) -> Measurement:
         """Measure the coalitions ``masks`` (distinct, non-empty int64 bitmasks): one training each."""
