@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -179,6 +180,19 @@ def check_measurement(m: Measurement, masks: np.ndarray, n: int, what: str = "th
     return m
 
 
+def _digest(game: Game) -> str:
+    """SHA-256 of a game's stored values and of its uncertainty's arrays, in hex."""
+    import hashlib
+
+    h = hashlib.sha256(np.ascontiguousarray(game.raw_values()).tobytes())
+    u = game.uncertainty
+    if u is not None and u.replicates is not None:
+        h.update(np.ascontiguousarray(u.replicates.values).tobytes())
+    elif u is not None and u.se is not None:
+        h.update(np.ascontiguousarray(u.se).tobytes())
+    return h.hexdigest()
+
+
 @dataclass(frozen=True, eq=False)
 class GameSource:
     """An exhaustive :class:`~coalitions.game.Game` read lazily (calibration: what would have been trained).
@@ -197,9 +211,14 @@ class GameSource:
     def sense(self) -> str:
         return self.game.sense
 
-    @property
+    @cached_property
     def provenance(self) -> dict:
-        return {"source": "game", **dict(self.game.provenance)}
+        """The game's provenance, marked ``"source": "game"``, with the SHA-256 of its values (and uncertainty).
+
+        The digest tells two games with the same provenance apart (two hand-written files),
+        so that a cache of one is never read for the other.
+        """
+        return {**dict(self.game.provenance), "source": "game", "sha256": _digest(self.game)}
 
     def measure(self, masks: np.ndarray) -> Measurement:
         """The game's values for ``masks`` (and its uncertainty's), in the game's sense."""

@@ -307,3 +307,14 @@ def test_noise_aware_blocking_agrees_with_the_exhaustive_check(game, seed, z):
     r = co.sample_ce(GameSource(noisy), budget=200, epsilon=0.05, delta=0.05, seed=1, z=z)
     truth = streamed_outer(noisy, r.partition, "shared", 1e-9, z=z)
     assert r.certificate.outer_agreement == truth.holds
+
+
+def test_a_cache_of_one_game_file_is_refused_for_another_with_the_same_provenance(tmp_path):
+    a = co.Game.from_mapping(["a", "b"], {"a": {"a": 1, "a,b": 2}, "b": {"b": 1, "a,b": 2}})
+    b = co.Game.from_mapping(["a", "b"], {"a": {"a": 1, "a,b": 3}, "b": {"b": 1, "a,b": 2}})
+    cache = MeasuredGame(GameSource(a))
+    cache.measure(np.array([1, 3]))
+    cache.save(tmp_path / "m.npz")
+    assert MeasuredGame.load(tmp_path / "m.npz", GameSource(a)).trainings == 2
+    with pytest.raises(co.InputError, match="provenance 'sha256'"):
+        MeasuredGame.load(tmp_path / "m.npz", GameSource(b))
