@@ -318,3 +318,20 @@ def test_a_cache_of_one_game_file_is_refused_for_another_with_the_same_provenanc
     assert MeasuredGame.load(tmp_path / "m.npz", GameSource(a)).trainings == 2
     with pytest.raises(co.InputError, match="provenance 'sha256'"):
         MeasuredGame.load(tmp_path / "m.npz", GameSource(b))
+
+
+def test_sample_ce_starts_from_an_estimate_and_its_benefit_graph(capsys, tmp_path):
+    from coalitions.estimate import Estimate, write_estimate
+    from coalitions.graph import BenefitGraph
+
+    graph = BenefitGraph(("a", "b", "c"), 0b111, ((0, 0b010), (1, 0b001), (2, 0)))
+    util = {"a": 0.5, "b": 0.25, "c": 0.125}
+    est = Estimate(clients=("a", "b", "c"), method="spo", config={}, weights=None, utilities={"val": util, "test": util},
+                   metric="mse", sense="min", benefit_graph=graph, partition=(0b100, 0b011), rounds=((0b011,), (0b100,)))
+    write_estimate(est, tmp_path / "est.json")
+    rc, out, _ = run(capsys, "sample-ce", "planted", "--groups", "2,1", "--names", "a,b,c", "--budget", "50",
+                     "--from", tmp_path / "est.json", "--format", "json")
+    data = json.loads(out)
+    assert rc == 0 and data["search"]["start"] == [["a", "b"], ["c"]] and data["partition"] == [["a", "b"], ["c"]]
+    rc, _, err = run(capsys, "sample-ce", "planted", "--groups", "2,1", "--budget", "50", "--from", tmp_path / "est.json")
+    assert rc == 2 and "its clients differ" in one_line(err)
