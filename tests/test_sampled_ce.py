@@ -335,3 +335,14 @@ def test_sample_ce_starts_from_an_estimate_and_its_benefit_graph(capsys, tmp_pat
     assert rc == 0 and data["search"]["start"] == [["a", "b"], ["c"]] and data["partition"] == [["a", "b"], ["c"]]
     rc, _, err = run(capsys, "sample-ce", "planted", "--groups", "2,1", "--budget", "50", "--from", tmp_path / "est.json")
     assert rc == 2 and "its clients differ" in one_line(err)
+
+
+def test_a_second_run_with_a_larger_budget_starts_where_the_first_stopped():
+    src = Counting(PlantedSource((5, 5, 4), seed=6))
+    cache = MeasuredGame(src)
+    short = co.sample_ce(src, budget=360, epsilon=0.01, delta=0.05, cache=cache, seed=3)
+    assert short.search.stopped == "budget"
+    longer = co.sample_ce(src, budget=1500, epsilon=0.01, delta=0.05, cache=cache, seed=3)
+    assert longer.search.stopped == "stable" and longer.trained < longer.trainings
+    assert longer.trained + short.trained == cache.trainings == len(src.asked) == len(set(src.asked))
+    assert longer == co.sample_ce(PlantedSource((5, 5, 4), seed=6), budget=1500, epsilon=0.01, delta=0.05, seed=3)
