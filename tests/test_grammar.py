@@ -18,7 +18,7 @@ TIE = str(EXAMPLES / "tie.json")
 #: The commands whose result is printed (or written with -o), and the formats each prints.
 PRINTING = {"solve": {"text", "json", "dot", "graphml"}, "graph": {"text", "json", "dot", "graphml"},
             "verify": {"text", "json"}, "enumerate": {"text", "json"}, "welfare": {"text", "json"},
-            "compare": {"text", "json"}}
+            "compare": {"text", "json"}, "sample-ce": {"text", "json"}}
 DATA = {"clients": 3, "samples": 1000, "rho": 1.0, "seed": 7}
 
 # a: best with b (3); b: best with a (2); c: best alone (5).  CE {a,b} | {c}.

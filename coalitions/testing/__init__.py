@@ -28,9 +28,10 @@ from .assertions import (
     assert_outer_agreement,
     assert_same_benefit_graph,
     assert_same_partition,
+    assert_sampled_stable,
     explain,
 )
 
 __all__ = ["CertificateFailure", "assert_equilibrium", "assert_inner_agreement", "assert_outer_agreement",
            "assert_individually_rational", "assert_nash_stable", "assert_individually_stable",
-           "assert_core_stable", "assert_same_benefit_graph", "assert_same_partition", "explain"]
+           "assert_core_stable", "assert_same_benefit_graph", "assert_same_partition", "assert_sampled_stable", "explain"]

@@ -256,3 +256,41 @@ def assert_same_benefit_graph(a, b, *, within: Iterable[str] | None = None) -> N
         raise AssertionError(f"benefit graphs differ{'' if keep is None else ' within ' + ','.join(sorted(keep))}:\n"
                              f"  edges only in the first: {show(x - y)}\n"
                              f"  edges only in the second: {show(y - x)}")
+
+
+def assert_sampled_stable(result, *, epsilon: float | None = None, inner_exhaustive: bool = False) -> None:
+    """Fail unless a sampled equilibrium's certificate holds (:func:`coalitions.sample_ce`).
+
+    Parameters
+    ----------
+    result : coalitions.SampledEquilibrium
+    epsilon : float, optional
+        The bound on the blocking share under ``D`` to reach (default: the one the run asked for).
+    inner_exhaustive : bool
+        Also require every block's inner agreement to have been checked exhaustively.
+
+    The message names what fails: the blocking coalitions found in the sample (each
+    member's value in it and in its block), the singletons that block, the blocks whose
+    sub-coalitions split off, or ``ε`` above the bound asked.
+    """
+    c = result.certificate
+    want = c.requested_epsilon if epsilon is None else float(epsilon)
+    problems = []
+    for b in (*c.blockers, *c.individual):
+        rows = "; ".join(f"{result.clients[i]}: {new:.6g} in it vs {old:.6g} in its block" for i, new, old in b.payoffs)
+        problems.append(f"  {{{','.join(result.names(b.coalition))}}} blocks: {rows}")
+    for x in c.inner:
+        if x.found:
+            subs = ", ".join("{" + ",".join(result.names(s)) + "}" for s in x.violations[:SHOWN])
+            problems.append(f"  block {{{','.join(result.names(x.block))}}}: {x.found} sub-coalitions split off "
+                            f"({x.method}, {x.checked} of {x.total} checked): {subs}")
+        elif inner_exhaustive and x.method != "exhaustive":
+            problems.append(f"  block {{{','.join(result.names(x.block))}}}: inner agreement only sampled "
+                            f"({x.checked} of {x.total} sub-coalitions)")
+    if want is not None and c.epsilon > want:
+        problems.append(f"  epsilon {c.epsilon:.4g} > {want:g} ({c.blocking_draws} of {c.m} draws block, "
+                        f"delta {c.delta:g})")
+    if problems:
+        part = " | ".join(",".join(b) for b in result.blocks())
+        raise CertificateFailure(f"sampled certificate fails for {part} (D = {c.distribution}, z = {c.z:g}):\n"
+                                 + "\n".join(problems))
