@@ -199,7 +199,7 @@ def large(seeds: int) -> list[str]:
     found, eps, used, cert, times = 0, [], [], [], []
     for seed in range(seeds):
         t = time.perf_counter()
-        r = co.sample_ce(PlantedSource(sizes, 0.1, 0.0, seed), budget=10_000, epsilon=EPSILON, delta=DELTA, seed=seed)
+        r = co.sample_ce(PlantedSource(sizes, 0.1, 0.0, seed), budget=2_000, epsilon=EPSILON, delta=DELTA, seed=seed)
         times.append(time.perf_counter() - t)
         found += set(r.partition) == set(groups_of(sizes))
         eps.append(r.certificate.epsilon)
@@ -220,7 +220,7 @@ def main() -> None:
     parts = set(args.parts.split(","))
     t0 = time.perf_counter()
     print(f"# sampled CE calibration ({platform.processor() or platform.machine()}, python {platform.python_version()}, "
-          f"epsilon {EPSILON}, delta {DELTA}, budget 3000 / 4000 / 10000)")
+          f"epsilon {EPSILON}, delta {DELTA}, budget 3000 / 4000 / 2000)")
     seeds = 2 if args.quick else args.seeds
     if "small" in parts:
         print("\n## N = 10, 12, 14\n")

@@ -113,8 +113,8 @@ def _start(path: str, clients: tuple[str, ...]):
 @click.option("--distribution", type=click.Choice(DISTRIBUTIONS), default=DEFAULT_DISTRIBUTION, show_default=True,
               help="D: a size uniform in 2..N then a uniform subset; mixed: half of the draws from the partition's "
                    "neighbourhood.")
-@click.option("--exact-inner-up-to", type=click.IntRange(0, 20), default=10, show_default=True,
-              help="The search checks every sub-coalition of blocks up to this size (a sample beyond).")
+@click.option("--exact-inner-up-to", type=click.IntRange(0, 20), default=4, show_default=True,
+              help="The search checks every sub-coalition of blocks up to this size (the leave-one-out ones beyond).")
 @click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed of the draws, and of the generator for a generated SOURCE (as coalitions game takes it).")
 @click.option("--resume", "cache_file", default=None, metavar="CACHE",

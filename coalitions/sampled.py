@@ -16,14 +16,18 @@ the wider families need every coalition of a client):
 With ``z = 0``, or exact values, these are the point-value rules with ``tol``.
 
 The search (:func:`search`) starts from a partition, checks each block's inner agreement
-(every sub-coalition of a block of at most ``exact_inner_up_to`` clients, a sample
-otherwise) and splits a block that fails; then it looks for a blocking coalition where
+(every sub-coalition of a block of at most ``exact_inner_up_to`` clients; of a larger
+block its leave-one-out sub-coalitions, plus ``inner_draws`` drawn ones if asked) and splits a block that fails; then it looks for a blocking coalition where
 one is likely — the edges of a given benefit graph (``P(i) ∪ {j}`` and ``P(i) ∪ P(j)`` for
 ``j → i``), each block with one client added, the unions of two blocks, each block less
 one client, then ``N`` draws from the certificate's distribution — measuring the
-candidates in batches.  On a batch with a blocking coalition it forms the strongest one
-(highest weakest-member z-score, then margin, then the smaller bitmask): ``C`` becomes a
-block and every block it cut keeps its remaining members; those are checked again.  A
+candidates in batches.  Before training new candidates it checks every coalition measured
+so far against the current partition (free: a coalition that did not block an earlier
+partition may block this one).  On blocking coalitions it forms the strongest one (highest
+weakest-member z-score, then margin, then the smaller bitmask) — ``C`` becomes a block and
+every block it cut keeps its remaining members — and, in the same step, every further one
+whose members' blocks the earlier ones did not cut (each still blocks when formed), so
+blocks merge in few steps; the changed blocks are checked again.  A
 partition already visited is never formed again (no cycling).  It stops when a full
 pass finds nothing (``"stable"``: no candidate blocks, every block passes its inner
 check), when every blocking coalition found leads back to a visited partition
@@ -262,9 +266,56 @@ def _candidates(partition: tuple[int, ...], n: int, edges: Sequence[tuple[int, i
     return out
 
 
+def _form_known(ledger: Ledger, partition: tuple[int, ...], rules: Rules, move: Callable[[list], bool]) -> bool:
+    """Form the strongest coalition already measured that blocks ``partition`` (no training); False if none.
+
+    Every coalition the run has used stays measured; one that did not block an earlier
+    partition may block this one (its members' blocks changed).  Checking them all costs
+    arithmetic only, so the search trains new candidates only when none of them blocks.
+    """
+    known = np.array(ledger.used, dtype=np.int64)
+    if not known.size:
+        return False
+    ok, score, margin = blocking(ledger.cache, partition, known, rules)
+    idx = np.flatnonzero(ok)
+    order = [int(known[x]) for x in sorted(idx.tolist(), key=lambda x: (-score[x], -margin[x], int(known[x])))]
+    return _form(order, partition, move)
+
+
+def _form(order: list[int], partition: tuple[int, ...], move: Callable[[list], bool]) -> bool:
+    """Form blocking coalitions ``order`` (strongest first) on ``partition``: as many disjoint ones as stay blocking.
+
+    The first is formed; each next one too when none of its members' blocks was cut by those
+    formed before it, so that its members' payoffs are the ones it was found blocking and it
+    still blocks: one step of several formations, each valid in turn (blocks merge in
+    ``O(log N)`` steps instead of one merge per step).  When the resulting partition was
+    visited, each blocker alone is tried in order (the search never forms a visited partition).
+    """
+    if not order:
+        return False
+    block_of = {i: b for b in partition for i in members(b)}
+    touched: set[int] = set()
+    chosen: list[int] = []
+    for c in order:
+        mine = {block_of[i] for i in members(c)}
+        if mine & touched:
+            continue
+        chosen.append(c)
+        touched |= {b for b in partition if b & c}
+    union = 0
+    for c in chosen:
+        union |= c
+    if len(chosen) > 1 and move(chosen + [b & ~union for b in partition if b & ~union]):
+        return True
+    for c in order:
+        if move([c] + [b & ~c for b in partition if b & ~c]):
+            return True
+    return False
+
+
 def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Generator, *,
            edges: Sequence[tuple[int, int]] = (), distribution: str = DEFAULT_DISTRIBUTION,
-           exact_inner_up_to: int = 10, inner_draws: int = 64, batch: int = 16) -> SearchResult:
+           exact_inner_up_to: int = 4, inner_draws: int = 0, batch: int = 16) -> SearchResult:
     """Repair ``start`` towards a partition no candidate blocks, within ``ledger.limit`` (module docstring).
 
     Parameters
@@ -283,7 +334,8 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
     exact_inner_up_to : int
         Blocks of at most this many clients have every sub-coalition checked.
     inner_draws : int
-        Sub-coalitions drawn for a larger block (besides its ``|K|`` leave-one-out ones).
+        Sub-coalitions drawn for a larger block besides its ``|K|`` leave-one-out ones (default
+        none: the search re-checks a block every time it changes, the certificate draws once).
     batch : int
         Candidates measured at once.
     """
@@ -329,6 +381,8 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
                 break
         if split:
             continue
+        if _form_known(ledger, partition, rules, move):   # a coalition measured earlier blocks: free
+            continue
         cands = _candidates(partition, n, edges, rng, distribution)
         formed = found_any = exhausted = False
         for start_at in range(0, len(cands), batch):
@@ -338,13 +392,10 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
                 if ok.any():
                     found_any = True
                     idx = np.flatnonzero(ok)
-                    order = sorted(idx.tolist(), key=lambda x: (-score[x], -margin[x], int(part[x])))
-                    for x in order:
-                        c = int(part[x])
-                        if move([c] + [b & ~c for b in partition if b & ~c]):
-                            formed = True
-                            break
-                    if formed:
+                    order = [int(part[x]) for x in sorted(idx.tolist(), key=lambda x: (-score[x], -margin[x],
+                                                                                        int(part[x])))]
+                    if _form(order, partition, move):
+                        formed = True
                         break
             if part.size < len(cands[start_at:start_at + batch]):
                 exhausted = True

@@ -135,7 +135,7 @@ def sample_ce(source: ValueSource, budget: int, epsilon: float = 0.01, delta: fl
               start: object = None, edges: Sequence[tuple[int, int]] = (), z: float | None = None,
               tol: float = 1e-9, distribution: str = "uniform-size", seed: int = 0,
               cache: MeasuredGame | None = None, save_to: str | os.PathLike | None = None,
-              progress: Callable[[int, int], None] | None = None, exact_inner_up_to: int = 10,
+              progress: Callable[[int, int], None] | None = None, exact_inner_up_to: int = 4,
               inner_draws: int = 64, batch: int = 16) -> SampledEquilibrium:
     """Search a partition within ``budget`` coalitions and certify it from a fresh sample.
 
@@ -170,8 +170,12 @@ def sample_ce(source: ValueSource, budget: int, epsilon: float = 0.01, delta: fl
         at any point resumes (``cache=MeasuredGame.load(save_to, source)``).
     progress : callable, optional
         ``progress(coalitions used, budget)`` after each batch.
-    exact_inner_up_to, inner_draws, batch
-        The search's inner checks and batch size (:func:`coalitions.sampled.search`).
+    exact_inner_up_to, batch
+        The search's inner checks (every sub-coalition of blocks up to this size, the
+        leave-one-out ones beyond) and batch size (:func:`coalitions.sampled.search`).
+    inner_draws : int
+        The certificate's sub-coalitions drawn per block too large to check whole within the
+        budget (:func:`coalitions.sampled_certificate.certify_sampled`).
 
     Returns
     -------
@@ -216,7 +220,7 @@ def sample_ce(source: ValueSource, budget: int, epsilon: float = 0.01, delta: fl
     streams = np.random.SeedSequence(int(seed)).spawn(2)
     found = search(ledger, begin, rules, np.random.default_rng(streams[0]), edges=[(int(j), int(i)) for j, i in edges],
                    distribution=distribution, exact_inner_up_to=int(exact_inner_up_to),
-                   inner_draws=int(inner_draws), batch=int(batch))
+                   batch=int(batch))
     if z is None and cache.kind is None:   # the search measured nothing: the certificate's blocks decide
         ledger.limit = ledger.budget
         ledger.take(list(found.partition))
