@@ -25,6 +25,7 @@ from coalitions.cli.oracle_command import oracle
 from coalitions.cli.output import Negative, stdout_failed
 from coalitions.cli.params import INPUT
 from coalitions.cli.reproduce_command import reproduce_cmd
+from coalitions.cli.sample_command import sample_ce
 from coalitions.numbers import NumberOverflow
 
 __all__ = ["cli", "main", "Terminated", "OPTIONAL_PACKAGES"]
@@ -55,7 +56,7 @@ def cli():
 
 
 for _command in (solve, verify, enumerate_cmd, welfare_cmd, graph, game, oracle, federate, learn, compare_cmd,
-                 reproduce_cmd):
+                 reproduce_cmd, sample_ce):
     cli.add_command(_command)
 
 

@@ -35,10 +35,14 @@ from .estimate import Estimate, read_estimate
 from .game import Game
 from .graph import BenefitGraph, ExactOracle
 from .io import read_game, write_game
+from .lazy import GameSource, Measurement, ValueSource
+from .lazy_analytic import MeanEstimationSource, PlantedSource
+from .measured import MeasuredGame
 from .ocs import OCS, optimal_collaborators
 from .partition import format_partition, parse_partition
 from .payoffs import mau, payoff_table
 from .peeling import Peeling, peel, peel_oracle
+from .sampled_ce import SampledEquilibrium, sample_ce
 from .scc import source_components, strongly_connected_components
 
 # The library's messages go to loggers under "coalitions" (the learners' Flower runs); nothing is
@@ -52,4 +56,6 @@ __all__ = [
     "Certificate", "equilibria", "inner_agreement", "outer_agreement", "individual_rationality",
     "nash_stability", "individual_stability", "strict_core", "all_checks", "AxiomReport",
     "Violation", "parse_partition", "format_partition", "InputError", "NoEquilibrium", "Estimate", "read_estimate",
+    "Measurement", "ValueSource", "GameSource", "PlantedSource", "MeanEstimationSource", "MeasuredGame",
+    "sample_ce", "SampledEquilibrium",
 ]

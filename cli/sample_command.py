@@ -1,0 +1,177 @@
+"""``coalitions sample-ce``: a collaboration equilibrium under a training budget, with a statistical certificate.
+
+SOURCE is a game file (read lazily: what would have been trained is counted) or a
+registered value source (:mod:`coalitions.lazy_sources`: ``planted``, ``mean-estimation``,
+with the options ``coalitions game`` takes), so that an N = 24 game is never written out
+whole.  Exit 0 when certified, 1 when the certificate fails (blocking coalitions or
+inner violations found, or ε above the one asked), 2 on bad input (docs/cli.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+import coalitions as co
+from coalitions import io as cio
+from coalitions.cli.output import Negative, emit, progress
+from coalitions.cli.params import FINITE, INPUT, NON_NEGATIVE, OUTPUT, SEED, Finite, numbers
+from coalitions.game import check_client_names
+from coalitions.pac import DEFAULT_DISTRIBUTION, DISTRIBUTIONS
+
+__all__ = ["sample_ce"]
+
+#: The generator options, and the sources that take them.
+_GENERATOR = {"groups": ("planted",), "noise": ("planted",), "ties": ("planted",), "sizes": ("mean-estimation",),
+              "mu_e": ("mean-estimation",), "sigma2": ("mean-estimation",), "federation": ("mean-estimation",),
+              "names": ("planted", "mean-estimation")}
+_PROBABILITY = Finite(0.0, open_low=True)
+
+
+def _given(name: str) -> bool:
+    from click.core import ParameterSource
+
+    return click.get_current_context().get_parameter_source(name) in (ParameterSource.COMMANDLINE,
+                                                                      ParameterSource.ENVIRONMENT)
+
+
+def _source(source: str, opts: dict, tol, z):
+    """The value source SOURCE names, and the level ``z`` a game file sets (None: the run decides)."""
+    from coalitions.cli.game_commands import read_game_tol
+    from coalitions.lazy_sources import make_source, source_names
+
+    names = source_names()
+    if source in names:
+        for key, takers in _GENERATOR.items():
+            if _given(key) and source not in takers:
+                raise co.InputError(f"--{key.replace('_', '-')} is an option of {' and '.join(takers)}, not {source}")
+        kwargs: dict = {}
+        if source == "planted":
+            if opts["groups"] is None:
+                raise co.InputError("planted needs --groups, e.g. --groups 6,6,6,6")
+            sizes = numbers(opts["groups"], "--groups", int)
+            if any(g <= 0 for g in sizes):
+                raise co.InputError(f"--groups: group sizes must be positive integers, got {opts['groups']!r}")
+            kwargs = {"groups": sizes, "noise": opts["noise"], "ties": opts["ties"], "seed": opts["seed"]}
+        elif source == "mean-estimation":
+            if opts["sizes"] is None:
+                raise co.InputError("mean-estimation needs --sizes, e.g. --sizes 5,5,25")
+            kwargs = {"sizes": numbers(opts["sizes"], "--sizes"), "mu_e": opts["mu_e"], "sigma2": opts["sigma2"],
+                      "federation": opts["federation"]}
+        if opts["names"] is not None:
+            kwargs["names"] = list(check_client_names(opts["names"].split(","), "--names", prefix="--names: "))
+        return make_source(source, **kwargs), z
+    for key in _GENERATOR:
+        if _given(key):
+            raise co.InputError(f"--{key.replace('_', '-')} is an option of a generated source "
+                                f"({', '.join(names)}), not of the game file {source}")
+    if not os.path.exists(source):
+        raise co.InputError(f"unknown source {source!r}: no such file, and not one of {', '.join(names)}")
+    INPUT.given.append(source)
+    game, _, _, level = read_game_tol(source, tol, z, None, what="sample-ce")
+    return co.GameSource(game), (level if z is not None or game.uncertainty is not None else None)
+
+
+def _start(path: str, clients: tuple[str, ...]):
+    """The starting partition and benefit-graph edges of an estimate or (sampled) equilibrium file."""
+    from coalitions.sampled_ce import parse_start
+
+    data = cio.read_json(path)
+    fmt = data.get("format")
+    if fmt == "coalitions/estimate@1":
+        e = co.read_estimate(path)
+        if tuple(e.clients) != clients:
+            raise co.InputError(f"--from {path}: its clients differ from the source's")
+        return tuple(e.partition), tuple(e.benefit_graph.edges)
+    if fmt in ("coalitions/equilibrium@1", "coalitions/sampled-equilibrium@1", "coalitions/learned-equilibrium@1"):
+        blocks = data.get("partition")
+        if not isinstance(blocks, list) or not all(isinstance(b, list) for b in blocks):
+            raise co.InputError(f"--from {path}: 'partition' must be a list of lists of names")
+        try:
+            return parse_start(blocks, clients), ()
+        except co.InputError as e:
+            raise co.InputError(f"--from {path}: {e}") from None
+    raise co.InputError(f"--from {path}: format {fmt!r} holds no partition (give an estimate or an equilibrium file)")
+
+
+@click.command("sample-ce")
+@click.argument("source", metavar="SOURCE")
+@click.option("--budget", type=click.IntRange(1), required=True,
+              help="Distinct coalitions the run may train (or read from --resume), search and certificate together.")
+@click.option("--epsilon", type=_PROBABILITY, default=0.01, show_default=True,
+              help="Certify that at most this share of coalitions drawn from D blocks (decides the draws m).")
+@click.option("--delta", type=_PROBABILITY, default=0.05, show_default=True,
+              help="With confidence 1 - delta.")
+@click.option("--from", "start_file", type=INPUT, default=None,
+              help="Start from this estimate's or equilibrium's partition (and look along the estimate's "
+                   "benefit graph first) [default: everyone alone].")
+@click.option("--z", "z", type=NON_NEGATIVE, default=None,
+              help="Significance level of every comparison [default: 1.96 when the source gives standard errors, "
+                   "else 0].")
+@click.option("--tol", type=NON_NEGATIVE, default=1e-9, show_default=True, help="Absolute tolerance.")
+@click.option("--distribution", type=click.Choice(DISTRIBUTIONS), default=DEFAULT_DISTRIBUTION, show_default=True,
+              help="D: a size uniform in 2..N then a uniform subset; mixed: half of the draws from the partition's "
+                   "neighbourhood.")
+@click.option("--exact-inner-up-to", type=click.IntRange(0, 20), default=10, show_default=True,
+              help="The search checks every sub-coalition of blocks up to this size (a sample beyond).")
+@click.option("--seed", type=SEED, default=0, show_default=True,
+              help="Seed of the draws, and of the generator for a generated SOURCE (as coalitions game takes it).")
+@click.option("--resume", "cache_file", default=None, metavar="CACHE",
+              help="Keep the measurements in CACHE (coalitions/measured@1): read when it exists, rewritten after "
+                   "every batch, so an interrupted run resumes without training again.")
+@click.option("--groups", default=None, help="planted: hidden group sizes, e.g. 6,6,6,6.")
+@click.option("--noise", type=NON_NEGATIVE, default=0.05, show_default=True, help="planted: noise standard deviation.")
+@click.option("--ties", type=NON_NEGATIVE, default=0.0, show_default=True, help="planted: rounding step (0: off).")
+@click.option("--sizes", default=None, help="mean-estimation: sample count of each client, e.g. 5,5,25.")
+@click.option("--mu-e", type=FINITE, default=10.0, show_default=True, help="mean-estimation: mean noise variance.")
+@click.option("--sigma2", type=FINITE, default=1.0, show_default=True, help="mean-estimation: spread of the means.")
+@click.option("--federation", type=click.Choice(["uniform", "coarse", "fine"]), default="uniform",
+              show_default=True, help="mean-estimation: how a member uses the coalition's data.")
+@click.option("--names", default=None, help="Client names of a generated source, comma-separated.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=OUTPUT, help="Write here instead of stdout.")
+def sample_ce(source, budget, epsilon, delta, start_file, z, tol, distribution, exact_inner_up_to, seed, cache_file,
+              groups, noise, ties, sizes, mu_e, sigma2, federation, names, fmt, output):
+    """A collaboration equilibrium of SOURCE within a budget of trained coalitions, with a statistical certificate.
+
+    SOURCE is a game file or a generator (planted, mean-estimation) evaluated per
+    coalition, never written out whole. The search repairs a partition on blocking
+    coalitions; then m coalitions drawn from D afterwards bound the share that blocks
+    (epsilon at confidence 1 - delta). Exit 0 when certified, 1 when not.
+    """
+    from coalitions.files import check_output_path
+    from coalitions.measured import MeasuredGame
+    from coalitions.pac import check_probability
+    from coalitions.sampled_ce import required_budget, sampled_text, sampled_to_json
+
+    check_probability(epsilon, "--epsilon")
+    check_probability(delta, "--delta")
+    opts = {"groups": groups, "noise": noise, "ties": ties, "seed": seed, "sizes": sizes, "mu_e": mu_e,
+            "sigma2": sigma2, "federation": federation, "names": names}
+    src, level = _source(source, opts, tol, z)
+    need = required_budget(len(src.clients), epsilon, delta)
+    if budget < need:
+        raise co.InputError(f"--budget {budget} is below the {need} coalitions the certificate needs "
+                            f"(--epsilon {epsilon:g} --delta {delta:g}: the draws, {len(src.clients)} singletons "
+                            f"and up to {len(src.clients)} blocks)")
+    start, edges = _start(start_file, tuple(src.clients)) if start_file is not None else (None, ())
+    cache = None
+    if cache_file is not None:
+        check_output_path(cache_file)
+        if os.path.exists(cache_file):
+            cache = MeasuredGame.load(cache_file, src)
+            click.echo(f"--resume {cache_file}: {cache.trainings} coalitions measured already", err=True)
+    result = co.sample_ce(src, budget, epsilon, delta, start=start, edges=edges, z=level, tol=tol,
+                          distribution=distribution, seed=seed, cache=cache, save_to=cache_file,
+                          progress=progress("sample-ce: coalitions used"), exact_inner_up_to=exact_inner_up_to)
+    text = cio.write_json(sampled_to_json(result), None) if fmt == "json" else sampled_text(result)
+    emit(text, output)
+    if not result.holds:
+        c = result.certificate
+        how = "checked" if c.outer_method == "exhaustive" else "drawn"
+        why = (f"{c.blocking_draws} of {c.m} coalitions {how} block" if c.blocking_draws else
+               "a singleton blocks" if c.individual else
+               "a block fails inner agreement" if not c.inner_agreement else
+               f"epsilon {c.epsilon:.4g} is above the {epsilon:g} asked")
+        raise Negative(f"{source}: not certified: {why} (see above)")

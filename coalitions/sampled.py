@@ -1,0 +1,359 @@
+"""Looking for a collaboration equilibrium under a training budget, on a lazy game (docs/scale.md).
+
+The rules are those of docs/concepts.md §3 under *measured* payoffs: member ``i`` of a
+coalition ``C`` gets ``v_i(C)``, the value of the model trained on ``C`` (the
+``shared`` semantics of SPEC §1; it is also the ``personalized`` payoff wherever the
+source's learner returns, for each member, the best model of the coalition's Pareto
+front, which the paper's embedding property provides).  Every comparison is the
+noise-aware one of :mod:`coalitions.noise`, per comparison (family ``"comparison"``:
+the wider families need every coalition of a client):
+
+* ``C`` **blocks** ``P`` when every ``i ∈ C`` has
+  ``v_i(C) − v_i(P(i)) > tol + z·se_i(C, P(i))``;
+* ``K' ⊊ K`` **splits off** block ``K`` (an inner-agreement violation) when no member
+  of ``K'`` is significantly worse: ``v_i(K') + z·se_i(K', K) ≥ v_i(K) − tol``.
+
+With ``z = 0``, or exact values, these are the point-value rules with ``tol``.
+
+The search (:func:`search`) starts from a partition, checks each block's inner agreement
+(every sub-coalition of a block of at most ``exact_inner_up_to`` clients, a sample
+otherwise) and splits a block that fails; then it looks for a blocking coalition where
+one is likely — the edges of a given benefit graph (``P(i) ∪ {j}`` and ``P(i) ∪ P(j)`` for
+``j → i``), each block with one client added, the unions of two blocks, each block less
+one client, then ``N`` draws from the certificate's distribution — measuring the
+candidates in batches.  On a batch with a blocking coalition it forms the strongest one
+(highest weakest-member z-score, then margin, then the smaller bitmask): ``C`` becomes a
+block and every block it cut keeps its remaining members; those are checked again.  A
+partition already visited is never formed again (no cycling).  It stops when a full
+pass finds nothing (``"stable"``: no candidate blocks, every block passes its inner
+check), when every blocking coalition found leads back to a visited partition
+(``"cycle"``), or when its share of the budget is spent (``"budget"``).
+
+The run counts the distinct coalitions it *uses*, whether the cache had them or the
+source trained them, so that its decisions — and with a given seed its result — do not
+depend on what an earlier, interrupted run left in the cache; that cache only saves the
+trainings.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .bitmask import members, popcount, submasks
+from .measured import MeasuredGame
+from .noise import _ratio
+from .pac import DEFAULT_DISTRIBUTION, draw_coalitions
+
+__all__ = ["Ledger", "Rules", "SearchResult", "search", "blocking", "inner_violations", "STOPS"]
+
+#: Why a search stopped (module docstring).
+STOPS = ("stable", "cycle", "budget")
+
+
+@dataclass(eq=False)
+class Ledger:
+    """The coalitions one run uses, against its budget (mutable: a run's account).
+
+    Attributes
+    ----------
+    cache : MeasuredGame
+    budget : int
+        Distinct coalitions the whole run may use.
+    limit : int
+        What the current phase may reach (the search leaves the certificate its share).
+    used : list of int
+        The coalitions used so far, in the order first used.
+    trained : int
+        How many of them the source trained (the rest the cache held).
+    """
+
+    cache: MeasuredGame
+    budget: int
+    limit: int
+    save_to: str | os.PathLike | None = None
+    progress: Callable[[int, int], None] | None = None
+    used: list = field(default_factory=list)
+    trained: int = 0
+
+    def __post_init__(self) -> None:
+        self._seen: set[int] = set(self.used)
+
+    @property
+    def count(self) -> int:
+        """Distinct coalitions used."""
+        return len(self.used)
+
+    def room(self) -> int:
+        """Coalitions the phase may still use."""
+        return max(0, self.limit - len(self.used))
+
+    def unused(self, masks: Sequence[int] | np.ndarray) -> list[int]:
+        """The distinct coalitions of ``masks`` this run has not used, in order."""
+        out: list[int] = []
+        seen: set[int] = set()
+        for m in masks:
+            m = int(m)
+            if m not in self._seen and m not in seen:
+                seen.add(m)
+                out.append(m)
+        return out
+
+    def take(self, masks: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Use the coalitions of ``masks`` in order while the phase has room; return those usable (measured)."""
+        out: list[int] = []
+        new: list[int] = []
+        fresh: set[int] = set()
+        for m in masks:
+            m = int(m)
+            if m not in self._seen and m not in fresh:
+                if len(self.used) + len(new) >= self.limit:
+                    break
+                new.append(m)
+                fresh.add(m)
+            out.append(m)
+        if new:
+            self.trained += self.cache.measure(np.array(new, dtype=np.int64))
+            self.used.extend(new)
+            self._seen.update(new)
+            if self.save_to is not None:
+                self.cache.save(self.save_to)
+            if self.progress is not None:
+                self.progress(len(self.used), self.budget)
+        return np.array(out, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The comparison rules: tolerance and level (module docstring)."""
+
+    tol: float = 1e-9
+    z: float = 0.0
+
+
+def _block_of(partition: Sequence[int], n: int) -> np.ndarray:
+    where = np.zeros(n, dtype=np.int64)
+    for k in partition:
+        for i in members(k):
+            where[i] = k
+    return where
+
+
+def blocking(cache: MeasuredGame, partition: Sequence[int], cands: np.ndarray, rules: Rules
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For measured coalitions ``cands``: do they block ``partition`` (all blocks measured)?
+
+    Returns
+    -------
+    blocks : ndarray of bool
+    score : ndarray of float
+        The weakest member's gain in standard errors, ``min_i (d_i − tol) / se_i``
+        (``±inf`` without noise).
+    margin : ndarray of float
+        The weakest member's gain ``min_i d_i − tol``.
+    """
+    n = cache.n
+    cands = np.asarray(cands, dtype=np.int64)
+    where = _block_of(partition, n)
+    v = cache.values(cands)
+    now = cache.values(where)[np.arange(n), np.arange(n)]
+    score = np.full(cands.size, np.inf)
+    margin = np.full(cands.size, np.inf)
+    ok = np.ones(cands.size, dtype=bool)
+    for i in range(n):
+        inside = ((cands >> i) & 1).astype(bool)
+        if not inside.any():
+            continue
+        d = v[i, inside] - now[i] - rules.tol
+        se = cache.diff_se(i, cands[inside], np.full(int(inside.sum()), where[i]))
+        ok[inside] &= d > rules.z * se
+        score[inside] = np.minimum(score[inside], _ratio(d, se))
+        margin[inside] = np.minimum(margin[inside], d)
+    ok &= ~np.isin(cands, np.asarray(partition, dtype=np.int64))
+    return ok, score, margin
+
+
+def inner_violations(cache: MeasuredGame, block: int, subs: np.ndarray, rules: Rules) -> np.ndarray:
+    """Which measured proper sub-coalitions ``subs`` of ``block`` split off with no member significantly worse."""
+    subs = np.asarray(subs, dtype=np.int64)
+    v = cache.values(subs)
+    now = cache.values(np.array([block]))[:, 0]
+    ok = np.ones(subs.size, dtype=bool)
+    for i in members(block):
+        inside = ((subs >> i) & 1).astype(bool)
+        if not inside.any():
+            continue
+        se = cache.diff_se(i, subs[inside], np.full(int(inside.sum()), block))
+        ok[inside] &= v[i, inside] + rules.z * se >= now[i] - rules.tol
+    return ok
+
+
+def proper_subsets(block: int) -> np.ndarray:
+    """Every non-empty ``K' ⊊ K``, ascending."""
+    return submasks(block)[1:-1]
+
+
+def sampled_subsets(rng: np.random.Generator, block: int, count: int) -> np.ndarray:
+    """``count`` proper non-empty sub-coalitions of ``block`` drawn uniformly (with replacement)."""
+    mem = np.array(members(block), dtype=np.int64)
+    out = np.zeros(0, dtype=np.int64)
+    while out.size < count:
+        bits = rng.random((2 * count, mem.size)) < 0.5
+        masks = (bits.astype(np.int64) << mem[None, :]).sum(axis=1)
+        masks = masks[(masks != 0) & (masks != block)]
+        out = np.concatenate([out, masks])
+    return out[:count]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Where a search stopped.
+
+    Attributes
+    ----------
+    partition : tuple of int
+        Blocks ordered by their lowest member.
+    stopped : {"stable", "cycle", "budget"}
+    repairs : int
+        Partitions formed after the start (blocking coalitions formed and blocks split).
+    trainings : int
+        Distinct coalitions the search used.
+    """
+
+    partition: tuple[int, ...]
+    stopped: str
+    repairs: int
+    trainings: int
+
+
+def _canonical(blocks) -> tuple[int, ...]:
+    return tuple(sorted((int(k) for k in blocks), key=lambda k: k & -k))
+
+
+def _candidates(partition: tuple[int, ...], n: int, edges: Sequence[tuple[int, int]], rng: np.random.Generator,
+                distribution: str) -> list[int]:
+    """The ordered candidates of one pass (module docstring), blocks and duplicates left out."""
+    where = _block_of(partition, n)
+    groups: list[list[int]] = [[], [], [], [], []]
+    for j, i in edges:
+        if where[i] != where[j]:
+            groups[0] += [int(where[i]) | (1 << j), int(where[i] | where[j])]
+    for k in partition:
+        groups[1] += [k | (1 << j) for j in range(n) if not k >> j & 1]
+    groups[1] += [a | b for x, a in enumerate(partition) for b in partition[x + 1:]]
+    for k in partition:
+        if popcount(np.array([k]))[0] > 1:
+            groups[2] += [k & ~(1 << j) for j in members(k)]
+    if n >= 2:
+        groups[3] += [int(m) for m in draw_coalitions(rng, n, n, distribution, partition)]
+    for g in groups[1:3]:
+        order = rng.permutation(len(g))
+        g[:] = [g[x] for x in order]
+    seen = set(partition)
+    out = []
+    for g in groups:
+        for m in g:
+            if m not in seen:
+                seen.add(m)
+                out.append(m)
+    return out
+
+
+def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Generator, *,
+           edges: Sequence[tuple[int, int]] = (), distribution: str = DEFAULT_DISTRIBUTION,
+           exact_inner_up_to: int = 10, inner_draws: int = 64, batch: int = 16) -> SearchResult:
+    """Repair ``start`` towards a partition no candidate blocks, within ``ledger.limit`` (module docstring).
+
+    Parameters
+    ----------
+    ledger : Ledger
+        The run's account; the search uses at most ``ledger.limit`` coalitions in all.
+    start : sequence of int
+        The starting partition (bitmask blocks covering every client).
+    rules : Rules
+    rng : numpy.random.Generator
+        The search's own draws (candidate order, D draws, sampled inner checks).
+    edges : sequence of (j, i)
+        A benefit graph's edges ``j → i``, looked along first.
+    distribution : str
+        The D of the candidates' draws (:mod:`coalitions.pac`).
+    exact_inner_up_to : int
+        Blocks of at most this many clients have every sub-coalition checked.
+    inner_draws : int
+        Sub-coalitions drawn for a larger block (besides its ``|K|`` leave-one-out ones).
+    batch : int
+        Candidates measured at once.
+    """
+    n = ledger.cache.n
+    partition = _canonical(start)
+    visited = {frozenset(partition)}
+    repairs = 0
+    stopped = "budget"
+
+    def move(new_blocks) -> bool:
+        nonlocal partition, repairs
+        new = _canonical(new_blocks)
+        if frozenset(new) in visited:
+            return False
+        visited.add(frozenset(new))
+        partition, repairs = new, repairs + 1
+        return True
+
+    while True:
+        got = ledger.take(list(partition))
+        if got.size < len(partition):
+            break
+        split = False
+        for k in partition:
+            size = int(popcount(np.array([k]))[0])
+            if size < 2:
+                continue
+            if size <= exact_inner_up_to:
+                subs = proper_subsets(k)
+            else:
+                leave_one = np.array([k & ~(1 << j) for j in members(k)], dtype=np.int64)
+                subs = np.concatenate([leave_one, sampled_subsets(rng, k, inner_draws)])
+            subs = ledger.take(list(dict.fromkeys(int(s) for s in subs)))
+            if not subs.size:
+                continue
+            bad = subs[inner_violations(ledger.cache, k, subs, rules)]
+            if bad.size:
+                for sub in sorted(bad.tolist(), key=lambda m: (int(popcount(np.array([m]))[0]), m)):
+                    if move([b for b in partition if b != k] + [sub, k & ~sub]):
+                        split = True
+                        break
+            if split:
+                break
+        if split:
+            continue
+        cands = _candidates(partition, n, edges, rng, distribution)
+        formed = found_any = exhausted = False
+        for start_at in range(0, len(cands), batch):
+            part = ledger.take(cands[start_at:start_at + batch])
+            if part.size:
+                ok, score, margin = blocking(ledger.cache, partition, part, rules)
+                if ok.any():
+                    found_any = True
+                    idx = np.flatnonzero(ok)
+                    order = sorted(idx.tolist(), key=lambda x: (-score[x], -margin[x], int(part[x])))
+                    for x in order:
+                        c = int(part[x])
+                        if move([c] + [b & ~c for b in partition if b & ~c]):
+                            formed = True
+                            break
+                    if formed:
+                        break
+            if part.size < len(cands[start_at:start_at + batch]):
+                exhausted = True
+                break
+        if formed:
+            continue
+        if exhausted:
+            stopped = "budget"
+        else:
+            stopped = "cycle" if found_any else "stable"
+        break
+    return SearchResult(partition, stopped, repairs, ledger.count)

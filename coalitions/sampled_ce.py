@@ -1,0 +1,293 @@
+"""A collaboration equilibrium sampled under a training budget, with a statistical certificate (docs/scale.md).
+
+:func:`sample_ce` runs the search of :mod:`coalitions.sampled` over a lazy game
+(:mod:`coalitions.lazy`) and then the certificate of
+:mod:`coalitions.sampled_certificate`, drawn after the search from its own stream.
+The budget is the number of distinct coalitions the run may use (train, or read from
+a cache of an earlier run); before anything trains it must cover the certificate
+(:func:`required_budget`), else :class:`~coalitions.errors.InputError`.
+
+Examples
+--------
+>>> from coalitions.lazy_analytic import PlantedSource
+>>> r = sample_ce(PlantedSource((3, 3, 3), seed=2), budget=400, epsilon=0.05, delta=0.05, seed=0)
+>>> r.blocks(), r.certificate.m, r.certificate.holds
+([['c0', 'c1', 'c2'], ['c3', 'c4', 'c5'], ['c6', 'c7', 'c8']], 59, True)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .bitmask import members
+from .errors import InputError
+from .lazy import ValueSource, check_source
+from .measured import MeasuredGame
+from .noise import DEFAULT_Z, check_z
+from .pac import DISTRIBUTIONS, check_probability, draws_for
+from .sampled import Ledger, Rules, SearchResult, search
+from .sampled_certificate import SampledCertificate, certify_sampled, outer_draws_needed
+
+__all__ = ["SAMPLED_FORMAT", "SampledEquilibrium", "sample_ce", "required_budget", "sampled_to_json",
+           "sampled_text", "parse_start"]
+
+SAMPLED_FORMAT = "coalitions/sampled-equilibrium@1"
+
+
+def required_budget(n: int, epsilon: float, delta: float) -> int:
+    """The least budget :func:`sample_ce` accepts: the certificate's draws, the ``N`` singletons, ``N`` blocks.
+
+    ``m = ⌈ln δ / ln(1 − ε)⌉`` draws (:func:`coalitions.pac.draws_for`), or every coalition of
+    two or more clients when fewer, plus ``2N``.
+    """
+    return outer_draws_needed(n, draws_for(epsilon, delta)) + 2 * n
+
+
+@dataclass(frozen=True)
+class SampledEquilibrium:
+    """A partition found under a budget and its statistical certificate.
+
+    Attributes
+    ----------
+    clients : tuple of str
+    partition : tuple of int
+        Bitmask blocks, ordered by their lowest member.
+    start : tuple of int
+        The partition the search started from.
+    search : SearchResult
+        Why it stopped, the repairs made, the coalitions it used.
+    certificate : SampledCertificate
+    budget : int
+    seed : int
+    source : dict
+        The source's provenance.
+    trained : int
+        Coalitions the source trained in this call (the rest came from the cache); not
+        part of the result's equality, so a resumed run equals an uninterrupted one.
+    """
+
+    clients: tuple[str, ...]
+    partition: tuple[int, ...]
+    start: tuple[int, ...]
+    search: SearchResult
+    certificate: SampledCertificate
+    budget: int
+    seed: int
+    source: dict
+    trained: int = field(default=0, compare=False)
+
+    def names(self, mask: int) -> list[str]:
+        """Member names of a coalition."""
+        return [self.clients[i] for i in members(mask)]
+
+    def blocks(self) -> list[list[str]]:
+        """The partition as lists of names."""
+        return [self.names(k) for k in self.partition]
+
+    @property
+    def trainings(self) -> int:
+        """Distinct coalitions used: search and certificate."""
+        return self.search.trainings + self.certificate.trainings
+
+    @property
+    def holds(self) -> bool:
+        """The certificate holds (:attr:`SampledCertificate.holds`)."""
+        return self.certificate.holds
+
+
+def parse_start(start: object, clients: Sequence[str]) -> tuple[int, ...]:
+    """A starting partition: bitmask blocks, ``"A,B|C"`` text or lists of names; every client in one block."""
+    n = len(clients)
+    index = {c: i for i, c in enumerate(clients)}
+    if isinstance(start, str):
+        start = [b.split(",") for b in start.split("|")]
+    blocks = []
+    for b in start:  # type: ignore[attr-defined]
+        if isinstance(b, (int, np.integer)) and not isinstance(b, bool):
+            blocks.append(int(b))
+            continue
+        mask = 0
+        for name in b:
+            name = str(name).strip()
+            if name not in index:
+                raise InputError(f"starting partition: unknown client {name!r}")
+            mask |= 1 << index[name]
+        blocks.append(mask)
+    seen = 0
+    for k in blocks:
+        if k <= 0 or k >= 1 << n:
+            raise InputError(f"starting partition: block {k} is empty or names clients outside the game")
+        if seen & k:
+            raise InputError(f"starting partition: client {clients[members(seen & k)[0]]!r} is in two blocks")
+        seen |= k
+    if seen != (1 << n) - 1:
+        missing = members(((1 << n) - 1) & ~seen)[0]
+        raise InputError(f"starting partition: client {clients[missing]!r} is in no block")
+    return tuple(sorted(blocks, key=lambda k: k & -k))
+
+
+def sample_ce(source: ValueSource, budget: int, epsilon: float = 0.01, delta: float = 0.05, *,
+              start: object = None, edges: Sequence[tuple[int, int]] = (), z: float | None = None,
+              tol: float = 1e-9, distribution: str = "uniform-size", seed: int = 0,
+              cache: MeasuredGame | None = None, save_to: str | os.PathLike | None = None,
+              progress: Callable[[int, int], None] | None = None, exact_inner_up_to: int = 10,
+              inner_draws: int = 64, batch: int = 16) -> SampledEquilibrium:
+    """Search a partition within ``budget`` coalitions and certify it from a fresh sample.
+
+    Parameters
+    ----------
+    source : ValueSource
+        The lazy game (:mod:`coalitions.lazy`).
+    budget : int
+        Distinct coalitions the run may use in all (search and certificate); at least
+        :func:`required_budget`, checked before anything trains.
+    epsilon, delta : float
+        The certificate asked for: the blocking share under ``D`` at most ``epsilon``
+        with confidence ``1 − delta``; they decide ``m``.
+    start : optional
+        Starting partition (bitmasks, ``"A,B|C"`` or lists of names); default singletons.
+    edges : sequence of (j, i)
+        A benefit graph (``j → i``: ``j`` helps ``i``) whose edges the search looks along first.
+    z : float, optional
+        Significance level of every comparison (:mod:`coalitions.noise`); default
+        1.96 when the source gives standard errors or replicates, else 0.
+    tol : float
+        Absolute tolerance.
+    distribution : {"uniform-size", "mixed"}
+        ``D`` (:mod:`coalitions.pac`).
+    seed : int
+        Seeds the search's draws and, in a separate stream, the certificate's.
+    cache : MeasuredGame, optional
+        Measurements held already (e.g. :meth:`MeasuredGame.load` of an interrupted run);
+        default an empty cache of ``source``.
+    save_to : path, optional
+        The cache is saved there after every batch measured, so that a run interrupted
+        at any point resumes (``cache=MeasuredGame.load(save_to, source)``).
+    progress : callable, optional
+        ``progress(coalitions used, budget)`` after each batch.
+    exact_inner_up_to, inner_draws, batch
+        The search's inner checks and batch size (:func:`coalitions.sampled.search`).
+
+    Returns
+    -------
+    SampledEquilibrium
+    """
+    source = check_source(source)
+    n = len(source.clients)
+    epsilon = check_probability(epsilon, "epsilon")
+    delta = check_probability(delta, "delta")
+    if distribution not in DISTRIBUTIONS:
+        raise InputError(f"distribution must be one of {', '.join(DISTRIBUTIONS)}, got {distribution!r}")
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
+        raise InputError(f"budget must be an integer, got {budget!r}")
+    m = draws_for(epsilon, delta)
+    need = required_budget(n, epsilon, delta)
+    if budget < need:
+        raise InputError(f"budget {budget} is below the {need} coalitions the certificate needs "
+                         f"(m = {outer_draws_needed(n, m)} draws for epsilon {epsilon:g} at delta {delta:g}, "
+                         f"{n} singletons and up to {n} blocks)")
+    tol = float(tol)
+    if not (math.isfinite(tol) and tol >= 0):
+        raise InputError(f"tol must be a finite number >= 0, got {tol!r}")
+    for name, value in (("exact_inner_up_to", exact_inner_up_to), ("inner_draws", inner_draws), ("batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < (1 if name == "batch" else 0):
+            raise InputError(f"{name} must be a non-negative integer{' >= 1' if name == 'batch' else ''}, got {value!r}")
+    for j, i in edges:
+        if not (0 <= int(i) < n and 0 <= int(j) < n):
+            raise InputError(f"benefit-graph edge {j} -> {i} names clients outside the game")
+    begin = parse_start(start, source.clients) if start is not None else tuple(1 << i for i in range(n))
+    if cache is None:
+        cache = MeasuredGame(source)
+    elif cache.source is not source:
+        raise InputError("the cache was made for another source")
+    ledger = Ledger(cache, int(budget), int(budget) - outer_draws_needed(n, m) - 2 * n, save_to, progress)
+    if z is None:
+        ledger.take(list(begin)) if ledger.room() >= len(begin) else None
+        level = DEFAULT_Z if cache.kind not in (None, "exact") else 0.0
+    else:
+        level = check_z(z)
+    rules = Rules(tol, level)
+    streams = np.random.SeedSequence(int(seed)).spawn(2)
+    found = search(ledger, begin, rules, np.random.default_rng(streams[0]), edges=[(int(j), int(i)) for j, i in edges],
+                   distribution=distribution, exact_inner_up_to=int(exact_inner_up_to),
+                   inner_draws=int(inner_draws), batch=int(batch))
+    if z is None and cache.kind is None:   # the search measured nothing: the certificate's blocks decide
+        ledger.limit = ledger.budget
+        ledger.take(list(found.partition))
+        rules = Rules(tol, DEFAULT_Z if cache.kind != "exact" else 0.0)
+    cert = certify_sampled(ledger, found.partition, rules, np.random.default_rng(streams[1]), m=m, delta=delta,
+                           requested_epsilon=epsilon, distribution=distribution, inner_draws=int(inner_draws))
+    return SampledEquilibrium(tuple(source.clients), found.partition, begin, found, cert, int(budget), int(seed),
+                              dict(cache.provenance), ledger.trained)
+
+
+def _names(r: SampledEquilibrium, mask: int) -> list[str]:
+    return r.names(mask)
+
+
+def sampled_to_json(r: SampledEquilibrium) -> dict:
+    """``coalitions/sampled-equilibrium@1`` (docs/formats.md)."""
+    c = r.certificate
+
+    def witness(b):
+        return {"coalition": _names(r, b.coalition),
+                "payoffs": {r.clients[i]: {"coalition": new, "block": old} for i, new, old in b.payoffs}}
+
+    return {
+        "format": SAMPLED_FORMAT,
+        "semantics": c.semantics,
+        "clients": list(r.clients),
+        "partition": r.blocks(),
+        "holds": r.holds,
+        "search": {"start": [_names(r, k) for k in r.start], "stopped": r.search.stopped,
+                   "repairs": r.search.repairs, "trainings": r.search.trainings},
+        "certificate": {
+            "method": "sampled",
+            "drawn_after_search": True,
+            "outer_agreement": c.outer_agreement,
+            "inner_agreement": c.inner_agreement,
+            "epsilon": c.epsilon, "delta": c.delta, "requested_epsilon": c.requested_epsilon,
+            "m": c.m, "blocking_draws": c.blocking_draws, "distinct": c.distinct,
+            "outer_method": c.outer_method, "distribution": c.distribution,
+            "z": c.z, "family": c.family, "tol": c.tol,
+            "blockers": [witness(b) for b in c.blockers],
+            "individual_rationality": {"checked": len(r.clients), "blocking": [witness(b) for b in c.individual]},
+            "inner": [{"block": _names(r, x.block), "method": x.method, "checked": x.checked, "of": x.total,
+                       "violations": x.found, "witnesses": [_names(r, s) for s in x.violations]} for x in c.inner],
+            "trainings": c.trainings,
+        },
+        "trainings": {"search": r.search.trainings, "certificate": c.trainings, "total": r.trainings,
+                      "budget": r.budget},
+        "seed": r.seed,
+        "source": r.source,
+    }
+
+
+def sampled_text(r: SampledEquilibrium) -> str:
+    """The result for people: partition, certificate, trainings."""
+    c = r.certificate
+    part = " | ".join(",".join(b) for b in r.blocks())
+    lines = [f"partition: {part}",
+             f"search: {r.search.stopped} after {r.search.repairs} repairs, {r.search.trainings} coalitions",
+             f"outer agreement: {c.blocking_draws} of {c.m} coalitions "
+             f"{'checked' if c.outer_method == 'exhaustive' else 'drawn from D (' + c.distribution + ')'} block; "
+             + (f"blocking share under D = {c.epsilon:.4g} (every coalition checked)" if c.outer_method == "exhaustive"
+                else f"blocking share <= {c.epsilon:.4g} with confidence {1 - c.delta:g}")
+             + (f" (asked: {c.requested_epsilon:g})" if c.requested_epsilon is not None else ""),
+             f"individual rationality: {len(r.clients) - len(c.individual)} of {len(r.clients)} singletons content"]
+    for b in c.blockers:
+        lines.append("  blocks: {" + ",".join(_names(r, b.coalition)) + "}: "
+                     + "; ".join(f"{r.clients[i]}: {new:.6g} vs {old:.6g}" for i, new, old in b.payoffs))
+    for x in c.inner:
+        lines.append(f"inner agreement of {{{','.join(_names(r, x.block))}}}: {x.method}, {x.checked} of {x.total} "
+                     f"sub-coalitions, {x.found} violation{'s' * (x.found != 1)}")
+    lines.append(f"rules: z = {c.z:g} ({c.family}), tol = {c.tol:g}, payoff = the coalition's own model ({c.semantics})")
+    lines.append(f"coalitions used: {r.search.trainings} search + {c.trainings} certificate = {r.trainings} "
+                 f"of {r.budget} ({r.trained} trained now)")
+    lines.append(f"certified: {'yes' if r.holds else 'no'}")
+    return "\n".join(lines)
