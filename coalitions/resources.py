@@ -16,7 +16,7 @@ so that too large a job ends in one line (exit 2) naming what needs the memory.
 
 Peaks are estimates, measured rather than derived: ``coalitions solve`` of a
 20-client game (168 MB of values) peaks at 3.1 times its values, ``welfare`` at
-4.1 times (``/usr/bin/time -f %M``, docs/performance.md); :data:`GAME_PEAK` is 4.
+4.1 times (``/usr/bin/time -f %M``, docs/cli.md, "Bad input"); :data:`GAME_PEAK` is 4.
 
 Examples
 --------

@@ -12,8 +12,9 @@ buffers in again.  Measured on the 10-client personal-head game of ``reproduce f
 :func:`keep_freed_memory` sets ``M_MMAP_MAX = 0`` (every block from the heap) and
 ``M_TRIM_THRESHOLD`` to its maximum (never give the heap back), so the second step reuses the
 first step's pages.  The arithmetic is untouched (same kernels, same order): the game is the same
-to the bit (``tests/test_allocator.py``).  The cost is the peak heap staying resident (about
-1.7 GB instead of 1.0 GB for that game).  Only glibc is tuned; elsewhere it does nothing.
+to the bit (``tests/test_allocator.py``).  The cost is that the peak heap stays resident (the game's
+peak resident memory is in docs/performance.md, "The personal-head game of
+``reproduce fashion``").  Only glibc is tuned; elsewhere it does nothing.
 """
 from __future__ import annotations
 
