@@ -57,7 +57,11 @@ def heart():
 
 @pytest.mark.parametrize("game", ["metric", "loss"])
 def test_lazy_subset_models_are_the_exhaustive_games_columns(heart, game):
-    """Any masks, in any order and grouping: the exhaustive game's values and replicates, to the bit."""
+    """Any masks, in any order and grouping: the exhaustive game's values and replicates.
+
+    The same models (same initial parameters, same batch order); float32 scores evaluated in
+    batches sized by the chunk can differ in their last bits, so losses agree to float32 precision.
+    """
     fed, p, exact = heart
     src = SubsetSource(fed, ExhaustiveOracle(p, replicates=12), game=game)
     full = exact.game_ if game == "metric" else exact.loss_game_
@@ -68,8 +72,8 @@ def test_lazy_subset_models_are_the_exhaustive_games_columns(heart, game):
     for ms in ([15, 1], [6], [9, 3, 12]):
         m = src.measure(np.array(ms))
         assert np.array_equal(m.masks, ms)
-        assert np.array_equal(m.values, full.raw_values()[:, ms], equal_nan=True)
-        assert np.array_equal(sign * m.replicates, reps.values[:, :, ms], equal_nan=True)
+        np.testing.assert_allclose(m.values, full.raw_values()[:, ms], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(sign * m.replicates, reps.values[:, :, ms], rtol=1e-5, atol=1e-7)
         seen += ms
     assert src.trained_ == len(seen)
 
@@ -88,7 +92,7 @@ def test_lazy_closed_form_equals_the_exhaustive_game():
 
 
 def test_a_fifty_client_federation_is_measured_without_two_to_the_fifty():
-    fed = load("synthetic", clients=50, groups=5, samples=30, val=200, test=10, seed=0)
+    fed = load("synthetic", clients=50, groups=5, samples=10, val=200, test=10, seed=0)
     src = SubsetSource(fed, ExhaustiveOracle(replicates=8))
     group = sum(1 << m for m in range(10, 20))
     mixed = (1 << 10) | (1 << 11) | (1 << 30)

@@ -12,7 +12,8 @@ are drawn once from the seed, so
 ``SubsetSource(fed, oracle).measure(masks)`` equals the columns ``masks`` of
 ``oracle.fit(fed).game_`` (and of its replicates)
 
-whatever the order and grouping of the requests: a search that measures a few hundred of the
+whatever the order and grouping of the requests (to float32 precision: the scores of a chunk are
+evaluated in batches sized by the chunk, so a loss can differ in its last bits): a search that measures a few hundred of the
 ``2^N`` coalitions sees the values the exhaustive game would have given them.  Nothing of size
 ``2^N`` is allocated, so ``N`` is bounded by memory for the data, not by the number of subsets
 (masks are 64-bit integers: ``N ≤ 62``).
