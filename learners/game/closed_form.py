@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from coalitions.learners.data.federation import Federation
-from coalitions.learners.game.masks import subset_sums
+from coalitions.learners.game.masks import membership, subset_sums
 
 
 def _aug(X) -> np.ndarray:
@@ -15,25 +15,44 @@ def _aug(X) -> np.ndarray:
     return np.hstack([X, np.ones((len(X), 1))])
 
 
-def closed_form_weights(fed: Federation, ridge: float = 1e-10) -> np.ndarray:
+def closed_form_weights(fed: Federation, ridge: float = 1e-10, masks=None) -> np.ndarray:
     """Least-squares weights ``(2^N, d+1)`` (bias last) of every subset; row 0 is zero.
 
-    Solves ``(G_S + ridge·n_S·I) w_S = b_S`` for all masks in one batched call.
+    Solves ``(G_S + ridge·n_S·I) w_S = b_S`` for all masks in one batched call.  With ``masks``
+    (``(k,)`` non-empty coalitions) only those: ``(k, d+1)``, the sums ``G_S`` taken as
+    ``membership @ G`` (the same systems; the sums add in another order, so the last bits may differ).
     """
-    G = subset_sums([_aug(c.train.X).T @ _aug(c.train.X) for c in fed.clients])
-    b = subset_sums([_aug(c.train.X).T @ c.train.y.astype(np.float64) for c in fed.clients])
-    n_s = subset_sums(fed.sizes("train").astype(np.float64))
+    G1 = [_aug(c.train.X).T @ _aug(c.train.X) for c in fed.clients]
+    b1 = [_aug(c.train.X).T @ c.train.y.astype(np.float64) for c in fed.clients]
+    n1 = fed.sizes("train").astype(np.float64)
+    if masks is not None:
+        member = membership(masks, fed.n).astype(np.float64)            # (k, N)
+        G, b, n_s = np.einsum("kn,nde->kde", member, np.stack(G1)), member @ np.stack(b1), member @ n1
+        eye = np.eye(G.shape[1])
+        return np.linalg.solve(G + (ridge * n_s)[:, None, None] * eye, b[:, :, None])[..., 0]
+    G, b, n_s = subset_sums(G1), subset_sums(b1), subset_sums(n1)
     eye = np.eye(G.shape[1])
     W = np.zeros(b.shape)
     W[1:] = np.linalg.solve(G[1:] + (ridge * n_s[1:])[:, None, None] * eye, b[1:, :, None])[..., 0]
     return W
 
 
-def closed_form_mse(fed: Federation, W: np.ndarray, part: str = "val") -> np.ndarray:
-    """``(N, 2^N)`` MSE of each subset model ``W[mask]`` on each member's ``part`` split (NaN outside)."""
+def _masks_and_rows(n: int, masks, W: np.ndarray):
+    """All ``2^N`` masks with ``W`` indexed by mask, or the given ``masks`` with ``W`` one row per mask."""
+    if masks is None:
+        return np.arange(1 << n), W, 1 << n
+    ms = np.asarray(masks, dtype=np.int64)
+    return ms, W, len(ms)
+
+
+def closed_form_mse(fed: Federation, W: np.ndarray, part: str = "val", masks=None) -> np.ndarray:
+    """``(N, 2^N)`` MSE of each subset model ``W[mask]`` on each member's ``part`` split (NaN outside).
+
+    With ``masks`` (and ``W`` from :func:`closed_form_weights` with the same ``masks``): ``(N, k)``.
+    """
     n = fed.n
-    masks = np.arange(1 << n)
-    out = np.full((n, 1 << n), np.nan)
+    masks, W, width = _masks_and_rows(n, masks, W)
+    out = np.full((n, width), np.nan)
     for i, c in enumerate(fed.clients):
         s = getattr(c, part)
         A = _aug(s.X)
@@ -45,8 +64,10 @@ def closed_form_mse(fed: Federation, W: np.ndarray, part: str = "val") -> np.nda
     return out
 
 
-def closed_form_replicates(fed: Federation, W: np.ndarray, draws) -> np.ndarray:
+def closed_form_replicates(fed: Federation, W: np.ndarray, draws, masks=None) -> np.ndarray:
     """``(B, N, 2^N)`` validation MSE of each subset model on each bootstrap resample (NaN outside).
+
+    With ``masks`` (and ``W`` from :func:`closed_form_weights` with the same ``masks``): ``(B, N, k)``.
 
     ``draws[i]`` is a ``(B, n_i)`` array of row indices of client ``i``'s
     validation set; a resample is the quadratic form of :func:`closed_form_mse`
@@ -54,8 +75,8 @@ def closed_form_replicates(fed: Federation, W: np.ndarray, draws) -> np.ndarray:
     """
     n = fed.n
     b = len(draws[0]) if n else 0
-    masks = np.arange(1 << n)
-    out = np.full((b, n, 1 << n), np.nan)
+    masks, W, width = _masks_and_rows(n, masks, W)
+    out = np.full((b, n, width), np.nan)
     for i, c in enumerate(fed.clients):
         A = _aug(c.val.X)
         y = c.val.y.astype(np.float64)

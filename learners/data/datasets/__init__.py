@@ -99,7 +99,8 @@ OPTIONS = (
                  ("pathological", "practical", "dirichlet", "twins")),
     LoaderOption("split", "str", "TRAIN/VAL/TEST samples per client such as 20/100/100, replacing --samples "
                  "(fashion)."),
-    LoaderOption("groups", "int", "Client groups sharing dominant classes (practical)."),
+    LoaderOption("groups", "int", "Client groups: sharing dominant classes (practical); with conflicting tasks in place "
+                 "of --flipped (synthetic)."),
     LoaderOption("alpha", "float", "Dirichlet concentration (dirichlet)."),
     LoaderOption("metric", "choice", "Game metric of a binary dataset (heart, adult) [accuracy].", ("accuracy", "auc")),
     LoaderOption("hospitals", "str", "Subset of Cleveland,Hungary,Switzerland,VA (heart)."),

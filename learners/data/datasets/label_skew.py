@@ -38,6 +38,7 @@ import numpy as np
 from coalitions.errors import InputError
 from coalitions.learners.data.datasets._common import (
     DATA_EXTRA,
+    MAX_CLIENTS,
     check_float,
     check_int,
     fixed_scaler,
@@ -119,7 +120,7 @@ def label_skew_federation(name: str, labels: np.ndarray, images, scaler, *, clie
     -------
     Federation
     """
-    clients = check_int("clients", clients, 1, 26)
+    clients = check_int("clients", clients, 1, MAX_CLIENTS)
     seed = check_int("seed", seed, 0)
     groups = check_int("groups", groups, 1)
     alpha = check_float("alpha", alpha, 0.0, strict=True)

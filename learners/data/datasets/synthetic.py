@@ -3,7 +3,12 @@
 Each client ``m`` has features ``x ~ U[-1, 1]^dim`` and a ground-truth weight
 ``u_m = v + N(0, rho^2 I)`` around a shared ``v ~ U[0, 1)^dim``.  Labels are
 ``y = x·u_m + eps`` for the unflipped clients and ``y = -x·u_m + eps`` for the
-clients in ``flipped``, with ``eps ~ N(0, noise^2)``.  Small ``rho`` and few
+clients in ``flipped``, with ``eps ~ N(0, noise^2)``.  With ``groups=G`` instead, clients
+are split into ``G`` contiguous groups of (nearly) equal size and group ``g`` has
+``y = x·u_m + eps`` with ``u_m = s_g ⊙ v + N(0, rho^2 I)`` for a sign vector ``s_g`` of
+independent random signs, except that groups 0 and 1 are the unflipped and the flipped clients
+above (the two-group case is the flipped construction), so any two groups disagree on about half of the weights or more: a
+planted federation with ``G`` conflicting tasks of any size (``clients`` up to 62).  Small ``rho`` and few
 samples make clients with the same sign help each other; many samples and large
 ``rho`` make everyone learn alone (the paper's Table 1).
 
@@ -28,7 +33,9 @@ client trains on the rest.
 Randomness: one :class:`numpy.random.SeedSequence` from ``seed`` spawns one
 stream for ``v`` and one per client, and each client draws ``u_m`` first and
 then its train, validation and test sets in that order, so ``v`` and every
-``u_m`` do not depend on ``samples``, ``val`` or ``test``.
+``u_m`` do not depend on ``samples``, ``val`` or ``test``.  The sign vectors of groups
+``g ≥ 2`` come from one more stream spawned after the clients' (so the two-group case and
+``flipped`` draw exactly as before).
 """
 
 from __future__ import annotations
@@ -37,14 +44,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from coalitions.learners.data.datasets._common import check_float, check_int
+from coalitions.learners.data.datasets._common import MAX_CLIENTS, check_float, check_int
 from coalitions.learners.data.federation import Client, Federation, Split
 from coalitions.params import ParameterError
 
 __all__ = ["synthetic", "DEFAULTS", "PAPER_VAL"]
 
 DEFAULTS = dict(clients=6, samples=10, rho=0.1, dim=20, noise=0.01, flipped=None, val=1000,
-                test=1000, seed=0)
+                test=1000, seed=0, groups=None)
 #: The paper's code's validation share: ``int(len(train) / 6)`` of a client's training points.
 PAPER_VAL = "1/6"
 
@@ -98,7 +105,7 @@ def _flipped(flipped, clients: int) -> tuple[int, ...]:
 
 def synthetic(clients: int = 6, samples: int = 10, rho: float = 0.1, dim: int = 20,
               noise: float = 0.01, flipped: Sequence[int] | str | None = None, val: int | float | str = 1000,
-              test: int = 1000, seed: int = 0) -> Federation:
+              test: int = 1000, seed: int = 0, groups: int | None = None) -> Federation:
     """The CE paper's six-client linear regression (docs/learners-data.md).
 
     Parameters
@@ -126,14 +133,17 @@ def synthetic(clients: int = 6, samples: int = 10, rho: float = 0.1, dim: int = 
     test : int
         Test points per client, from the client's own distribution.
     seed : int
+    groups : int, optional
+        ``G`` conflicting groups of contiguous clients (module docstring), in place of
+        ``flipped``; ``None``: the two groups of ``flipped``.
 
     Returns
     -------
     Federation
         Task ``"regression"``, metric ``"mse"``; ``planted_groups`` = the
-        unflipped clients and the flipped clients (empty groups left out).
+        unflipped clients and the flipped clients (empty groups left out), or the ``G`` groups.
     """
-    clients = check_int("clients", clients, 1, 26)
+    clients = check_int("clients", clients, 1, MAX_CLIENTS)
     samples = check_int("samples", samples, 1)
     dim = check_int("dim", dim, 1)
     fresh, held = _val(val, samples)
@@ -141,20 +151,34 @@ def synthetic(clients: int = 6, samples: int = 10, rho: float = 0.1, dim: int = 
     seed = check_int("seed", seed, 0)
     rho = check_float("rho", rho)
     noise = check_float("noise", noise)
-    flip = _flipped(flipped, clients)
+    if groups is not None:
+        groups = check_int("groups", groups, 1, clients)
+        if flipped is not None:
+            raise ParameterError("groups", "{name} and flipped are two ways of planting groups: give one")
+        label = np.repeat(np.arange(groups), [len(b) for b in np.array_split(np.arange(clients), groups)])
+        flip: tuple[int, ...] = tuple(int(m) for m in np.flatnonzero(label == 1))
+    else:
+        flip = _flipped(flipped, clients)
+        label = np.isin(np.arange(clients), flip).astype(int)
     from coalitions.resources import check_memory
 
     # every client's float32 rows kept, plus one split drawn in float64 and its float32 copy
     rows = clients * (samples + fresh + test)
     check_memory(4 * rows * dim + 12 * max(samples, fresh, test) * dim + 16 * dim,
                  f"--dim {dim}: {clients} clients' {rows:,} rows of {dim:,} features")
-    streams = np.random.SeedSequence(seed).spawn(clients + 1)
+    # spawn(k + 2)[:k + 1] are spawn(k + 1)'s children: the extra stream changes no earlier draw
+    streams = np.random.SeedSequence(seed).spawn(clients + 2)
     v = np.random.default_rng(streams[0]).random(dim)
+    # groups 0 and 1: y = ±x·u_m with u_m around v (the paper's construction, bit for bit);
+    # group g ≥ 2: u_m around s_g ⊙ v, random signs s_g
+    signs = np.ones((max(int(label.max()) + 1, 2), dim))
+    if len(signs) > 2:
+        signs[2:] = np.random.default_rng(streams[clients + 1]).choice([-1.0, 1.0], size=(len(signs) - 2, dim))
     out = []
     for m in range(clients):
         rng = np.random.default_rng(streams[m + 1])
-        u = v + rng.normal(0.0, rho, dim)
-        sign = -1.0 if m in flip else 1.0
+        u = signs[label[m]] * v + rng.normal(0.0, rho, dim)
+        sign = -1.0 if label[m] == 1 else 1.0
         drawn = []
         for n in (samples, fresh, test):
             X = rng.uniform(-1.0, 1.0, (n, dim))
@@ -168,8 +192,10 @@ def synthetic(clients: int = 6, samples: int = 10, rho: float = 0.1, dim: int = 
             Xt, yt = Xt[keep], yt[keep]
         out.append(Client(str(m), Split(Xt, yt), Split(Xv, yv), Split(*test_xy)))
     names = [str(m) for m in range(clients)]
-    groups = tuple(g for g in (tuple(n for m, n in enumerate(names) if m not in flip),
-                               tuple(names[m] for m in flip)) if g)
+    planted = tuple(g for g in (tuple(names[m] for m in np.flatnonzero(label == k)) for k in range(int(label.max()) + 1))
+                    if g)
     options = dict(clients=clients, samples=samples, rho=rho, dim=dim, noise=noise, flipped=list(flip),
                    val=fresh if held is None else str(val), test=test, seed=seed)
-    return Federation("synthetic", "regression", "mse", tuple(out), None, groups, options)
+    if groups is not None:  # absent otherwise: earlier federations keep their options
+        options["groups"] = groups
+    return Federation("synthetic", "regression", "mse", tuple(out), None, planted, options)

@@ -1,0 +1,115 @@
+"""The exhaustive oracle's subset models measured on demand (coalitions.learners.game.source), and the
+federations the scale runs use (synthetic with G conflicting groups, more than 26 clients)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coalitions.errors import InputError
+from coalitions.learners.data.datasets import load
+from coalitions.learners.exact import ExhaustiveOracle
+from coalitions.learners.game.source import SubsetSource
+from coalitions.learners.training.protocol import protocol_with
+from coalitions.params import ParameterError
+
+
+# ---------------------------------------------------------------------------- synthetic with G groups
+def test_two_groups_are_the_flipped_construction_bit_for_bit():
+    """--groups 2 plants the same data as the default flipped half (groups 0 and 1 are the paper's)."""
+    a, b = load("synthetic", seed=4), load("synthetic", seed=4, groups=2)
+    for x, y in zip(a.clients, b.clients, strict=True):
+        for part in ("train", "val", "test"):
+            assert np.array_equal(getattr(x, part).X, getattr(y, part).X)
+            assert np.array_equal(getattr(x, part).y, getattr(y, part).y)
+    assert a.planted_groups == b.planted_groups == (("0", "1", "2"), ("3", "4", "5"))
+    assert "groups" not in a.options and b.options["groups"] == 2
+
+
+def test_groups_plant_conflicting_tasks_of_any_count():
+    fed = load("synthetic", clients=50, groups=5, samples=30, seed=1)
+    assert fed.n == 50 and len(fed.planted_groups) == 5
+    assert fed.planted_groups[3] == tuple(str(m) for m in range(30, 40))
+    # the least-squares weights of two clients agree within a group and disagree across groups
+    def fit(c):
+        X = np.hstack([c.train.X, np.ones((len(c.train.X), 1))]).astype(float)
+        return np.linalg.lstsq(X, c.train.y.astype(float), rcond=None)[0][:-1]
+    w = np.array([fit(fed.clients[m]) for m in (20, 21, 30, 40)])
+    assert np.linalg.norm(w[0] - w[1]) < 0.5 * min(np.linalg.norm(w[0] - w[2]), np.linalg.norm(w[0] - w[3]))
+
+
+def test_groups_and_flipped_are_one_or_the_other():
+    with pytest.raises(ParameterError, match="groups"):
+        load("synthetic", groups=3, flipped="1,2")
+    with pytest.raises(ParameterError, match="groups"):
+        load("synthetic", clients=4, groups=5)
+
+
+# ---------------------------------------------------------------------------- the lazy subset models
+@pytest.fixture(scope="module")
+def heart():
+    fed = load("heart", seed=0)
+    p = protocol_with(fed.task, tuple(fed.input_shape)).with_(steps=40, patience=4, lr_grid=(0.01, 0.03),
+                                                              tune_split=0.2)
+    exact = ExhaustiveOracle(p, replicates=12, loss_game=True).fit(fed)
+    return fed, p, exact
+
+
+@pytest.mark.parametrize("game", ["metric", "loss"])
+def test_lazy_subset_models_are_the_exhaustive_games_columns(heart, game):
+    """Any masks, in any order and grouping: the exhaustive game's values and replicates.
+
+    The same models (same initial parameters, same batch order); float32 scores evaluated in
+    batches sized by the chunk can differ in their last bits, so losses agree to float32 precision.
+    """
+    fed, p, exact = heart
+    src = SubsetSource(fed, ExhaustiveOracle(p, replicates=12), game=game)
+    full = exact.game_ if game == "metric" else exact.loss_game_
+    reps = exact.replicates_ if game == "metric" else exact.loss_replicates_
+    sign = 1.0 if src.sense == "max" else -1.0       # Replicates hold "min" games negated
+    assert src.sense == full.sense and src.clients == tuple(fed.names)
+    seen = []
+    for ms in ([15, 1], [6], [9, 3, 12]):
+        m = src.measure(np.array(ms))
+        assert np.array_equal(m.masks, ms)
+        np.testing.assert_allclose(m.values, full.raw_values()[:, ms], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(sign * m.replicates, reps.values[:, :, ms], rtol=1e-5, atol=1e-7)
+        seen += ms
+    assert src.trained_ == len(seen)
+
+
+def test_lazy_closed_form_equals_the_exhaustive_game():
+    fed = load("synthetic", seed=3)
+    exact = ExhaustiveOracle(replicates=16).fit(fed)
+    src = SubsetSource(fed, ExhaustiveOracle(replicates=16))
+    ms = np.array([63, 5, 1, 12, 40])
+    m = src.measure(ms)
+    np.testing.assert_allclose(m.values, exact.game_.raw_values()[:, ms], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(-m.replicates, exact.replicates_.values[:, :, ms], rtol=1e-9, atol=1e-12)
+    personal = SubsetSource(fed, ExhaustiveOracle(replicates=0, heads="personal")).measure(ms)
+    full = ExhaustiveOracle(replicates=0, heads="personal").fit(fed).game_.raw_values()
+    np.testing.assert_allclose(personal.values, full[:, ms], rtol=1e-9)
+
+
+def test_a_fifty_client_federation_is_measured_without_two_to_the_fifty():
+    fed = load("synthetic", clients=50, groups=5, samples=10, val=200, test=10, seed=0)
+    src = SubsetSource(fed, ExhaustiveOracle(replicates=8))
+    group = sum(1 << m for m in range(10, 20))
+    mixed = (1 << 10) | (1 << 11) | (1 << 30)
+    m = src.measure(np.array([1 << 10, group, mixed, (1 << 50) - 1]))
+    assert m.values.shape == (50, 4) and m.replicates.shape == (8, 50, 4)
+    alone, grouped, crossed = m.values[10, :3]
+    assert grouped < alone and grouped < crossed          # MSE: its own group helps, another hurts
+
+
+def test_bad_requests_and_settings_are_named():
+    fed = load("synthetic", seed=0)
+    src = SubsetSource(fed)
+    with pytest.raises(InputError, match="not a non-empty coalition"):
+        src.measure(np.array([0]))
+    with pytest.raises(InputError, match="twice"):
+        src.measure(np.array([3, 3]))
+    with pytest.raises(ParameterError, match="game"):
+        SubsetSource(fed, game="loss")
+    with pytest.raises(ParameterError, match="oracle"):
+        SubsetSource(fed, oracle="exhaustive")
