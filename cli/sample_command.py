@@ -1,9 +1,10 @@
 """``coalitions sample-ce``: a collaboration equilibrium under a training budget, with a statistical certificate.
 
-SOURCE is a game file (read lazily: what would have been trained is counted) or a
+SOURCE is a game file (read lazily: what would have been trained is counted), a
 registered value source (:mod:`coalitions.lazy_sources`: ``planted``, ``mean-estimation``,
 with the options ``coalitions game`` takes), so that an N = 24 game is never written out
-whole.  Exit 0 when certified, 1 when the certificate fails (blocking coalitions or
+whole, or a dataset, whose coalitions are trained as they are asked for, with the options
+``coalitions oracle`` takes (:mod:`coalitions.cli.sample_data`).  Exit 0 when certified, 1 when the certificate fails (blocking coalitions or
 inner violations found, or ε above the one asked), 2 on bad input (docs/cli.md).
 """
 
@@ -15,8 +16,10 @@ import click
 
 import coalitions as co
 from coalitions import io as cio
+from coalitions.cli.data_options import DATASETS, SectionedCommand, training_options
 from coalitions.cli.output import Negative, emit, progress
 from coalitions.cli.params import FINITE, INPUT, NON_NEGATIVE, OUTPUT, SEED, Finite, numbers
+from coalitions.cli.sample_data import DATA_ONLY, ORACLE_KEYS, data_options_except, data_source, oracle_settings
 from coalitions.game import check_client_names
 from coalitions.pac import DEFAULT_DISTRIBUTION, DISTRIBUTIONS
 
@@ -36,12 +39,34 @@ def _given(name: str) -> bool:
                                                                       ParameterSource.ENVIRONMENT)
 
 
-def _source(source: str, opts: dict, tol, z):
+def _refuse(keys, what: str) -> None:
+    """An option of another kind of SOURCE, given: exit 2 naming it."""
+    for key in keys:
+        if _given(key):
+            raise co.InputError(f"--{key.replace('_', '-')} is an option of a dataset source, not of {what}")
+
+
+def _source(source: str, opts: dict, tol, z, data: dict):
     """The value source SOURCE names, and the level ``z`` a game file sets (None: the run decides)."""
     from coalitions.cli.game_commands import read_game_tol
     from coalitions.lazy_sources import make_source, source_names
 
     names = source_names()
+    if source in DATASETS:
+        for key in _GENERATOR:
+            if key not in ("groups", "noise") and _given(key):
+                raise co.InputError(f"--{key.replace('_', '-')} is an option of a generated source "
+                                    f"({', '.join(names)}), not of the dataset {source}")
+        given = {k: v for k, v in data.items() if k not in ORACLE_KEYS}
+        if opts["groups"] is not None:
+            counts = numbers(opts["groups"], "--groups", int)
+            if len(counts) != 1:
+                raise co.InputError(f"--groups {opts['groups']!r}: a dataset takes one number of groups, "
+                                    "not group sizes")
+            given["groups"] = counts[0]
+        given["noise"], given["seed"] = opts["noise"], opts["seed"]
+        return data_source(source, given, {k: data[k] for k in ORACLE_KEYS}), z
+    _refuse(DATA_ONLY, source if source in names else f"the game file {source}")
     if source in names:
         for key, takers in _GENERATOR.items():
             if _given(key) and source not in takers:
@@ -53,7 +78,8 @@ def _source(source: str, opts: dict, tol, z):
             sizes = numbers(opts["groups"], "--groups", int)
             if any(g <= 0 for g in sizes):
                 raise co.InputError(f"--groups: group sizes must be positive integers, got {opts['groups']!r}")
-            kwargs = {"groups": sizes, "noise": opts["noise"], "ties": opts["ties"], "seed": opts["seed"]}
+            noise = 0.05 if opts["noise"] is None else opts["noise"]
+            kwargs = {"groups": sizes, "noise": noise, "ties": opts["ties"], "seed": opts["seed"]}
         elif source == "mean-estimation":
             if opts["sizes"] is None:
                 raise co.InputError("mean-estimation needs --sizes, e.g. --sizes 5,5,25")
@@ -95,7 +121,7 @@ def _start(path: str, clients: tuple[str, ...]):
     raise co.InputError(f"--from {path}: format {fmt!r} holds no partition (give an estimate or an equilibrium file)")
 
 
-@click.command("sample-ce")
+@click.command("sample-ce", cls=SectionedCommand)
 @click.argument("source", metavar="SOURCE")
 @click.option("--budget", type=click.IntRange(1), required=True,
               help="Distinct coalitions the run may train (or read from --resume), search and certificate together.")
@@ -120,8 +146,10 @@ def _start(path: str, clients: tuple[str, ...]):
 @click.option("--resume", "cache_file", default=None, metavar="CACHE",
               help="Keep the measurements in CACHE (coalitions/measured@1): read when it exists, rewritten after "
                    "every batch, so an interrupted run resumes without training again.")
-@click.option("--groups", default=None, help="planted: hidden group sizes, e.g. 6,6,6,6.")
-@click.option("--noise", type=NON_NEGATIVE, default=0.05, show_default=True, help="planted: noise standard deviation.")
+@click.option("--groups", default=None, help="planted: hidden group sizes, e.g. 6,6,6,6; synthetic, digits, mnist, "
+                                               "fashion: the number of client groups.")
+@click.option("--noise", type=NON_NEGATIVE, default=None,
+              help="planted: noise standard deviation [0.05]; synthetic: label noise [0.01].")
 @click.option("--ties", type=NON_NEGATIVE, default=0.0, show_default=True, help="planted: rounding step (0: off).")
 @click.option("--sizes", default=None, help="mean-estimation: sample count of each client, e.g. 5,5,25.")
 @click.option("--mu-e", type=FINITE, default=10.0, show_default=True, help="mean-estimation: mean noise variance.")
@@ -131,12 +159,16 @@ def _start(path: str, clients: tuple[str, ...]):
 @click.option("--names", default=None, help="Client names of a generated source, comma-separated.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-o", "--output", type=OUTPUT, help="Write here instead of stdout.")
+@data_options_except("groups", "noise", "seed")
+@training_options
+@oracle_settings
 def sample_ce(source, budget, epsilon, delta, start_file, z, tol, distribution, exact_inner_up_to, seed, cache_file,
-              groups, noise, ties, sizes, mu_e, sigma2, federation, names, fmt, output):
+              groups, noise, ties, sizes, mu_e, sigma2, federation, names, fmt, output, **data):
     """A collaboration equilibrium of SOURCE within a budget of trained coalitions, with a statistical certificate.
 
-    SOURCE is a game file or a generator (planted, mean-estimation) evaluated per
-    coalition, never written out whole. The search repairs a partition on blocking
+    SOURCE is a game file, a generator (planted, mean-estimation) evaluated per
+    coalition, never written out whole, or a dataset whose coalitions are trained as
+    asked (the options of coalitions oracle). The search repairs a partition on blocking
     coalitions; then m coalitions drawn from D afterwards bound the share that blocks
     (epsilon at confidence 1 - delta). Exit 0 when certified, 1 when not.
     """
@@ -149,7 +181,7 @@ def sample_ce(source, budget, epsilon, delta, start_file, z, tol, distribution, 
     check_probability(delta, "--delta")
     opts = {"groups": groups, "noise": noise, "ties": ties, "seed": seed, "sizes": sizes, "mu_e": mu_e,
             "sigma2": sigma2, "federation": federation, "names": names}
-    src, level = _source(source, opts, tol, z)
+    src, level = _source(source, opts, tol, z, data)
     need = required_budget(len(src.clients), epsilon, delta)
     if budget < need:
         raise co.InputError(f"--budget {budget} is below the {need} coalitions the certificate needs "

@@ -33,7 +33,7 @@ SECTIONS = {
     "learn": ["`coalitions learn", "Dataset options"],
     "compare": ["`coalitions compare"],
     "reproduce": ["`coalitions reproduce"],
-    "sample-ce": ["`coalitions sample-ce"],
+    "sample-ce": ["`coalitions sample-ce", "Dataset options", "`coalitions learn"],
 }
 
 

@@ -3,6 +3,8 @@ federations the scale runs use (synthetic with G conflicting groups, more than 2
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -113,3 +115,49 @@ def test_bad_requests_and_settings_are_named():
         SubsetSource(fed, game="loss")
     with pytest.raises(ParameterError, match="oracle"):
         SubsetSource(fed, oracle="exhaustive")
+
+
+# ---------------------------------------------------------------------------- coalitions sample-ce DATASET
+def test_sample_ce_on_a_dataset_is_the_sample_ce_of_its_exhaustive_game(capsys, tmp_path):
+    """The coalitions trained on demand are the oracle's: the same search, the same partition and certificate."""
+    from conftest import run
+
+    data = ["--clients", "9", "--groups", "3", "--seed", "2", "--replicates", "0"]
+    game = tmp_path / "g.json"
+    assert run(capsys, "oracle", "synthetic", *data, "-o", game)[0] == 0
+    ask = ["--budget", "250", "--epsilon", "0.05", "--format", "json"]
+    rc, lazy, err = run(capsys, "sample-ce", "synthetic", *data, *ask)
+    assert rc == 0, err
+    rc, full, _ = run(capsys, "sample-ce", game, "--seed", "2", *ask)
+    assert rc == 0
+    a, b = json.loads(lazy), json.loads(full)
+    assert a["partition"] == b["partition"] == [["0", "1", "2"], ["3", "4", "5"], ["6", "7", "8"]]
+    assert a["certificate"]["epsilon"] == b["certificate"]["epsilon"]
+
+
+def test_sample_ce_on_a_dataset_resumes_from_its_cache(capsys, tmp_path):
+    from conftest import run
+
+    cache = tmp_path / "cache.npz"
+    args = ["sample-ce", "synthetic", "--clients", "6", "--replicates", "8", "--budget", "120", "--epsilon", "0.1",
+            "--resume", cache, "--format", "json"]
+    rc, first, _ = run(capsys, *args)
+    rc2, again, err = run(capsys, *args)
+    assert rc == rc2 and first == again and "measured already" in err
+    rc, _, err = run(capsys, *args[:3], "8", *args[4:])          # other data: another source, refused
+    assert rc == 2 and "cache" in err.lower()
+
+
+@pytest.mark.parametrize("args,names", [
+    (["planted", "--groups", "3,3", "--replicates", "5"], "--replicates is an option of a dataset source"),
+    (["planted", "--groups", "3,3", "--clients", "5"], "--clients is an option of a dataset source"),
+    (["synthetic", "--sizes", "1,2"], "--sizes is an option of a generated source"),
+    (["synthetic", "--groups", "2,2"], "--groups '2,2': a dataset takes one number of groups"),
+    (["synthetic", "--game", "loss"], "--game"),
+    (["synthetic", "--local-steps", "2"], "--local-steps"),
+])
+def test_sample_ce_options_of_another_kind_of_source_exit_2(capsys, args, names):
+    from conftest import one_line, run
+
+    rc, out, err = run(capsys, "sample-ce", *args, "--budget", "500")
+    assert rc == 2 and out == "" and names in one_line(err)

@@ -1,0 +1,91 @@
+"""The data sources of ``coalitions sample-ce``: a dataset's federation, one subset model trained per coalition asked.
+
+``coalitions sample-ce DATASET`` measures ``v_i(S)`` with the exhaustive oracle's subset models
+(:class:`coalitions.learners.game.source.SubsetSource`): the dataset's options, the one set of
+training flags and the oracle's own settings (bootstrap replicates, heads, precision, device,
+threads, Ray) are those of ``coalitions oracle``, so that a coalition's value is the one the
+exhaustive game would have given it.  Only what :func:`data_source` needs is imported here;
+PyTorch loads when the first coalition trains.
+"""
+
+from __future__ import annotations
+
+import click
+
+import coalitions as co
+from coalitions.cli.data_options import (
+    DATASET_OPTIONS,
+    LOADER_OPTIONS,
+    TRAINING_FLAG_OF,
+    TRAINING_KEYS,
+    _loader_option,
+    apply_threads,
+    load_federation,
+    training_given,
+)
+from coalitions.cli.output import flag_errors
+from coalitions.cli.params import Finite, ray_address
+
+__all__ = ["DATA_ONLY", "data_options_except", "oracle_settings", "data_source"]
+
+#: The options only a dataset source takes (the generators' and a game file's refuse them).
+ORACLE_KEYS = ("replicates", "heads", "game", "memory_mb", "device", "threads", "backend", "address")
+
+
+def data_options_except(*names: str):
+    """The dataset options of :mod:`coalitions.cli.data_options` but ``names`` (which the command declares itself)."""
+    def add(f):
+        for o in reversed(LOADER_OPTIONS):
+            if o.name not in names:
+                f = _loader_option(o)(f)
+        return f
+    return add
+
+
+def oracle_settings(f):
+    """The subset models' own settings, as ``coalitions oracle`` takes them."""
+    from coalitions.cli.params import backend_options, device_option, threads_option
+
+    f = backend_options(f)
+    f = threads_option(f)
+    f = device_option(f)
+    f = click.option("--memory-mb", type=Finite(1.0), default=512.0, show_default=True,
+                     help="dataset: memory for the subset models trained together.")(f)
+    f = click.option("--game", type=click.Choice(["metric", "loss"]), default="metric", show_default=True,
+                     help="dataset: the value of a coalition, its metric on validation data or (classification) "
+                          "its mean validation loss.")(f)
+    f = click.option("--heads", type=click.Choice(["shared", "personal"]), default="shared", show_default=True,
+                     help="dataset: personal trains one body and an output layer per member (FedPer's split).")(f)
+    return click.option("--replicates", type=click.IntRange(0), default=200, show_default=True,
+                        help="dataset: bootstrap replicates of the validation sets (the values' standard "
+                             "errors); 0 for point values.")(f)
+
+
+#: Options of a dataset source: its loader's, the training flags and the oracle's settings.
+DATA_ONLY = tuple(k for k in DATASET_OPTIONS if k not in ("groups", "noise", "seed")) + TRAINING_KEYS + ORACLE_KEYS
+
+
+def data_source(dataset: str, opts: dict, settings: dict):
+    """The lazy game of ``dataset``: its federation with ``opts`` (dataset options), trained as the oracle would.
+
+    ``opts`` holds the dataset options and the training flags (click keys, ``None`` = not
+    given); ``settings`` the oracle's (:data:`ORACLE_KEYS`).
+    """
+    from coalitions.learners.exact import ExhaustiveOracle
+    from coalitions.learners.game.source import SubsetSource
+    from coalitions.learners.training.protocol import FLAG_FIELDS, protocol_with
+
+    opts = dict(opts)
+    training = training_given(opts)
+    if "local_steps" in training:
+        raise co.InputError("--local-steps: the subset models of a lazy game have no communication rounds")
+    apply_threads(settings["threads"])
+    fed = load_federation(dataset, opts)
+    with flag_errors(TRAINING_FLAG_OF):
+        protocol = protocol_with(fed.task, fed.input_shape, {FLAG_FIELDS[k]: v for k, v in training.items()})
+        oracle = ExhaustiveOracle(protocol=protocol, memory_mb=settings["memory_mb"], device=settings["device"],
+                                  seed=opts.get("seed") or 0, threads=settings["threads"],
+                                  replicates=settings["replicates"], heads=settings["heads"],
+                                  backend=settings["backend"],
+                                  address=ray_address(settings["backend"], settings["address"]))
+        return SubsetSource(fed, oracle, game=settings["game"])
