@@ -245,10 +245,9 @@ def _candidates(partition: tuple[int, ...], n: int, edges: Sequence[tuple[int, i
     for j, i in edges:
         if where[i] != where[j]:
             groups[0] += [int(where[i]) | (1 << j), int(where[i] | where[j])]
-    for k in partition:
-        groups[1] += [k | (1 << j) for j in range(n) if not k >> j & 1]
     groups[1] += [a | b for x, a in enumerate(partition) for b in partition[x + 1:]]
     for k in partition:
+        groups[2] += [k | (1 << j) for j in range(n) if not k >> j & 1]
         if popcount(np.array([k]))[0] > 1:
             groups[2] += [k & ~(1 << j) for j in members(k)]
     if n >= 2:

@@ -64,10 +64,27 @@ def closed_form_mse(fed: Federation, W: np.ndarray, part: str = "val", masks=Non
     return out
 
 
-def closed_form_replicates(fed: Federation, W: np.ndarray, draws, masks=None) -> np.ndarray:
+def replicate_moments(fed: Federation, draws) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each client's resampled validation moments ``(A^b, c^b, e^b)``: ``(B, d, d)``, ``(B, d)``, ``(B,)``.
+
+    ``A^b = X̃ᵀ diag(w^b) X̃``, ``c^b = X̃ᵀ diag(w^b) y``, ``e^b = Σ w^b y²`` with ``w^b`` the row
+    multiplicities of resample ``b`` (``draws[i]``): what :func:`closed_form_replicates` reads,
+    computed once for a source that is asked many times (:mod:`~coalitions.learners.game.source`).
+    """
+    out = []
+    for i, c in enumerate(fed.clients):
+        A = _aug(c.val.X)
+        y = c.val.y.astype(np.float64)
+        counts = np.stack([np.bincount(r, minlength=len(y)) for r in draws[i]]).astype(np.float64)  # (B, n_i)
+        out.append(((counts[:, None, :] * A.T) @ A, (counts * y) @ A, counts @ (y * y)))
+    return out
+
+
+def closed_form_replicates(fed: Federation, W: np.ndarray, draws, masks=None, moments=None) -> np.ndarray:
     """``(B, N, 2^N)`` validation MSE of each subset model on each bootstrap resample (NaN outside).
 
-    With ``masks`` (and ``W`` from :func:`closed_form_weights` with the same ``masks``): ``(B, N, k)``.
+    With ``masks`` (and ``W`` from :func:`closed_form_weights` with the same ``masks``): ``(B, N, k)``;
+    ``moments``: :func:`replicate_moments` of these ``draws``, computed once.
 
     ``draws[i]`` is a ``(B, n_i)`` array of row indices of client ``i``'s
     validation set; a resample is the quadratic form of :func:`closed_form_mse`
@@ -77,17 +94,14 @@ def closed_form_replicates(fed: Federation, W: np.ndarray, draws, masks=None) ->
     b = len(draws[0]) if n else 0
     masks, W, width = _masks_and_rows(n, masks, W)
     out = np.full((b, n, width), np.nan)
-    for i, c in enumerate(fed.clients):
-        A = _aug(c.val.X)
-        y = c.val.y.astype(np.float64)
-        counts = np.stack([np.bincount(r, minlength=len(y)) for r in draws[i]]).astype(np.float64)  # (B, n_i)
-        gram = (counts[:, None, :] * A.T) @ A                               # (B, d, d)
-        cross = (counts * y) @ A                                            # (B, d)
-        energy = counts @ (y * y)                                           # (B,)
+    for i, (c, (gram, cross, energy)) in enumerate(zip(fed.clients, moments or replicate_moments(fed, draws),
+                                                       strict=True)):
         inside = ((masks >> i) & 1).astype(bool)
+        if not inside.any():
+            continue
         w = W[inside]
         quad = ((w @ gram) * w).sum(-1) - 2 * cross @ w.T + energy[:, None]  # (B, M)
-        out[:, i, inside] = np.maximum(quad, 0.0) / len(y)
+        out[:, i, inside] = np.maximum(quad, 0.0) / len(c.val.y)
     return out
 
 

@@ -31,7 +31,12 @@ from coalitions.errors import InputError
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.roles import with_roles
 from coalitions.learners.game.bootstrap import bootstrap_draws
-from coalitions.learners.game.closed_form import closed_form_mse, closed_form_replicates, closed_form_weights
+from coalitions.learners.game.closed_form import (
+    closed_form_mse,
+    closed_form_replicates,
+    closed_form_weights,
+    replicate_moments,
+)
 from coalitions.learners.game.masks import membership
 
 __all__ = ["SubsetSource", "MAX_CLIENTS", "GAMES"]
@@ -125,6 +130,7 @@ class SubsetSource:
         self.backend_: dict = dict(o.backend_)
         self.trained_ = 0
         self._trainer = None
+        self._moments = None
 
     # ------------------------------------------------------------------ measuring
     def measure(self, masks):
@@ -153,7 +159,9 @@ class SubsetSource:
         W = closed_form_weights(fed, self.config["ridge"], masks=fit)
         out = {"val": closed_form_mse(fed, W, "val", masks=fit)}
         if self._draws is not None:
-            out["replicates"] = closed_form_replicates(fed, W, self._draws, masks=fit)
+            if self._moments is None:   # each client's resampled moments, once per source
+                self._moments = replicate_moments(fed, self._draws)
+            out["replicates"] = closed_form_replicates(fed, W, self._draws, masks=fit, moments=self._moments)
         if personal:
             out = {key: _alone(v, ms, fed.n) for key, v in out.items()}
         if self.progress is not None:
