@@ -226,13 +226,16 @@ def test_the_exact_games_keywords_hold_no_training_setting():
                 opts = exp.oracle_options(quick, regime)
                 ExhaustiveOracle(**opts)._check()  # every key a constructor keyword (a TypeError otherwise), valid
                 assert exp.protocol is None or opts["protocol"].steps == exp.protocol_for(quick, regime).steps
-    digits = EXPERIMENTS["digits"]   # the exact game is softmax regression, full batch, not the protocol's CNN
+    digits = EXPERIMENTS["digits"]   # one model family: the exact game trains the experiment's own protocol
     assert oracle_settings(digits) == digits.oracle_options(False)
-    p = oracle_settings(digits)["protocol"]
-    assert (p.model, p.batch_size, p.lr, p.steps) == ("logistic", None, 0.05, digits.protocol_for(False).steps)
-    bare = dataclasses.replace(digits, protocol=None)
-    with pytest.raises(ParameterError, match=r"^oracle of experiment 'digits' sets the protocol field\(s\) "
-                                             r"batch_size, lr, model but the experiment has no protocol") as e:
+    assert oracle_settings(digits)["protocol"] == digits.protocol_for(False)
+    assert digits.protocol_for(False).model == "logistic"
+    fashion = EXPERIMENTS["fashion"]  # its exact game keeps one rate: the oracle overrides the protocol's grid
+    p = oracle_settings(fashion)["protocol"]
+    assert (p.model, p.lr_grid, p.lr, p.steps) == ("mlp", None, 0.003, fashion.protocol_for(False).steps)
+    bare = dataclasses.replace(fashion, protocol=None)
+    with pytest.raises(ParameterError, match=r"^oracle of experiment 'fashion' sets the protocol field\(s\) "
+                                             r"lr_grid but the experiment has no protocol") as e:
         bare.oracle_options(False)
     assert e.value.param == "oracle"
     assert dataclasses.replace(bare, oracle={"heads": "personal"}).oracle_options(True) == {"heads": "personal"}
