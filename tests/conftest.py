@@ -406,6 +406,26 @@ def run(capsys, *args):
     return rc, out, err
 
 
+#: The warnings a command run as its own process does not print (Python's default filters outside ``__main__``).
+HIDDEN_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
+def run_as_command(capsys, *args):
+    """``coalitions ARGS`` in process, as a command would end: exit code, stdout, stderr.
+
+    Where a test asked a subprocess, a warning the command's process would print to stderr
+    (any but :data:`HIDDEN_WARNINGS`) fails the test here too (pytest would otherwise catch it).
+    """
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rc, out, err = run(capsys, *args)
+    shown = [f"{w.category.__name__}: {w.message}" for w in caught if not issubclass(w.category, HIDDEN_WARNINGS)]
+    assert not shown, shown
+    return rc, out, err
+
+
 def one_line(err: str) -> str:
     """The one line a refused command prints (the contract of docs/cli.md, "Bad input"): no traceback, no warning."""
     lines = err.splitlines()
