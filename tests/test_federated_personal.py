@@ -309,9 +309,9 @@ def test_simulation_engine_gives_the_inprocess_learners_estimate(tmp_path, heart
     (["--method", "superfed", "--checkpoint", "c.npz"], "--checkpoint: --method superfed is not checkpointed"),
     (["--method-option", "lam=1"], "--method-option is for the personalised methods"),
 ])
-def test_federate_method_bad_input_exits_2_with_one_line(tmp_path, capsys, args, match):
+def test_federate_method_bad_input_exits_2_with_one_line(tmp_path, args, match):
     """In process (``main``; a subprocess per case cost 3-6 s each): the exit code, the one line, no warning."""
-    rc, _, err = run_as_command(capsys, "federate", "heart", *args, "-o", tmp_path / "o")
+    rc, _, err = run_as_command("federate", "heart", *args, "-o", tmp_path / "o")
     assert rc == 2, err
     line = one_line(err)
     assert line.startswith("coalitions: error: ") and match in line, err
