@@ -36,12 +36,12 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="budget (default: the experiment's)")
     ap.add_argument("--regimes", nargs="+", default=None, help="regime names (default: all)")
     ap.add_argument("--quick", action="store_true",
-                    help="one seed, one rate, 5 steps, 20 replicates, the first regime (what CI runs; not a "
+                    help="one seed, one rate, 2 steps, 20 replicates, the first regime (what CI runs; not a "
                          "measurement)")
     args = ap.parse_args(argv)
     exp = EXPERIMENTS["fashion"]
     if args.quick:
-        args.seeds, args.lrs, args.steps = args.seeds[:1], args.lrs[:1], args.steps or 5
+        args.seeds, args.lrs, args.steps = args.seeds[:1], args.lrs[:1], args.steps or 2
         args.regimes = args.regimes or [exp.regimes[0].name]
     means: dict[float, list[float]] = {lr: [] for lr in args.lrs}
     print("regime        seed  lr      val loss  val acc  CE (accuracy game)      CE (loss game)          s")

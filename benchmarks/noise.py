@@ -171,14 +171,14 @@ def figure(rows: list[dict], path: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="8 games per level, 50 replicates.")
+    ap.add_argument("--quick", action="store_true", help="3 games per level, 30 replicates (CI: it runs to its end; not a measurement).")
     ap.add_argument("--runs", type=int, default=200, help="Games per noise level.")
     ap.add_argument("--replicates", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--figure", default=None, help="Write the figure here (PNG).")
     ap.add_argument("--json", default=None, help="Write the rows here (JSON).")
     args = ap.parse_args()
-    runs, b = (8, 50) if args.quick else (args.runs, args.replicates)
+    runs, b = (3, 30) if args.quick else (args.runs, args.replicates)
     print(f"noise calibration: {runs} planted games of 6-11 clients per level, {b} replicates, seed {args.seed}; "
           f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
     cols = ("point", "z1", *FAMILIES)

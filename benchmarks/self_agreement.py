@@ -87,12 +87,13 @@ def measure(found) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="synthetic and heart, 2 seeds, the experiments' quick settings")
+    ap.add_argument("--quick", action="store_true",
+                    help="synthetic and heart, 2 seeds, 30 replicates, the experiments' quick settings")
     ap.add_argument("--experiments", default="synthetic,heart,adult,digits")
     ap.add_argument("--seeds", type=int, default=3, help="Training seeds per game.")
     ap.add_argument("--data-seeds", default="0",
                     help="Data splits, e.g. 100-119 (seeds no report uses, to choose the primary game).")
-    ap.add_argument("--replicates", type=int, default=200)
+    ap.add_argument("--replicates", type=int, default=None, help="Bootstrap replicates per game [200; quick 30].")
     ap.add_argument("--settings", choices=("full", "quick"), default="full",
                     help="The experiments' oracle settings (reproduce) or their --quick ones.")
     ap.add_argument("--regimes", default=None, help="Only these regimes, e.g. dirichlet [default: all].")
@@ -100,6 +101,8 @@ def main() -> None:
     args = ap.parse_args()
     names = ["synthetic", "heart"] if args.quick else args.experiments.split(",")
     seeds = 2 if args.quick else args.seeds
+    if args.replicates is None:
+        args.replicates = 30 if args.quick else 200
     quick = args.quick or args.settings == "quick"
     lo, _, hi = args.data_seeds.partition("-")
     data_seeds = list(range(int(lo), int(hi or lo) + 1))

@@ -406,6 +406,36 @@ def run(capsys, *args):
     return rc, out, err
 
 
+#: The warnings a command run as its own process does not print (Python's default filters outside ``__main__``).
+HIDDEN_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
+def run_as_command(*args, env=None):
+    """``coalitions ARGS`` in process, as a command would end: its exit code, stdout and stderr.
+
+    What the command prints is captured here (no ``capsys`` needed: a module's fixture may call it);
+    ``env``: environment variables set while it runs (the processes it starts inherit them).
+    Where a test asked a subprocess, a warning the command's process would print to stderr
+    (any but :data:`HIDDEN_WARNINGS`) fails the test here too (pytest would otherwise catch it).
+    """
+    import contextlib
+    import io
+    import warnings
+
+    from coalitions import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err), pytest.MonkeyPatch.context() as mp:
+        for k, v in (env or {}).items():
+            mp.setenv(k, v)
+        warnings.simplefilter("always")
+        rc = cli.main([str(a) for a in args])
+    shown = [f"{w.category.__name__}: {w.message}" for w in caught if not issubclass(w.category, HIDDEN_WARNINGS)]
+    assert not shown, shown
+    return rc, out.getvalue(), err.getvalue()
+
+
 def one_line(err: str) -> str:
     """The one line a refused command prints (the contract of docs/cli.md, "Bad input"): no traceback, no warning."""
     lines = err.splitlines()

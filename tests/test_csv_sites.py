@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import run_as_command
 
 pytest.importorskip("torch")
 
@@ -71,17 +72,14 @@ def test_example_command_names_the_shipped_sites(capsys):
 def test_example_command_runs(tmp_path, capsys):
     """The printed command, through Flower's simulation engine (two rounds to keep it short)."""
     pytest.importorskip("flwr")
-    import os
     import shlex
-    import subprocess
-    import sys
 
     assert main(["--example"]) == 0
     words = shlex.split(capsys.readouterr().out)
     assert words[:3] == ["coalitions", "federate", "csv"] and words[-2] == "-o"
     out = tmp_path / "heart-game"
-    r = subprocess.run([sys.executable, "-m", "coalitions.cli", *words[1:-1], str(out), "--steps", "2"],
-                       capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr[-2000:]
+    rc, _, err = run_as_command(*words[1:-1], out, "--steps", "2",
+                                env={"OMP_NUM_THREADS": "1"})   # in process: no interpreter of its own to start
+    assert rc == 0, err[-2000:]
     game = json.loads((out / "game.json").read_text())
     assert sorted(game["clients"]) == ["Cleveland", "Hungary", "Switzerland", "VA"]

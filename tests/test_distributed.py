@@ -136,10 +136,15 @@ def test_reproduce_on_ray_equals_local(local_ray, tmp_path):
     assert c["backend"] == {"name": "local", "workers": 1, "requested": "ray"} and strip(c) == strip(a)
 
 
+#: Steps of the resumed command: enough that the 15 chunks left after the first checkpoint take seconds on
+#: two CPUs (the interrupt comes within 0.1 s), few enough that the local reference fit is short (400: 12 s).
+RESUME_STEPS = 150
+
+
 def test_cli_oracle_on_ray_resumes_after_the_driver_is_stopped(tmp_path):
     """The driver is interrupted once the checkpoint holds a chunk; the same command then finishes."""
     ck, out = tmp_path / "ck.npz", tmp_path / "game.json"
-    args = ["oracle", "digits", "--clients", "6", "--model", "logistic", "--steps", "400",
+    args = ["oracle", "digits", "--clients", "6", "--model", "logistic", "--steps", str(RESUME_STEPS),
             "--backend", "ray", "--checkpoint", str(ck), "-o", str(out)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.Popen([sys.executable, "-m", "coalitions.cli", *args], env=env, stdout=subprocess.PIPE,
@@ -162,8 +167,9 @@ def test_cli_oracle_on_ray_resumes_after_the_driver_is_stopped(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"{before} chunk(s) from checkpoint" in r.stderr
     game = co.read_game(out)
-    fed = digits()   # the command's protocol: the task's default with --model logistic --steps 400
-    local = ExhaustiveOracle(protocol=protocol_with(fed.task, fed.input_shape, {"model": "logistic", "steps": 400}),
+    fed = digits()   # the command's protocol: the task's default with --model logistic --steps RESUME_STEPS
+    local = ExhaustiveOracle(protocol=protocol_with(fed.task, fed.input_shape,
+                                                    {"model": "logistic", "steps": RESUME_STEPS}),
                              device="cpu").fit(fed)
     assert np.array_equal(game.raw_values(), local.game_.raw_values(), equal_nan=True)
 

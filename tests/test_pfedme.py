@@ -41,15 +41,17 @@ def test_inner_problem_is_solved_to_tolerance():
 
 
 def test_the_proximal_term_has_its_gradient_and_lambda_changes_the_model():
+    """20 inner steps, not the default 100: neither λ's inner problem reaches its tolerance in 100 (both
+    fits ran out), and the effect of λ is already clear at 20 (gaps 0.16 and 0.52; 4.6e-2 apart)."""
     fed = blobs(sizes=SIZES)
-    m = PFedMe(lam=3.0, **KW).fit(fed)
+    m = PFedMe(lam=3.0, inner_steps=20, **KW).fit(fed)
     theta = {k: v[0].clone() for k, v in m.params_.items()}
     w = {k: torch.zeros_like(v) for k, v in theta.items()}
     X, y, mk = torch.randn(3, 5), torch.zeros(3, dtype=torch.int64), torch.ones(3)
     full = grad(m._inner_loss)(theta, X, y, mk, w)
     task = grad(m._task_loss)(theta, X, y, mk)
     assert all(torch.allclose(full[k] - task[k], 3.0 * theta[k], atol=1e-5) for k in w)
-    other = PFedMe(lam=12.0, **KW).fit(fed)
+    other = PFedMe(lam=12.0, inner_steps=20, **KW).fit(fed)
     assert not torch.allclose(flatten(m.params_), flatten(other.params_), atol=1e-3)
     # larger λ keeps the personalised models nearer the global one
     gap = lambda e: (flatten(e.params_) - flatten(e.global_)).norm().item()  # noqa: E731
