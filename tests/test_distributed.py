@@ -71,6 +71,22 @@ def test_oracle_on_ray_without_a_protocol_trains_the_default_one(local_ray):
     assert np.array_equal(local.values_val_, on_ray.values_val_, equal_nan=True)
 
 
+def test_lazy_subset_models_on_ray_equal_the_local_ones(local_ray):
+    """A lazy game's batch on Ray (coalitions.learners.game.source): the local batch, to the bit, its chunks Ray tasks."""
+    from coalitions.learners.game.source import SubsetSource
+
+    fed = digits()
+    p = TrainingProtocol(model="logistic", steps=15)
+    ms = np.array([63, 1, 6, 40, 17, 34, 12, 9])
+    local = SubsetSource(fed, ExhaustiveOracle(protocol=p, device="cpu", seed=3, replicates=4)).measure(ms)
+    src = SubsetSource(fed, ExhaustiveOracle(protocol=p, device="cpu", seed=3, replicates=4, backend="ray"))
+    on_ray = src.measure(ms)
+    assert np.array_equal(local.values, on_ray.values, equal_nan=True)
+    assert np.array_equal(local.replicates, on_ray.replicates, equal_nan=True)
+    # at most ceil(8 / MIN_CHUNKS) = 1 model per task: each coalition its own task
+    assert src.backend_["name"] == "ray" and src.backend_["tasks"] == len(ms)
+
+
 def _dies_once(marker, job, setup, k, ms, threads):
     """The oracle's chunk task, except that the first attempt at chunk 2 kills its worker process."""
     from coalitions.learners.exact import chunk_trainer
