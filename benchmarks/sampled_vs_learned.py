@@ -1,0 +1,103 @@
+"""The sampled equilibrium beside the learned methods, against the exhaustive game (docs/scale.md).
+
+On ``reproduce synthetic``'s regime I federation with ``N`` clients (10 samples per client, two
+groups with opposite tasks; linear regression, the exact game in closed form with 200 bootstrap
+replicates), for each seed:
+
+* the exhaustive game and its CE (``coalitions.solve`` at z = 1.96: the reference);
+* the sampled CE (:func:`coalitions.sample_ce` on the same subset models trained on demand,
+  :class:`~coalitions.learners.game.source.SubsetSource`, ``--budget`` coalitions,
+  ε = 0.05, δ = 0.05), with the coalitions it trained;
+* SPO, FedAMP and FedeRiCo under the experiment's settings (``compute_piece``, as
+  ``benchmarks/frontier.py`` runs them), each giving its own CE.
+
+It prints, per method, how often its CE is the exhaustive CE, and the sampled CE's coalitions
+used against the ``2^N − 1`` of the exhaustive game.  The exact CE is what all are scored
+against, so a method that reproduces it more often is closer to the reference.
+
+Run:  python benchmarks/sampled_vs_learned.py [--sizes 10] [--seeds 0-9] [--budget 400] [--quick]
+
+``--quick``: N = 6, one seed, five training steps, the learners FedAMP only (CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+from frontier import against, federation, measure, options  # noqa: E402
+
+import coalitions as co  # noqa: E402
+from coalitions.learners.exact import ExhaustiveOracle  # noqa: E402
+from coalitions.learners.experiments.statistics import separate_seeds  # noqa: E402
+from coalitions.learners.game.source import SubsetSource  # noqa: E402
+from coalitions.learners.training import threads  # noqa: E402
+
+LEARNERS = ("spo", "fedamp", "federico")
+
+
+def _ints(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+    return out
+
+
+def sampled(fed, seed: int, budget: int, quick: bool) -> tuple[set, int, float]:
+    """The sampled CE on the exact game's own subset models: partition, coalitions used, CPU seconds."""
+    opts = options("linear", "exact", fed, quick)
+    c0 = time.process_time()
+    src = SubsetSource(fed, ExhaustiveOracle(**opts))
+    r = co.sample_ce(src, budget, epsilon=0.05, delta=0.05, seed=separate_seeds(seed).init)
+    return set(r.partition), r.trainings, time.process_time() - c0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10", help="client counts [10]")
+    ap.add_argument("--seeds", default="0-9", help="seeds, e.g. 0-9 [0-9]")
+    ap.add_argument("--budget", type=int, default=400, help="coalitions the sampled CE may use [400]")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args(argv)
+    sizes, seeds = ([6], [0]) if a.quick else (_ints(a.sizes), _ints(a.seeds))
+    learners = ("fedamp",) if a.quick else LEARNERS
+    threads.configure(1)
+    print(f"# sampled CE beside learned methods ({platform.machine()}, python {platform.python_version()}, "
+          f"synthetic regime I, seeds {seeds}, budget {a.budget}, epsilon 0.05, delta 0.05); "
+          "CPU = process time, PyTorch on one thread")
+    print("| N | method | CE = exhaustive CE | coalitions trained (mean) | CPU s (mean) |")
+    print("| --- | --- | --- | --- | --- |")
+    for n in sizes:
+        hits = {m: 0 for m in ("sampled", *learners)}
+        cpu = {m: [] for m in ("exhaustive", "sampled", *learners)}
+        used = []
+        for seed in seeds:
+            fed = federation("linear", n, seed)
+            exact = measure("linear", "exact", fed, seed, a.quick)
+            cpu["exhaustive"].append(exact["cpu_ce"])
+            part, k, c = sampled(fed, seed, a.budget, a.quick)
+            hits["sampled"] += part == exact["partition"]
+            used.append(k)
+            cpu["sampled"].append(c)
+            for m in learners:
+                r = measure("linear", m, fed, seed, a.quick)
+                hits[m] += against(exact, r)[1]
+                cpu[m].append(r["cpu_ce"])
+        s = len(seeds)
+        print(f"| {n} | exhaustive | (the reference) | {(1 << n) - 1} | {np.mean(cpu['exhaustive']):.2f} |")
+        print(f"| {n} | sampled | {hits['sampled']}/{s} | {np.mean(used):.0f} | {np.mean(cpu['sampled']):.2f} |")
+        for m in learners:
+            print(f"| {n} | {m} | {hits[m]}/{s} | (no coalition models) | {np.mean(cpu[m]):.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
