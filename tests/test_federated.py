@@ -305,6 +305,71 @@ def test_sites_bootstrap_replicates_equal_the_inprocess_ones_and_the_game_carrie
     assert len(files) == 4
 
 
+#: Coalitions of heart's four hospitals asked in one batch, in no order; sites 2 and 3 are in one each.
+SOME = np.array([0b0011, 0b0001, 0b1001, 0b0010, 0b0110])
+
+
+@pytest.mark.parametrize("training", [FAST, {**FAST, "steps": 4, "patience": 1}])
+def test_a_game_over_some_coalitions_is_the_columns_of_the_whole_game(heart, training):
+    """Each coalition's model trains as it would among all the others: the values and the sites' replicates
+    are the whole game's columns bit for bit (a mean loss over a stack of another size: to float32 rounding)."""
+    p = federated_protocol("binary", training)
+    whole = inprocess_game(heart, p, seed=0, replicates=3)
+    some = inprocess_game(heart, p, seed=0, replicates=3, masks=SOME)
+    assert some["val"].shape == (4, 5) and some["val_replicates"].shape == (3, 4, 5)
+    for key in ("val", "test", "val_replicates"):
+        assert np.array_equal(some[key], whole[key][..., SOME], equal_nan=True), key
+    np.testing.assert_allclose(some["val_loss"], whole["val_loss"][:, SOME], atol=1e-6)
+    if whole["stopped_at"] is not None:
+        assert some["stopped_at"] == [whole["stopped_at"][m - 1] for m in SOME]
+    with pytest.raises(InputError, match="coalition bitmask 16 is not a non-empty coalition of 4 clients"):
+        inprocess_game(heart, p, masks=[3, 16])
+    with pytest.raises(InputError, match="at least one coalition"):
+        inprocess_game(heart, p, masks=[])
+
+
+@needs_flwr
+def test_server_over_some_coalitions_asks_only_their_members(heart):
+    """The run config's masks: each site trains the asked coalitions it is in; one in none is never asked."""
+    from coalitions.learners.federated.apps import settings_from_run_config
+    from coalitions.learners.federated.server import measure_game
+
+    ref = inprocess_game(heart, FAST_P, seed=0, replicates=3, masks=SOME[:2])
+    settings, _ = settings_from_run_config({"masks": json.dumps(SOME[:2].tolist())})
+    assert settings.masks == [3, 1]
+    grid = MemoryGrid(HEART_NODES)
+    res = measure_game(grid, _settings(replicates=3, masks=settings.masks), log=lambda s: None)
+    assert res["masks"].tolist() == [3, 1] and res["val"].shape == (4, 2)
+    for key in ("val", "test", "val_loss", "val_replicates"):
+        np.testing.assert_allclose(res[key], ref[key], atol=TOL)
+    hospitals = {100 + k: p["partition-id"] for k, p in enumerate(HEART_NODES)}
+    trained = {hospitals[node] for kind, node in grid.sent_to if kind != "query"}
+    assert trained == {0, 1}          # sites 2 and 3 are in neither coalition
+    with pytest.raises(InputError, match="run config masks must be a non-empty JSON list"):
+        settings_from_run_config({"masks": "[1.5]"})
+
+
+def test_federated_source_measures_batches_as_one(heart):
+    """Two batches give the one batch's values and replicates (paired: the sites' draws depend on seed and site)."""
+    from coalitions.lazy import ValueSource, check_measurement
+    from coalitions.learners.federated.source import FederatedSource
+
+    src = FederatedSource("heart", {}, FAST, seed=0, replicates=3, backend="in-process")
+    assert isinstance(src, ValueSource) and src.clients == heart.names and src.sense == "max"
+    assert src.provenance["protocol"]["steps"] == 2 and "backend" not in src.provenance
+    one = src.measure(SOME)
+    first, second = src.measure(SOME[:2]), src.measure(SOME[2:])
+    check_measurement(one, SOME, 4)
+    assert np.array_equal(np.hstack([first.values, second.values]), one.values, equal_nan=True)
+    assert np.array_equal(np.concatenate([first.replicates, second.replicates], axis=-1), one.replicates,
+                          equal_nan=True)
+    whole = inprocess_game(heart, FAST_P, seed=0, replicates=3)
+    assert np.array_equal(one.values, whole["val"][:, SOME], equal_nan=True)
+    assert src.games_ == 3 and src.trained_ == 10 and src.measure([]).values.shape == (4, 0)
+    with pytest.raises(InputError, match="asked twice"):
+        src.measure([3, 3])
+
+
 @needs_flwr
 def test_server_resumes_from_its_checkpoint_after_a_crash(tmp_path, reference):
     from coalitions.learners.federated.server import measure_game
