@@ -630,6 +630,23 @@ def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulate
 
 @needs_flwr
 @pytest.mark.slow
+def test_a_batch_of_coalitions_over_the_simulation_engine_is_the_inprocess_batch(heart):
+    """FederatedSource over Flower (what sample-ce --federated simulation runs per batch): one simulated game over
+    the coalitions asked, sites 2 and 3 in neither, equal to the in-process game over them."""
+    from coalitions.learners.federated.source import FederatedSource
+
+    lines = []
+    src = FederatedSource("heart", {}, FAST, seed=0, replicates=3, backend="simulation", log=lines.append)
+    m = src.measure(SOME[:2])
+    ref = inprocess_game(heart, FAST_P, seed=0, replicates=3, masks=SOME[:2])
+    np.testing.assert_allclose(m.values, ref["val"], atol=TOL)
+    np.testing.assert_allclose(m.replicates, ref["val_replicates"], atol=TOL)
+    assert src.last_["rounds"] == 2 and src.last_["bytes_sent"] > 0 and src.games_ == 1
+    assert [line.split(":")[0] for line in lines if line.startswith("round ")] == ["round 1/2", "round 2/2"]
+
+
+@needs_flwr
+@pytest.mark.slow
 def test_a_simulated_federation_with_fewer_sites_fails_naming_them(tmp_path):
     from coalitions.learners.federated.run import federate_simulation
 

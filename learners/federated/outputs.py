@@ -7,6 +7,7 @@ and the ServerApp (:mod:`coalitions.learners.federated.apps`); see docs/federate
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import coalitions as co
 from coalitions import io as cio
@@ -129,7 +130,7 @@ def write_measurement(result: dict, settings: Settings, output) -> list[str]:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
-    arrays = {k: np.asarray(result[k]) for k in MEASUREMENT_ARRAYS if result.get(k) is not None}
+    arrays: dict[str, Any] = {k: np.asarray(result[k]) for k in MEASUREMENT_ARRAYS if result.get(k) is not None}
     with open(out / "measurement.npz", "wb") as f:
         np.savez(f, **arrays)
     sites = [{k: d[k] for k in ("name", "n-train", "n-val", "n-test")} for d in result["sites"]]
