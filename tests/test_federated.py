@@ -328,6 +328,17 @@ def test_a_game_over_some_coalitions_is_the_columns_of_the_whole_game(heart, tra
         inprocess_game(heart, p, masks=[])
 
 
+def test_a_game_over_some_coalitions_of_twenty_sites_needs_no_two_to_the_twenty():
+    """The whole game stops at 12 sites; over chosen coalitions N is bounded by the 64-bit masks."""
+    fed = load("synthetic", clients=20, groups=2, seed=0)
+    p = federated_protocol(fed.task, {"steps": 2})
+    some = inprocess_game(fed, p, seed=0, masks=[1, (1 << 20) - 1])
+    assert some["val"].shape == (20, 2) and np.isnan(some["val"][:, 0]).sum() == 19
+    assert np.isfinite(some["val"][:, 1]).all()
+    with pytest.raises(InputError, match="20 sites: the federated exact game trains 2\\^N - 1 models; use at most 12"):
+        inprocess_game(fed, p)
+
+
 @needs_flwr
 def test_server_over_some_coalitions_asks_only_their_members(heart):
     """The run config's masks: each site trains the asked coalitions it is in; one in none is never asked."""
@@ -635,14 +646,16 @@ def test_a_batch_of_coalitions_over_the_simulation_engine_is_the_inprocess_batch
     the coalitions asked, sites 2 and 3 in neither, equal to the in-process game over them."""
     from coalitions.learners.federated.source import FederatedSource
 
-    lines = []
-    src = FederatedSource("heart", {}, FAST, seed=0, replicates=3, backend="simulation", log=lines.append)
+    lines, rounds = [], []
+    src = FederatedSource("heart", {}, FAST, seed=0, replicates=3, backend="simulation", log=lines.append,
+                          progress=lambda done, total: rounds.append((done, total)))
     m = src.measure(SOME[:2])
     ref = inprocess_game(heart, FAST_P, seed=0, replicates=3, masks=SOME[:2])
     np.testing.assert_allclose(m.values, ref["val"], atol=TOL)
     np.testing.assert_allclose(m.replicates, ref["val_replicates"], atol=TOL)
     assert src.last_["rounds"] == 2 and src.last_["bytes_sent"] > 0 and src.games_ == 1
-    assert [line.split(":")[0] for line in lines if line.startswith("round ")] == ["round 1/2", "round 2/2"]
+    assert rounds == [(1, 2), (2, 2)] and not any(line.startswith("round ") for line in lines)
+    assert any(line.startswith("sites: Cleveland") for line in lines)
 
 
 @needs_flwr

@@ -70,6 +70,9 @@ class FederatedSource:
     wait_s, timeout_s, insecure, root_certificates, log
         As :func:`~coalitions.learners.federated.run.federate_superlink` (and ``wait_s``, ``log`` as
         :func:`~coalitions.learners.federated.run.federate_simulation`).
+    progress : callable, optional
+        ``progress(round, rounds)`` after each training round of a batch's game in the simulation engine
+        (default: not reported, nor logged: ``sample-ce`` counts coalitions, not rounds).
 
     Attributes
     ----------
@@ -90,7 +93,8 @@ class FederatedSource:
     def __init__(self, dataset: str, data_options: dict | None = None, training: dict | None = None, *,
                  seed: int = 0, replicates: int = DEFAULT_REPLICATES, backend: str = "simulation",
                  superlink: str | None = None, threads: int = 1, wait_s: float = 120.0,
-                 timeout_s: float | None = None, insecure: bool = False, root_certificates=None, log=None):
+                 timeout_s: float | None = None, insecure: bool = False, root_certificates=None, log=None,
+                 progress=None):
         from coalitions.lazy import MAX_LAZY_CLIENTS
         from coalitions.learners.data.datasets import load
         from coalitions.learners.federated.protocol import federated_protocol
@@ -113,6 +117,7 @@ class FederatedSource:
         self.seed, self.backend, self.superlink = int(seed), backend, superlink
         self.threads, self.wait_s, self.timeout_s = int(threads), float(wait_s), timeout_s
         self.insecure, self.root_certificates, self.log = insecure, root_certificates, log
+        self.progress = progress
         self.clients = tuple(fed.names)
         self.sense = fed.sense
         self.provenance = {"source": "the federated exact game (FedOpt within each coalition, measured per batch "
@@ -167,6 +172,7 @@ class FederatedSource:
             if self.backend == "simulation":
                 federate_simulation(self.dataset, self.data_options, self.training, out, seed=self.seed,
                                     threads=self.threads, log=self.log, wait_s=self.wait_s,
+                                    progress=self.progress or (lambda done, total: None),
                                     replicates=self.replicates, masks=ms)
             else:
                 assert self.superlink is not None
