@@ -842,13 +842,12 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         assert procs[-1].wait(timeout=60) != 0          # the rogue SuperNode was refused by the SuperLink
         assert "Failed to activate SuperNode" in (tmp_path / "rogue.log").read_text()
-        # sample-ce over the same deployment: each batch of coalitions one federated game on the SuperLink
-        ask = ["sample-ce", "heart", "--hospitals", hospitals, "--steps", "1", "--batch-size", "32", "--replicates",
-               "20", "--budget", "5", "--epsilon", "0.5", "--format", "json"]
-        lazy = subprocess.run([sys.executable, "-m", "coalitions.cli", *ask, "--federated", "superlink", "--superlink",
-                               address, "--root-certificates", str(tmp_path / "ca.pem")],
-                              capture_output=True, text=True, timeout=300, env=env)
-        assert lazy.returncode in (0, 1), lazy.stderr[-3000:]
+        # a batch of sample-ce --federated superlink on the same deployment: one federated game over the coalitions
+        from coalitions.learners.federated.source import FederatedSource
+
+        batch = FederatedSource("heart", {"hospitals": hospitals}, {"steps": 1, "batch_size": 32}, replicates=0,
+                                backend="superlink", superlink=address, root_certificates=tmp_path / "ca.pem",
+                                wait_s=60, timeout_s=300).measure(np.array([0b11, 0b01]))
     finally:
         for p in procs:
             try:
@@ -865,9 +864,8 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
     np.testing.assert_allclose(co.read_game(out / "game.json").raw_values(), ref["val"], atol=TOL)
     run = json.loads((out / "run.json").read_text())
     assert [s["name"] for s in run["sites"]] == hospitals.split(",") and run["certificate_holds"] is True
-    here = subprocess.run([sys.executable, "-m", "coalitions.cli", *ask, "--federated", "in-process"],
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert (here.returncode, here.stdout) == (lazy.returncode, lazy.stdout)     # the same search and certificate
+    assert batch.replicates is None                  # the columns of the whole game federate measured there
+    np.testing.assert_allclose(batch.values, co.read_game(out / "game.json").raw_values()[:, [0b11, 0b01]], atol=TOL)
 
 
 # --------------------------------------------------------------------------- the flwr run entry
