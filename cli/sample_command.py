@@ -19,7 +19,17 @@ from coalitions import io as cio
 from coalitions.cli.data_options import DATASETS, SectionedCommand, training_options
 from coalitions.cli.output import Negative, emit, progress
 from coalitions.cli.params import FINITE, INPUT, NON_NEGATIVE, OUTPUT, SEED, Finite, numbers
-from coalitions.cli.sample_data import DATA_ONLY, ORACLE_KEYS, data_options_except, data_source, oracle_settings
+from coalitions.cli.sample_data import (
+    DATA_ONLY,
+    FEDERATED_KEYS,
+    ORACLE_KEYS,
+    SUBSET_ONLY,
+    data_options_except,
+    data_source,
+    federated_options,
+    federated_source,
+    oracle_settings,
+)
 from coalitions.game import check_client_names
 from coalitions.pac import DEFAULT_DISTRIBUTION, DISTRIBUTIONS
 
@@ -65,6 +75,16 @@ def _source(source: str, opts: dict, tol, z, data: dict):
                                     "not group sizes")
             given["groups"] = counts[0]
         given["noise"], given["seed"] = opts["noise"], opts["seed"]
+        if data["federated"] is not None:
+            for key in SUBSET_ONLY:
+                if _given(key):
+                    raise co.InputError(f"--{key.replace('_', '-')} is a setting of the oracle's subset models, "
+                                        f"not of --federated {data['federated']}")
+            keys = ("replicates", "threads", *FEDERATED_KEYS)
+            return federated_source(source, given, {k: data[k] for k in keys}), z
+        for key in FEDERATED_KEYS[1:]:
+            if _given(key):
+                raise co.InputError(f"--{key.replace('_', '-')} goes with --federated superlink")
         return data_source(source, given, {k: data[k] for k in ORACLE_KEYS}), z
     _refuse(DATA_ONLY, source if source in names else f"the game file {source}")
     if source in names:
@@ -162,6 +182,7 @@ def _start(path: str, clients: tuple[str, ...]):
 @data_options_except("groups", "noise", "seed")
 @training_options
 @oracle_settings
+@federated_options
 def sample_ce(source, budget, epsilon, delta, start_file, z, tol, distribution, exact_inner_up_to, seed, cache_file,
               groups, noise, ties, sizes, mu_e, sigma2, federation, names, fmt, output, **data):
     """A collaboration equilibrium of SOURCE within a budget of trained coalitions, with a statistical certificate.

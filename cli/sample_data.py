@@ -26,7 +26,8 @@ from coalitions.cli.data_options import (
 from coalitions.cli.output import flag_errors
 from coalitions.cli.params import Finite, ray_address
 
-__all__ = ["DATA_ONLY", "data_options_except", "oracle_settings", "data_source"]
+__all__ = ["DATA_ONLY", "data_options_except", "oracle_settings", "data_source", "federated_options",
+           "federated_source", "FEDERATED_KEYS", "SUBSET_ONLY"]
 
 #: The options only a dataset source takes (the generators' and a game file's refuse them).
 ORACLE_KEYS = ("replicates", "heads", "game", "memory_mb", "device", "threads", "backend", "address")
@@ -61,8 +62,55 @@ def oracle_settings(f):
                              "errors); 0 for point values.")(f)
 
 
-#: Options of a dataset source: its loader's, the training flags and the oracle's settings.
-DATA_ONLY = tuple(k for k in DATASET_OPTIONS if k not in ("groups", "noise", "seed")) + TRAINING_KEYS + ORACLE_KEYS
+#: The options of a federated dataset source (``--federated``).
+FEDERATED_KEYS = ("federated", "superlink", "insecure", "root_certificates")
+#: The subset models' own settings, which a federated source (FedOpt within each coalition, over Flower) has not.
+SUBSET_ONLY = ("heads", "game", "memory_mb", "device", "backend", "address")
+
+#: Options of a dataset source: its loader's, the training flags, the oracle's settings and the federated ones.
+DATA_ONLY = (tuple(k for k in DATASET_OPTIONS if k not in ("groups", "noise", "seed")) + TRAINING_KEYS + ORACLE_KEYS
+             + FEDERATED_KEYS)
+
+
+def federated_options(f):
+    """``--federated simulation|superlink|in-process`` and the SuperLink's connection (as ``coalitions federate``)."""
+    f = click.option("--root-certificates", "root_certificates", type=click.Path(dir_okay=False), default=None,
+                     help="--federated superlink over TLS: the PEM file of the CA that signed the SuperLink's "
+                          "certificate [the system's trust store].")(f)
+    f = click.option("--insecure", is_flag=True,
+                     help="--federated superlink without TLS (prints a warning): only for a rehearsal on loopback.")(f)
+    f = click.option("--superlink", default=None, metavar="ADDR",
+                     help="--federated superlink: the SuperLink's Control API (e.g. 127.0.0.1:9093); its SuperNodes "
+                          "load the dataset by partition-id.")(f)
+    return click.option("--federated", type=click.Choice(["simulation", "superlink", "in-process"]), default=None,
+                        help="dataset: measure each batch of coalitions as one federated exact game over them "
+                             "(coalitions federate's FedOpt within each coalition), in Flower's simulation engine, "
+                             "on a SuperLink, or in process (the reference) [default: the oracle's subset models].")(f)
+
+
+def federated_source(dataset: str, opts: dict, settings: dict):
+    """The federated lazy game of ``dataset``: one federated game per batch, the training flags as ``federate``'s.
+
+    ``opts``: the dataset options and training flags (click keys); ``settings``: ``replicates``,
+    ``threads`` and :data:`FEDERATED_KEYS`.
+    """
+    from coalitions.learners.federated.source import FederatedSource
+    from coalitions.learners.training.protocol import FLAG_FIELDS
+
+    opts = dict(opts)
+    training = {FLAG_FIELDS[k]: v for k, v in training_given(opts).items()}
+    mode, address = settings["federated"], settings["superlink"]
+    if (mode == "superlink") != (address is not None):
+        raise co.InputError("--superlink ADDR goes with --federated superlink" if address is not None else
+                            "--federated superlink needs --superlink ADDR (the SuperLink's Control API)")
+    if mode != "superlink" and (settings["insecure"] or settings["root_certificates"]):
+        raise co.InputError("--insecure and --root-certificates are for --federated superlink")
+    options = {k: v for k, v in opts.items() if k in DATASET_OPTIONS and v is not None}
+    with flag_errors(TRAINING_FLAG_OF):
+        return FederatedSource(dataset, options, training, seed=opts.get("seed") or 0,
+                               replicates=settings["replicates"], backend=mode, superlink=address,
+                               threads=settings["threads"] or 1, insecure=settings["insecure"],
+                               root_certificates=settings["root_certificates"])
 
 
 def data_source(dataset: str, opts: dict, settings: dict):

@@ -306,6 +306,82 @@ def test_sites_bootstrap_replicates_equal_the_inprocess_ones_and_the_game_carrie
     assert len(files) == 4
 
 
+#: Coalitions of heart's four hospitals asked in one batch, in no order; sites 2 and 3 are in one each.
+SOME = np.array([0b0011, 0b0001, 0b1001, 0b0010, 0b0110])
+
+
+@pytest.mark.parametrize("training", [FAST, {**FAST, "steps": 4, "patience": 1}])
+def test_a_game_over_some_coalitions_is_the_columns_of_the_whole_game(heart, training):
+    """Each coalition's model trains as it would among all the others: the values and the sites' replicates
+    are the whole game's columns bit for bit (a mean loss over a stack of another size: to float32 rounding)."""
+    p = federated_protocol("binary", training)
+    whole = inprocess_game(heart, p, seed=0, replicates=3)
+    some = inprocess_game(heart, p, seed=0, replicates=3, masks=SOME)
+    assert some["val"].shape == (4, 5) and some["val_replicates"].shape == (3, 4, 5)
+    for key in ("val", "test", "val_replicates"):
+        assert np.array_equal(some[key], whole[key][..., SOME], equal_nan=True), key
+    np.testing.assert_allclose(some["val_loss"], whole["val_loss"][:, SOME], atol=1e-6)
+    if whole["stopped_at"] is not None:
+        assert some["stopped_at"] == [whole["stopped_at"][m - 1] for m in SOME]
+    with pytest.raises(InputError, match="coalition bitmask 16 is not a non-empty coalition of 4 clients"):
+        inprocess_game(heart, p, masks=[3, 16])
+    with pytest.raises(InputError, match="at least one coalition"):
+        inprocess_game(heart, p, masks=[])
+
+
+def test_a_game_over_some_coalitions_of_twenty_sites_needs_no_two_to_the_twenty():
+    """The whole game stops at 12 sites; over chosen coalitions N is bounded by the 64-bit masks."""
+    fed = load("synthetic", clients=20, groups=2, seed=0)
+    p = federated_protocol(fed.task, {"steps": 2})
+    some = inprocess_game(fed, p, seed=0, masks=[1, (1 << 20) - 1])
+    assert some["val"].shape == (20, 2) and np.isnan(some["val"][:, 0]).sum() == 19
+    assert np.isfinite(some["val"][:, 1]).all()
+    with pytest.raises(InputError, match="20 sites: the federated exact game trains 2\\^N - 1 models; use at most 12"):
+        inprocess_game(fed, p)
+
+
+@needs_flwr
+def test_server_over_some_coalitions_asks_only_their_members(heart):
+    """The run config's masks: each site trains the asked coalitions it is in; one in none is never asked."""
+    from coalitions.learners.federated.apps import settings_from_run_config
+    from coalitions.learners.federated.server import measure_game
+
+    ref = inprocess_game(heart, FAST_P, seed=0, replicates=3, masks=SOME[:2])
+    settings, _ = settings_from_run_config({"masks": json.dumps(SOME[:2].tolist())})
+    assert settings.masks == [3, 1]
+    grid = MemoryGrid(HEART_NODES)
+    res = measure_game(grid, _settings(replicates=3, masks=settings.masks), log=lambda s: None)
+    assert res["masks"].tolist() == [3, 1] and res["val"].shape == (4, 2)
+    for key in ("val", "test", "val_loss", "val_replicates"):
+        np.testing.assert_allclose(res[key], ref[key], atol=TOL)
+    hospitals = {100 + k: p["partition-id"] for k, p in enumerate(HEART_NODES)}
+    trained = {hospitals[node] for kind, node in grid.sent_to if kind != "query"}
+    assert trained == {0, 1}          # sites 2 and 3 are in neither coalition
+    with pytest.raises(InputError, match="run config masks must be a non-empty JSON list"):
+        settings_from_run_config({"masks": "[1.5]"})
+
+
+def test_federated_source_measures_batches_as_one(heart):
+    """Two batches give the one batch's values and replicates (paired: the sites' draws depend on seed and site)."""
+    from coalitions.lazy import ValueSource, check_measurement
+    from coalitions.learners.federated.source import FederatedSource
+
+    src = FederatedSource("heart", {}, FAST, seed=0, replicates=3, backend="in-process")
+    assert isinstance(src, ValueSource) and src.clients == heart.names and src.sense == "max"
+    assert src.provenance["protocol"]["steps"] == 2 and "backend" not in src.provenance
+    one = src.measure(SOME)
+    first, second = src.measure(SOME[:2]), src.measure(SOME[2:])
+    check_measurement(one, SOME, 4)
+    assert np.array_equal(np.hstack([first.values, second.values]), one.values, equal_nan=True)
+    assert np.array_equal(np.concatenate([first.replicates, second.replicates], axis=-1), one.replicates,
+                          equal_nan=True)
+    whole = inprocess_game(heart, FAST_P, seed=0, replicates=3)
+    assert np.array_equal(one.values, whole["val"][:, SOME], equal_nan=True)
+    assert src.games_ == 3 and src.trained_ == 10 and src.measure([]).values.shape == (4, 0)
+    with pytest.raises(InputError, match="asked twice"):
+        src.measure([3, 3])
+
+
 @needs_flwr
 def test_server_resumes_from_its_checkpoint_after_a_crash(tmp_path, reference):
     from coalitions.learners.federated.server import measure_game
@@ -567,6 +643,25 @@ def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulate
 
 @needs_flwr
 @pytest.mark.slow
+def test_a_batch_of_coalitions_over_the_simulation_engine_is_the_inprocess_batch(heart):
+    """FederatedSource over Flower (what sample-ce --federated simulation runs per batch): one simulated game over
+    the coalitions asked, sites 2 and 3 in neither, equal to the in-process game over them."""
+    from coalitions.learners.federated.source import FederatedSource
+
+    lines, rounds = [], []
+    src = FederatedSource("heart", {}, FAST, seed=0, replicates=3, backend="simulation", log=lines.append,
+                          progress=lambda done, total: rounds.append((done, total)))
+    m = src.measure(SOME[:2])
+    ref = inprocess_game(heart, FAST_P, seed=0, replicates=3, masks=SOME[:2])
+    np.testing.assert_allclose(m.values, ref["val"], atol=TOL)
+    np.testing.assert_allclose(m.replicates, ref["val_replicates"], atol=TOL)
+    assert src.last_["rounds"] == 2 and src.last_["bytes_sent"] > 0 and src.games_ == 1
+    assert rounds == [(1, 2), (2, 2)] and not any(line.startswith("round ") for line in lines)
+    assert any(line.startswith("sites: Cleveland") for line in lines)
+
+
+@needs_flwr
+@pytest.mark.slow
 def test_a_simulated_federation_with_fewer_sites_fails_naming_them(tmp_path):
     from coalitions.learners.federated.run import federate_simulation
 
@@ -750,6 +845,12 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
         assert rc == 0, err[-3000:]
         assert procs[-1].wait(timeout=60) != 0          # the rogue SuperNode was refused by the SuperLink
         assert "Failed to activate SuperNode" in (tmp_path / "rogue.log").read_text()
+        # a batch of sample-ce --federated superlink on the same deployment: one federated game over the coalitions
+        from coalitions.learners.federated.source import FederatedSource
+
+        batch = FederatedSource("heart", {"hospitals": hospitals}, {"steps": 1, "batch_size": 32}, replicates=0,
+                                backend="superlink", superlink=address, root_certificates=tmp_path / "ca.pem",
+                                wait_s=60, timeout_s=300).measure(np.array([0b11, 0b01]))
     finally:
         for p in procs:
             try:
@@ -766,6 +867,8 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
     np.testing.assert_allclose(co.read_game(out / "game.json").raw_values(), ref["val"], atol=TOL)
     run = json.loads((out / "run.json").read_text())
     assert [s["name"] for s in run["sites"]] == hospitals.split(",") and run["certificate_holds"] is True
+    assert batch.replicates is None                  # the columns of the whole game federate measured there
+    np.testing.assert_allclose(batch.values, co.read_game(out / "game.json").raw_values()[:, [0b11, 0b01]], atol=TOL)
 
 
 # --------------------------------------------------------------------------- the flwr run entry

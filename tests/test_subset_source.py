@@ -148,6 +148,31 @@ def test_sample_ce_on_a_dataset_resumes_from_its_cache(capsys, tmp_path):
     assert rc == 2 and "cache" in err.lower()
 
 
+def test_sample_ce_federated_in_process_is_the_sample_ce_of_the_whole_federated_game(capsys, tmp_path):
+    """--federated: one federated game per batch gives the whole federated game's values and replicates, so the
+    same search, partition and certificate as sample-ce of that game's file."""
+    from conftest import run
+
+    import coalitions as co
+    from coalitions.learners.federated.protocol import federated_protocol, inprocess_game
+    from coalitions.noise import Uncertainty
+    from coalitions.replicates import Replicates
+
+    data = ["--clients", "5", "--groups", "2", "--seed", "1", "--steps", "3", "--local-steps", "2"]
+    fed = load("synthetic", clients=5, groups=2, seed=1)
+    whole = inprocess_game(fed, federated_protocol(fed.task, {"steps": 3, "local_steps": 2}), seed=1, replicates=20)
+    reps = Replicates.from_array(whole["val_replicates"], fed.names, fed.sense)
+    game = co.Game.from_array(whole["val"], fed.names, fed.sense).with_uncertainty(Uncertainty.from_replicates(reps))
+    co.write_game(game, tmp_path / "g.json", reps)
+    ask = ["--budget", "60", "--epsilon", "0.2", "--format", "json"]
+    rc, lazy, err = run(capsys, "sample-ce", "synthetic", *data, "--replicates", "20", "--federated", "in-process", *ask)
+    assert rc in (0, 1), err
+    rc2, full, _ = run(capsys, "sample-ce", tmp_path / "g.json", "--seed", "1", *ask)
+    a, b = json.loads(lazy), json.loads(full)
+    assert rc == rc2 and a["partition"] == b["partition"]
+    assert a["certificate"]["epsilon"] == b["certificate"]["epsilon"]
+
+
 @pytest.mark.parametrize("args,names", [
     (["planted", "--groups", "3,3", "--replicates", "5"], "--replicates is an option of a dataset source"),
     (["planted", "--groups", "3,3", "--clients", "5"], "--clients is an option of a dataset source"),
@@ -155,6 +180,14 @@ def test_sample_ce_on_a_dataset_resumes_from_its_cache(capsys, tmp_path):
     (["synthetic", "--groups", "2,2"], "--groups '2,2': a dataset takes one number of groups"),
     (["synthetic", "--game", "loss"], "--game"),
     (["synthetic", "--local-steps", "2"], "--local-steps"),
+    (["planted", "--groups", "3,3", "--federated", "simulation"], "--federated is an option of a dataset source"),
+    (["synthetic", "--federated", "in-process", "--heads", "personal"],
+     "--heads is a setting of the oracle's subset models, not of --federated in-process"),
+    (["synthetic", "--federated", "superlink"], "--federated superlink needs --superlink ADDR"),
+    (["synthetic", "--superlink", "127.0.0.1:9"], "--superlink goes with --federated superlink"),
+    (["synthetic", "--federated", "simulation", "--insecure"], "--insecure and --root-certificates are for"),
+    (["synthetic", "--federated", "in-process", "--model", "cnn"], "--model cnn: the sites ship flat features"),
+    (["synthetic", "--federated", "in-process", "--replicates", "1"], "--replicates 1: standard errors need"),
 ])
 def test_sample_ce_options_of_another_kind_of_source_exit_2(capsys, args, names):
     from conftest import one_line, run

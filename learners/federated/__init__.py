@@ -27,6 +27,10 @@ Modules
 :mod:`~coalitions.learners.federated.run`
     ``coalitions federate``: ``flwr run`` of that app in Flower's Simulation
     Runtime or on a SuperLink; output files.
+:mod:`~coalitions.learners.federated.source`
+    ``FederatedSource``: the lazy game of ``coalitions sample-ce --federated``,
+    one federated game per batch of coalitions asked (the run config's
+    ``masks``), over the Simulation Runtime, a SuperLink or in process.
 :mod:`~coalitions.learners.federated.personal`
     ``federate --method local|fedavg|fedamp|federico|superfed``: the
     personalised learners as Flower strategies (the server's step) and their

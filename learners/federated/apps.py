@@ -43,7 +43,8 @@ __all__ = ["client_app", "server_app", "make_server_app", "RUN_CONFIG", "setting
 RUN_CONFIG = {"sites": 4, "dataset": "heart", "data-options": "{}", "output": "federated-game",
               "checkpoint": "", "semantics": "personalized", "tol": 1e-9, "wait-s": 120.0,
               "round-timeout-s": 600.0, "retries": 2, "threads": 1, "method": "exact", "method-options": "{}",
-              "exclude-bad-sites": False, "training": "{}", "seed": 0, "replicates": DEFAULT_REPLICATES}
+              "exclude-bad-sites": False, "training": "{}", "seed": 0, "replicates": DEFAULT_REPLICATES,
+              "masks": ""}
 
 
 # --------------------------------------------------------------------------- the site
@@ -212,6 +213,20 @@ def _json_object(c: dict, key: str, what: str = "") -> dict:
     return value
 
 
+def _masks(value) -> list | None:
+    """Run-config ``masks``: ``""`` (every coalition) or a JSON list of coalition bitmasks; else one line."""
+    text = str(value).strip()
+    if not text:
+        return None
+    try:
+        masks = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"run config masks is not JSON ({e.msg})") from None
+    if not isinstance(masks, list) or not masks or not all(type(m) is int for m in masks):
+        raise InputError("run config masks must be a non-empty JSON list of coalition bitmasks (integers)")
+    return masks
+
+
 def settings_from_run_config(rc) -> tuple[Settings, dict]:
     """Server settings and output options from a run config (missing keys take :data:`RUN_CONFIG`)."""
     c = {**RUN_CONFIG, **dict(rc)}
@@ -220,11 +235,13 @@ def settings_from_run_config(rc) -> tuple[Settings, dict]:
     if isinstance(training.get("lr_grid"), list):
         training["lr_grid"] = tuple(training["lr_grid"])
     timeout = float(c["round-timeout-s"])
+    masks = _masks(c["masks"])
     settings = Settings(training=training, seed=int(c["seed"]), sites=int(c["sites"]), dataset=str(c["dataset"]) or None,
                         data_options=options, checkpoint=str(c["checkpoint"]) or None, wait_s=float(c["wait-s"]),
                         round_timeout_s=timeout if timeout > 0 else None, retries=int(c["retries"]),
                         threads=int(c["threads"]), method=str(c["method"]), method_options=method_options,
-                        exclude_bad_sites=bool(c["exclude-bad-sites"]), replicates=int(c["replicates"]))
+                        exclude_bad_sites=bool(c["exclude-bad-sites"]), replicates=int(c["replicates"]),
+                        masks=masks)
     return settings, {"output": str(c["output"]), "semantics": str(c["semantics"]), "tol": float(c["tol"])}
 
 
@@ -263,10 +280,17 @@ def _set_aside_checkpoint(settings: Settings, log) -> None:
 def _measure_once(grid: Grid, settings: Settings, output: str, semantics: str, tol: float, log,
                   progress) -> list[str]:
     """The ServerApp's work for ``settings.method``: the exact game, or a personalised learner's estimate."""
-    from coalitions.learners.federated.outputs import write_outputs, write_personal_outputs
+    from coalitions.learners.federated.outputs import write_measurement, write_outputs, write_personal_outputs
 
+    if settings.masks is not None and settings.method != "exact":
+        raise InputError(f"run config masks: the coalitions to train are for method exact, not {settings.method}")
+    if settings.masks is not None and settings.exclude_bad_sites:
+        raise InputError("run config masks: the coalitions name sites by their order; a site left out would "
+                         "renumber them (exclude-bad-sites is for the game over all coalitions)")
     if settings.method == "exact":
         result = measure_game(grid, settings, log=log, progress=progress)
+        if settings.masks is not None:     # some coalitions: their values, no game
+            return write_measurement(result, settings, output)
         return write_outputs(result, settings, output, semantics, tol)
     if settings.method == "spo":
         from coalitions.learners.federated.spo import run_spo

@@ -7,17 +7,23 @@ and the ServerApp (:mod:`coalitions.learners.federated.apps`); see docs/federate
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import coalitions as co
 from coalitions import io as cio
 from coalitions.errors import InputError
 from coalitions.learners.federated.server import Settings
 
-__all__ = ["FILES", "PERSONAL_FILES", "write_outputs", "write_personal_outputs"]
+__all__ = ["FILES", "PERSONAL_FILES", "MEASUREMENT_FILES", "write_outputs", "write_personal_outputs",
+           "write_measurement", "read_measurement"]
 
 FILES = ("game.json", "game-test.json", "equilibrium.json", "run.json")
 #: What a personalised method over Flower writes (docs/federated.md).
 PERSONAL_FILES = ("estimate.json", "run.json")
+#: What the exact game over chosen coalitions writes (run config ``masks``; ``sample-ce --federated``).
+MEASUREMENT_FILES = ("measurement.npz", "run.json")
+#: The arrays of ``measurement.npz``.
+MEASUREMENT_ARRAYS = ("masks", "val", "test", "val_loss", "val_replicates")
 
 
 def _excluded(settings: Settings) -> dict:
@@ -107,3 +113,46 @@ def write_personal_outputs(learner, record: dict, settings: Settings, output) ->
            "files": list(PERSONAL_FILES), "threads": settings.threads, **_excluded(settings)}
     cio.write_json(run, out / "run.json")
     return [str(out / f) for f in PERSONAL_FILES]
+
+
+def write_measurement(result: dict, settings: Settings, output) -> list[str]:
+    """Write the values of a game over chosen coalitions (``measurement.npz``) and the run record.
+
+    ``measurement.npz`` holds ``masks`` ``(k,)`` (int64), ``val``, ``test``, ``val_loss``
+    ``(N, k)`` and, with replicates, ``val_replicates`` ``(B, N, k)`` (float64, NaN where the site
+    is not a member), exactly as the server checked and assembled them; ``run.json`` the sites,
+    the protocol, the traffic and the client names (no equilibrium: the game is not whole).
+    """
+    import numpy as np
+
+    out = Path(output)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{out}: cannot create the output folder ({e.strerror})") from None
+    arrays: dict[str, Any] = {k: np.asarray(result[k]) for k in MEASUREMENT_ARRAYS if result.get(k) is not None}
+    with open(out / "measurement.npz", "wb") as f:
+        np.savez(f, **arrays)
+    sites = [{k: d[k] for k in ("name", "n-train", "n-val", "n-test")} for d in result["sites"]]
+    record = {"rounds": result["rounds"], "communication_rounds": result["communication_rounds"],
+              "bytes_sent": result["bytes_sent"], "bytes_received": result["bytes_received"],
+              "messages": result["messages"], "names": list(result["names"]), "task": result["task"],
+              "metric": result["metric"], "sites": sites, "coalitions": int(len(result["masks"])),
+              "seconds": round(result["seconds"], 3), "flower_version": result["flower_version"],
+              "protocol": {**result["protocol"], "seed": result["seed"], "aggregation": "fedopt-within-coalition"},
+              "replicates": int(settings.replicates), "files": list(MEASUREMENT_FILES), "version": co.__version__,
+              **_excluded(settings)}
+    cio.write_json(record, out / "run.json")
+    return [str(out / f) for f in MEASUREMENT_FILES]
+
+
+def read_measurement(output) -> tuple[dict, dict]:
+    """The arrays of ``measurement.npz`` and the record of ``run.json`` that :func:`write_measurement` wrote."""
+    import json
+
+    import numpy as np
+
+    out = Path(output)
+    with np.load(out / "measurement.npz", allow_pickle=False) as z:
+        arrays = {k: np.array(z[k]) for k in z.files}
+    return arrays, json.loads((out / "run.json").read_text(encoding="utf-8"))

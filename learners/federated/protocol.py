@@ -60,12 +60,14 @@ import numpy as np
 
 from coalitions.errors import InputError
 
-__all__ = ["federated_protocol", "check_training", "game_rounds", "coalition_masks", "site_masks",
+__all__ = ["federated_protocol", "check_training", "game_rounds", "coalition_masks", "site_masks", "game_masks",
            "initial_params", "local_round", "aggregate", "GameServer", "evaluate_models", "evaluate_replicates", "inprocess_game",
            "payload_bytes", "refuse_tuning_split"]
 
 #: The models a site can train from flat features (no image shape reaches the server).
 FLAT_MODELS = ("linear", "logistic", "mlp")
+#: Most sites of the federated game over all coalitions (``2^N − 1`` models).
+MAX_SITES = 12
 
 
 def refuse_tuning_split(protocol) -> None:
@@ -149,10 +151,32 @@ def coalition_masks(n: int) -> np.ndarray:
     return np.arange(1, 1 << n, dtype=np.int64)
 
 
-def site_masks(n: int, i: int) -> np.ndarray:
-    """The coalitions site ``i`` belongs to, ascending (``2^{n-1}`` of them)."""
-    m = coalition_masks(n)
+def site_masks(n: int, i: int, masks=None) -> np.ndarray:
+    """The coalitions site ``i`` belongs to: of all of them, ascending (``2^{n-1}``), or of ``masks``, in their order."""
+    m = coalition_masks(n) if masks is None else np.asarray(masks, dtype=np.int64)
     return m[(m >> i) & 1 == 1]
+
+
+def game_masks(n: int, masks=None) -> np.ndarray:
+    """The coalitions a federated game trains: all ``2^n − 1`` (``masks=None``; at most 12 sites), or ``masks``.
+
+    ``masks``: distinct non-empty coalitions of the ``n`` sites (int64 bitmasks, at most 62 sites), kept
+    in their order; anything else is an :class:`~coalitions.errors.InputError` (one line).
+    """
+    from coalitions.lazy import MAX_LAZY_CLIENTS, check_masks
+
+    if masks is None:
+        if n > MAX_SITES:
+            raise InputError(f"{n} sites: the federated exact game trains 2^N - 1 models; use at most {MAX_SITES} "
+                             "(or ask for some coalitions: coalitions sample-ce --federated)")
+        return coalition_masks(n)
+    if n > MAX_LAZY_CLIENTS:
+        raise InputError(f"{n} sites: coalitions are 64-bit bitmasks; a federated game over chosen coalitions "
+                         f"holds at most {MAX_LAZY_CLIENTS}")
+    game = check_masks(masks, n)
+    if not game.size:
+        raise InputError("a federated game over chosen coalitions needs at least one coalition")
+    return game
 
 
 def payload_bytes(arrays: dict) -> int:
@@ -249,15 +273,23 @@ class GameServer:
     spec : ModelSpec
     protocol : TrainingProtocol
     n : int
-        Sites; the coalitions are ``1 .. 2^n − 1`` (row ``k`` = coalition ``k + 1``).
+        Sites.
     sizes, val_sizes : sequence of int
         Each site's training and validation sample counts.
     seed : int
         Draws the initial parameters (:func:`initial_params`).
+    masks : sequence of int, optional
+        The coalitions to train (:func:`game_masks`): ``None`` for all ``1 .. 2^n − 1`` (row ``k`` =
+        coalition ``k + 1``), else these, row ``k`` = ``masks[k]``.  A coalition's model does not
+        depend on the others trained beside it (its own initial parameters, its members' minibatch
+        orders, its own optimiser state and early stop), so a game over some coalitions gives the
+        columns of the game over all of them.
 
     Attributes
     ----------
-    params : dict of str -> ndarray (2^n − 1, ...)
+    masks : ndarray of int64
+        The coalitions, one per row.
+    params : dict of str -> ndarray (len(masks), ...)
         float32 coalition models after :attr:`round` server steps.
     state : dict
         The protocol's stacked optimiser state (:class:`~coalitions.learners.training.protocol.Scheduled`).
@@ -265,7 +297,7 @@ class GameServer:
         Per-coalition patience (``protocol.patience``).
     """
 
-    def __init__(self, spec, protocol, n: int, sizes, val_sizes, seed: int):
+    def __init__(self, spec, protocol, n: int, sizes, val_sizes, seed: int, masks=None):
         import torch
 
         from coalitions.learners.game.masks import membership
@@ -274,7 +306,8 @@ class GameServer:
 
         refuse_tuning_split(protocol)
         self.spec, self.protocol, self.n = spec, protocol, int(n)
-        self.masks = coalition_masks(self.n)
+        self.masks = game_masks(self.n, masks)
+        self.rows = {int(m): k for k, m in enumerate(self.masks)}
         self.sizes = [int(x) for x in sizes]
         self.val_sizes = np.asarray(val_sizes, dtype=np.float64)
         self.rounds = game_rounds(protocol)
@@ -287,9 +320,17 @@ class GameServer:
         self.active = np.ones(len(self.masks), dtype=bool)
 
     # -- what the sites get
+    def site_masks(self, i: int) -> np.ndarray:
+        """The coalitions of this game that site ``i`` belongs to, in row order (none: the site trains nothing)."""
+        return site_masks(self.n, i, self.masks)
+
+    def site_rows(self, i: int) -> np.ndarray:
+        """The rows of :meth:`site_masks`."""
+        return np.flatnonzero((self.masks >> i) & 1 == 1)
+
     def site_params(self, i: int) -> dict:
-        """The current models of site ``i``'s coalitions, ``(2^{n-1}, ...)`` each."""
-        rows = site_masks(self.n, i) - 1
+        """The current models of site ``i``'s coalitions, ``(len(site_masks(i)), ...)`` each."""
+        rows = self.site_rows(i)
         return {k: v[rows] for k, v in self.params.items()}
 
     @property
@@ -306,8 +347,8 @@ class GameServer:
     def record_losses(self, losses: dict) -> None:
         """Feed each coalition's pooled validation loss of the current models to its early stop.
 
-        ``losses``: site index -> ``(2^{n-1},)`` mean validation losses of its coalitions' models (as
-        :meth:`site_params` sent them).
+        ``losses``: site index -> mean validation losses of its coalitions' models (as
+        :meth:`site_params` sent them); a site in none of the coalitions may be left out.
         """
         import torch
 
@@ -317,7 +358,7 @@ class GameServer:
             raise ValueError("record_losses needs a protocol with patience")
         per_client = np.zeros((len(self.masks), self.n))
         for i, values in losses.items():
-            per_client[site_masks(self.n, i) - 1, i] = values
+            per_client[self.site_rows(i), i] = values
         pooled = pooled_validation_loss(torch.as_tensor(per_client), torch.as_tensor(self.member),
                                         torch.as_tensor(self.val_sizes))
         active = self.stop.update(pooled, {k: torch.as_tensor(v) for k, v in self.params.items()}, self.round)
@@ -411,22 +452,27 @@ def validation_losses(spec, task: str, params: dict, X, y) -> np.ndarray:
         return loss_function(task)(out, torch.as_tensor(np.array(y))).double().mean(dim=1).numpy()
 
 
-def inprocess_game(federation, protocol=None, seed: int = 0, threads: int | None = 1, replicates: int = 0):
+def inprocess_game(federation, protocol=None, seed: int = 0, threads: int | None = 1, replicates: int = 0,
+                   masks=None):
     """The federated game computed in one process: the reference of the Flower one.
 
     Same protocol, same functions (:func:`local_round`, :class:`GameServer`,
     :func:`validation_losses`, :func:`evaluate_models`) as the Flower app; only the network is
     missing.  ``protocol``: a :class:`~coalitions.learners.training.protocol.TrainingProtocol`
-    (default: :func:`federated_protocol` of the federation's task).
+    (default: :func:`federated_protocol` of the federation's task).  ``masks``: the coalitions to
+    train (:func:`game_masks`; ``None``: all ``2^N − 1``, at most 12 sites).
 
     Returns
     -------
     dict
-        ``val``, ``test``, ``val_loss`` ``(N, 2^N)`` (NaN where ``i ∉ S``); ``params``
-        (``(2^N − 1, ...)``, row ``k`` = coalition ``k + 1``: the models scored); ``rounds``
-        (server steps run) and ``stopped_at`` (per coalition, or ``None`` without patience);
-        with ``replicates`` ``B > 0``, ``val_replicates`` ``(B, N, 2^N)``: each site's values on
-        ``B`` resamples of its validation rows (:func:`~coalitions.learners.game.bootstrap.site_draws`).
+        ``val``, ``test``, ``val_loss`` ``(N, 2^N)`` (column ``S`` = coalition ``S``; NaN where
+        ``i ∉ S``), or ``(N, k)`` with ``masks`` (column ``j`` = ``masks[j]``); ``params`` (one
+        row per coalition, row ``k`` = coalition ``k + 1`` or ``masks[k]``: the models scored);
+        ``masks`` (the coalitions, one per row); ``rounds`` (server steps run) and ``stopped_at``
+        (per coalition, or ``None`` without patience); with ``replicates`` ``B > 0``,
+        ``val_replicates`` ``(B, N, 2^N)`` or ``(B, N, k)``: each site's values on ``B`` resamples
+        of its validation rows (:func:`~coalitions.learners.game.bootstrap.site_draws`, which
+        depend on the seed and the site only: paired across games).
     """
     import torch
 
@@ -434,46 +480,51 @@ def inprocess_game(federation, protocol=None, seed: int = 0, threads: int | None
     from coalitions.learners.training.models import make_model
 
     fed = federation
-    if fed.n > 12:
-        raise InputError(f"{fed.n} clients: the federated exact game trains 2^N - 1 models; use at most 12")
+    game = game_masks(fed.n, masks)
     protocol = federated_protocol(fed.task) if protocol is None else protocol
+    width = 1 << fed.n if masks is None else len(game)
     before = torch.get_num_threads()
     try:
         if threads is not None:
             torch.set_num_threads(int(threads))
         spec = make_model(protocol.model, fed.input_shape, fed.n_outputs, hidden=protocol.hidden)
         flat = [(c.train.X, c.val.X, c.test.X) for c in fed.clients]
-        server = GameServer(spec, protocol, fed.n, fed.sizes("train"), fed.sizes("val"), seed)
+        server = GameServer(spec, protocol, fed.n, fed.sizes("train"), fed.sizes("val"), seed, masks=game)
+        asked = [i for i in range(fed.n) if len(server.site_rows(i))]    # a site in no coalition is not asked
         while not server.finished:
             if server.scores_losses:
                 server.record_losses({i: validation_losses(spec, fed.task, server.site_params(i), flat[i][1],
-                                                           c.val.y) for i, c in enumerate(fed.clients)})
+                                                           fed.clients[i].val.y) for i in asked})
                 if server.finished:
                     break
             updates = {}
-            for i, c in enumerate(fed.clients):
+            for i in asked:
+                c = fed.clients[i]
                 out = local_round(spec, fed.task, server.site_params(i), flat[i][0], c.train.y, protocol,
                                   server.round, i, seed)
-                for j, mask in enumerate(site_masks(fed.n, i)):
+                for j, mask in enumerate(server.site_masks(i)):
                     updates[(int(mask), i)] = {k: v[j] for k, v in out.items()}
             server.apply(updates)
         last = server.round
         if server.stop is not None and server.active.any():   # the last step's models, scored as every step's
-            server.record_losses({i: validation_losses(spec, fed.task, server.site_params(i), flat[i][1], c.val.y)
-                                  for i, c in enumerate(fed.clients)})
+            server.record_losses({i: validation_losses(spec, fed.task, server.site_params(i), flat[i][1],
+                                                       fed.clients[i].val.y) for i in asked})
         final = server.final_params()
-        out = {key: np.full((fed.n, 1 << fed.n), np.nan) for key in ("val", "test", "val_loss")}
-        for i, c in enumerate(fed.clients):
-            mine = site_masks(fed.n, i)
-            sub = {k: v[mine - 1] for k, v in final.items()}
-            out["val"][i, mine], out["val_loss"][i, mine] = evaluate_models(spec, fed.task, fed.metric, sub,
+        out = {key: np.full((fed.n, width), np.nan) for key in ("val", "test", "val_loss")}
+        if replicates:
+            out["val_replicates"] = np.full((replicates, fed.n, width), np.nan)
+        for i in asked:
+            c = fed.clients[i]
+            rows = server.site_rows(i)
+            cols = game[rows] if masks is None else rows
+            sub = {k: v[rows] for k, v in final.items()}
+            out["val"][i, cols], out["val_loss"][i, cols] = evaluate_models(spec, fed.task, fed.metric, sub,
                                                                             flat[i][1], c.val.y)
-            out["test"][i, mine], _ = evaluate_models(spec, fed.task, fed.metric, sub, flat[i][2], c.test.y)
+            out["test"][i, cols], _ = evaluate_models(spec, fed.task, fed.metric, sub, flat[i][2], c.test.y)
             if replicates:
                 draws = site_draws(c.val.y, fed.metric, replicates, seed, i)
-                out.setdefault("val_replicates", np.full((replicates, fed.n, 1 << fed.n), np.nan))
-                out["val_replicates"][:, i, mine] = evaluate_replicates(spec, fed.metric, sub, flat[i][1], c.val.y,
+                out["val_replicates"][:, i, cols] = evaluate_replicates(spec, fed.metric, sub, flat[i][1], c.val.y,
                                                                         draws)
     finally:
         torch.set_num_threads(before)
-    return {**out, "params": final, "rounds": last, "stopped_at": server.stopped_at()}
+    return {**out, "params": final, "masks": game, "rounds": last, "stopped_at": server.stopped_at()}

@@ -45,7 +45,7 @@ def federate_simulation(dataset: str, data_options: dict, training: dict, output
                         cpus: int | None = None, log=None, progress=None, method: str = "exact",
                         method_options: dict | None = None, exclude_bad_sites: bool = False,
                         supernodes: int | None = None, wait_s: float = 120.0,
-                        replicates: int = DEFAULT_REPLICATES) -> dict:
+                        replicates: int = DEFAULT_REPLICATES, masks=None) -> dict:
     """Measure the game of ``dataset`` in Flower's Simulation Runtime; returns ``run.json``'s record.
 
     The way Flower runs a simulation since ``run_simulation`` was deprecated:
@@ -65,6 +65,8 @@ def federate_simulation(dataset: str, data_options: dict, training: dict, output
     (default ``N``) and ``wait_s`` rehearse a federation that lacks sites: the
     server waits ``wait_s`` seconds for the missing ones, then the run fails
     (an :class:`~coalitions.errors.InputError` naming the sites that came).
+    ``masks``: train only these coalitions (the run config's ``masks``); the ServerApp then writes
+    ``measurement.npz`` and ``run.json`` (:func:`~coalitions.learners.federated.outputs.write_measurement`).
     """
     if dataset == "csv":
         n = len(data_options.get("schemas", ()))
@@ -73,7 +75,7 @@ def federate_simulation(dataset: str, data_options: dict, training: dict, output
 
         n = load(dataset, **data_options).n     # checks the options before anything starts
     run_config = _run_config(training, seed, n, dataset, data_options, output, checkpoint, semantics, tol, wait_s,
-                             threads, method, method_options, exclude_bad_sites, replicates)
+                             threads, method, method_options, exclude_bad_sites, replicates, masks)
     nodes = n if supernodes is None else int(supernodes)
     n_cpus = max(1, min(nodes, cpus or os.cpu_count() or 1))
     federation = f"num-supernodes={nodes} client-resources-num-cpus=1 client-resources-num-gpus=0 init-args-num-cpus={n_cpus}"
@@ -227,11 +229,13 @@ def _group_alive(group: int) -> bool:
 
 def _run_config(training: dict, seed: int, sites: int, dataset: str | None, data_options: dict | None, output,
                 checkpoint, semantics: str, tol: float, wait_s: float, threads: int, method: str,
-                method_options: dict | None, exclude_bad_sites: bool, replicates: int = DEFAULT_REPLICATES) -> dict:
+                method_options: dict | None, exclude_bad_sites: bool, replicates: int = DEFAULT_REPLICATES,
+                masks=None) -> dict:
     """The app's run config (``--run-config``) for these settings; paths made absolute.
 
     ``training``: the training flags given (protocol field -> value), as JSON; the server turns
-    them into the run's protocol once the sites have told it their task.
+    them into the run's protocol once the sites have told it their task.  ``masks``: the coalitions
+    to train, a JSON list (``""``: all of them).
     """
     return {"training": json.dumps(training, sort_keys=True), "seed": int(seed), "sites": int(sites),
             "dataset": dataset or "",
@@ -240,7 +244,8 @@ def _run_config(training: dict, seed: int, sites: int, dataset: str | None, data
             "tol": float(tol), "wait-s": float(wait_s), "round-timeout-s": 600.0, "retries": 2,
             "threads": int(threads), "method": method,
             "method-options": json.dumps(method_options or {}, sort_keys=True),
-            "exclude-bad-sites": bool(exclude_bad_sites), "replicates": int(replicates)}
+            "exclude-bad-sites": bool(exclude_bad_sites), "replicates": int(replicates),
+            "masks": "" if masks is None else json.dumps([int(m) for m in masks])}
 
 
 def _read_run(out: Path, error: str, code: int, where: str) -> dict:
@@ -385,7 +390,7 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
                        tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, timeout_s: float | None = None,
                        insecure: bool = False, root_certificates=None, method: str = "exact",
                        method_options: dict | None = None, exclude_bad_sites: bool = False,
-                       replicates: int = DEFAULT_REPLICATES) -> dict:
+                       replicates: int = DEFAULT_REPLICATES, masks=None) -> dict:
     """Submit the app to the SuperLink whose Control API listens at ``address``; wait; read ``run.json``.
 
     ``sites`` SuperNodes must connect; ``dataset`` is the loader they use
@@ -403,7 +408,7 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
     _reachable(address)
     out = Path(output).resolve()
     run_config = _run_config(training, seed, sites, dataset, data_options, out, checkpoint, semantics, tol, wait_s, threads,
-                             method, method_options, exclude_bad_sites, replicates)
+                             method, method_options, exclude_bad_sites, replicates, masks)
     (out / "run.json").unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="coalitions-federate-") as tmp:
         app_dir = write_app(Path(tmp) / "app", run_config)

@@ -23,6 +23,10 @@ with three message types (Flower's Message API):
     validation loss); under patience a first ``evaluate`` scores the last
     step's models, then the best ones are scored.
 
+With :attr:`Settings.masks` the game trains only those coalitions (``sample-ce --federated``: one
+game per batch of coalitions asked); each site gets the models of the asked coalitions it belongs
+to, and a site in none of them is only described.
+
 After every round the coalition models, the optimiser's state, the early stop's
 record and the traffic counters are written to a checkpoint; a server started again with the same sites and settings
 resumes after the last finished round.  A site that does not answer (lost,
@@ -47,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coalitions.errors import InputError
-from coalitions.learners.federated.protocol import GameServer, federated_protocol, site_masks
+from coalitions.learners.federated.protocol import GameServer, federated_protocol, game_masks
 from coalitions.learners.federated.replies import check_arrays, check_metrics
 
 __all__ = ["Settings", "Stopped", "measure_game", "round_line"]
@@ -98,6 +102,10 @@ class Settings:
     replicates : int
         Bootstrap replicates of each site's validation rows for the game's standard errors
         (``exact`` only; 0: none).
+    masks : list of int or None
+        ``exact``: the coalitions to train (distinct non-empty bitmasks of the ordered sites, at most 62
+        sites); ``None``: all ``2^N − 1`` (at most 12 sites).  A site in none of them is described but
+        never asked to train or evaluate.
     excluded : dict
         The sites left out so far: site name (or ``"node ID"`` when the site's
         description itself was refused) -> the reason; recorded in the outputs.
@@ -120,6 +128,7 @@ class Settings:
     excluded: dict = field(default_factory=dict)
     excluded_nodes: set = field(default_factory=set)
     replicates: int = 0
+    masks: list | None = None
 
     def protocol_for(self, task: str):
         """The run's :class:`~coalitions.learners.training.protocol.TrainingProtocol` for the sites' ``task``."""
@@ -381,33 +390,44 @@ def _site_config(link, protocol, seed: int, task: str, mine, **extra) -> dict:
             "masks": [int(m) for m in mine], "task": task, **extra}
 
 
+def _columns(server: GameServer, i: int, every: bool) -> np.ndarray:
+    """The columns of site ``i``'s coalitions in the game's arrays: the coalitions themselves (all of
+    them, ``(N, 2^N)``) or their rows (some, ``(N, k)``)."""
+    rows = server.site_rows(i)
+    return server.masks[rows] if every else rows
+
+
 def _evaluate(link, names, server: GameServer, params: dict, protocol, seed: int, task: str, metric: str,
-              group: str, replicates: int = 0) -> dict:
-    """One ``evaluate`` exchange of ``params``: ``val``, ``test`` and ``val_loss`` ``(N, 2^N)`` arrays.
+              group: str, replicates: int = 0, every: bool = True) -> dict:
+    """One ``evaluate`` exchange of ``params``: ``val``, ``test`` and ``val_loss`` ``(N, 2^N)`` arrays
+    (``every``: the game of all coalitions), else ``(N, k)``, column ``j`` = ``server.masks[j]``.
 
     With ``replicates`` ``B > 0`` each site also re-scores its models on ``B`` resamples of its
     validation rows (:func:`~coalitions.learners.game.bootstrap.site_draws`): ``val_replicates``
-    ``(B, N, 2^N)``.
+    ``(B, N, 2^N)`` or ``(B, N, k)``.  A site in none of the coalitions is not asked.
     """
     from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
     from coalitions.learners.federated.replies import check_losses
 
     n = len(names)
+    width = 1 << n if every else len(server.masks)
     contents = {}
     extra = {"replicates": int(replicates)} if replicates else {}
-    for i, name in enumerate(names):
-        mine = site_masks(n, i)
-        contents[name] = RecordDict({"models": ArrayRecord([v[mine - 1] for v in params.values()]),
-                                     "config": ConfigRecord(_site_config(link, protocol, seed, task, mine,
-                                                                         metric=metric, **extra,
-                                                                         **{"site-index": i}))})
+    asked = [i for i in range(n) if len(server.site_rows(i))]
+    for i in asked:
+        mine, rows = server.site_masks(i), server.site_rows(i)
+        contents[names[i]] = RecordDict({"models": ArrayRecord([v[rows] for v in params.values()]),
+                                         "config": ConfigRecord(_site_config(link, protocol, seed, task, mine,
+                                                                             metric=metric, **extra,
+                                                                             **{"site-index": i}))})
     replies = link.ask(contents, "evaluate", group)
-    out = {key: np.full((n, 1 << n), np.nan) for key in ("val", "test", "val_loss")}
+    out = {key: np.full((n, width), np.nan) for key in ("val", "test", "val_loss")}
     if replicates:
-        out["val_replicates"] = np.full((replicates, n, 1 << n), np.nan)
-    for i, name in enumerate(names):
-        mine = site_masks(n, i)
+        out["val_replicates"] = np.full((replicates, n, width), np.nan)
+    for i in asked:
+        name = names[i]
+        mine = _columns(server, i, every)
         rec = _record(replies[name], "metrics", name, link.nodes[name], "metric_records")
         out["val"][i, mine] = check_metrics(rec.get("val", []), metric, name, len(mine), "validation values")
         out["test"][i, mine] = check_metrics(rec.get("test", []), metric, name, len(mine), "test values")
@@ -426,7 +446,8 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
     -------
     dict
         ``names``, ``task``, ``metric``, ``val``, ``test`` and ``val_loss`` ``(N, 2^N)``
-        arrays, ``val_replicates`` ``(B, N, 2^N)`` with :attr:`Settings.replicates`, ``sites`` (their descriptions), ``protocol`` (the training protocol, JSON),
+        arrays, ``val_replicates`` ``(B, N, 2^N)`` with :attr:`Settings.replicates` (with
+        :attr:`Settings.masks`: ``(N, k)`` and ``(B, N, k)``, column ``j`` = ``masks[j]``, and ``masks``), ``sites`` (their descriptions), ``protocol`` (the training protocol, JSON),
         ``rounds`` (server steps run), ``stopped_at`` (per coalition under patience),
         ``communication_rounds`` (with the describe and evaluate exchanges),
         ``bytes_sent``, ``bytes_received``, ``messages``, ``resumed_from``, ``seconds``.
@@ -447,8 +468,7 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
     sites = _check_sites(link.descriptions)
     names = [d["name"] for d in sites]
     n = len(sites)
-    if n > 12:
-        raise InputError(f"{n} sites: the federated exact game trains 2^N - 1 models; use at most 12")
+    masks = game_masks(n, settings.masks)        # all of them: at most 12 sites
     log("sites: " + ", ".join(f"{d['name']} ({d['n-train']} train)" for d in sites))
     first = sites[0]
     task, metric = first["task"], first["metric"]
@@ -456,10 +476,14 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
     n_outputs = n_classes if task == "multiclass" else 1
     p, seed = settings.protocol_for(task), int(settings.seed)
     spec = make_model(p.model, tuple(first["input-shape"]), n_outputs, hidden=p.hidden)
-    server = GameServer(spec, p, n, [d["n-train"] for d in sites], [d["n-val"] for d in sites], seed)
+    every = settings.masks is None
+    server = GameServer(spec, p, n, [d["n-train"] for d in sites], [d["n-val"] for d in sites], seed,
+                        masks=None if every else masks)
+    asked = [i for i in range(n) if len(server.site_rows(i))]     # a site in none of the coalitions trains nothing
     start = 0
     key = fingerprint({"protocol": p.to_json(), "seed": seed, "sites": sites, "dataset": settings.dataset,
-                       "data_options": settings.data_options, "model": spec.kind, "game": "fedopt"})
+                       "data_options": settings.data_options, "model": spec.kind, "game": "fedopt",
+                       **({} if every else {"masks": [int(m) for m in masks]})})
     if settings.checkpoint:
         loaded = load_state(settings.checkpoint, key, "cpu")
         if loaded is not None:
@@ -473,16 +497,16 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
         began, sent, received = time.perf_counter(), link.sent, link.received
         scoring = server.scores_losses
         contents = {}
-        for i, name in enumerate(names):
-            mine = site_masks(n, i)
+        for i in asked:
+            name, mine = names[i], server.site_masks(i)
             cfg = _site_config(link, p, seed, task, mine, round=r, **{"site-index": i, "score-val": scoring})
             arrays = ArrayRecord(list(server.site_params(i).values()))
             contents[name] = RecordDict({"models": arrays, "config": ConfigRecord(cfg)})
         replies = link.ask(contents, "train", f"round-{r + 1}")
         exchanges += 1
         updates, losses = {}, {}
-        for i, name in enumerate(names):
-            mine = site_masks(n, i)
+        for i in asked:
+            name, mine = names[i], server.site_masks(i)
             out = check_arrays(_arrays(replies[name], "models", name, link.nodes[name]),
                                [(len(mine), *v.shape[1:]) for v in server.params.values()], name,
                                f"round-{r + 1} models")
@@ -505,11 +529,13 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
         if progress is not None:
             progress(server.round, server.rounds)
     if server.stop is not None and server.active.any():    # the last step's models, scored as every step's
-        last = _evaluate(link, names, server, server.params, p, seed, task, metric, "last")
+        last = _evaluate(link, names, server, server.params, p, seed, task, metric, "last", every=every)
         exchanges += 1
-        server.record_losses({i: last["val_loss"][i, site_masks(n, i)] for i in range(n)})
+        server.record_losses({i: last["val_loss"][i, _columns(server, i, every)] for i in asked})
     result = _evaluate(link, names, server, server.final_params(), p, seed, task, metric, "final",
-                       settings.replicates)
+                       settings.replicates, every)
+    if not every:
+        result["masks"] = masks
     return {"names": names, "task": task, "metric": metric, **result, "sites": sites,
             "protocol": p.to_json(), "seed": seed, "rounds": server.round, "stopped_at": server.stopped_at(),
             "communication_rounds": exchanges + 2, "bytes_sent": int(link.sent),

@@ -25,6 +25,8 @@ of a request one task.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from coalitions.errors import InputError
@@ -129,8 +131,8 @@ class SubsetSource:
         self.sense = "min" if game == "loss" else fed.sense
         self.backend_: dict = dict(o.backend_)
         self.trained_ = 0
-        self._trainer = None
-        self._moments = None
+        self._trainer: Any = None     # the ChunkTrainer, built at the first request trained here
+        self._moments: Any = None     # each client's resampled moments (closed form), once per source
 
     # ------------------------------------------------------------------ measuring
     def measure(self, masks):
