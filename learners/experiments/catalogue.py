@@ -24,7 +24,7 @@ Examples
 (['few', 'many'], (0,))
 >>> digits = EXPERIMENTS["digits"]
 >>> digits.protocol_for(quick=True).steps, digits.protocol_for(quick=False).steps
-(40, 200)
+(40, 300)
 """
 
 from __future__ import annotations
