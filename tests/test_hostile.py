@@ -558,9 +558,12 @@ def test_standard_output_errors_are_one_line(tmp_path):
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
 def test_a_signal_inside_a_write_leaves_nothing_behind(tmp_path, sig, code, word):
     script = textwrap.dedent(f"""
-        import os, sys, time
+        import os, signal, sys, time
         import numpy as np
         from coalitions import cli
+
+        # as in a foreground terminal, whatever this test's runner inherited (a background job ignores SIGINT)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
         def slow(f, **arrays):  # the signal arrives half way through writing the archive
             f.write(b"PK half an archive")
