@@ -163,8 +163,11 @@ def test_cli_oracle_on_ray_resumes_after_the_driver_is_stopped(tmp_path):
     args = ["oracle", "digits", "--clients", "6", "--model", "logistic", "--steps", str(RESUME_STEPS),
             "--backend", "ray", "--checkpoint", str(ck), "-o", str(out)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    # the child takes Ctrl-C as a foreground process does, whatever this runner inherited (a background job
+    # ignores SIGINT, and the child would inherit that)
     p = subprocess.Popen([sys.executable, "-m", "coalitions.cli", *args], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600
     while not ck.exists() and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
