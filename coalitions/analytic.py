@@ -58,7 +58,7 @@ FEDERATIONS = ("uniform", "coarse", "fine")
 def masked_sums(weights: np.ndarray, masks: np.ndarray) -> np.ndarray:
     """``out[k] = Σ_{j ∈ masks[k]} weights[j]`` for any masks, summed in ascending ``j``.
 
-    The additions run in the order of :func:`_subset_sums` (``((0 + w_a) + w_b) + …`` over the
+    The additions run in the order of ``_subset_sums`` (``((0 + w_a) + w_b) + …`` over the
     members ``a < b < …``), so a lazy game and its exhaustive table agree bit for bit.
     """
     masks = np.asarray(masks, dtype=np.int64)

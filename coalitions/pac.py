@@ -14,7 +14,7 @@ holds with confidence ``1 − δ``: the blocking share is at most ``ε`` (Cloppe
 *Biometrika* 26:404, 1934).  With no blocker it is ``1 − δ^{1/m}``, so
 ``m = ⌈ln δ / ln(1 − ε)⌉`` draws certify ``ε`` when none blocks.
 
-The distributions ``D`` (:data:`DISTRIBUTIONS`):
+The distributions ``D`` (``DISTRIBUTIONS``):
 
 * ``"uniform-size"`` (default): a size ``s`` uniform in ``2..N``, then a uniform subset of
   that size: ``D(C) = 1 / ((N − 1)·C(N, |C|))`` for ``|C| ≥ 2`` (singletons are checked

@@ -84,7 +84,7 @@ def closed_form_replicates(fed: Federation, W: np.ndarray, draws, masks=None, mo
     """``(B, N, 2^N)`` validation MSE of each subset model on each bootstrap resample (NaN outside).
 
     With ``masks`` (and ``W`` from :func:`closed_form_weights` with the same ``masks``): ``(B, N, k)``;
-    ``moments``: :func:`replicate_moments` of these ``draws``, computed once.
+    ``moments``: ``replicate_moments(fed, draws)`` of these ``draws``, computed once.
 
     ``draws[i]`` is a ``(B, n_i)`` array of row indices of client ``i``'s
     validation set; a resample is the quadratic form of :func:`closed_form_mse`
