@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 from frontier import against, federation, measure, options  # noqa: E402
+from spo_agreement import parse_seeds  # noqa: E402
 
 import coalitions as co  # noqa: E402
 from coalitions.learners.exact import ExhaustiveOracle  # noqa: E402
@@ -43,14 +44,6 @@ from coalitions.learners.game.source import SubsetSource  # noqa: E402
 from coalitions.learners.training import threads  # noqa: E402
 
 LEARNERS = ("spo", "fedamp", "federico")
-
-
-def _ints(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        a, _, b = part.partition("-")
-        out += list(range(int(a), int(b) + 1)) if b else [int(a)]
-    return out
 
 
 def sampled(fed, seed: int, budget: int, quick: bool) -> tuple[set, int, float]:
@@ -69,7 +62,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=int, default=400, help="coalitions the sampled CE may use [400]")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
-    sizes, seeds = ([6], [0]) if a.quick else (_ints(a.sizes), _ints(a.seeds))
+    sizes, seeds = ([6], [0]) if a.quick else (parse_seeds(a.sizes), parse_seeds(a.seeds))
     learners = ("fedamp",) if a.quick else LEARNERS
     threads.configure(1)
     print(f"# sampled CE beside learned methods ({platform.machine()}, python {platform.python_version()}, "
