@@ -194,7 +194,7 @@ def solve(game_file, semantics, tol, z, family, fmt, exhaustive_up_to, max_enume
     emit(text, output)
     if eq.certificate is not None and not eq.certificate.holds:
         if eq.certificate.noisy:
-            raise Negative(f"{game_file}: no partition is stable at z = {z:g}; the peeled one "
+            raise Negative(f"{game_file}: no partition passes both axioms at z = {z:g}; the peeled one "
                            f"{eq.certificate.verdict} (see above)")
         raise Negative(f"{game_file}: the partition fails its certificate (see above)")
 

@@ -86,16 +86,40 @@ class Certificate:
         return "exhaustive" if self.inner.method == self.outer.method == "exhaustive" else "sampled"
 
     @property
-    def verdict(self) -> str:
-        """``"stable at z = …"``, ``"holds on point values only"``, ``"holds"`` (exact game) or ``"fails"``.
+    def confirmed(self) -> bool | None:
+        """Every potential blocking coalition is *refuted* at level ``z`` (noisy certificates with detail).
 
-        A noise-aware certificate made without detail says ``"not stable at z = …"`` where it fails.
+        Outer agreement at ``z`` says that no coalition blocks *significantly*: a claim
+        of absence, whose error is a matter of power once true gains fall within the
+        noise.  Confirmation is the claim of presence that answers it: every coalition
+        outside the partition has a member whose best gain there is significantly
+        *below* ``tol``, ``closest_outer.score < −z`` (an equivalence test with margin
+        ``tol``: a member who is indifferent, gain 0, is refuted only when ``tol``
+        exceeds ``z`` standard errors).  Inner agreement at ``z`` is already such a
+        claim (each split-off sub-coalition has a member who loses significantly).
+        ``None`` where it was not computed (an exact game, or ``detail=False``).
+        """
+        if not self.noisy or self.point_holds is None:
+            return None
+        c = self.closest_outer
+        return self.holds and (c is None or c.score < -self.z)
+
+    @property
+    def verdict(self) -> str:
+        """What the certificate proves, from strongest to weakest.
+
+        On a measured game: ``"stable at z = …"`` (holds at ``z`` and every potential
+        blocker refuted: :attr:`confirmed`), ``"not significantly blocked at z = …"``
+        (holds at ``z``, but some coalition lies within the noise of blocking; also what a
+        certificate made without detail says where it holds), ``"holds on point values
+        only"``, or ``"fails"`` (``"not stable at z = …"`` without detail).  On an exact
+        game: ``"holds"`` or ``"fails"``.
         """
         if not self.noisy:
             return "holds" if self.holds else "fails"
         level = f"z = {self.z:g}" + ("" if self.family in (None, "comparison") else f", {self.family}-wise")
         if self.holds:
-            return f"stable at {level}"
+            return f"stable at {level}" if self.confirmed else f"not significantly blocked at {level}"
         if self.point_holds is None:  # certified without detail
             return f"not stable at {level}"
         return "holds on point values only" if self.point_holds else "fails"

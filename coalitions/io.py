@@ -615,7 +615,7 @@ def equilibrium_to_json(eq) -> dict:
         }
         if game.uncertainty is not None:
             out["certificate"].update({
-                "z": cert.z, "verdict": cert.verdict,
+                "z": cert.z, "verdict": cert.verdict, "confirmed": cert.confirmed,
                 "uncertainty": game.uncertainty.kind,
                 "family": cert.family,
                 "thresholds": None if cert.thresholds is None else dict(zip(game.clients, cert.thresholds, strict=True)),

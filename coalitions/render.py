@@ -118,7 +118,8 @@ def certificate_text(game, cert) -> str:
     if c is not None:
         who = ", ".join(f"{game.clients[i]} {_z(x, 'gain')}" for i, x in c.members)
         out.append(f"  closest to blocking: {{{game.key(c.coalition)}}}, its weakest member gains "
-                   f"{_z(c.score, 'gain')} standard errors ({who}); a coalition blocks when this exceeds z")
+                   f"{_z(c.score, 'gain')} standard errors ({who}); a coalition blocks when this exceeds z, "
+                   "and is refuted when it is below -z")
     c = cert.closest_inner
     if c is not None:
         who = ", ".join(f"{game.clients[i]} {_z(x, 'loss')}" for i, x in c.members)

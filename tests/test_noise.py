@@ -312,17 +312,50 @@ def test_an_insignificant_gain_leaves_everyone_alone():
     eq = solve(noisy)
     assert eq.blocks() == [["a"], ["b"]]
     cert = eq.certificate
-    assert cert.verdict == "stable at z = 1.96"
+    assert cert.verdict == "not significantly blocked at z = 1.96"  # the pair's gain is unrefuted too
+    assert cert.confirmed is False
     assert cert.closest_outer.coalition == 0b11
     assert cert.closest_outer.score == pytest.approx((1 - TOL) / np.sqrt(2))
     assert cert.closest_inner is None  # singletons cannot split
     assert cert.point_holds is False  # on point values the pair blocks
     # read for the whole game (2 comparisons, Šidák): a higher threshold, the same z-score scaled down
     wide = certify(g.with_uncertainty(noisy.uncertainty.with_family("game")), [0b01, 0b10])
-    assert wide.verdict == "stable at z = 1.96, game-wise" and wide.family == "game"
+    assert wide.verdict == "not significantly blocked at z = 1.96, game-wise" and wide.family == "game"
     c = -NormalDist().inv_cdf((1 - (1 - 2 * NormalDist().cdf(-1.96)) ** 0.5) / 2)
     assert wide.thresholds == pytest.approx((c, c))
     assert wide.closest_outer.score == pytest.approx((1 - TOL) / np.sqrt(2) * 1.96 / c)
+
+
+def test_stability_is_confirmed_only_where_every_blocker_is_refuted():
+    """A gain of 0 cannot be refuted at tol 0; with a margin tol above z standard errors it is.
+
+    Two clients gain nothing together, measured with SE 0.01 per value (0.014 for the difference).
+    At the default tol the pair is within the noise of blocking: "not significantly blocked".
+    With tol = 0.05 (a gain below 0.05 is no gain) each member's gain is 3.5 standard errors
+    below the margin: every blocker refuted, "stable".  Where the pair truly gains 0.1, no
+    margin below the gain confirms that everyone alone is stable.
+    """
+    flat = co.Game.from_mapping(["a", "b"], {"a": {"a": 0, "a,b": 0}, "b": {"b": 0, "a,b": 0}})
+    flat = flat.with_uncertainty(Uncertainty.from_se(flat, np.full(flat.values.shape, 0.01)))
+    assert certify(flat, [0b01, 0b10]).verdict == "not significantly blocked at z = 1.96"
+    sure = certify(flat, [0b01, 0b10], tol=0.05)
+    assert sure.confirmed and sure.verdict == "stable at z = 1.96"
+    assert sure.closest_outer.score == pytest.approx(-0.05 / (0.01 * np.sqrt(2)))
+    gain = co.Game.from_mapping(["a", "b"], {"a": {"a": 0, "a,b": 0.1}, "b": {"b": 0, "a,b": 0.1}})
+    gain = gain.with_uncertainty(Uncertainty.from_se(gain, np.full(gain.values.shape, 0.04)))
+    alone = certify(gain, [0b01, 0b10], tol=0.05)
+    assert alone.holds and not alone.confirmed  # within the noise of blocking, and not refuted
+    assert not certify(gain, [0b11], tol=0.05).holds  # nor is the pair's gain significant: it may split
+    clear = gain.with_uncertainty(Uncertainty.from_se(gain, np.full(gain.values.shape, 0.01)))
+    assert certify(clear, [0b11], tol=0.05).confirmed is True  # no coalition outside the grand one
+
+
+def test_zero_standard_errors_confirm_every_point_value_ce():
+    """With no noise a refuted blocker is one that does not block: the verdict is as on point values."""
+    g = co.mean_estimation([5, 5, 25])
+    exact = g.with_uncertainty(Uncertainty.from_se(g, np.where(np.isnan(g.values), np.nan, 0.0)))
+    eq = solve(exact)
+    assert eq.certificate.holds and eq.certificate.confirmed and eq.certificate.verdict == "stable at z = 1.96"
 
 
 def test_point_value_ce_that_is_not_stable_at_z_says_so():
@@ -446,7 +479,12 @@ def test_a_certificate_without_detail_has_the_same_verdict_on_the_axioms(game, d
     assert (full.inner.holds, full.outer.holds) == (bare.inner.holds, bare.outer.holds)
     assert bare.closest_inner is None and bare.closest_outer is None and bare.point_holds is None
     wise = "" if game.uncertainty.family == "comparison" else f", {game.uncertainty.family}-wise"
-    assert bare.verdict == (full.verdict if full.holds else f"not stable at z = {DEFAULT_Z:g}{wise}")
+    said = "not significantly blocked" if full.holds else "not stable"
+    assert bare.verdict == f"{said} at z = {DEFAULT_Z:g}{wise}" and bare.confirmed is None
+    # confirmed: holds, and the closest blocker is refuted (its weakest member significantly below tol)
+    c = full.closest_outer
+    assert full.confirmed == (full.holds and (c is None or c.score < -DEFAULT_Z))
+    assert full.verdict.startswith("stable at") == bool(full.confirmed)
     assert solve(game, detail=False).partition == solve(game).partition
 
 
