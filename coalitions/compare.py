@@ -381,7 +381,7 @@ def compare_text(result: dict) -> str:
     ]
     width = max(len(c) for c in result["regret"])
     for c, r in result["regret"].items():
-        ocs_l = ",".join(result["ocs_learned"][c]) or "-"
-        ocs_e = ",".join(result["ocs_exact_sets"][c]) or "-"
+        ocs_l = ",".join(result["ocs_learned"][c])  # an empty OCS prints {}, as in every other output
+        ocs_e = ",".join(result["ocs_exact_sets"][c])
         lines.append(f"  {c:<{width}}  {r:+.6f}   OCS learned {{{ocs_l}}}  exact {{{ocs_e}}}")
     return "\n".join(lines)
