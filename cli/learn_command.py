@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import click
 
 import coalitions as co
@@ -72,7 +74,12 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
     apply_threads(threads)
     flags = {**TRAINING_FLAG_OF, **{o.arg: f"--{o.flag}" for o in METHODS[method].options}}
     with flag_errors({**flags, "device": "--device", "seed": "--seed"}):
-        e = run.fit(fed)
+        try:
+            e = run.fit(fed)
+        except RuntimeError as err:  # torch's optimiser step: a rate or penalty beyond float32 (Adam's lr 1e308)
+            if "overflow" not in str(err):
+                raise
+            _refuse_diverged(method, {**training, **given}, flags)
         sens = run.estimator.sensitivity() if sensitivity else None
     _check_finite(e, method, {**training, **given}, flags)
     if sens is not None:
@@ -100,8 +107,13 @@ def _check_finite(e, method: str, settings: dict, flags: dict) -> None:
     vals = [v for v in e.utilities.get("val", {}).values()]
     bad = [v for v in vals if v is None or not math.isfinite(v)]
     if vals and (len(bad) == len(vals) or any(v is not None and math.isinf(v) for v in bad)):
-        shown = ", ".join(f"{flags.get(k, '--' + k.replace('_', '-'))} {v:g}" if isinstance(v, float)
-                          else f"{flags.get(k, '--' + k.replace('_', '-'))} {v}" for k, v in sorted(settings.items()))
-        raise co.InputError(f"--method {method}: the training loss became non-finite (NaN or inf), so every "
-                            f"validation metric is undefined; with {shown or 'the default settings'}: lower the "
-                            "learning rate or the method's penalty")
+        _refuse_diverged(method, settings, flags)
+
+
+def _refuse_diverged(method: str, settings: dict, flags: dict) -> NoReturn:
+    """The one line of a training run whose loss, or optimiser step, left the floating-point range."""
+    shown = ", ".join(f"{flags.get(k, '--' + k.replace('_', '-'))} {v:g}" if isinstance(v, float)
+                      else f"{flags.get(k, '--' + k.replace('_', '-'))} {v}" for k, v in sorted(settings.items()))
+    raise co.InputError(f"--method {method}: the training loss became non-finite (NaN or inf), so every "
+                        f"validation metric is undefined; with {shown or 'the default settings'}: lower the "
+                        "learning rate or the method's penalty")
