@@ -30,6 +30,13 @@ power and grows once the true gains fall within the noise.  The second is a clai
 *presence* (each member of a split-off group loses significantly), which the level ``z``
 controls.  Both are printed; the figure ``docs/figures/noise_calibration.png`` shows them.
 
+The certificate's verdict separates the two (``Certificate.confirmed``): "stable at z" only
+where every potential blocker is *refuted* (a member's best gain significantly below ``tol``),
+else "not significantly blocked".  The last table counts, per comparison, how often each
+verdict is said and how often the true game blocks the partition it is said of, at the default
+``tol`` (1e-9: a member who gains exactly nothing cannot be refuted) and at the margin
+``tol = 0.025`` (half the smallest planted gain: a gain below it is no gain).
+
 Run:  python benchmarks/noise.py [--quick] [--runs 200] [--figure PATH]
 """
 
@@ -50,6 +57,10 @@ from coalitions.replicates import Replicates
 RHO = 0.5
 #: Noise levels: the standard error of a paired difference, against gains of 0.05-0.15 per partner.
 LEVELS = (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08)
+#: The equivalence margin of the last table: half the smallest planted gain per partner.
+MARGIN = 0.025
+#: The tolerances of the verdict table: the library's default, and the margin.
+VERDICT_TOLS = {"default": 1e-9, "margin": MARGIN}
 
 
 def true_game(rng: np.random.Generator) -> tuple[co.Game, tuple[int, ...]]:
@@ -109,30 +120,49 @@ def run_level(sigma: float, runs: int, b: int, seed: int) -> dict:
     stable = {f: 0 for f in FAMILIES}
     blocked = {f: 0 for f in FAMILIES}
     inner = {f: 0 for f in FAMILIES}
+    # per comparison, at each tol of VERDICT_TOLS: how often each verdict is said, and said of a blocked partition
+    said = {t: {"confirmed": 0, "unrefuted": 0} for t in VERDICT_TOLS}
+    wrong = {t: {"confirmed": 0, "unrefuted": 0} for t in VERDICT_TOLS}
+    margin_equal = 0
+
+    def tally(t: str, cert, found) -> None:
+        if cert.holds:
+            kind = "confirmed" if cert.confirmed else "unrefuted"
+            said[t][kind] += 1
+            wrong[t][kind] += not outer_agreement(truth, found, tol=1e-12).holds
+
     for _ in range(runs):
         truth, want = true_game(rng)
         g = measure(truth, sigma, b, rng)
-        point = canonical(co.solve(g, z=0.0, certify_result=False).partition)
+        point = canonical(co.solve(g, z=0.0, certify_result=False).masks)
         equal["point"] += point == want
         spurious["point"] += not inner_agreement(truth, point, tol=1e-12).holds
         comparison = g.with_uncertainty(g.uncertainty.with_family("comparison"))
-        equal["z1"] += canonical(co.solve(comparison, z=1.0, certify_result=False).partition) == want
+        equal["z1"] += canonical(co.solve(comparison, z=1.0, certify_result=False).masks) == want
         for f in FAMILIES:
             eq = co.solve(g.with_uncertainty(g.uncertainty.with_family(f)), z=DEFAULT_Z)
-            found = canonical(eq.partition)
+            found = canonical(eq.masks)
             equal[f] += found == want
             # a block holding a client who truly gains nothing from it (a spurious collaboration)
             spurious[f] += not inner_agreement(truth, found, tol=1e-12).holds
+            if f == "comparison":
+                tally("default", eq.certificate, found)
             if eq.certificate.holds:
                 stable[f] += 1
                 blocked[f] += not outer_agreement(truth, found, tol=1e-12).holds
                 inner[f] += not inner_agreement(truth, found, tol=1e-12).holds
+        eq = co.solve(comparison, tol=MARGIN, z=DEFAULT_Z)
+        margin_equal += canonical(eq.masks) == want
+        tally("margin", eq.certificate, canonical(eq.masks))
     return {"sigma": sigma, "runs": runs,
             "equal": {k: v / runs for k, v in equal.items()},
             "spurious": {k: v / runs for k, v in spurious.items()},
             "stable": stable,
             "stable_but_blocked": {f: blocked[f] / max(stable[f], 1) for f in FAMILIES},
-            "stable_but_spurious": {f: inner[f] / max(stable[f], 1) for f in FAMILIES}}
+            "stable_but_spurious": {f: inner[f] / max(stable[f], 1) for f in FAMILIES},
+            "margin_equal": margin_equal / runs,
+            "verdicts": {t: {k: {"said": said[t][k], "blocked": wrong[t][k] / max(said[t][k], 1)}
+                             for k in said[t]} for t in VERDICT_TOLS}}
 
 
 MARKS = {"point": "o-", "z1": "^-", "comparison": "v-", "client": "D-", "game": "s-"}
@@ -157,9 +187,14 @@ def figure(rows: list[dict], path: str) -> None:
         ax[1].plot(s, [r["stable_but_blocked"][f] for r in rows], MARKS[f], label=f"true game blocks it ({f})")
     ax[1].plot(s, [r["stable_but_spurious"][DEFAULT_FAMILY] for r in rows], ":", color="grey",
                label=f"a member truly gains nothing ({DEFAULT_FAMILY})")
+    said = [r["verdicts"]["margin"]["confirmed"]["said"] for r in rows]
+    ax[1].plot([x for x, n in zip(s, said, strict=True) if n], [r["verdicts"]["margin"]["confirmed"]["blocked"]
+               for r, n in zip(rows, said, strict=True) if n], "*-", color="black",
+               label=f'"stable" (every blocker refuted, tol {MARGIN:g}): true game blocks it')
     ax[1].axhline(0.05, color="grey", lw=0.8, ls="--")
     ax[1].set(xscale="log", xlabel="standard error of a paired difference",
-              ylabel='share of "stable at z = 1.96" that is wrong', ylim=(-0.02, 1.02))
+              ylabel="share of the partitions not significantly blocked\nat z = 1.96 that the true game blocks",
+              ylim=(-0.02, 1.02))
     ax[1].legend(fontsize=8)
     for a in ax:
         a.set_xticks(s)
@@ -198,6 +233,16 @@ def main() -> None:
     for f in FAMILIES:
         ratio = sum(r["equal"][f] for r in rows) / max(sum(r["equal"]["point"] for r in rows), 1e-12)
         print(f"ratio {f}-wise / point-value equal-to-truth, summed over levels: {ratio:.2f}")
+    print(f"\nthe verdicts at z = 1.96 per comparison, at tol 1e-9 and at the margin tol {MARGIN:g}: how often each "
+          "is said (of the runs) and the share of those the true game blocks; then the share equal to the true CE "
+          "at the margin")
+    print(f"{'SE':>7}  " + "  ".join(f"{t + ' ' + k:>22}" for t in VERDICT_TOLS for k in ("confirmed", "unrefuted"))
+          + f"  {'margin = truth':>14}")
+    for r in rows:
+        v = r["verdicts"]
+        print(f"{r['sigma']:7.4f}  " + "  ".join(f"{v[t][k]['blocked']:15.3f} ({v[t][k]['said']:4d})"
+                                                   for t in VERDICT_TOLS for k in ("confirmed", "unrefuted"))
+              + f"  {r['margin_equal']:14.2f}")
     print(f"{time.perf_counter() - start:.1f} s")
     if args.json:
         import json
