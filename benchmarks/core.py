@@ -148,7 +148,7 @@ def measure_solve_here(n: int, dtype: str, seed: int = 0) -> dict:
     return {"n": n, "dtype": dtype, "build_s": t1 - t0, "solve_s": t2 - t1, "peak_rss": rss * 1024,
             "import_rss": rss0 * 1024, "game_bytes": game.values.nbytes,
             "certified": eq.certificate.holds and eq.certificate.method == "exhaustive",
-            "recovers_planted": sorted(eq.partition) == planted_partition(n)}
+            "recovers_planted": sorted(eq.masks) == planted_partition(n)}
 
 
 def measure_solve(n: int, dtype: str) -> dict:
@@ -161,7 +161,7 @@ def measure_solve(n: int, dtype: str) -> dict:
 def measure_streamed_vs_tables(n: int, seed: int = 0) -> dict:
     """Certificate of the planted CE: streamed (no table) vs table-based (MAU table built each time)."""
     game = co.planted(groups_for(n), noise=0.05, seed=seed)
-    part = co.solve(game, certify_result=False).partition
+    part = co.solve(game, certify_result=False).masks
     fresh = lambda: co.Game.from_array(game.values, game.clients)  # noqa: E731  (no cached MAU table)
     g = fresh()
     t0 = time.perf_counter()
@@ -180,7 +180,7 @@ def measure_grand(n: int) -> dict:
     game = co.mean_estimation([5] * n)
     t0 = time.perf_counter()
     eq = co.solve(game)
-    return {"n": n, "solve_s": time.perf_counter() - t0, "grand": eq.partition == (game.grand,)}
+    return {"n": n, "solve_s": time.perf_counter() - t0, "grand": eq.masks == (game.grand,)}
 
 
 def best_of(k, fn):
@@ -200,7 +200,7 @@ def measure_reference(n: int, seed: int = 0) -> dict:
     t0 = time.perf_counter()
     part, inner, outer = reference_solve(lists)
     slow = time.perf_counter() - t0
-    same = part == sorted(eq.partition) and inner and outer
+    same = part == sorted(eq.masks) and inner and outer
     return {"n": n, "fast_s": fast, "reference_s": slow, "ratio": slow / fast, "same": same}
 
 

@@ -58,8 +58,8 @@ def main(argv=None) -> int:
                 o = ExhaustiveOracle(protocol=p, seed=pair.init, device="cpu", threads=1, **opts).fit(fed)
                 loss = float(np.nanmean(o.loss_game_.raw_values()))
                 means[lr].append(loss)
-                ce = " | ".join(",".join(o.game_.names(k)) for k in co.solve(o.game_).partition)
-                ce_loss = " | ".join(",".join(o.loss_game_.names(k)) for k in co.solve(o.loss_game_).partition)
+                ce = " | ".join(",".join(o.game_.names(k)) for k in co.solve(o.game_).masks)
+                ce_loss = " | ".join(",".join(o.loss_game_.names(k)) for k in co.solve(o.loss_game_).masks)
                 print(f"{regime.name:13s} {seed:4d}  {lr:<6g}  {loss:8.4f}  {np.nanmean(o.values_val_):7.4f}  "
                       f"{ce[:22]:22s}  {ce_loss[:22]:22s}  {time.perf_counter() - t:.0f}", flush=True)
     best = min(means, key=lambda lr: np.mean(means[lr]))

@@ -92,7 +92,7 @@ def measure(game: str, what: str, fed, seed: int, quick: bool) -> dict:
         g = out[0]
         edges = set(co.ExactOracle(g).benefit_graph(g.grand).edges)
         c1, w1 = time.process_time(), time.perf_counter()
-        partition = set(co.solve(g).partition)
+        partition = set(co.solve(g).masks)
         c2, w2 = time.process_time(), time.perf_counter()
         return {"cpu_graph": c1 - c0, "wall_graph": w1 - w0, "cpu_ce": c2 - c0, "wall_ce": w2 - w0,
                 "game": g, "edges": edges, "partition": partition}

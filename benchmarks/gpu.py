@@ -83,12 +83,12 @@ def agreement(what: str, a, b) -> str:
     if what == "exact":
         ga, gb = a[0], b[0]
         diff = float(np.nanmax(np.abs(ga.raw_values() - gb.raw_values())))
-        same = set(co.solve(ga).partition) == set(co.solve(gb).partition)
+        same = set(co.solve(ga).masks) == set(co.solve(gb).masks)
     else:
         va = np.array([a.utilities["val"][c] for c in a.clients], dtype=float)
         vb = np.array([b.utilities["val"][c] for c in b.clients], dtype=float)
         diff = float(np.nanmax(np.abs(va - vb)))
-        same = set(a.partition) == set(b.partition)
+        same = set(a.masks) == set(b.masks)
     return f"max |dv| {diff:.2e}, same CE: {'yes' if same else 'NO'}"
 
 

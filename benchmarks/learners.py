@@ -214,7 +214,7 @@ def accuracy(args) -> None:
                        "worst": float(test.min()), "seconds": round(time.perf_counter() - t0, 1),
                        "engine": m.engine_.label, "blocks": m.estimate_.blocks()}
                 if planted is not None:
-                    row["ari"] = adjusted_rand_index(_labels(m.estimate_.partition, fed.n), planted)
+                    row["ari"] = adjusted_rand_index(_labels(m.estimate_.masks, fed.n), planted)
                     if m.weights_ is not None:
                         mats = {"weights": m.weights_}
                         if m.rule_weights() is not m.weights_:  # FedAMP: its affinity to an identical peer

@@ -114,14 +114,14 @@ def small(seeds: int) -> list[str]:
                 src = PlantedSource(sizes, noise, 0.0, seed)
                 r = co.sample_ce(src, budget=3000, epsilon=EPSILON, delta=DELTA, seed=seed)
                 game = co.planted(list(sizes), noise=noise, seed=seed)
-                truth = co.solve(game, certify_result=False).partition
-                same += set(r.partition) == set(truth)
-                groups += set(r.partition) == set(groups_of(sizes))
-                ce += (outer_agreement(game, r.partition, "shared").holds
-                       and inner_agreement(game, r.partition, "shared").holds)
-                gaps.append(mean_payoff(game, truth, "personalized") - mean_payoff(game, r.partition, "personalized"))
-                own.append(mean_payoff(game, truth, "shared") - mean_payoff(game, r.partition, "shared"))
-                true_share = streamed_blocking_share(sizes, noise, seed, r.partition)
+                truth = co.solve(game, certify_result=False).masks
+                same += set(r.masks) == set(truth)
+                groups += set(r.masks) == set(groups_of(sizes))
+                ce += (outer_agreement(game, r.masks, "shared").holds
+                       and inner_agreement(game, r.masks, "shared").holds)
+                gaps.append(mean_payoff(game, truth, "personalized") - mean_payoff(game, r.masks, "personalized"))
+                own.append(mean_payoff(game, truth, "shared") - mean_payoff(game, r.masks, "shared"))
+                true_share = streamed_blocking_share(sizes, noise, seed, r.masks)
                 cover += true_share <= r.certificate.epsilon
                 shares.append(true_share)
                 drawn += r.certificate.blocking_draws > 0
@@ -151,14 +151,14 @@ def medium(seeds: int, sizes_by_n, noises=(0.1, 0.3)) -> list[str]:
                 t = time.perf_counter()
                 r = co.sample_ce(src, budget=4000, epsilon=EPSILON, delta=DELTA, seed=seed)
                 times.append(time.perf_counter() - t)
-                same += set(r.partition) == set(planted_p)
+                same += set(r.masks) == set(planted_p)
                 groups_block = streamed_blocking_share(sizes, noise, seed, planted_p)
                 ce += groups_block == 0 and all(_inner_exact(src, k) for k in planted_p)
-                share = groups_block if set(r.partition) == set(planted_p) else streamed_blocking_share(
-                    sizes, noise, seed, r.partition)
+                share = groups_block if set(r.masks) == set(planted_p) else streamed_blocking_share(
+                    sizes, noise, seed, r.masks)
                 cover += share <= r.certificate.epsilon
-                found_ce += share == 0 and _individually_rational(src, r.partition) and all(
-                    _inner_exact(src, k) for k in r.partition)
+                found_ce += share == 0 and _individually_rational(src, r.masks) and all(
+                    _inner_exact(src, k) for k in r.masks)
                 shares.append(share)
                 eps.append(r.certificate.epsilon)
                 used.append(r.trainings)
@@ -201,7 +201,7 @@ def large(seeds: int) -> list[str]:
         t = time.perf_counter()
         r = co.sample_ce(PlantedSource(sizes, 0.1, 0.0, seed), budget=2_000, epsilon=EPSILON, delta=DELTA, seed=seed)
         times.append(time.perf_counter() - t)
-        found += set(r.partition) == set(groups_of(sizes))
+        found += set(r.masks) == set(groups_of(sizes))
         eps.append(r.certificate.epsilon)
         used.append(r.trainings)
         cert.append(r.certificate.trainings)

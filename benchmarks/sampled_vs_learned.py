@@ -52,7 +52,7 @@ def sampled(fed, seed: int, budget: int, quick: bool) -> tuple[set, int, float]:
     c0 = time.process_time()
     src = SubsetSource(fed, ExhaustiveOracle(**opts))
     r = co.sample_ce(src, budget, epsilon=0.05, delta=0.05, seed=separate_seeds(seed).init)
-    return set(r.partition), r.trainings, time.process_time() - c0
+    return set(r.masks), r.trainings, time.process_time() - c0
 
 
 def main(argv=None) -> int:
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
             for m in learners:
                 r = measure("linear", m, fed, seed, a.quick)
                 hits[m] += against(exact, r)[1]
-                stable[m] += is_ce(r["estimate"].partition)
+                stable[m] += is_ce(r["estimate"].masks)
                 cpu[m].append(r["cpu_ce"])
         s = len(seeds)
         print(f"| {n} | exhaustive | (the reference) | {stable['exhaustive']}/{s} | {(1 << n) - 1} "

@@ -74,12 +74,12 @@ def measure(found) -> dict:
                   for g, _, _ in found]
         across = [edge_f1(a, b) for a, b in itertools.combinations(graphs, 2)]
         eq = co.solve(first, z=z)
-        sup = support(eq.partition, reps, z=z, uncertainty=first.uncertainty)
+        sup = support(eq.masks, reps, z=z, uncertainty=first.uncertainty)
         others = [g.with_uncertainty(first.uncertainty if z > 0 else None) for g, _, _ in found[1:]]
-        again = support_over(eq.partition, others, len(others), z=z) if others else None
+        again = support_over(eq.masks, others, len(others), z=z) if others else None
         row[key] = {"f1_resampling": float(np.median(f1)), "graph_same": float(np.mean(f1 == 1.0)),
                     "f1_retraining": float(np.median(across)) if across
-                    else None, "edges": len(graphs[0]), "partition": co.format_partition(first, eq.partition),
+                    else None, "edges": len(graphs[0]), "partition": co.format_partition(first, eq.masks),
                     "verdict": eq.certificate.verdict, "support_resampling": sup.partition_share,
                     "support_retraining": None if again is None else again.partition_share}
     return row

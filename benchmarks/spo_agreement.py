@@ -230,7 +230,7 @@ def _score_game(g, game, exact) -> dict:
     from coalitions.graph import ExactOracle
 
     est = SimpleNamespace(clients=tuple(g.clients), benefit_graph=ExactOracle(g).benefit_graph((1 << g.n) - 1),
-                          partition=co.solve(g).partition)
+                          partition=co.solve(g).masks)
     r = compare(est, game, exact=exact)
     return {"f1": float(r["edge_f1"]), "bg": bool(r["edge_f1"] == 1.0 and r["ocs_exact"] == 1.0),
             "ce": bool(r["same_partition"]), "edges": r["edges_learned"],

@@ -79,7 +79,7 @@ def main() -> None:
                                      game.clients, game.sense)
         eq = co.solve(game)
         ref, _ = best(lambda game=game: [co.solve(game) for _ in range(50)], args.repeat)
-        t, s = best(lambda eq=eq, reps=reps: support(eq.partition, reps), args.repeat)
+        t, s = best(lambda eq=eq, reps=reps: support(eq.masks, reps), args.repeat)
         print(f"   {label:28s}: 50 solves {ref * 1e3:.0f} ms, support {t * 1e3:.0f} ms (x{t / ref:.2f}), "
               f"partition support {s.partition_share:.2f}")
 
@@ -101,7 +101,7 @@ def main() -> None:
     ref, _ = best(lambda: co.solve(noisy, z=0), args.repeat)
     t, eq = best(lambda: co.solve(noisy), args.repeat)
     few = Replicates.from_array(raw[:20], planted.clients)
-    t20, _ = best(lambda: support(eq.partition, few, z=1.96, uncertainty=noisy.uncertainty), 1)
+    t20, _ = best(lambda: support(eq.masks, few, z=1.96, uncertainty=noisy.uncertainty), 1)
     print(f"   planted 4+3+3, N=10, noise 0.3: point {ref * 1e3:.1f} ms, noise-aware {t * 1e3:.0f} ms "
           f"(found by {eq.found_by}, verdict {eq.certificate.verdict}); support over 20 replicates {t20:.1f} s")
 

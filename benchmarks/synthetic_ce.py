@@ -58,7 +58,7 @@ def run_setting(options: dict, seeds: int) -> tuple[list[str], np.ndarray]:
         o = ExhaustiveOracle().fit(load("synthetic", seed=seed, **options))
         eq = co.solve(o.game_)
         found.append(" | ".join(",".join(b) for b in sorted(eq.blocks())))
-        used = models_in(o.game_, eq.partition)
+        used = models_in(o.game_, eq.masks)
         mse.append([o.values_test_[i, used[i]] for i in range(o.game_.n)])
     return found, np.array(mse)
 

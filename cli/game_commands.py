@@ -167,10 +167,10 @@ def solve(game_file, semantics, tol, z, family, fmt, exhaustive_up_to, max_enume
     sup = again = None
     try:
         if reps is not None:
-            sup = support(eq.partition, reps, semantics, tol, **options, progress=progress("solving replicates"),
+            sup = support(eq.masks, reps, semantics, tol, **options, progress=progress("solving replicates"),
                           z=z, uncertainty=game.uncertainty)
         if others:
-            again = support_over(eq.partition, others, len(others), semantics, tol, **options, z=z,
+            again = support_over(eq.masks, others, len(others), semantics, tol, **options, z=z,
                                  what="retrained game")
     except co.InputError as e:
         raise co.InputError(f"{game_file}: {e}") from None

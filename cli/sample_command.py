@@ -129,7 +129,7 @@ def _start(path: str, clients: tuple[str, ...]):
         e = co.read_estimate(path)
         if tuple(e.clients) != clients:
             raise co.InputError(f"--from {path}: its clients differ from the source's")
-        return tuple(e.partition), tuple(e.benefit_graph.edges)
+        return e.masks, tuple(e.benefit_graph.edges)
     if fmt in ("coalitions/equilibrium@1", "coalitions/sampled-equilibrium@1", "coalitions/learned-equilibrium@1"):
         blocks = data.get("partition")
         if not isinstance(blocks, list) or not all(isinstance(b, list) for b in blocks):

@@ -9,6 +9,8 @@ Examples
 --------
 >>> import coalitions as co
 >>> game = co.mean_estimation([5, 5, 25], clients=["a", "b", "c"])
+>>> co.solve(game).partition
+Partition('a,b | c')
 >>> co.solve(game).blocks()
 [['a', 'b'], ['c']]
 """
@@ -39,7 +41,7 @@ from .lazy import GameSource, Measurement, ValueSource
 from .lazy_analytic import MeanEstimationSource, PlantedSource
 from .measured import MeasuredGame
 from .ocs import OCS, optimal_collaborators
-from .partition import format_partition, parse_partition
+from .partition import Partition, format_partition, parse_partition
 from .payoffs import mau, payoff_table
 from .peeling import Peeling, peel, peel_oracle
 from .sampled_ce import SampledEquilibrium, sample_ce
@@ -55,7 +57,7 @@ __all__ = [
     "source_components", "peel", "peel_oracle", "Peeling", "solve", "certify", "Equilibrium",
     "Certificate", "equilibria", "inner_agreement", "outer_agreement", "individual_rationality",
     "nash_stability", "individual_stability", "strict_core", "all_checks", "AxiomReport",
-    "Violation", "parse_partition", "format_partition", "InputError", "NoEquilibrium", "Estimate", "read_estimate",
+    "Violation", "Partition", "parse_partition", "format_partition", "InputError", "NoEquilibrium", "Estimate", "read_estimate",
     "Measurement", "ValueSource", "GameSource", "PlantedSource", "MeanEstimationSource", "MeasuredGame",
     "sample_ce", "SampledEquilibrium",
 ]

@@ -29,9 +29,10 @@ import numpy as np
 from .bitmask import all_masks, contains, members, submasks
 from .errors import InputError
 from .game import Game
+from .partition import Partition
 from .payoffs import payoff_table
 
-__all__ = ["restricted_growth_strings", "bell", "inner_ok_table", "equilibria", "MAX_ENUMERATE"]
+__all__ = ["restricted_growth_strings", "bell", "inner_ok_table", "equilibria", "equilibrium_masks", "MAX_ENUMERATE"]
 
 #: Default largest game for exhaustive enumeration (Bell(12) = 4,213,597 partitions).
 MAX_ENUMERATE = 12
@@ -156,7 +157,7 @@ def _noisy_tables(game: Game, semantics: str, tol: float, z: float):
 
 def equilibria(game: Game, semantics: str = "personalized", tol: float = 1e-9,
                max_clients: int = MAX_ENUMERATE, chunk: int = 2048,
-               progress: Callable[[int, int], None] | None = None, *, z: float | None = None) -> list[tuple[int, ...]]:
+               progress: Callable[[int, int], None] | None = None, *, z: float | None = None) -> list[Partition]:
     """Every collaboration equilibrium of ``game``, by exhaustive enumeration.
 
     Parameters
@@ -179,10 +180,19 @@ def equilibria(game: Game, semantics: str = "personalized", tol: float = 1e-9,
 
     Returns
     -------
-    list of tuple of int
-        Each equilibrium as bitmask blocks ordered by lowest member, in
-        restricted-growth-string order.
+    list of Partition
+        Each equilibrium by client name (:class:`~coalitions.partition.Partition`; its
+        bitmask blocks are ``.masks``), in restricted-growth-string order.
     """
+    return [Partition(game.clients, p) for p in equilibrium_masks(game, semantics, tol, max_clients, chunk,
+                                                                  progress, z=z)]
+
+
+def equilibrium_masks(game: Game, semantics: str = "personalized", tol: float = 1e-9,
+                      max_clients: int = MAX_ENUMERATE, chunk: int = 2048,
+                      progress: Callable[[int, int], None] | None = None, *,
+                      z: float | None = None) -> list[tuple[int, ...]]:
+    """:func:`equilibria` as the core computes with them: bitmask blocks ordered by lowest member."""
     n = game.n
     if n > max_clients:
         raise InputError(f"exhaustive enumeration of {n} clients ({bell(n):,} partitions) exceeds "

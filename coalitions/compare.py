@@ -202,8 +202,8 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
         raise InputError("the exact equilibrium given was solved for another game, semantics, tolerance or level z")
     else:
         eq = exact
-    exact_partition = tuple(eq.partition)
-    learned_partition = tuple(remap(k) for k in estimate.partition)
+    exact_partition = tuple(eq.masks)
+    learned_partition = tuple(remap(k) for k in estimate.masks)
     if sorted(learned_partition) and (np.bitwise_or.reduce(learned_partition) != grand
                                       or sum(bin(k).count("1") for k in learned_partition) != n):
         raise InputError("the estimate's partition does not cover every client exactly once")

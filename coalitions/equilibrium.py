@@ -23,13 +23,13 @@ import numpy as np
 
 from . import certificate as streamed
 from .axioms import AxiomReport, inner_agreement, outer_agreement
-from .brute_force import MAX_ENUMERATE, bell, equilibria
+from .brute_force import MAX_ENUMERATE, bell, equilibrium_masks
 from .certificate import Closest
 from .errors import InputError, NoEquilibrium
 from .game import Game
 from .graph import BenefitGraph
 from .noise import Comparison
-from .partition import block_of, canonical
+from .partition import Partition, block_of, canonical
 from .payoffs import check_semantics, mau_at, payoff_at
 from .peeling import peel
 
@@ -176,10 +176,11 @@ class Equilibrium:
     game : Game
     semantics : str
     tol : float
-    partition : tuple of int
-        Coalitions as bitmasks, ordered by lowest member.
+    masks : tuple of int
+        The coalitions as bitmasks over ``game.clients``, ordered by lowest member (the core's
+        form; :attr:`partition` is the same partition by name).
     rounds : tuple of tuple of int
-        The coalitions peeled in each round (empty when found by enumeration).
+        The coalitions peeled in each round, as bitmasks (empty when found by enumeration).
     graphs : tuple of BenefitGraph
         ``BG(R)`` of each peeling round.
     found_by : str
@@ -193,21 +194,31 @@ class Equilibrium:
     game: Game
     semantics: str
     tol: float
-    partition: tuple[int, ...]
+    masks: tuple[int, ...]
     rounds: tuple[tuple[int, ...], ...]
     graphs: tuple[BenefitGraph, ...]
     found_by: str
     certificate: Certificate | None
     z: float = 0.0
 
+    @property
+    def partition(self) -> Partition:
+        """The partition: blocks as frozensets of client names, in canonical order."""
+        return Partition(self.game.clients, self.masks)
+
     def blocks(self) -> list[list[str]]:
         """The partition as lists of client names."""
-        return [self.game.names(k) for k in self.partition]
+        return [self.game.names(k) for k in self.masks]
+
+    def __repr__(self) -> str:
+        verdict = "not certified" if self.certificate is None else self.certificate.verdict
+        return (f"Equilibrium(partition={str(self.partition)!r}, semantics={self.semantics!r}, tol={self.tol:g}, "
+                f"z={self.z:g}, found_by={self.found_by!r}, certificate={verdict!r}, clients={self.game.n})")
 
     @property
     def payoffs(self) -> np.ndarray:
         """Each client's payoff in its coalition."""
-        where = block_of(self.game, self.partition)
+        where = block_of(self.game, self.masks)
         return np.array([payoff_at(self.game, i, int(where[i]), self.semantics) for i in range(self.game.n)])
 
     @property
@@ -308,7 +319,7 @@ def solve(game: Game, semantics: str = "personalized", tol: float = 1e-9, certif
         raise InputError(f"peeling {why} under shared semantics, and exhaustive search of {game.n} clients "
                          f"({bell(game.n):,} partitions) exceeds the limit of {max_enumerate} "
                          "(raise --max-enumerate)")
-    found = equilibria(game, semantics, tol, max_clients=max_enumerate, progress=progress, z=level)
+    found = equilibrium_masks(game, semantics, tol, max_clients=max_enumerate, progress=progress, z=level)
     if not found:
         if result.complete and semantics == "personalized" and Comparison(game, tol, level).noisy:
             return peeled  # no partition is stable at z: the peeled one, with a certificate that says so

@@ -45,6 +45,7 @@ from coalitions.graph import BenefitGraph, BenefitOracle
 from coalitions.io import benefit_graph_to_json, read_json, write_json
 from coalitions.numbers import to_float
 from coalitions.oracles import check_weights
+from coalitions.partition import Partition
 from coalitions.peeling import Peeling, peel_oracle
 
 __all__ = ["ESTIMATE_FORMAT", "LEARNED_EQUILIBRIUM_FORMAT", "NOT_CERTIFIED", "MAX_ESTIMATE_CLIENTS", "Estimate",
@@ -92,10 +93,12 @@ class Estimate:
         Whether a higher or lower ``metric`` is better.
     benefit_graph : BenefitGraph
         ``BG(all)`` as learned.
-    partition : tuple of int
-        The equilibrium that peeling reached on the learner's oracle (bitmasks).
+    partition : Partition
+        The equilibrium that peeling reached on the learner's oracle, by client name
+        (bitmask blocks given to the constructor are read over ``clients``; :attr:`masks`
+        gives them back).
     rounds : tuple of tuple of int
-        The coalitions peeled in each round.
+        The coalitions peeled in each round, as bitmasks.
     planted_groups : tuple of tuple of str or None
         Planted structure of the federation, when it has one.
     extra : dict
@@ -110,7 +113,7 @@ class Estimate:
     metric: str
     sense: str
     benefit_graph: BenefitGraph
-    partition: tuple[int, ...]
+    partition: Partition
     rounds: tuple[tuple[int, ...], ...]
     planted_groups: tuple[tuple[str, ...], ...] | None = None
     extra: dict = field(default_factory=dict)
@@ -135,8 +138,9 @@ class Estimate:
         grand = (1 << len(clients)) - 1
         if self.benefit_graph.within != grand:
             raise InputError("the estimate's benefit graph must be BG(all clients)")
-        _check_partition_masks(self.partition, self.rounds, clients)
-        object.__setattr__(self, "partition", tuple(int(k) for k in self.partition))
+        masks = _partition_masks(self.partition, clients)
+        _check_partition_masks(masks, self.rounds, clients)
+        object.__setattr__(self, "partition", Partition(clients, masks))
         object.__setattr__(self, "rounds", tuple(tuple(int(k) for k in r) for r in self.rounds))
         if self.planted_groups is not None:
             object.__setattr__(self, "planted_groups", tuple(tuple(g) for g in self.planted_groups))
@@ -149,9 +153,18 @@ class Estimate:
         """Member names of a coalition bitmask."""
         return [self.clients[i] for i in members(mask)]
 
+    @property
+    def masks(self) -> tuple[int, ...]:
+        """The learned equilibrium as bitmask blocks over :attr:`clients`, ordered by lowest member."""
+        return self.partition.masks
+
     def blocks(self) -> list[list[str]]:
         """The learned equilibrium as lists of names."""
-        return [self.names(k) for k in self.partition]
+        return self.partition.lists()
+
+    def __repr__(self) -> str:
+        return (f"Estimate(method={self.method!r}, clients={self.n}, metric={self.metric!r}, "
+                f"partition={str(self.partition)!r}, edges={len(self.benefit_graph.edges)})")
 
     def round_of(self) -> list[int]:
         """The peeling round (1-based) that placed each client in its coalition."""
@@ -168,6 +181,16 @@ class Estimate:
         from coalitions.networks import estimate_to_networkx
 
         return estimate_to_networkx(self)
+
+
+def _partition_masks(partition, clients: tuple[str, ...]) -> tuple[int, ...]:
+    """Bitmask blocks over ``clients`` of a :class:`Partition` (by its names) or of bitmask blocks."""
+    if not isinstance(partition, Partition):
+        return tuple(int(k) for k in partition)
+    if set(partition.clients) != set(clients):
+        raise InputError("the partition's clients are not the estimate's")
+    index = {c: i for i, c in enumerate(clients)}
+    return tuple(mask_of(index[c] for c in b) for b in partition)
 
 
 def _check_partition_masks(partition, rounds, clients) -> None:
@@ -215,7 +238,7 @@ def learned_equilibrium_to_json(e: Estimate) -> dict:
     and ``certificate`` is null (:data:`NOT_CERTIFIED` says why).  ``utilities`` are the learner's
     own validation and test metric per client, in raw metric units.
     """
-    first = sorted(e.partition, key=lambda k: k & -k)  # coalitions ordered by their first client
+    first = e.masks  # coalitions ordered by their first client
     return {
         "format": LEARNED_EQUILIBRIUM_FORMAT,
         "learned": True,
@@ -373,7 +396,7 @@ def estimate_from_json(data: Mapping[str, Any]) -> Estimate:
         planted = tuple(tuple(g) for g in planted)
     return Estimate(clients=clients, method=method, config=dict(data["config"]), weights=weights,
                     utilities=utilities, metric=metric, sense=sense, benefit_graph=graph,
-                    partition=tuple(partition), rounds=tuple(rounds), planted_groups=planted,
+                    partition=Partition(clients, partition), rounds=tuple(rounds), planted_groups=planted,
                     extra=dict(data.get("extra", {})))
 
 
@@ -444,5 +467,6 @@ def build_estimate(oracle: BenefitOracle, *, method: str, config: Mapping[str, A
     grand = (1 << len(oracle.clients)) - 1
     return Estimate(clients=tuple(oracle.clients), method=method, config=dict(config), weights=weights,
                     utilities=dict(utilities), metric=metric, sense=sense, benefit_graph=oracle.benefit_graph(grand),
-                    partition=peeling.partition, rounds=tuple(r.stable for r in peeling.rounds if r.stable),
+                    partition=Partition(tuple(oracle.clients), peeling.partition),
+                    rounds=tuple(r.stable for r in peeling.rounds if r.stable),
                     planted_groups=planted_groups, extra=dict(extra or {}))

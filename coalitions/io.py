@@ -640,8 +640,8 @@ def _contribution_json(eq) -> dict:
     from .contribution import benefits, contributions
 
     game, names = eq.game, eq.game.clients
-    gain = benefits(game, eq.partition, eq.semantics)
-    c = contributions(game, eq.partition, eq.semantics)
+    gain = benefits(game, eq.masks, eq.semantics)
+    c = contributions(game, eq.masks, eq.semantics)
     return {"benefit": {names[i]: float(gain[i]) for i in range(game.n)},
             "contribution": {names[i]: float(np.nansum(c[i])) for i in range(game.n)},
             "carries": {names[i]: {names[j]: float(c[i, j]) for j in range(game.n) if not np.isnan(c[i, j])}
@@ -657,8 +657,10 @@ def support_to_json(game: Game, sup) -> dict:
 
 def equilibria_to_json(game: Game, semantics: str, found: Iterable[tuple[int, ...]]) -> dict:
     """``coalitions/equilibria@1``: every CE as lists of name lists."""
+    from .partition import canonical
+
     return {"format": EQUILIBRIA_FORMAT, "semantics": semantics,
-            "equilibria": [[game.names(k) for k in p] for p in found]}
+            "equilibria": [[game.names(k) for k in canonical(p)] for p in found]}
 
 
 def checks_to_json(game: Game, partition, reports: Mapping[str, Any]) -> dict:

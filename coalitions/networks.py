@@ -89,7 +89,7 @@ def equilibrium_to_networkx(eq):
     out = nx.DiGraph(semantics=eq.semantics, found_by=eq.found_by, tol=float(eq.tol),
                      certified="skipped" if cert is None else ("yes" if cert.holds else "no"))
     rnd, payoffs, mau = eq.round_of(), eq.payoffs, eq.mau_all
-    for b, k in enumerate(eq.partition):
+    for b, k in enumerate(eq.masks):
         for i in members(k):
             out.add_node(game.clients[i], coalition=b, round=int(rnd[i]), payoff=float(payoffs[i]),
                          mau=float(mau[i]))
@@ -119,7 +119,7 @@ def estimate_to_networkx(estimate):
     out = nx.DiGraph(learned=True, method=estimate.method, found_by="peeling the learned benefit graph",
                      certified="unavailable")
     rnd, ocs = estimate.round_of(), dict(bg.collaborators)
-    for b, k in enumerate(sorted(estimate.partition, key=lambda k: k & -k)):
+    for b, k in enumerate(estimate.masks):
         for i in members(k):
             out.add_node(names[i], coalition=b, round=int(rnd[i]), ocs_size=len(members(ocs.get(i, 0))),
                          ambiguous=i in bg.ambiguous)

@@ -56,19 +56,19 @@ def report_text(game, report) -> str:
 def equilibrium_text(eq) -> str:
     """Table of client, coalition, payoff, MAU(all), round, then the certificate."""
     game = eq.game
-    where = {i: k for k in eq.partition for i in members(k)}
+    where = {i: k for k in eq.masks for i in members(k)}
     rnd = eq.round_of()
     pay = eq.payoffs
     best = eq.mau_all
-    gain = benefits(game, eq.partition, eq.semantics)
-    given = total_contributions(game, eq.partition, eq.semantics)
+    gain = benefits(game, eq.masks, eq.semantics)
+    given = total_contributions(game, eq.masks, eq.semantics)
     rows = [(c, game.key(where[i]), fmt(pay[i]), fmt(best[i]), rnd[i] or "-", fmt(gain[i]), fmt(given[i]))
             for i, c in enumerate(game.clients)]
     level = f", z {eq.z:g}" if game.uncertainty is not None else ""
     head = (f"Collaboration equilibrium ({eq.semantics} semantics, tol {eq.tol:g}{level}), "
-            f"found by {eq.found_by}: " + " | ".join(game.key(k) for k in eq.partition))
+            f"found by {eq.found_by}: " + " | ".join(game.key(k) for k in eq.masks))
     parts = [head, "", table(["client", "coalition", "payoff", "MAU(all)", "round", "gain", "contribution"], rows)]
-    carries = carries_text(game, eq.partition, eq.semantics)
+    carries = carries_text(game, eq.masks, eq.semantics)
     if carries:
         parts += ["", carries]
     if eq.certificate is not None:
@@ -190,7 +190,7 @@ def equilibrium_dot(eq) -> str:
     rnd = eq.round_of()
     lines = ["digraph equilibrium {", "  rankdir=LR;", '  node [shape=ellipse, fontname="Helvetica"];',
              f'  label={_q(f"collaboration equilibrium ({eq.semantics}); edge j -> i: j is a necessary collaborator of i")};']
-    for n, k in enumerate(eq.partition):
+    for n, k in enumerate(eq.masks):
         r = rnd[members(k)[0]]
         lab = f"round {r}" if r else "coalition"
         lines.append(f"  subgraph cluster_{n} {{")
@@ -210,7 +210,7 @@ def learned_equilibrium_text(estimate, source: str = "") -> str:
     from .estimate import NOT_CERTIFIED
 
     e, names = estimate, estimate.clients
-    blocks = sorted(e.partition, key=lambda k: k & -k)
+    blocks = e.masks
     where = {i: k for k in blocks for i in members(k)}
     rnd = e.round_of()
     util = e.utilities
@@ -233,7 +233,7 @@ def learned_equilibrium_dot(estimate) -> str:
     title = f"learned equilibrium ({e.method}), not certified; edge j -> i: j is a necessary collaborator of i"
     lines = ["digraph learned_equilibrium {", "  rankdir=LR;", '  node [shape=ellipse, fontname="Helvetica"];',
              f"  label={_q(title)};"]
-    for n, k in enumerate(sorted(e.partition, key=lambda k: k & -k)):
+    for n, k in enumerate(e.masks):
         lines.append(f"  subgraph cluster_{n} {{")
         lines.append(f"    label={_q(f'round {rnd[members(k)[0]]}')}; style=rounded; color=gray40;")
         lines += [f"    {_q(names[i])};" for i in members(k)]

@@ -30,6 +30,7 @@ from .lazy import ValueSource, check_source
 from .measured import MeasuredGame
 from .noise import DEFAULT_Z, check_z
 from .pac import DISTRIBUTIONS, check_probability, draws_for
+from .partition import Partition
 from .sampled import Ledger, Rules, SearchResult, search
 from .sampled_certificate import SampledCertificate, certify_sampled, outer_draws_needed
 
@@ -55,9 +56,9 @@ class SampledEquilibrium:
     Attributes
     ----------
     clients : tuple of str
-    partition : tuple of int
-        Bitmask blocks, ordered by their lowest member.
-    start : tuple of int
+    partition : Partition
+        The partition found, by client name (:attr:`masks`: its bitmask blocks).
+    start : Partition
         The partition the search started from.
     search : SearchResult
         Why it stopped, the repairs made, the coalitions it used.
@@ -72,8 +73,8 @@ class SampledEquilibrium:
     """
 
     clients: tuple[str, ...]
-    partition: tuple[int, ...]
-    start: tuple[int, ...]
+    partition: Partition
+    start: Partition
     search: SearchResult
     certificate: SampledCertificate
     budget: int
@@ -85,9 +86,14 @@ class SampledEquilibrium:
         """Member names of a coalition."""
         return [self.clients[i] for i in members(mask)]
 
+    @property
+    def masks(self) -> tuple[int, ...]:
+        """The partition as bitmask blocks over :attr:`clients`, ordered by lowest member."""
+        return self.partition.masks
+
     def blocks(self) -> list[list[str]]:
         """The partition as lists of names."""
-        return [self.names(k) for k in self.partition]
+        return self.partition.lists()
 
     @property
     def trainings(self) -> int:
@@ -227,8 +233,9 @@ def sample_ce(source: ValueSource, budget: int, epsilon: float = 0.01, delta: fl
         rules = Rules(tol, DEFAULT_Z if cache.kind != "exact" else 0.0)
     cert = certify_sampled(ledger, found.partition, rules, np.random.default_rng(streams[1]), m=m, delta=delta,
                            requested_epsilon=epsilon, distribution=distribution, inner_draws=int(inner_draws))
-    return SampledEquilibrium(tuple(source.clients), found.partition, begin, found, cert, int(budget), int(seed),
-                              dict(cache.provenance), ledger.trained)
+    clients = tuple(source.clients)
+    return SampledEquilibrium(clients, Partition(clients, found.partition), Partition(clients, begin), found, cert,
+                              int(budget), int(seed), dict(cache.provenance), ledger.trained)
 
 
 def _names(r: SampledEquilibrium, mask: int) -> list[str]:
@@ -249,7 +256,7 @@ def sampled_to_json(r: SampledEquilibrium) -> dict:
         "clients": list(r.clients),
         "partition": r.blocks(),
         "holds": r.holds,
-        "search": {"start": [_names(r, k) for k in r.start], "stopped": r.search.stopped,
+        "search": {"start": r.start.lists(), "stopped": r.search.stopped,
                    "repairs": r.search.repairs, "trainings": r.search.trainings},
         "certificate": {
             "method": "sampled",

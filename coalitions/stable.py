@@ -37,7 +37,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .bitmask import all_masks, contains
-from .brute_force import MAX_ENUMERATE, bell, equilibria, restricted_growth_strings
+from .brute_force import MAX_ENUMERATE, bell, equilibrium_masks, restricted_growth_strings
 from .errors import InputError
 from .game import Game
 from .payoffs import check_semantics, payoff_table
@@ -145,7 +145,7 @@ def stable_partitions(game: Game, notion: str = "ce", semantics: str = "personal
         raise InputError(f"enumerating the partitions of {n} clients ({bell(n):,}) exceeds the limit of "
                          f"{max_clients} clients")
     if notion == "ce":
-        return equilibria(game, semantics, tol, max_clients=max_clients, progress=progress, z=z)
+        return equilibrium_masks(game, semantics, tol, max_clients=max_clients, progress=progress, z=z)
     pay = payoff_table(game, semantics)
     consent = consent_table(pay, n, tol) if notion == "individual_stability" else None
     rgs, label_mask = enumerate_partitions(n)

@@ -160,7 +160,7 @@ def support_over(partition, games: Iterable[Game], count: int, semantics: str = 
             continue
         except InputError as e:
             raise InputError(f"{what} {b}: {e}") from None
-        found.append(canonical(eq.partition))
+        found.append(canonical(eq.masks))
         if progress is not None:
             progress(b + 1, count)
     # each replicate's blocks as one row of a padded matrix: membership of the K blocks is one np.isin

@@ -5,7 +5,7 @@ import pytest
 from conftest import fs
 
 from coalitions.analytic import mean_estimation, planted
-from coalitions.brute_force import equilibria
+from coalitions.brute_force import equilibrium_masks
 from coalitions.errors import InputError
 from coalitions.peeling import peel
 
@@ -49,7 +49,7 @@ def test_mean_estimation_rejects(kwargs, fault):
 def test_mean_estimation_worked_cases():
     assert peel(mean_estimation([5, 5, 5])).partition == (0b111,)
     assert sorted(peel(mean_estimation([25, 25, 25])).partition) == [1, 2, 4]
-    assert len(equilibria(mean_estimation([2, 8, 2, 40]))) == 2
+    assert len(equilibrium_masks(mean_estimation([2, 8, 2, 40]))) == 2
 
 
 def test_planted_is_deterministic_and_named():
@@ -73,7 +73,7 @@ def test_noise_free_groups_are_the_unique_ce(groups):
     g = planted(groups, noise=0.0, seed=2)
     bounds = np.cumsum([0] + groups)
     expect = tuple(sum(1 << i for i in range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
-    assert equilibria(g) == [expect]
+    assert equilibrium_masks(g) == [expect]
 
 
 @pytest.mark.parametrize("kwargs, fault", [

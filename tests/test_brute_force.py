@@ -6,7 +6,7 @@ from conftest import any_games, fs, naive_equilibria, naive_partitions, subsets
 from hypothesis import given, settings
 
 from coalitions.analytic import mean_estimation, planted
-from coalitions.brute_force import bell, equilibria, inner_ok_table, restricted_growth_strings
+from coalitions.brute_force import bell, equilibrium_masks, inner_ok_table, restricted_growth_strings
 from coalitions.errors import InputError
 from coalitions.payoffs import payoff_table
 
@@ -47,41 +47,41 @@ def test_inner_ok_table_matches_definition(tie_game):
 
 
 def test_worked_cases(tie_game, me_game):
-    assert equilibria(tie_game) == [(0b101, 0b010)]
-    assert equilibria(me_game) == [(0b011, 0b100)]
-    assert equilibria(mean_estimation([5, 5, 5])) == [(0b111,)]
-    assert equilibria(mean_estimation([25, 25, 25])) == [(1, 2, 4)]
-    two = equilibria(mean_estimation([2, 8, 2, 40]))
+    assert equilibrium_masks(tie_game) == [(0b101, 0b010)]
+    assert equilibrium_masks(me_game) == [(0b011, 0b100)]
+    assert equilibrium_masks(mean_estimation([5, 5, 5])) == [(0b111,)]
+    assert equilibrium_masks(mean_estimation([25, 25, 25])) == [(1, 2, 4)]
+    two = equilibrium_masks(mean_estimation([2, 8, 2, 40]))
     assert len(two) == 2 and len(set(two)) == 2
 
 
 def test_zero_tolerance(tie_game):
     # exact ties: {c0,c2} leaves the grand coalition with nobody losing even when tol = 0
-    assert equilibria(tie_game, tol=0.0) == [(0b101, 0b010)]
+    assert equilibrium_masks(tie_game, tol=0.0) == [(0b101, 0b010)]
     assert not inner_ok_table(payoff_table(tie_game), 3, 0.0)[0b111]
 
 
 def test_no_equilibrium_under_shared(no_ce_game):
-    assert equilibria(no_ce_game, "shared") == []
-    assert equilibria(no_ce_game) == [(0b111,)]
+    assert equilibrium_masks(no_ce_game, "shared") == []
+    assert equilibrium_masks(no_ce_game) == [(0b111,)]
 
 
 def test_refuses_large_games_and_reports_progress():
     g = planted([2, 2, 1], seed=0)
     with pytest.raises(InputError, match="5 clients"):
-        equilibria(g, max_clients=4)
+        equilibrium_masks(g, max_clients=4)
     calls = []
-    found = equilibria(g, chunk=3, progress=lambda done, total: calls.append((done, total)))
+    found = equilibrium_masks(g, chunk=3, progress=lambda done, total: calls.append((done, total)))
     assert calls and calls[-1][0] == calls[-1][1]
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
-    assert found == equilibria(g, chunk=10_000)
+    assert found == equilibrium_masks(g, chunk=10_000)
 
 
 @given(any_games(max_n=5))
 @settings(max_examples=40, deadline=None)
 def test_equilibria_match_naive_enumerator(game):
     for semantics in ("personalized", "shared"):
-        got = equilibria(game, semantics)
+        got = equilibrium_masks(game, semantics)
         assert len(set(got)) == len(got)
         for p in got:
             assert list(p) == sorted(p, key=lambda k: k & -k)

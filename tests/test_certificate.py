@@ -119,7 +119,7 @@ def test_point_payoffs_equal_the_table(game, data, semantics):
 
 def test_sampled_certificates_still_come_from_the_axioms():
     g = planted([3, 3], noise=0.05, seed=1)
-    cert = certify(g, solve(g).partition, exhaustive_up_to=4)
+    cert = certify(g, solve(g).masks, exhaustive_up_to=4)
     assert cert.method == "sampled" and cert.holds
 
 
@@ -128,7 +128,7 @@ def test_sampled_certificates_still_come_from_the_axioms():
 def test_sixteen_clients_chunked_equals_whole_and_the_tables(semantics):
     """N = 16: a planted CE, a partition that is no CE (witnesses compared), and the grand coalition."""
     g = planted([4, 4, 4, 4], noise=0.05, seed=7)
-    ce = solve(g, semantics).partition
+    ce = solve(g, semantics).masks
     singletons = tuple(1 << i for i in range(16))
     pairs = tuple(0b11 << (2 * i) for i in range(8))
     for part in (ce, singletons, pairs, (g.grand,)):
@@ -144,9 +144,9 @@ def test_sixteen_clients_chunked_equals_whole_and_the_tables(semantics):
 def test_sixteen_equal_clients_form_the_grand_coalition_streamed():
     g = mean_estimation([5] * 16)
     eq = solve(g)
-    assert eq.partition == (g.grand,) and eq.certificate.holds
+    assert eq.masks == (g.grand,) and eq.certificate.holds
     assert eq.certificate.inner.checked == (1 << 16) - 2
-    assert eq.certificate == certify(g, eq.partition, chunk=4)
+    assert eq.certificate == certify(g, eq.masks, chunk=4)
 
 
 @given(any_games(max_n=7), st.sampled_from([0.0, 1e-9, 0.5, 1.0]))

@@ -67,7 +67,7 @@ def test_fit_exposes_what_was_learned_and_the_estimate_is_built_from_it(name, or
     want = build_estimate(m.oracle_, method=m.method, config=m.estimate_config(), utilities=m.utilities_,
                           metric=fed.metric, sense=fed.sense, weights=m.weights_,
                           planted_groups=fed.planted_groups, extra=m.estimate_extra(peel_oracle(m.oracle_)))
-    assert e.partition == want.partition and e.rounds == want.rounds
+    assert e.masks == want.masks and e.rounds == want.rounds
     assert e.benefit_graph.collaborators == want.benefit_graph.collaborators
     assert (e.weights is None) == (m.weights_ is None)
     if m.weights_ is not None:

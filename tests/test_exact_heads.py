@@ -349,7 +349,7 @@ def test_spo_personal_heads_cnn_target_and_bad_combinations():
     outs = est.client_outputs("test")
     for c, o in zip(fed.clients, outs, strict=True):
         assert evaluate_batch(fed.metric, c.test.y, np.asarray(o)[None])[0] == est.utilities_["test"][c.name]
-    assert est.estimate_.partition
+    assert est.estimate_.masks
     for bad in (dict(heads="personal"), dict(heads="personal", model="logistic"),
                 dict(heads="personal", model="mlp", epo=True), dict(heads="mine", model="mlp")):
         with pytest.raises(ParameterError, match="heads"):

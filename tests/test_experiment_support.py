@@ -24,7 +24,7 @@ def test_the_reported_support_is_the_noise_aware_one():
     eq = co.solve(game)
     assert eq.z == 1.96
     summary = exact_summary(game, game, "accuracy", eq=eq, replicates=reps)
-    want = support(eq.partition, reps, eq.semantics, eq.tol, z=eq.z, uncertainty=game.uncertainty)
-    point = support(eq.partition, reps, eq.semantics, eq.tol)             # every replicate on point values
+    want = support(eq.masks, reps, eq.semantics, eq.tol, z=eq.z, uncertainty=game.uncertainty)
+    point = support(eq.masks, reps, eq.semantics, eq.tol)             # every replicate on point values
     assert summary.support["partition"] == want.partition_share
     assert want.partition_share != point.partition_share                   # the two readings differ here

@@ -627,7 +627,7 @@ def test_simulation_engine_gives_the_inprocess_game_and_its_equilibrium(simulate
     same = co.solve(co.Game.from_array(val, heart.names, "max").with_uncertainty(game.uncertainty))
     fed_eq = json.loads((out / "equilibrium.json").read_text())
     run = json.loads((out / "run.json").read_text())
-    want = sorted(sorted(heart.names[i] for i in co.bitmask.members(k)) for k in same.partition)
+    want = sorted(sorted(heart.names[i] for i in co.bitmask.members(k)) for k in same.masks)
     assert sorted(sorted(b) for b in run["equilibrium"]) == want
     assert run["certificate_holds"] is True and fed_eq["format"].startswith("coalitions/equilibrium")
     assert run["bytes_sent"] > 0 and run["bytes_received"] > 0

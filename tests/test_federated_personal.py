@@ -83,7 +83,7 @@ def _assert_same(got, ref):
     e, r = got.estimate_, ref.estimate_
     assert e.method == r.method and e.clients == r.clients
     assert e.utilities == r.utilities
-    assert e.partition == r.partition and e.benefit_graph == r.benefit_graph
+    assert e.masks == r.masks and e.benefit_graph == r.benefit_graph
     np.testing.assert_allclose(e.extra["loss_history"], r.extra["loss_history"], atol=TOL, rtol=0)
     assert len(e.extra["loss_history"]) == len(r.extra["loss_history"]) > 0
     if r.weights is None:
@@ -290,7 +290,7 @@ def test_simulation_engine_gives_the_inprocess_learners_estimate(tmp_path, heart
     seconds = time.perf_counter() - t0
     est = read_estimate(out / "estimate.json")
     ref = _reference(method, heart, protocol=federated_protocol("binary", TRAINING)).estimate_
-    assert est.method == ref.method and est.utilities == ref.utilities and est.partition == ref.partition
+    assert est.method == ref.method and est.utilities == ref.utilities and est.masks == ref.masks
     assert est.benefit_graph == ref.benefit_graph
     np.testing.assert_allclose(est.extra["loss_history"], ref.extra["loss_history"], atol=TOL, rtol=0)
     if ref.weights is not None:
@@ -333,7 +333,7 @@ def _spo_protocol():
 def _assert_same_spo(fed_est, ref_est):
     assert fed_est.method == ref_est.method == "spo"
     assert fed_est.utilities == ref_est.utilities
-    assert fed_est.partition == ref_est.partition and fed_est.benefit_graph == ref_est.benefit_graph
+    assert fed_est.masks == ref_est.masks and fed_est.benefit_graph == ref_est.benefit_graph
     np.testing.assert_allclose(fed_est.weights, ref_est.weights, atol=TOL, rtol=0)
     np.testing.assert_allclose(fed_est.extra["train_loss"], ref_est.extra["train_loss"], atol=TOL, rtol=0)
     for name in ref_est.clients:

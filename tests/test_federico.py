@@ -129,7 +129,7 @@ def test_the_likelihood_is_a_sum_and_recovers_planted_groups():
     fed = blobs(sizes=(30,) * 9, groups=((0, 1, 2), (3, 4, 5), (6, 7, 8)), seed=1)
     full = dict(kw(40, (), batch_size=None, lr=0.05), seed=0)   # full batch: 40 steps
     planted = {0b000000111, 0b000111000, 0b111000000}
-    assert set(FedeRiCo(**full).fit(fed).estimate_.partition) == planted
-    assert set(FedeRiCo(likelihood="mean", **full).fit(fed).estimate_.partition) != planted
+    assert set(FedeRiCo(**full).fit(fed).estimate_.masks) == planted
+    assert set(FedeRiCo(likelihood="mean", **full).fit(fed).estimate_.masks) != planted
     with pytest.raises(ParameterError, match="likelihood"):
         FedeRiCo(likelihood="median", **full).fit(fed)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import coalitions as co
-from coalitions.brute_force import argmax_table, equilibria
+from coalitions.brute_force import argmax_table, equilibrium_masks
 from coalitions.certificate import closest_inner, closest_outer
 from coalitions.certificate import inner_agreement as streamed_inner
 from coalitions.certificate import outer_agreement as streamed_outer
@@ -174,7 +174,7 @@ def test_streamed_axioms_match_the_definition(game, z, semantics, data):
 @SETTINGS
 @given(noisy_games(max_n=4), st.sampled_from((0.0, DEFAULT_Z)), st.sampled_from(("personalized", "shared")))
 def test_brute_force_matches_the_definition(game, z, semantics):
-    assert set(map(frozenset, equilibria(game, semantics, TOL, z=z))) == naive_equilibria(game, semantics, z)
+    assert set(map(frozenset, equilibrium_masks(game, semantics, TOL, z=z))) == naive_equilibria(game, semantics, z)
 
 
 @SETTINGS
@@ -188,7 +188,7 @@ def test_solve_returns_an_equilibrium_at_z_or_says_none_exists(game, z):
     eq = solve(game, z=z)
     assert eq.z == z
     if truth:
-        assert eq.certificate.holds and frozenset(eq.partition) in truth
+        assert eq.certificate.holds and frozenset(eq.masks) in truth
     else:
         assert not eq.certificate.holds and eq.found_by == "peeling"
         assert eq.certificate.verdict in ("holds on point values only", "fails")
@@ -219,7 +219,7 @@ def test_closest_scores_decide_like_the_axioms(game, z, data):
 def test_z_zero_is_the_point_value_answer(game):
     exact = game.with_uncertainty(None)
     a, b = solve(game, z=0.0), solve(exact)
-    assert a.partition == b.partition and a.rounds == b.rounds
+    assert a.masks == b.masks and a.rounds == b.rounds
     assert [g.edges for g in a.graphs] == [g.edges for g in b.graphs]
     assert a.certificate.holds == b.certificate.holds and not a.certificate.noisy
 
@@ -234,11 +234,11 @@ def test_zero_standard_errors_give_the_point_value_answer(game, z, kind):
         u = Uncertainty.from_se(game, np.zeros(game.values.shape))
     noisy = game.with_uncertainty(u)
     a, b = solve(noisy, z=z), solve(game)
-    assert a.partition == b.partition
+    assert a.masks == b.masks
     assert [g.edges for g in a.graphs] == [g.edges for g in b.graphs]
     assert [g.alternatives for g in a.graphs] == [g.alternatives for g in b.graphs]
     assert a.certificate.holds == b.certificate.holds
-    assert set(map(frozenset, equilibria(noisy, z=z))) == set(map(frozenset, equilibria(game)))
+    assert set(map(frozenset, equilibrium_masks(noisy, z=z))) == set(map(frozenset, equilibrium_masks(game)))
 
 
 @SETTINGS
@@ -281,13 +281,13 @@ def test_relabelling_clients_permutes_the_answer(game, perm):
     # relabelling changes which tied set the smallest-bitmask rule picks: only games without exact ties
     assume(all(np.unique(game.values[i][~np.isnan(game.values[i])]).size == (1 << (game.n - 1))
                for i in range(game.n)))
-    a = {relabel(k, inv) for k in solve(game).partition}
-    b = set(solve(g2).partition)
+    a = {relabel(k, inv) for k in solve(game).masks}
+    b = set(solve(g2).masks)
     # Peeling picks one answer, and where sub-coalitions tie *statistically* (within z standard errors)
     # its shrink step keeps the first inclusion-minimal one in bitmask order, which relabelling
     # changes.  What relabelling must not change is the verdict on a partition: each answer's
     # certificate, at the same level, is the same in either labelling.
-    mine, theirs = solve(game).partition, solve(g2).partition
+    mine, theirs = solve(game).masks, solve(g2).masks
     assert certify(g2, sorted(a)).holds == certify(game, mine).holds
     assert certify(game, sorted(relabel(k, perm) for k in b)).holds == certify(g2, theirs).holds
 
@@ -437,7 +437,7 @@ def test_measured_games_round_trip_through_both_file_forms(tmp_path):
             co.write_game(measured, tmp_path / name)
             back, back_reps = co.io.read_game_replicates(tmp_path / name)
             assert back.uncertainty is not None and back.uncertainty.kind == u.kind
-            assert solve(back).certificate.noisy and solve(back).partition == solve(measured).partition
+            assert solve(back).certificate.noisy and solve(back).masks == solve(measured).masks
             if u.kind == "se":
                 np.testing.assert_array_equal(back.uncertainty.se, u.se)
             else:
@@ -485,7 +485,7 @@ def test_a_certificate_without_detail_has_the_same_verdict_on_the_axioms(game, d
     c = full.closest_outer
     assert full.confirmed == (full.holds and (c is None or c.score < -DEFAULT_Z))
     assert full.verdict.startswith("stable at") == bool(full.confirmed)
-    assert solve(game, detail=False).partition == solve(game).partition
+    assert solve(game, detail=False).masks == solve(game).masks
 
 
 # ---------------------------------------------------------------- families of comparisons

@@ -56,3 +56,58 @@ def test_check_partition(me_game):
 def test_block_of(me_game):
     assert block_of(me_game, (0b011, 0b100)).tolist() == [3, 3, 4]
     assert block_of(me_game, (1, 2, 4)).tolist() == [1, 2, 4]
+
+
+# ---------------------------------------------------------------- Partition: names at the API surface
+def test_a_partition_holds_names_in_one_canonical_order():
+    from coalitions.partition import Partition
+
+    p = Partition(["a", "b", "c", "d"], (0b1000, 0b0110, 0b0001))
+    assert list(p) == [frozenset({"a"}), frozenset({"b", "c"}), frozenset({"d"})]   # blocks by their first client
+    assert p.masks == (0b0001, 0b0110, 0b1000) and p.clients == ("a", "b", "c", "d")
+    assert p.lists() == [["a"], ["b", "c"], ["d"]] and str(p) == "a | b,c | d" and repr(p) == "Partition('a | b,c | d')"
+    assert p[1] == {"b", "c"} and p[-1] == {"d"} and p[:2] == (frozenset("a"), frozenset("bc")) and len(p) == 3
+    assert p.block_of("c") == {"b", "c"}
+    with pytest.raises(InputError, match="client 'z' is not in the partition"):
+        p.block_of("z")
+
+
+def test_partitions_are_equal_by_their_blocks_whatever_the_client_order():
+    from coalitions.partition import Partition
+
+    a = Partition(["a", "b", "c"], (0b011, 0b100))
+    b = Partition(["c", "b", "a"], (0b001, 0b110))       # the same blocks over another order of names
+    assert a == b and hash(a) == hash(b) and {a, b} == {a}
+    assert a != Partition(["a", "b", "c"], (0b001, 0b110))
+    assert a != (0b011, 0b100)                          # bitmasks are not names: compare a.masks
+    assert Partition.parse(["a", "b", "c"], "c|b,a") == a
+
+
+@pytest.mark.parametrize("clients, masks, fault", [
+    (["a", "b"], (0b01,), "client 'b' is in no block"),
+    (["a", "b"], (0b11, 0b01), "client 'a' appears in two blocks"),
+    (["a", "b"], (0b100,), "outside the 2 given"),
+    (["a", "b"], (0,), "empty"),
+    (["a", "a"], (0b11,), "distinct"),
+])
+def test_a_partition_that_does_not_partition_is_refused(clients, masks, fault):
+    from coalitions.partition import Partition
+
+    with pytest.raises(InputError, match=fault):
+        Partition(clients, masks)
+
+
+def test_the_results_carry_names_and_keep_their_bitmasks_behind_masks(me_game):
+    import coalitions as co
+    from coalitions.partition import Partition
+
+    eq = co.solve(me_game)
+    assert eq.partition == Partition.parse(me_game.clients, "a,b|c") and eq.masks == (0b011, 0b100)
+    assert co.equilibria(me_game) == [eq.partition]
+    assert "partition='a,b | c'" in repr(eq) and "(3, 4)" not in repr(eq)
+    # every core function that takes a partition takes it by name too
+    assert co.certify(me_game, eq.partition) == co.certify(me_game, eq.masks)
+    assert format_partition(me_game, eq.partition) == "a,b|c" and block_of(me_game, eq.partition).tolist() == [3, 3, 4]
+    assert check_partition(me_game, Partition(["c", "b", "a"], (0b001, 0b110))) == (0b011, 0b100)
+    with pytest.raises(InputError, match="not the game's"):
+        check_partition(me_game, Partition(["x", "y"], (0b11,)))

@@ -83,7 +83,7 @@ def test_estimate_round_trips_through_json():
         e = m.estimate_
         doc = json.loads(json.dumps(estimate_to_json(e)))
         back = estimate_from_json(doc)
-        assert back.clients == e.clients and back.partition == e.partition
+        assert back.clients == e.clients and back.masks == e.masks
         assert back.planted_groups == fed.planted_groups
         assert doc["config"]["method"] == m.method and doc["config"]["seed"] == 1
 

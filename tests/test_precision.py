@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from coalitions.analytic import planted
 from coalitions.axioms import all_checks
-from coalitions.brute_force import equilibria
+from coalitions.brute_force import equilibrium_masks
 from coalitions.equilibrium import certify, solve
 from coalitions.errors import InputError, NoEquilibrium
 from coalitions.game import Game
@@ -47,7 +47,7 @@ def outcome(game, semantics, tol):
         eq = solve(game, semantics, tol)
     except NoEquilibrium as e:
         return str(e)
-    return (eq.partition, eq.rounds, eq.graphs, eq.found_by, eq.certificate,
+    return (eq.masks, eq.rounds, eq.graphs, eq.found_by, eq.certificate,
             eq.payoffs.tolist(), eq.mau_all.tolist())
 
 
@@ -63,7 +63,7 @@ def decided(game, semantics, tol):
         eq = solve(game, semantics, tol)
     except NoEquilibrium as e:
         return str(e)
-    return (eq.partition, eq.rounds, eq.graphs, eq.found_by, decisions(eq.certificate.inner),
+    return (eq.masks, eq.rounds, eq.graphs, eq.found_by, decisions(eq.certificate.inner),
             decisions(eq.certificate.outer))
 
 
@@ -105,10 +105,10 @@ def test_float32_storage_gives_the_float64_answers(g64, data, semantics, tol):
 def test_float32_brute_force_equals_float64(g64, tol):
     g32 = as_float32(g64)
     for semantics in ("personalized", "shared"):
-        assert equilibria(g32, semantics, tol) == equilibria(g64, semantics, tol)
+        assert equilibrium_masks(g32, semantics, tol) == equilibrium_masks(g64, semantics, tol)
     eq = solve(g32, tol=tol) if tol == 0 else None
     if eq is not None:
-        assert eq.partition in equilibria(g64, tol=tol)
+        assert eq.masks in equilibrium_masks(g64, tol=tol)
 
 
 def test_tables_of_a_float32_game_are_float64(tie_game):
@@ -124,7 +124,7 @@ def test_a_float32_comparison_would_be_wrong_without_the_upcast():
     g = Game(("a", "b"), v)
     assert np.float32(1.0) - 1e-9 == np.float32(1.0)  # NumPy 2 keeps a float32 scalar's dtype
     assert solve(g).graphs[0].collaborators_of(0) == 0b10  # {a} alone is 1.2e-7 short: a needs b
-    assert solve(g).partition == solve(upcast(g)).partition
+    assert solve(g).masks == solve(upcast(g)).masks
 
 
 # ---------------------------------------------------------------------------- rounding a float64 game
@@ -137,8 +137,8 @@ def near_tolerance_game():
 
 def test_tolerance_above_the_rounding_is_not_enough():
     g = near_tolerance_game()
-    assert solve(g, tol=1e-6).partition == (0b01, 0b10)
-    assert solve(as_float32(g), tol=1e-6).partition == (0b11,)  # what naive rounding would answer
+    assert solve(g, tol=1e-6).masks == (0b01, 0b10)
+    assert solve(as_float32(g), tol=1e-6).masks == (0b11,)  # what naive rounding would answer
     assert not float32_safe(g.values, 1e-6)
     with pytest.raises(InputError, match="float32 would change answers at tolerance 1e-06"):
         to_float32(g, tol=1e-6)

@@ -23,7 +23,7 @@ from conftest import (
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from coalitions.brute_force import equilibria
+from coalitions.brute_force import equilibrium_masks
 from coalitions.equilibrium import solve
 from coalitions.errors import NoEquilibrium
 from coalitions.graph import ExactOracle
@@ -64,7 +64,7 @@ def test_peeling_ends_with_a_brute_force_equilibrium(game):
     assert all(r.stable for r in p.rounds)  # every round removes someone, so peeling ends
     part = canonical(p.partition)
     assert_equilibrium(game, part)
-    assert part in equilibria(game)
+    assert part in equilibrium_masks(game)
 
 
 # On integer-valued games any tol < 1 is transitive ("equal" means exactly equal), so peeling
@@ -76,7 +76,7 @@ def test_peeling_gives_a_ce_for_transitive_tolerances(game, tol):
     assert p.complete
     part = canonical(p.partition)
     assert_equilibrium(game, part, tol=tol)
-    assert part in equilibria(game, tol=tol)
+    assert part in equilibrium_masks(game, tol=tol)
 
 
 @given(games(max_n=6, levels=4, ties=True), st.sampled_from([0.0, 0.5, 1.0, 1.5]))
@@ -84,13 +84,13 @@ def test_peeling_gives_a_ce_for_transitive_tolerances(game, tol):
 def test_certificate_is_honest_for_any_tolerance(game, tol):
     """Whatever solve returns, its certificate holds exactly when brute force lists the partition;
     when it finds no CE, brute force finds none either (tol >= 1 can leave a game without one)."""
-    found = equilibria(game, tol=tol)
+    found = equilibrium_masks(game, tol=tol)
     try:
         eq = solve(game, tol=tol)
     except NoEquilibrium:
         assert found == []
     else:
-        assert eq.certificate.holds == (eq.partition in found)
+        assert eq.certificate.holds == (eq.masks in found)
 
 
 @given(games(max_n=7))
@@ -164,26 +164,26 @@ def test_ocs_matches_naive_tie_rule(game, data):
 @given(games(max_n=7))
 @FAST
 def test_shared_semantics_agrees_with_brute_force(game):
-    found = equilibria(game, "shared")
+    found = equilibrium_masks(game, "shared")
     try:
         eq = solve(game, "shared")
     except NoEquilibrium:
         assert found == []
     else:
-        assert eq.partition in found and eq.certificate.holds
+        assert eq.masks in found and eq.certificate.holds
 
 
 @given(games(max_n=4, levels=4, ties=True))
 @settings(max_examples=80, deadline=None)
 def test_shared_semantics_on_small_tied_games(game):
-    found = {frozenset(p) for p in equilibria(game, "shared")}
+    found = {frozenset(p) for p in equilibrium_masks(game, "shared")}
     assert found == naive_equilibria(game, "shared")
     try:
         eq = solve(game, "shared")
     except NoEquilibrium:
         assert not found
     else:
-        assert frozenset(eq.partition) in found
+        assert frozenset(eq.masks) in found
 
 
 # ---------------------------------------------------------------------------- brute force
@@ -191,21 +191,21 @@ def test_shared_semantics_on_small_tied_games(game):
 @FAST
 def test_brute_force_matches_naive_enumerator(game, tol):
     for semantics in ("personalized", "shared"):
-        got = {frozenset(p) for p in equilibria(game, semantics, tol)}
+        got = {frozenset(p) for p in equilibrium_masks(game, semantics, tol)}
         assert got == naive_equilibria(game, semantics, tol)
 
 
 @given(games(6))
 @settings(max_examples=15, deadline=None)
 def test_brute_force_matches_naive_enumerator_six_clients(game):
-    got = {frozenset(p) for p in equilibria(game)}
+    got = {frozenset(p) for p in equilibrium_masks(game)}
     assert got == naive_equilibria(game)
 
 
 @given(games(max_n=6))
 @FAST
 def test_every_brute_force_equilibrium_passes_the_naive_axioms(game):
-    for p in equilibria(game):
+    for p in equilibrium_masks(game):
         part = [fs(k) for k in p]
         assert naive_inner(game, part) and naive_outer(game, part)
 

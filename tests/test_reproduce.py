@@ -87,7 +87,7 @@ def test_quick_report_shows_the_support_of_every_exact_ce(quick):
         run = reg["runs"][0]
         game, reps = read_game_replicates(quick / "runs" / "quick" / f"{reg['name']}-seed{run['seed']}-game.json")
         assert reps is not None and reps.b == REPLICATES
-        s = support(solve(game).partition, reps)
+        s = support(solve(game).masks, reps)
         assert run["exact"]["support"] == {"partition": s.partition_share, "replicates": REPLICATES,
                                            "coalitions": {game.key(k): v for k, v in s.coalition_shares.items()}}
         assert f"Support over validation resamples (per seed, the share of {REPLICATES} bootstrap replicates" in text

@@ -52,7 +52,7 @@ def test_every_stepped_method_over_flower_equals_the_inprocess_learner(tmp_path,
     ref = METHODS[P.PERSONAL[method]].estimator_class()(**{**params, "device": "cpu"}).fit(heart)
     e, r = got.estimate_, ref.estimate_
     assert e.utilities == r.utilities
-    assert e.partition == r.partition and e.benefit_graph == r.benefit_graph
+    assert e.masks == r.masks and e.benefit_graph == r.benefit_graph
     np.testing.assert_allclose(e.extra["loss_history"], r.extra["loss_history"], atol=TOL, rtol=0)
     for key in ("lambda", "lambda_history", "L"):     # the server's own record (AFL's λ, q-FFL's L)
         if key in r.extra:
@@ -112,7 +112,7 @@ def test_early_stopping_over_flower_equals_the_inprocess_learner(heart, method, 
         assert getattr(got, attr) == getattr(ref, attr), attr
     assert got.utilities_ == ref.utilities_
     e, r = got.estimate_, ref.estimate_
-    assert e.partition == r.partition and e.benefit_graph == r.benefit_graph
+    assert e.masks == r.masks and e.benefit_graph == r.benefit_graph
     np.testing.assert_allclose(got.val_loss_history_, ref.val_loss_history_, atol=TOL, rtol=0)
     np.testing.assert_allclose(got.val_loss_clients_, ref.val_loss_clients_, atol=TOL, rtol=0)
     np.testing.assert_allclose(got.loss_history_, ref.loss_history_, atol=TOL, rtol=0)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import coalitions as co
 from coalitions import io as cio
 from coalitions.axioms import outer_agreement
-from coalitions.brute_force import equilibria
+from coalitions.brute_force import equilibrium_masks
 from coalitions.lazy import GameSource, Measurement
 from coalitions.lazy_analytic import MeanEstimationSource, PlantedSource
 from coalitions.measured import MeasuredGame
@@ -198,12 +198,12 @@ def test_an_exhaustive_sample_agrees_with_brute_force_about_outer_agreement(game
     r = co.sample_ce(GameSource(game), budget=200, epsilon=0.05, delta=0.05, seed=seed, tol=tol)
     c = r.certificate
     assert c.outer_method == "exhaustive" and c.m == (1 << game.n) - 1 - game.n
-    truth = outer_agreement(game, r.partition, "shared", tol)
+    truth = outer_agreement(game, r.masks, "shared", tol)
     assert c.outer_agreement == truth.holds
     assert c.blocking_draws == truth.violations - sum(1 for b in c.individual)
     if c.outer_agreement and c.inner_agreement:
         assert c.inner_exhaustive
-        assert tuple(sorted(r.partition)) in {tuple(sorted(p)) for p in equilibria(game, "shared", tol)}
+        assert tuple(sorted(r.masks)) in {tuple(sorted(p)) for p in equilibrium_masks(game, "shared", tol)}
 
 
 def test_planted_groups_are_found_and_certified():
@@ -225,7 +225,7 @@ def test_a_start_and_a_benefit_graph_are_used():
 def test_the_sampled_assertion_fails_on_a_blocked_partition():
     # no budget left to search: everyone stays alone, and the groups' coalitions block
     r = co.sample_ce(PlantedSource((3, 3), seed=0), budget=69, epsilon=0.05, delta=0.05, seed=0)
-    assert r.search.trainings == 0 and r.partition == tuple(1 << i for i in range(6))
+    assert r.search.trainings == 0 and r.masks == tuple(1 << i for i in range(6))
     assert not r.holds and r.certificate.blockers
     with pytest.raises(CertificateFailure, match="blocks: c"):
         assert_sampled_stable(r)
@@ -305,7 +305,7 @@ def test_noise_aware_blocking_agrees_with_the_exhaustive_check(game, seed, z):
     r = co.sample_ce(GameSource(noisy), budget=200, epsilon=0.05, delta=0.05, seed=1)
     assert r.certificate.z == 1.96 and r.certificate.outer_method == "exhaustive"   # the source's SEs set z
     r = co.sample_ce(GameSource(noisy), budget=200, epsilon=0.05, delta=0.05, seed=1, z=z)
-    truth = streamed_outer(noisy, r.partition, "shared", 1e-9, z=z)
+    truth = streamed_outer(noisy, r.masks, "shared", 1e-9, z=z)
     assert r.certificate.outer_agreement == truth.holds
 
 

@@ -186,7 +186,7 @@ def test_spo_recovers_the_planted_graph_and_the_exact_one(easy):
     assert co.ExactOracle(game, z=0).benefit_graph(game.grand).edges == PLANTED_EDGES
     # at the measured game's default level an edge may be within its validation noise, never outside the plant
     assert set(co.ExactOracle(game).benefit_graph(game.grand).edges) <= set(PLANTED_EDGES)
-    assert sorted(e.partition) == [0b0011, 0b1100]
+    assert sorted(e.masks) == [0b0011, 0b1100]
     assert e.planted_groups == (("0", "1"), ("2", "3"))
     r = compare(e, game, z=0)
     assert r["edge_f1"] == 1.0 and r["ari"] == 1.0 and max(r["regret"].values()) == 0.0

@@ -149,8 +149,8 @@ def test_paper_variant_reads_the_ratio_rule_off_clamped_directions(fed):
     assert set(spo.utilities_["val"]) == set(fed.names)
     est = spo.estimate_
     # the peeling ran on per-target networks: a partition of every client, each block's directions on its face
-    assert sum(est.partition) == (1 << fed.n) - 1 and len(set(est.partition)) == len(est.partition)
-    for k in est.partition:
+    assert sum(est.masks) == (1 << fed.n) - 1 and len(set(est.masks)) == len(est.masks)
+    for k in est.masks:
         for i in (j for j in range(fed.n) if k >> j & 1):
             assert (i, k) in spo.search_.trained_
     with pytest.raises(co.errors.InputError, match="one per searched"):
@@ -184,8 +184,8 @@ def test_front_at_pooled_directions_is_the_exact_game_as_the_ridge_vanishes(fed)
     exact = oracle.game_.raw_values()
     limit = pooled_front_game(fed, 2 * ridge, bias_decay=True).raw_values()
     np.testing.assert_allclose(limit, exact, rtol=1e-5)
-    assert co.solve(pooled_front_game(fed, 2 * ridge, bias_decay=True)).partition == \
-        co.solve(oracle.game_).partition
+    assert co.solve(pooled_front_game(fed, 2 * ridge, bias_decay=True)).masks == \
+        co.solve(oracle.game_).masks
     # SPO's ridge makes a different game
     assert not np.allclose(pooled_front_game(fed, 0.01).raw_values(), exact, rtol=1e-3, equal_nan=True)
 

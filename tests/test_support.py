@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import coalitions as co
 from coalitions import cli
 from coalitions import io as cio
-from coalitions.brute_force import equilibria
+from coalitions.brute_force import equilibrium_masks
 from coalitions.equilibrium import solve
 from coalitions.errors import InputError, NoEquilibrium
 from coalitions.game import Game
@@ -52,10 +52,10 @@ def test_a_flipped_coalition_gives_the_exact_shares():
     reps = stack([game, split, grand, same])
     expected = [(0b011, 0b100), (0b001, 0b010, 0b100), (0b111,), (0b011, 0b100)]
     for b, want in enumerate(expected):                           # the hand-made CEs, checked by brute force
-        assert [tuple(sorted(p)) for p in equilibria(reps.game(b))] == [want]
+        assert [tuple(sorted(p)) for p in equilibrium_masks(reps.game(b))] == [want]
     eq = solve(game)
-    assert eq.partition == (0b011, 0b100)
-    s = support(eq.partition, reps)
+    assert eq.masks == (0b011, 0b100)
+    s = support(eq.masks, reps)
     assert s.found == tuple(expected)
     assert s.partition_share == 0.5
     assert s.coalition_shares == {0b011: 0.5, 0b100: 0.75}
@@ -69,7 +69,7 @@ def test_a_replicate_without_equilibrium_counts_against_every_share():
         solve(bad, "shared")
     good = Game.from_array(np.where(np.isnan(bad.raw_values()), np.nan, 0.0), bad.clients, bad.sense)
     eq = solve(good, "shared")
-    s = support(eq.partition, stack([good, bad, good]), "shared")
+    s = support(eq.masks, stack([good, bad, good]), "shared")
     assert s.found[1] is None and s.without_ce == 1
     assert s.partition_share == pytest.approx(2 / 3)
     assert all(v == pytest.approx(2 / 3) for v in s.coalition_shares.values())
@@ -80,7 +80,7 @@ def test_a_replicate_without_equilibrium_counts_against_every_share():
 def test_support_is_one_on_copies_of_the_game(game, b):
     reps = stack([game] * b)
     eq = solve(game)
-    s = support(eq.partition, reps, tol=1e-9)
+    s = support(eq.masks, reps, tol=1e-9)
     assert s.partition_share == 1.0 and set(s.coalition_shares.values()) == {1.0} and s.b == b
 
 
@@ -104,7 +104,7 @@ def test_support_properties_on_perturbed_replicates(game, b, seed, noise, semant
     raw = game.raw_values()
     tied = rng.integers(-1, 2, size=(b,) + raw.shape) * noise  # small integer shifts keep ties likely
     reps = Replicates.from_array(raw + tied, game.clients, game.sense)
-    s = support(eq.partition, reps, semantics)
+    s = support(eq.masks, reps, semantics)
     shares = s.coalition_shares
     assert 0.0 <= s.partition_share <= 1.0
     assert all(0.0 <= v <= 1.0 for v in shares.values())
@@ -112,10 +112,10 @@ def test_support_properties_on_perturbed_replicates(game, b, seed, noise, semant
     # each replicate's CE is the one solve gives for it, and the shares are the sets' counts
     for k in range(b):
         try:
-            assert s.found[k] == solve(reps.game(k), semantics).partition
+            assert s.found[k] == solve(reps.game(k), semantics).masks
         except NoEquilibrium:
             assert s.found[k] is None
-    same, per = naive_shares(eq.partition, s.found)
+    same, per = naive_shares(eq.masks, s.found)
     assert s.partition_share == pytest.approx(same) and shares == pytest.approx(per)
 
 
@@ -124,7 +124,7 @@ def test_support_is_fast_enough_for_the_cli():
     game = co.planted([3, 3], noise=0.05, seed=1)
     reps = stack([game] * 50)
     calls = []
-    s = support(solve(game).partition, reps, progress=lambda d, t: calls.append((d, t)))
+    s = support(solve(game).masks, reps, progress=lambda d, t: calls.append((d, t)))
     assert calls == [(k, 50) for k in range(1, 51)] and s.partition_share == 1.0
 
 
@@ -304,7 +304,7 @@ def test_oracle_replicates_then_solve_prints_support(tmp_path, capsys):
     assert cli.main(["solve", str(path), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     eq = solve(game)                                   # at z = 1.96, the game's standard errors fixed
-    s = support(eq.partition, reps, z=eq.z, uncertainty=game.uncertainty)
+    s = support(eq.masks, reps, z=eq.z, uncertainty=game.uncertainty)
     assert data["support"] == {"partition": s.partition_share,
                                "coalitions": {game.key(k): v for k, v in s.coalition_shares.items()},
                                "replicates": 50}
@@ -335,7 +335,7 @@ def test_tol_auto(tmp_path, capsys):
     assert err.startswith("--tol auto: ") and "20 replicates" in err
     expect = solve(game, tol=tol)
     assert data["partition"] == expect.blocks()
-    part = co.format_partition(game, expect.partition)
+    part = co.format_partition(game, expect.masks)
     for args in (["enumerate"], ["verify", "--partition", part], ["welfare"]):
         rc = cli.main([args[0], str(path), "--tol", "auto", *args[1:]])
         capsys.readouterr()

@@ -31,7 +31,7 @@ from ..bitmask import members
 from ..equilibrium import certify
 from ..game import Game
 from ..graph import BenefitGraph
-from ..partition import block_of, parse_partition
+from ..partition import Partition, block_of, parse_partition
 
 __all__ = ["CertificateFailure", "assert_equilibrium", "assert_inner_agreement", "assert_outer_agreement",
            "assert_individually_rational", "assert_nash_stable", "assert_individually_stable",
@@ -195,6 +195,8 @@ def assert_equilibrium(game: Game, partition, *, semantics: str = "personalized"
 
 
 def _named_partition(p, clients: Sequence[str] | None) -> frozenset[frozenset[str]]:
+    if isinstance(p, Partition):
+        return frozenset(p)
     if isinstance(p, str):
         pass
     elif hasattr(p, "blocks") and callable(p.blocks):

@@ -19,7 +19,7 @@ def _names(game: co.Game, mask: int) -> list[str]:
 def _is_ce(game: co.Game, estimate) -> bool:
     """Whether the learner's partition is a CE of the exact game (exhaustive certificate)."""
     index = {c: i for i, c in enumerate(game.clients)}
-    partition = [sum(1 << index[estimate.clients[i]] for i in co.bitmask.members(k)) for k in estimate.partition]
+    partition = [sum(1 << index[estimate.clients[i]] for i in co.bitmask.members(k)) for k in estimate.masks]
     return bool(co.certify(game, partition).holds)
 
 
@@ -31,7 +31,7 @@ def _against_exact(edges, partition, game: co.Game | None, eq: co.Equilibrium | 
 
     exact_edges = {(game.clients[j], game.clients[i]) for j, i in co.ExactOracle(game).benefit_graph(game.grand).edges}
     p, r, f1 = edge_scores({(a, b) for a, b in edges}, exact_edges)
-    same = {frozenset(b) for b in partition} == {frozenset(_names(game, k)) for k in eq.partition}
+    same = {frozenset(b) for b in partition} == {frozenset(_names(game, k)) for k in eq.masks}
     index = {c: i for i, c in enumerate(game.clients)}
     stable = co.certify(game, [sum(1 << index[c] for c in b) for b in partition]).holds
     return {"edge_precision": p, "edge_recall": r, "edge_f1": f1, "same_partition": bool(same),

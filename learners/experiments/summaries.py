@@ -64,12 +64,12 @@ def exact_summary(game: co.Game, test_game: co.Game, metric: str | None,
     from coalitions.support import support
 
     eq = co.solve(game) if eq is None else eq
-    cert = eq.certificate if eq.certificate is not None else co.certify(game, eq.partition, eq.semantics, eq.tol)
+    cert = eq.certificate if eq.certificate is not None else co.certify(game, eq.masks, eq.semantics, eq.tol)
     # every replicate solved as the game was: the same level, against the game's own standard errors
-    sup = None if replicates is None else support_to_json(game, support(eq.partition, replicates, eq.semantics,
+    sup = None if replicates is None else support_to_json(game, support(eq.masks, replicates, eq.semantics,
                                                                         eq.tol, z=eq.z, uncertainty=game.uncertainty))
     bg = co.ExactOracle(game).benefit_graph(game.grand)
-    used = models_in(game, eq.partition)
+    used = models_in(game, eq.masks)
     raw_val, raw_test = game.raw_values(), test_game.raw_values()
     scores = {}
     for part, raw in (("val", raw_val), ("test", raw_test)):
@@ -79,7 +79,7 @@ def exact_summary(game: co.Game, test_game: co.Game, metric: str | None,
             "all": {c: float(raw[i, game.grand]) for i, c in enumerate(game.clients)},
         }
     return ExactSummary(
-        metric=metric, partition=_blocks(game, eq.partition), certificate=bool(cert.holds),
+        metric=metric, partition=_blocks(game, eq.masks), certificate=bool(cert.holds),
         found_by=eq.found_by, rounds=[[_names(game, k) for k in r] for r in eq.rounds],
         ocs={game.clients[i]: _names(game, c) for i, c in bg.collaborators},
         ambiguous=sorted(game.clients[i] for i in bg.ambiguous),
@@ -116,7 +116,7 @@ def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Eq
     without a regime's changes.
     """
     n = fed.n
-    used = models_in(game, eq.partition)
+    used = models_in(game, eq.masks)
     want = {"local": [1 << i for i in range(n)], "ce": [int(u) for u in used], "all": [int(game.grand)] * n}
     path = where.with_name(where.name + "-exact-outputs.npz")
     stamp = np.array([fed.options.get("seed", -1), init_seed], dtype=np.int64)

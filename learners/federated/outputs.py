@@ -74,7 +74,7 @@ def write_outputs(result: dict, settings: Settings, output, semantics: str = "pe
     try:
         eq = co.solve(game, semantics, tol)
         cio.write_json(cio.equilibrium_to_json(eq), out / "equilibrium.json")
-        record["equilibrium"] = [[result["names"][i] for i in co.bitmask.members(k)] for k in eq.partition]
+        record["equilibrium"] = [[result["names"][i] for i in co.bitmask.members(k)] for k in eq.masks]
         record["certificate_holds"] = None if eq.certificate is None else bool(eq.certificate.holds)
     except co.NoEquilibrium as e:
         record["equilibrium"] = None
