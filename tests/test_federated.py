@@ -504,8 +504,11 @@ def test_sites_that_disagree_or_fail_are_named(tmp_path):
         measure_game(MemoryGrid([{"partition-id": 7}]), _settings(sites=1), log=lambda s: None)
     schema = _write_site(tmp_path, "Other", n_features=2)
     nodes = [{"partition-id": 0}, {"site-schema": str(schema)}]
-    with pytest.raises(InputError, match="site 'Other': input-shape"):
-        measure_game(MemoryGrid(nodes), _settings(sites=2), log=lambda s: None)
+    with pytest.raises(InputError, match=r"disagree on input-shape and no majority .*Cleveland: \[13\]; Other: \[2\]"):
+        measure_game(MemoryGrid(nodes), _settings(sites=2), log=lambda s: None)   # one against one: neither blamed
+    with pytest.raises(InputError, match=r"site 'Other': input-shape \[2\] differs from the 2 other sites' \[13\]"):
+        measure_game(MemoryGrid([*HEART_NODES[:2], {"site-schema": str(schema)}]), _settings(sites=3),
+                     log=lambda s: None)
 
 
 # --------------------------------------------------------------------------- CSV sites

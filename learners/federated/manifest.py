@@ -210,7 +210,9 @@ def manifest_from_json(data, source: str = "the consortium manifest") -> Manifes
     sites = data.get("sites")
     if not isinstance(sites, list) or not sites:
         raise InputError(f"{source}: sites must be a non-empty list")
-    out, folded, keys = [], {}, {}
+    out: list = []
+    folded: dict[str, str] = {}
+    keys: dict[bytes, str] = {}
     for k, entry in enumerate(sites):
         where = f"{source}: site {k + 1}"
         if not isinstance(entry, dict) or not {"name", "public-key"} <= set(entry) or set(entry) - _SITE_KEYS:

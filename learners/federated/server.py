@@ -47,12 +47,16 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from coalitions.errors import InputError
 from coalitions.learners.federated.protocol import GameServer, federated_protocol, game_masks
 from coalitions.learners.federated.replies import check_arrays, check_metrics
+
+if TYPE_CHECKING:
+    from coalitions.learners.federated.manifest import Manifest
 
 __all__ = ["Settings", "Stopped", "measure_game", "round_line"]
 
@@ -137,7 +141,7 @@ class Settings:
     excluded_nodes: set = field(default_factory=set)
     replicates: int = 0
     masks: list | None = None
-    manifest: object = None
+    manifest: Manifest | None = None
     equal_weights: bool = False
 
     def protocol_for(self, task: str):
