@@ -163,6 +163,26 @@ def test_a_manifest_is_read_and_checked_naming_the_file_and_the_site(tmp_path):
         read_manifest(tmp_path / "fifo")          # never opened: a FIFO would hang
 
 
+def test_a_pub_file_and_the_superlinks_copy_of_it_are_the_same_key():
+    """The manifest holds the OpenSSH line; the SuperLink stores what ``flwr supernode register`` sent (PEM SPKI)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from coalitions.learners.federated.manifest import key_id, stored_key_id
+
+    for curve in (ec.SECP256R1(), ec.SECP384R1(), ec.SECP521R1()):
+        pub = ec.generate_private_key(curve).public_key()
+        line = pub.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+        pem = pub.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        assert key_id(line + " a comment") == stored_key_id(pem)
+        assert key_id(line) != stored_key_id(KEYS[0][1])
+    for bad in ("", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp384 !!!", "ecdsa-sha2-nistp256 " + KEYS[0][0].split()[1]):
+        with pytest.raises(ValueError):
+            key_id(bad)
+    with pytest.raises(ValueError):
+        stored_key_id(b"-----BEGIN PUBLIC KEY-----\nMAA=\n-----END PUBLIC KEY-----\n")
+
+
 # --------------------------------------------------------------------------- one rogue site, each refused by name
 def test_the_honest_consortium_measures_the_game_with_the_signed_weights(tmp_path):
     settings = _run(KeyedGrid(HEART), tmp_path)
@@ -297,8 +317,12 @@ def test_a_site_with_its_features_in_another_order_is_the_one_named(tmp_path):
         _run(KeyedGrid(nodes), tmp_path, **kw)
     assert not isinstance(info.value, BadReply)
     kw["manifest"] = manifest_from_json({**manifest, "shared": {"features": ["f0", "f1", "f2"]}})
-    with pytest.raises(BadReply, match=r"site 'C': features .* differs from the consortium manifest's"):
+    with pytest.raises(BadReply, match=r"site '[CD]': features \['f2', 'f1', 'f0'\] differs from the consortium "
+                                       r"manifest's"):         # both are at fault: the first description read
         _run(KeyedGrid(nodes), tmp_path, **kw)
+    settings = _run(KeyedGrid(nodes), tmp_path, exclude_bad_sites=True, **kw)
+    assert sorted(settings.excluded) == ["C", "D"]
+    assert list(co.read_game(tmp_path / "out" / "game.json").clients) == ["A", "B"]
 
 
 # --------------------------------------------------------------------------- the command line

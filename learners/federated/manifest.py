@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from coalitions.errors import InputError
 
-__all__ = ["FORMAT", "Manifest", "ManifestSite", "read_manifest", "manifest_from_json", "key_bytes",
+__all__ = ["FORMAT", "Manifest", "ManifestSite", "read_manifest", "manifest_from_json", "key_id", "stored_key_id",
            "SHARED_FIELDS", "MAX_MANIFEST_BYTES"]
 
 #: The format tag of a consortium manifest.
@@ -100,14 +100,15 @@ class Manifest:
         return next((s for s in self.sites if s.name == name), None)
 
     def site_of_key(self, public_key: bytes) -> ManifestSite | None:
-        """The entry whose key is ``public_key`` (a SuperLink's stored key: PEM SubjectPublicKeyInfo), or ``None``."""
+        """The entry whose key is ``public_key`` (the SuperLink's copy, ``NodeInfo.public_key``: PEM
+        SubjectPublicKeyInfo, as ``flwr supernode register`` sends it), or ``None``."""
         if not public_key:
             return None
         try:
-            wanted = _der(public_key)
+            wanted = stored_key_id(public_key)
         except ValueError:
             return None
-        return next((s for s in self.sites if _der(key_bytes(s.public_key)) == wanted), None)
+        return next((s for s in self.sites if key_id(s.public_key) == wanted), None)
 
     def weights(self, key: str = "n-train") -> dict:
         """Site name -> the weight the operator signed (``key``: ``"n-train"``, FedAvg's, or ``"n-val"``,
@@ -135,33 +136,80 @@ class Manifest:
         return {"format": FORMAT, "sites": sites, **({"shared": dict(self.shared)} if self.shared else {})}
 
 
-def key_bytes(public_key: str) -> bytes:
-    """An OpenSSH public key line as the SuperLink stores it (PEM SubjectPublicKeyInfo, as ``flwr supernode
-    register`` sends it); ``ValueError`` when it is not a NIST-curve EC public key."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
+#: The NIST curves of OpenSSH's ECDSA keys (Flower's SuperNode keys): name -> (DER of the curve's OID, coordinate bytes).
+_CURVES = {"nistp256": (bytes.fromhex("06082a8648ce3d030107"), 32),
+           "nistp384": (bytes.fromhex("06052b81040022"), 48),
+           "nistp521": (bytes.fromhex("06052b81040023"), 66)}
+#: DER of the OID id-ecPublicKey (1.2.840.10045.2.1).
+_EC_PUBLIC_KEY = bytes.fromhex("06072a8648ce3d0201")
 
+
+def key_id(public_key: str) -> tuple[str, bytes]:
+    """An OpenSSH ECDSA public key line (a ``.pub`` file) as ``(curve, point)``; ``ValueError`` when it is not one.
+
+    The point is the uncompressed ``0x04 || X || Y`` of the key; two keys are the same key when
+    their curve and point are (what :func:`stored_key_id` reads from the SuperLink's copy).
+    """
+    import base64
+    import binascii
+
+    parts = public_key.strip().split()
+    if len(parts) < 2 or not parts[0].startswith("ecdsa-sha2-"):
+        raise ValueError("not an OpenSSH ECDSA public key (ecdsa-sha2-nistp256/384/521 AAAA...)")
     try:
-        key = serialization.load_ssh_public_key(public_key.strip().encode("ascii"))
-    except (ValueError, UnicodeEncodeError, TypeError) as e:
-        raise ValueError(f"not an OpenSSH public key ({type(e).__name__})") from None
-    except Exception as e:   # cryptography's UnsupportedAlgorithm
-        raise ValueError(f"not a supported public key ({type(e).__name__})") from None
-    nist = (ec.SECP192R1, ec.SECP224R1, ec.SECP256R1, ec.SECP384R1, ec.SECP521R1)
-    if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, nist):
+        blob = base64.b64decode(parts[1], validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("not an OpenSSH public key (its key is not base64)") from None
+    fields: list[bytes] = []
+    i = 0
+    while i < len(blob) and len(fields) < 4:
+        n = int.from_bytes(blob[i:i + 4], "big")
+        fields.append(blob[i + 4:i + 4 + n])
+        i += 4 + n
+    if len(fields) != 3 or i != len(blob):
+        raise ValueError("not an OpenSSH ECDSA public key (its key is malformed)")
+    kind, curve, point = fields[0].decode("ascii", "replace"), fields[1].decode("ascii", "replace"), fields[2]
+    if curve not in _CURVES or kind != f"ecdsa-sha2-{curve}" or parts[0] != kind:
         raise ValueError("not an EC public key on a NIST curve (what Flower's SuperNode authentication takes)")
-    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if len(point) != 1 + 2 * _CURVES[curve][1] or point[0] != 4:
+        raise ValueError("not an OpenSSH ECDSA public key (its point is malformed)")
+    return curve, bytes(point)
 
 
-def _der(pem: bytes) -> bytes:
-    """The DER form of a PEM public key (compares keys whatever their line breaks)."""
-    from cryptography.hazmat.primitives import serialization
+def _tlv(data: bytes, i: int) -> tuple[int, bytes, int]:
+    """One DER element at ``data[i]``: its tag, its content, the index after it."""
+    if i + 2 > len(data):
+        raise ValueError("truncated")
+    tag, length, i = data[i], data[i + 1], i + 2
+    if length & 0x80:
+        k = length & 0x7F
+        length, i = int.from_bytes(data[i:i + k], "big"), i + k
+    if i + length > len(data):
+        raise ValueError("truncated")
+    return tag, data[i:i + length], i + length
 
+
+def stored_key_id(pem: bytes) -> tuple[str, bytes]:
+    """The key the SuperLink registered for a node (Flower's ``NodeInfo.public_key``: PEM
+    SubjectPublicKeyInfo) as ``(curve, point)``, as :func:`key_id`; ``ValueError`` when it is not an EC key."""
+    import base64
+    import binascii
+
+    lines = [ln.strip() for ln in bytes(pem).decode("ascii", "replace").splitlines()]
+    body = "".join(ln for ln in lines if ln and not ln.startswith("-----"))
     try:
-        key = serialization.load_pem_public_key(bytes(pem))
-    except Exception as e:
-        raise ValueError(type(e).__name__) from None
-    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        der = base64.b64decode(body, validate=True)
+        tag, spki, _ = _tlv(der, 0)
+        tag_alg, alg, j = _tlv(spki, 0)
+        tag_bits, bits, _ = _tlv(spki, j)
+    except (binascii.Error, ValueError):
+        raise ValueError("not a PEM public key") from None
+    if tag != 0x30 or tag_alg != 0x30 or tag_bits != 0x03 or not alg.startswith(_EC_PUBLIC_KEY) or bits[:1] != b"\0":
+        raise ValueError("not an EC public key")
+    curve = next((c for c, (oid, _) in _CURVES.items() if alg[len(_EC_PUBLIC_KEY):] == oid), None)
+    if curve is None:
+        raise ValueError("not an EC public key on an OpenSSH curve")
+    return curve, bytes(bits[1:])
 
 
 def _size(entry: dict, key: str, where: str) -> int | None:
@@ -212,7 +260,7 @@ def manifest_from_json(data, source: str = "the consortium manifest") -> Manifes
         raise InputError(f"{source}: sites must be a non-empty list")
     out: list = []
     folded: dict[str, str] = {}
-    keys: dict[bytes, str] = {}
+    keys: dict[tuple, str] = {}
     for k, entry in enumerate(sites):
         where = f"{source}: site {k + 1}"
         if not isinstance(entry, dict) or not {"name", "public-key"} <= set(entry) or set(entry) - _SITE_KEYS:
@@ -231,7 +279,7 @@ def manifest_from_json(data, source: str = "the consortium manifest") -> Manifes
         if not isinstance(entry["public-key"], str):
             raise InputError(f"{where}: public-key must be the one line of its SuperNode's .pub file")
         try:
-            der = _der(key_bytes(entry["public-key"]))
+            der = key_id(entry["public-key"])
         except ValueError as e:
             raise InputError(f"{where}: public-key is {e}") from None
         if der in keys:
