@@ -65,6 +65,17 @@ def _json_depth(text: str) -> int:
 @click.option("--exclude-bad-sites", "exclude_bad_sites", is_flag=True,
               help="A site whose reply fails the server's checks is left out (the run starts again without it "
                    "and the outputs record it) instead of stopping the run.")
+@click.option("--manifest", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="--superlink: the consortium manifest (coalitions/consortium@1): each site's name bound to its "
+                   "SuperNode public key, and its signed training size, which weighs it in the game.  Without it "
+                   "the sites' names and sizes are self-declared.")
+@click.option("--equal-weights", "equal_weights", is_flag=True,
+              help="--method exact: every site weighs the same in its coalitions' averages (instead of by its "
+                   "training size).")
+@click.option("--round-timeout", "round_timeout", type=NON_NEGATIVE, default=600.0, show_default=True,
+              metavar="SECONDS",
+              help="How long one attempt of a round waits for the sites' replies before the silent ones are asked "
+                   "again (3 attempts; 0: no limit).")
 @click.option("--replicates", type=click.IntRange(0), default=None,
               help="--method exact: bootstrap replicates of each site's validation rows, re-scored at the site, "
                    "that the game carries as its standard errors (coalitions/game@2; 0: none) [default: 200].")
@@ -84,7 +95,8 @@ def _json_depth(text: str) -> int:
 @click.option("-o", "--output", required=True, type=OUTPUT_FOLDER,
               help="Folder: game.json, game-test.json, equilibrium.json, run.json.")
 def federate(dataset, simulation, superlink, method, method_option, root_certificates, insecure, exclude_bad_sites,
-             replicates, sites, schemas, threads, wait, checkpoint, semantics, tol, output, **opts):
+             manifest, equal_weights, round_timeout, replicates, sites, schemas, threads, wait, checkpoint, semantics,
+             tol, output, **opts):
     """Measure DATASET's exact game with Flower, the data staying at the sites (docs/federated.md).
 
     For every coalition S, S's model is trained among S's members only: each
@@ -127,7 +139,8 @@ def federate(dataset, simulation, superlink, method, method_option, root_certifi
                            progress=progress("rounds, all coalitions at once") if sys.stderr.isatty() else None,
                            method=method, method_options=options, insecure=insecure,
                            root_certificates=root_certificates, exclude_bad_sites=exclude_bad_sites,
-                           replicates=replicates)
+                           replicates=replicates, manifest=manifest, equal_weights=equal_weights,
+                           round_timeout_s=round_timeout)
     if method != "exact":
         eq = " | ".join(",".join(b) for b in rec["equilibrium"])
         unit = "hypernetwork steps" if method == "spo" else "rounds"

@@ -504,8 +504,11 @@ def test_sites_that_disagree_or_fail_are_named(tmp_path):
         measure_game(MemoryGrid([{"partition-id": 7}]), _settings(sites=1), log=lambda s: None)
     schema = _write_site(tmp_path, "Other", n_features=2)
     nodes = [{"partition-id": 0}, {"site-schema": str(schema)}]
-    with pytest.raises(InputError, match="site 'Other': input-shape"):
-        measure_game(MemoryGrid(nodes), _settings(sites=2), log=lambda s: None)
+    with pytest.raises(InputError, match=r"disagree on input-shape and no majority .*Cleveland: \[13\]; Other: \[2\]"):
+        measure_game(MemoryGrid(nodes), _settings(sites=2), log=lambda s: None)   # one against one: neither blamed
+    with pytest.raises(InputError, match=r"site 'Other': input-shape \[2\] differs from the 2 other sites' \[13\]"):
+        measure_game(MemoryGrid([*HEART_NODES[:2], {"site-schema": str(schema)}]), _settings(sites=3),
+                     log=lambda s: None)
 
 
 # --------------------------------------------------------------------------- CSV sites
@@ -841,8 +844,38 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
         assert rc == 2 and err.splitlines()[0].startswith("coalitions: warning: --insecure")
         assert "Connection to the SuperLink is unavailable" in err.strip().splitlines()[-1], err
         assert not (tmp_path / "plain").exists()
-        rc, _, err = run_as_command(*base, "--root-certificates", tmp_path / "ca.pem", "-o", out, env=changed)
+        # the consortium manifest binds each hospital's name to its registered key and signs its size
+        sizes = {c.name: len(c.train) for c in load("heart", hospitals=hospitals).clients}
+        (tmp_path / "consortium.json").write_text(json.dumps({"format": "coalitions/consortium@1", "sites": [
+            {"name": name, "public-key": (tmp_path / f"node{k}.pub").read_text(), "n-train": sizes[name]}
+            for k, name in enumerate(hospitals.split(","))]}))
+        rc, _, err = run_as_command(*base, "--root-certificates", tmp_path / "ca.pem", "--manifest",
+                                    tmp_path / "consortium.json", "-o", out, env=changed)
         assert rc == 0, err[-3000:]
+        assert "self-declared" not in err
+        # SIGTERM of a long run after its first round: the command stops the run on the SuperLink and says so
+        cmd = [sys.executable, "-m", "coalitions.cli", *base[:6], "--steps", "500", "--batch-size", "32",
+               "--wait", "60", "--root-certificates", str(tmp_path / "ca.pem"), "--manifest",
+               str(tmp_path / "consortium.json"), "--replicates", "0", "-o", str(tmp_path / "stopped")]
+        fed = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                               start_new_session=True)
+        procs.append(fed)
+        seen = []
+        for line in fed.stderr:
+            seen.append(line)
+            if line.startswith("round 1/"):
+                fed.send_signal(signal.SIGTERM)
+                break
+        rest = fed.communicate(timeout=90)[1]
+        assert fed.returncode == 143, "".join(seen) + rest
+        stopped = [ln for ln in rest.splitlines() if ln.startswith("stopped run ")]
+        assert len(stopped) == 1 and "on the SuperLink at" in stopped[0], rest
+        run_id = stopped[0].split()[2]
+        r = subprocess.run([str(bindir / "flwr"), "ls", "ce", "--format", "json"], capture_output=True, text=True,
+                           env=env, timeout=60)
+        status = {str(x["run-id"]): x["status"] for x in json.loads(r.stdout[r.stdout.index("{"):])["runs"]}
+        assert status[run_id] == "finished:stopped", r.stdout
+        procs.remove(fed)
         assert procs[-1].wait(timeout=60) != 0          # the rogue SuperNode was refused by the SuperLink
         assert "Failed to activate SuperNode" in (tmp_path / "rogue.log").read_text()
         # a batch of sample-ce --federated superlink on the same deployment: one federated game over the coalitions
@@ -867,6 +900,7 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
     np.testing.assert_allclose(co.read_game(out / "game.json").raw_values(), ref["val"], atol=TOL)
     run = json.loads((out / "run.json").read_text())
     assert [s["name"] for s in run["sites"]] == hospitals.split(",") and run["certificate_holds"] is True
+    assert run["site_identity"] == "SuperNode keys of the consortium manifest"    # Grid.get_nodes gave the keys
     assert batch.replicates is None                  # the columns of the whole game federate measured there
     np.testing.assert_allclose(batch.values, co.read_game(out / "game.json").raw_values()[:, [0b11, 0b01]], atol=TOL)
 

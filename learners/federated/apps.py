@@ -44,7 +44,7 @@ RUN_CONFIG = {"sites": 4, "dataset": "heart", "data-options": "{}", "output": "f
               "checkpoint": "", "semantics": "personalized", "tol": 1e-9, "wait-s": 120.0,
               "round-timeout-s": 600.0, "retries": 2, "threads": 1, "method": "exact", "method-options": "{}",
               "exclude-bad-sites": False, "training": "{}", "seed": 0, "replicates": DEFAULT_REPLICATES,
-              "masks": ""}
+              "masks": "", "manifest": "", "equal-weights": False}
 
 
 # --------------------------------------------------------------------------- the site
@@ -227,6 +227,20 @@ def _masks(value) -> list | None:
     return masks
 
 
+def _manifest(value):
+    """Run-config ``manifest``: ``""`` (names are self-declared) or the consortium manifest as JSON."""
+    from coalitions.learners.federated.manifest import manifest_from_json
+
+    text = str(value).strip()
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        raise InputError("run config manifest is not JSON (the consortium manifest's content)") from None
+    return manifest_from_json(data, "run config manifest")
+
+
 def settings_from_run_config(rc) -> tuple[Settings, dict]:
     """Server settings and output options from a run config (missing keys take :data:`RUN_CONFIG`)."""
     c = {**RUN_CONFIG, **dict(rc)}
@@ -241,7 +255,7 @@ def settings_from_run_config(rc) -> tuple[Settings, dict]:
                         round_timeout_s=timeout if timeout > 0 else None, retries=int(c["retries"]),
                         threads=int(c["threads"]), method=str(c["method"]), method_options=method_options,
                         exclude_bad_sites=bool(c["exclude-bad-sites"]), replicates=int(c["replicates"]),
-                        masks=masks)
+                        masks=masks, manifest=_manifest(c["manifest"]), equal_weights=bool(c["equal-weights"]))
     return settings, {"output": str(c["output"]), "semantics": str(c["semantics"]), "tol": float(c["tol"])}
 
 

@@ -26,6 +26,16 @@ MEASUREMENT_FILES = ("measurement.npz", "run.json")
 MEASUREMENT_ARRAYS = ("masks", "val", "test", "val_loss", "val_replicates")
 
 
+def _identity(settings: Settings) -> dict:
+    """How the sites' names and weights were established: ``site_identity`` (a consortium manifest's
+    keys, or the names the sites declared) and ``site_weights`` (the coalitions' averages)."""
+    manifest = settings.manifest
+    weights = ("equal" if settings.equal_weights else "n-train of the consortium manifest" if manifest is not None
+               else "n-train reported by the sites")
+    return {"site_identity": "SuperNode keys of the consortium manifest" if manifest is not None
+            else "self-declared names", "site_weights": weights}
+
+
 def _excluded(settings: Settings) -> dict:
     """``{"excluded_sites": {site: reason}}`` when sites were left out for bad replies (``--exclude-bad-sites``)."""
     return {"excluded_sites": dict(settings.excluded)} if settings.excluded else {}
@@ -51,7 +61,7 @@ def write_outputs(result: dict, settings: Settings, output, semantics: str = "pe
             "task": result["task"], "metric": result["metric"], "sites": sites,
             "protocol": {**result["protocol"], "seed": result["seed"], "aggregation": "fedopt-within-coalition"},
             **traffic, "flower_version": result["flower_version"], "version": co.__version__,
-            **_excluded(settings)}
+            **_excluded(settings), **_identity(settings)}
     sense = METRIC_SENSE[result["metric"]]
     game = co.Game.from_array(result["val"], result["names"], sense, {**base, "split": "val"})
     test = co.Game.from_array(result["test"], result["names"], sense, {**base, "split": "test"})
@@ -67,6 +77,7 @@ def write_outputs(result: dict, settings: Settings, output, semantics: str = "pe
     record = {**traffic, "sites": sites, "seconds": round(result["seconds"], 3),
               "resumed_from_round": result["resumed_from"], "flower_version": result["flower_version"],
               "protocol": base["protocol"], "semantics": semantics, "files": list(FILES), **_excluded(settings),
+              **_identity(settings),
               "replicates": 0 if replicates is None else replicates.b}
     if result.get("stopped_at") is not None:    # patience: the server step where each coalition stopped
         record["stopped_at"] = {",".join(result["names"][i] for i in co.bitmask.members(k + 1)): int(s)

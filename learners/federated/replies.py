@@ -9,6 +9,9 @@ names the site and the fault, and the run stops with exit 2 (or, with
 * :func:`check_description` — the ``query`` reply: typed fields, a name that
   can be shown on one line (no control, format or separator characters), split
   sizes positive integers of at most :data:`MAX_SAMPLES`.
+* :func:`check_against_manifest` — with a consortium manifest: the name is the
+  one the node's key is registered under, ``n-train`` (and ``n-val``) what the
+  operator declared, the shared fields (shape, features, ...) the manifest's.
 * :func:`check_arrays` — model parameters or gradients: float32, the expected
   shapes, finite, and ``|x| <= MAX_PARAM``.
 * :func:`check_metrics` — the game's values: finite, accuracy and AUC in
@@ -31,8 +34,8 @@ import numpy as np
 
 from coalitions.errors import InputError
 
-__all__ = ["BadReply", "MAX_SAMPLES", "MAX_PARAM", "MAX_NAME", "check_name", "check_description", "check_arrays",
-           "check_metrics", "check_losses", "check_number", "reply_json"]
+__all__ = ["BadReply", "Silent", "MAX_SAMPLES", "MAX_PARAM", "MAX_NAME", "check_name", "check_description", "check_arrays",
+           "check_metrics", "check_losses", "check_number", "reply_json", "check_against_manifest"]
 
 #: Largest split size a site may claim (a larger one would dominate any sample-weighted average).
 MAX_SAMPLES = 10**9
@@ -43,7 +46,7 @@ MAX_PARAM = 1e6
 MAX_NAME = 200
 #: The fields of a site's description (:func:`coalitions.learners.federated.sites.describe`) and their types.
 DESCRIPTION = {"name": str, "task": str, "metric": str, "n-classes": int, "input-shape": list, "n-train": int,
-               "n-val": int, "n-test": int, "order": int}
+               "n-val": int, "n-test": int, "order": int, "features": list}
 
 
 class BadReply(InputError):
@@ -56,6 +59,18 @@ class BadReply(InputError):
         self.site = site
         self.node = node if node is not None else (site if isinstance(site, int) else None)
         super().__init__(f"site {site!r}: {fault}" if isinstance(site, str) else f"node {site}: {fault}")
+
+
+class Silent(BadReply):
+    """A site that did not answer a message within its attempts; :attr:`site` is the first such site.
+
+    The message names every silent site; with ``--exclude-bad-sites`` the
+    first is left out (a site still silent in the run without it is the next).
+    """
+
+    def __init__(self, site: str, message: str, node: int | None = None):
+        self.site, self.node = site, node
+        InputError.__init__(self, message)
 
 
 def check_name(name, who) -> str:
@@ -113,8 +128,37 @@ def check_description(raw, node) -> dict:
     if not shape or len(shape) > 4 or not all(isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= 1 << 20
                                               for s in shape):
         raise BadReply(name, f"input-shape {shape!r} is not a list of 1 to 4 positive integers")
+    features = d["features"]
+    if len(features) > 1 << 20 or not all(isinstance(f, str) and 0 < len(f) <= MAX_NAME for f in features):
+        raise BadReply(name, "features is not a list of column names")
+    if features and len(features) != math.prod(shape):
+        raise BadReply(name, f"features names {len(features)} columns for input-shape {shape}")
     if (d["task"] == "regression") != (d["n-classes"] == 0) or (d["task"] == "binary" and d["n-classes"] != 2):
         raise BadReply(name, f"n-classes {d['n-classes']} does not fit task {d['task']!r}")
+    return d
+
+
+def check_against_manifest(d: dict, manifest, who: str, node) -> dict:
+    """A checked description ``d`` from node ``node`` held against the consortium manifest.
+
+    The node's key is registered under site ``who`` (the manifest's name for it,
+    :meth:`~coalitions.learners.federated.manifest.Manifest.site_of_key`): the
+    description must name exactly that site, claim the ``n-train`` (and ``n-val``)
+    the manifest declares or one within its bound, and report the manifest's
+    ``shared`` fields; else :class:`BadReply` naming ``who``.
+    """
+    entry = manifest.by_name(who)
+    if d["name"] != who:
+        raise BadReply(who, f"its SuperNode key is registered as {who!r} in {manifest.source}, but it claims "
+                            f"to be {ascii(d['name']) if not d['name'].isprintable() else repr(d['name'])}", node)
+    fault = entry.check_n_train(d["n-train"])
+    if fault is None and entry.n_val is not None and d["n-val"] != entry.n_val:
+        fault = f"claims n-val {d['n-val']:,}; the consortium manifest declares {entry.n_val:,}"
+    if fault:
+        raise BadReply(who, fault, node)
+    for key, value in manifest.shared.items():
+        if key in d and d[key] != value and not (key == "features" and not d[key]):
+            raise BadReply(who, f"{key} {d[key]!r} differs from the consortium manifest's {value!r}", node)
     return d
 
 

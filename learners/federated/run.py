@@ -38,14 +38,21 @@ from coalitions.learners.game.bootstrap import DEFAULT_REPLICATES
 #: The run's log lines, the --insecure warning and an unexpected traceback (docs/learners-protocol.md, "Logging").
 _log = logging.getLogger(__name__)
 
-__all__ = ["federate", "write_outputs", "federate_simulation", "federate_superlink", "FILES"]
+__all__ = ["federate", "write_outputs", "federate_simulation", "federate_superlink", "FILES",
+           "DEFAULT_ROUND_TIMEOUT_S", "MAX_ROUND_TIMEOUT_S"]
+
+#: How long one attempt of a round waits for the sites' replies by default (``--round-timeout``).
+DEFAULT_ROUND_TIMEOUT_S = 600.0
+#: The longest ``--round-timeout`` (a week; 0 means no limit).
+MAX_ROUND_TIMEOUT_S = 7 * 86400.0
 
 def federate_simulation(dataset: str, data_options: dict, training: dict, output, *, seed: int = 0, checkpoint=None,
                         semantics: str = "personalized", tol: float = 1e-9, threads: int = 1,
                         cpus: int | None = None, log=None, progress=None, method: str = "exact",
                         method_options: dict | None = None, exclude_bad_sites: bool = False,
                         supernodes: int | None = None, wait_s: float = 120.0,
-                        replicates: int = DEFAULT_REPLICATES, masks=None) -> dict:
+                        replicates: int = DEFAULT_REPLICATES, masks=None, equal_weights: bool = False,
+                        round_timeout_s: float = DEFAULT_ROUND_TIMEOUT_S) -> dict:
     """Measure the game of ``dataset`` in Flower's Simulation Runtime; returns ``run.json``'s record.
 
     The way Flower runs a simulation since ``run_simulation`` was deprecated:
@@ -75,7 +82,8 @@ def federate_simulation(dataset: str, data_options: dict, training: dict, output
 
         n = load(dataset, **data_options).n     # checks the options before anything starts
     run_config = _run_config(training, seed, n, dataset, data_options, output, checkpoint, semantics, tol, wait_s,
-                             threads, method, method_options, exclude_bad_sites, replicates, masks)
+                             threads, method, method_options, exclude_bad_sites, replicates, masks,
+                             equal_weights=equal_weights, round_timeout_s=round_timeout_s)
     nodes = n if supernodes is None else int(supernodes)
     n_cpus = max(1, min(nodes, cpus or os.cpu_count() or 1))
     federation = f"num-supernodes={nodes} client-resources-num-cpus=1 client-resources-num-gpus=0 init-args-num-cpus={n_cpus}"
@@ -230,22 +238,28 @@ def _group_alive(group: int) -> bool:
 def _run_config(training: dict, seed: int, sites: int, dataset: str | None, data_options: dict | None, output,
                 checkpoint, semantics: str, tol: float, wait_s: float, threads: int, method: str,
                 method_options: dict | None, exclude_bad_sites: bool, replicates: int = DEFAULT_REPLICATES,
-                masks=None) -> dict:
+                masks=None, manifest=None, equal_weights: bool = False,
+                round_timeout_s: float = DEFAULT_ROUND_TIMEOUT_S) -> dict:
     """The app's run config (``--run-config``) for these settings; paths made absolute.
 
     ``training``: the training flags given (protocol field -> value), as JSON; the server turns
     them into the run's protocol once the sites have told it their task.  ``masks``: the coalitions
-    to train, a JSON list (``""``: all of them).
+    to train, a JSON list (``""``: all of them).  ``manifest``: the consortium manifest
+    (:class:`~coalitions.learners.federated.manifest.Manifest`), carried whole as JSON so the
+    ServerApp needs no file of its own.  ``round_timeout_s``: how long one attempt of a round
+    waits for the sites (0: no limit).
     """
     return {"training": json.dumps(training, sort_keys=True), "seed": int(seed), "sites": int(sites),
             "dataset": dataset or "",
             "data-options": json.dumps(data_options or {}, sort_keys=True), "output": str(Path(output).resolve()),
             "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else "", "semantics": semantics,
-            "tol": float(tol), "wait-s": float(wait_s), "round-timeout-s": 600.0, "retries": 2,
+            "tol": float(tol), "wait-s": float(wait_s), "round-timeout-s": float(round_timeout_s), "retries": 2,
             "threads": int(threads), "method": method,
             "method-options": json.dumps(method_options or {}, sort_keys=True),
             "exclude-bad-sites": bool(exclude_bad_sites), "replicates": int(replicates),
-            "masks": "" if masks is None else json.dumps([int(m) for m in masks])}
+            "masks": "" if masks is None else json.dumps([int(m) for m in masks]),
+            "manifest": "" if manifest is None else json.dumps(manifest.to_json(), sort_keys=True),
+            "equal-weights": bool(equal_weights)}
 
 
 def _read_run(out: Path, error: str, code: int, where: str) -> dict:
@@ -324,7 +338,11 @@ _LOG_TAG = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +:")
 _RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Reply|Stopped|Interrupt)): (.*)$")
 
 
-def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None) -> tuple[int, str]:
+#: The line ``flwr run`` prints once the SuperLink accepted the run.
+_STARTED = re.compile(r"Successfully started run (\d+)")
+
+
+def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None, started=None) -> tuple[int, str]:
     """Run ``flwr run --stream``, passing the run's log on; returns its exit code and the run's error (one line).
 
     Flower's boxed errors and the ServerApp's traceback are held back: their
@@ -333,7 +351,8 @@ def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None) -> tuple
     logged after all (level ERROR), since it is a fault of this package, not of the
     input.  A server line ``round r/R: ...`` goes to ``progress(r, R)`` when given (a
     bar), to ``log`` otherwise; ``log`` defaults to this module's logger (INFO), which
-    ``coalitions federate`` prints to stderr.
+    ``coalitions federate`` prints to stderr.  ``started`` (a dict), when given, receives
+    ``"run_id"`` as soon as Flower says the run started (to stop it on an interrupt).
     """
     log = log or _log.info
     box: list[str] = []
@@ -348,6 +367,9 @@ def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None) -> tuple
         for raw in proc.stdout:
             line = _ANSI.sub("", raw.rstrip("\n"))
             stripped = line.strip()
+            run_id = _STARTED.search(stripped)
+            if run_id and started is not None:
+                started["run_id"] = int(run_id.group(1))
             if stripped.startswith(_BOX):
                 text = _BOX_DRAWING.sub(" ", stripped).strip()
                 if text and text != "Error":
@@ -390,7 +412,8 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
                        tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, timeout_s: float | None = None,
                        insecure: bool = False, root_certificates=None, method: str = "exact",
                        method_options: dict | None = None, exclude_bad_sites: bool = False,
-                       replicates: int = DEFAULT_REPLICATES, masks=None) -> dict:
+                       replicates: int = DEFAULT_REPLICATES, masks=None, manifest=None, equal_weights: bool = False,
+                       round_timeout_s: float = DEFAULT_ROUND_TIMEOUT_S) -> dict:
     """Submit the app to the SuperLink whose Control API listens at ``address``; wait; read ``run.json``.
 
     ``sites`` SuperNodes must connect; ``dataset`` is the loader they use
@@ -400,15 +423,23 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
     ``insecure=True`` only when asked for, with a logged warning), passes its log lines
     to this module's logger (``coalitions federate`` prints them to stderr), and returns the run record the ServerApp wrote to ``output``
     (it must be reachable from here, i.e. the SuperLink runs on this machine).
+    ``manifest``: the consortium manifest
+    (:class:`~coalitions.learners.federated.manifest.Manifest`; ``None``: the sites' names
+    are self-declared, and a warning says so).  An interrupt (Ctrl-C, SIGTERM) stops the run
+    on the SuperLink (Flower's ``StopRun``, as ``flwr stop``) before it is passed on.
     """
     config = _connection(address, insecure, root_certificates)
     if insecure:
         _log.warning("--insecure: the connection to the SuperLink at %s is not encrypted or authenticated; use it "
                      "only on loopback or a trusted network", address)
     _reachable(address)
+    if manifest is None:
+        _log.warning("no --manifest: the sites' names and training sizes are self-declared (a site can claim "
+                     "another's name or size); see docs/federated.md, \"Threat model\"")
     out = Path(output).resolve()
     run_config = _run_config(training, seed, sites, dataset, data_options, out, checkpoint, semantics, tol, wait_s, threads,
-                             method, method_options, exclude_bad_sites, replicates, masks)
+                             method, method_options, exclude_bad_sites, replicates, masks, manifest, equal_weights,
+                             round_timeout_s)
     (out / "run.json").unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="coalitions-federate-") as tmp:
         app_dir = write_app(Path(tmp) / "app", run_config)
@@ -417,10 +448,15 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
         (home / "config.toml").write_text(config, encoding="utf-8")
         env = {**os.environ, "FLWR_HOME": str(home)}
         cmd = [_flwr_executable(), "run", str(app_dir), "coalitions", "--stream"]
+        started: dict = {}
         try:
-            code, error = _flwr_run(cmd, env, timeout_s)
+            code, error = _flwr_run(cmd, env, timeout_s, started=started)
         except InputError as e:
+            _stop_run(started, env, address)
             raise InputError(f"--superlink {address}: {e}") from None
+        except BaseException:          # Ctrl-C, SIGTERM (the command's Terminated): the run must not go on
+            _stop_run(started, env, address)
+            raise
     if not (out / "run.json").exists() and "unavailable" in error:
         error += (" (is the SuperLink running with TLS and --root-certificates its CA's certificate, or "
                   "without TLS and --insecure given?)")
@@ -428,6 +464,34 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
         return _read_run(out, error, code, "the run")
     except InputError as e:
         raise InputError(f"--superlink {address}: {e}") from None
+
+
+def _stop_run(started: dict, env: dict, address: str, timeout_s: float = 30.0) -> None:
+    """Stop the run ``flwr run`` started on the SuperLink (``flwr stop RUN_ID``) and say so in one line.
+
+    Without it, an interrupted ``federate`` leaves its ServerApp running on the
+    SuperLink, which writes the output folder later and races a rerun.  Flower
+    marks the run stopped at once; its ServerApp learns it at its next heartbeat
+    (within about 30 s) and exits, the checkpoint holding the last finished round.
+    """
+    run_id = started.get("run_id")
+    if run_id is None:
+        return
+    try:
+        r = subprocess.run([_flwr_executable(), "stop", str(run_id), "coalitions"], env=env, capture_output=True,
+                           text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired, InputError) as e:
+        _log.warning("could not stop run %s on the SuperLink at %s (%s); stop it with: flwr stop %s",
+                     run_id, address, type(e).__name__, run_id)
+        return
+    if r.returncode == 0:
+        _log.info("stopped run %s on the SuperLink at %s (its ServerApp exits at its next heartbeat; "
+                  "the checkpoint keeps the rounds done)", run_id, address)
+    else:
+        tail = [ln for ln in _ANSI.sub("", r.stdout + r.stderr).splitlines() if ln.strip()]
+        why = _BOX_DRAWING.sub(" ", tail[-1]).strip() if tail else f"exit code {r.returncode}"
+        _log.warning("could not stop run %s on the SuperLink at %s (%s); stop it with: flwr stop %s",
+                     run_id, address, " ".join(why.split()), run_id)
 
 
 def check_replicates(replicates, method: str = "exact") -> int:
@@ -448,6 +512,17 @@ def check_replicates(replicates, method: str = "exact") -> int:
     if replicates and method != "exact":
         raise InputError(f"--replicates is for --method exact (the game's values), not --method {method}")
     return replicates
+
+
+def check_round_timeout(seconds) -> float:
+    """``--round-timeout``: seconds from 0 (no limit) to :data:`MAX_ROUND_TIMEOUT_S`; else :class:`InputError`."""
+    import math
+
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or not 0 <= seconds <= MAX_ROUND_TIMEOUT_S:
+        raise InputError(f"--round-timeout must be a number of seconds from 0 (no limit) to "
+                         f"{MAX_ROUND_TIMEOUT_S:g}, got {seconds!r}")
+    return float(seconds)
 
 
 def _check_output_folder(out: Path, checkpoint: Path | None) -> None:
@@ -472,7 +547,8 @@ def federate(dataset: str, data_options: dict, training: dict, output, *, seed: 
              sites: int | None = None, schemas=(), checkpoint=None, semantics: str = "personalized",
              tol: float = 1e-9, threads: int = 1, wait_s: float = 120.0, progress=None, method: str = "exact",
              method_options: dict | None = None, insecure: bool = False, root_certificates=None,
-             exclude_bad_sites: bool = False, replicates: int | None = None) -> dict:
+             exclude_bad_sites: bool = False, replicates: int | None = None, manifest=None,
+             equal_weights: bool = False, round_timeout_s: float = DEFAULT_ROUND_TIMEOUT_S) -> dict:
     """``coalitions federate``: the simulation engine (``superlink=None``) or a running SuperLink.
 
     ``dataset`` is a loader name, or ``"csv"``: in the simulation engine the
@@ -488,7 +564,10 @@ def federate(dataset: str, data_options: dict, training: dict, output, *, seed: 
     ``seed`` draws the initial models and the sites' minibatch orders.  ``replicates``: the
     bootstrap replicates of each site's validation rows the game carries (``exact`` only;
     default :data:`~coalitions.learners.game.bootstrap.DEFAULT_REPLICATES`; 0: none, the
-    game's values without their standard errors).
+    game's values without their standard errors).  ``manifest``: the path of the consortium
+    manifest (``--superlink`` only; :func:`~coalitions.learners.federated.manifest.read_manifest`).
+    ``equal_weights``: every site weighs the same in the game's averages.  ``round_timeout_s``:
+    how long one attempt of a round waits for the sites (0: no limit).
     """
     from coalitions.learners.federated.personal import PERSONAL
     from coalitions.learners.federated.protocol import check_training
@@ -510,6 +589,21 @@ def federate(dataset: str, data_options: dict, training: dict, output, *, seed: 
     else:
         check_training(training)
     replicates = check_replicates(replicates, method)
+    round_timeout_s = check_round_timeout(round_timeout_s)
+    if equal_weights and method != "exact":
+        raise InputError(f"--equal-weights is for --method exact (the game's averages), not --method {method}")
+    if manifest is not None and superlink is None:
+        raise InputError("--manifest is for --superlink (a site's identity is its SuperNode key)")
+    if manifest is not None:
+        from coalitions.learners.federated.manifest import read_manifest
+
+        manifest = read_manifest(manifest)
+        if method == "exact" and not equal_weights:
+            manifest.weights()         # every site's signed n-train, before anything starts
+        if sites is not None and sites != len(manifest.sites):
+            raise InputError(f"--sites {sites}: the consortium manifest {manifest.source} lists "
+                             f"{len(manifest.sites)} sites")
+        sites = len(manifest.sites)
     options = dict(data_options)
     if dataset == "csv":
         if options:
@@ -551,13 +645,15 @@ def federate(dataset: str, data_options: dict, training: dict, output, *, seed: 
             return federate_simulation(dataset, options, training, out, seed=seed, checkpoint=ckpt, semantics=semantics,
                                        tol=tol, threads=threads, progress=progress, method=method,
                                        method_options=method_options, exclude_bad_sites=exclude_bad_sites,
-                                       replicates=replicates)
+                                       replicates=replicates, equal_weights=equal_weights,
+                                       round_timeout_s=round_timeout_s)
         assert sites is not None   # counted above when not given
         return federate_superlink(superlink, sites, training, out, seed=seed, dataset=dataset, data_options=options,
                                   checkpoint=ckpt, semantics=semantics, tol=tol, threads=threads, wait_s=wait_s,
                                   method=method, method_options=method_options, insecure=insecure,
                                   root_certificates=root_certificates, exclude_bad_sites=exclude_bad_sites,
-                                  replicates=replicates)
+                                  replicates=replicates, manifest=manifest, equal_weights=equal_weights,
+                                  round_timeout_s=round_timeout_s)
     except BaseException:
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()          # a run that failed leaves no empty -o folder behind

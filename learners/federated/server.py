@@ -47,12 +47,16 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from coalitions.errors import InputError
 from coalitions.learners.federated.protocol import GameServer, federated_protocol, game_masks
 from coalitions.learners.federated.replies import check_arrays, check_metrics
+
+if TYPE_CHECKING:
+    from coalitions.learners.federated.manifest import Manifest
 
 __all__ = ["Settings", "Stopped", "measure_game", "round_line"]
 
@@ -109,6 +113,14 @@ class Settings:
     excluded : dict
         The sites left out so far: site name (or ``"node ID"`` when the site's
         description itself was refused) -> the reason; recorded in the outputs.
+    manifest : Manifest or None
+        The consortium manifest (:mod:`~coalitions.learners.federated.manifest`): each node is
+        accepted only as the site its registered SuperNode key belongs to, its claimed sizes
+        and shared fields are checked against it, and the game's weights come from it.
+        ``None``: names and sizes are what the sites declare.
+    equal_weights : bool
+        Weigh every site equally in the coalitions' averages (FedAvg) and in the pooled
+        validation loss, instead of by the training (validation) sizes.
     """
 
     training: dict = field(default_factory=dict)
@@ -129,6 +141,8 @@ class Settings:
     excluded_nodes: set = field(default_factory=set)
     replicates: int = 0
     masks: list | None = None
+    manifest: Manifest | None = None
+    equal_weights: bool = False
 
     def protocol_for(self, task: str):
         """The run's :class:`~coalitions.learners.training.protocol.TrainingProtocol` for the sites' ``task``."""
@@ -253,12 +267,17 @@ class _Link:
         """
         from flwr.app import ConfigRecord, RecordDict
 
-        from coalitions.learners.federated.replies import BadReply, check_description
+        from coalitions.learners.federated.replies import BadReply, check_against_manifest, check_description
 
         s = self.settings
         while True:
             known = set(self.nodes.values()) | self.ignored | s.excluded_nodes
             new = [n for n in self.grid.get_node_ids() if n not in known]
+            owners = self._owners(new)
+            for node, who in owners.items():
+                if who in s.excluded:      # an excluded site is not asked again
+                    self.ignored.add(node)
+                    new.remove(node)
             if new:
                 msgs = {n: (n, RecordDict({"config": ConfigRecord(self._data_config())})) for n in new}
                 replies = self._exchange(msgs, "query", "describe", s.round_timeout_s)
@@ -267,9 +286,16 @@ class _Link:
                     why = "; ".join(f"node {k}: {v}" for k, v in failed.items())
                     raise InputError(f"a site could not describe itself ({why})")
                 for node, rep in replies.items():
+                    who = owners.get(node, node)        # with a manifest: the site its key belongs to
+                    if who in s.excluded:
+                        self.ignored.add(node)
+                        self.log(f"node {node}: serves the excluded site {who!r}; ignored")
+                        continue
                     if "site" not in rep.content.config_records or "json" not in rep.content["site"]:
-                        raise BadReply(node, "its description holds no site record")
-                    d = check_description(rep.content["site"]["json"], node)
+                        raise BadReply(who, "its description holds no site record", node)
+                    d = check_description(rep.content["site"]["json"], who)
+                    if s.manifest is not None:
+                        check_against_manifest(d, s.manifest, who, node)
                     name = d["name"]
                     if name in s.excluded:
                         self.ignored.add(node)
@@ -277,16 +303,46 @@ class _Link:
                         continue
                     if name in self.nodes and self.nodes[name] in self.grid.get_node_ids() \
                             and self.nodes[name] != node:
-                        raise InputError(f"two SuperNodes (ids {self.nodes[name]} and {node}) "
-                                         f"both serve site {name!r}")
+                        raise InputError(f"two SuperNodes (ids {self.nodes[name]} and {node}) both claim to be site "
+                                         f"{name!r}; without a consortium manifest (--manifest) names are "
+                                         "self-declared and the server cannot tell which one is")
                     self.nodes[name] = node
                     self.descriptions[name] = d
             if expected is None or len(self.descriptions) >= expected:
                 return
             if deadline is not None and time.monotonic() > deadline:
+                absent = ""
+                if s.manifest is not None:
+                    away = [m.name for m in s.manifest.sites if m.name not in self.descriptions
+                            and m.name not in s.excluded]
+                    absent = f"; not connected or silent: {', '.join(away)}" if away else ""
                 raise InputError(f"only {len(self.descriptions)} of {expected} sites connected within "
-                                 f"{s.wait_s:g} s ({', '.join(sorted(self.descriptions)) or 'none'})")
+                                 f"{s.wait_s:g} s ({', '.join(sorted(self.descriptions)) or 'none'}){absent}")
             time.sleep(0.5)
+
+    def _owners(self, nodes: list) -> dict:
+        """With a manifest: node id -> the manifest's name for its registered key; a node whose key
+        is not in the manifest is refused (:class:`~coalitions.learners.federated.replies.BadReply`
+        naming the node), and so is a SuperLink that reports no keys."""
+        from coalitions.learners.federated.replies import BadReply
+
+        manifest = self.settings.manifest
+        if manifest is None or not nodes:
+            return {}
+        keys = {int(info.node_id): bytes(info.public_key) for info in self.grid.get_nodes()}
+        owners = {}
+        for node in nodes:
+            key = keys.get(int(node), b"")
+            if not key:
+                raise InputError(f"--manifest: the SuperLink reports no public key for node {node}; a site's "
+                                 "identity is its SuperNode key (run the SuperNodes with "
+                                 "--auth-supernode-private-key and the SuperLink with --enable-supernode-auth)")
+            entry = manifest.site_of_key(key)
+            if entry is None:
+                raise BadReply(node, f"its SuperNode key is not one of the {len(manifest.sites)} keys of "
+                                     f"{manifest.source}")
+            owners[node] = entry.name
+        return owners
 
     def _await_return(self, names, deadline: float | None) -> None:
         """Wait, until ``deadline``, for the sites ``names`` whose SuperNode left to come back under a new id.
@@ -334,10 +390,12 @@ class _Link:
                 self._await_return(missing, end)
         missing = sorted(set(contents) - set(replies))
         if missing:
+            from coalitions.learners.federated.replies import Silent
+
             why = "; ".join(f"{m}: {self.errors[m]}" for m in missing if self.errors.get(m))
-            raise InputError(f"site(s) {', '.join(missing)} did not answer {message_type} {group} after "
-                             f"{s.retries + 1} attempt(s)" + (f" ({why})" if why else "")
-                             + "; rerun with the same --checkpoint to resume")
+            raise Silent(missing[0], f"site(s) {', '.join(missing)} did not answer {message_type} {group} after "
+                                     f"{s.retries + 1} attempt(s)" + (f" ({why})" if why else "")
+                         + "; rerun with the same --checkpoint to resume", self.nodes.get(missing[0]))
         return replies
 
 
@@ -363,16 +421,53 @@ def _arrays(rep, key: str, name: str, node) -> list:
         raise BadReply(name, f"its {key} could not be decoded ({type(e).__name__})", node) from None
 
 
-def _check_sites(descriptions: dict) -> list[dict]:
-    """The sites in order; all must share task, metric, classes and feature shape."""
+#: What every site must report alike (a manifest's ``shared`` may fix them; else the majority decides).
+AGREED = ("task", "metric", "n-classes", "input-shape", "features")
+
+
+def _check_sites(descriptions: dict, nodes: dict | None = None) -> list[dict]:
+    """The sites in order; all must share task, metric, classes, feature shape and feature names.
+
+    A site that differs from the others is at fault when the others agree on
+    one value it lacks: the strict majority (a consortium manifest's ``shared``
+    value was checked at discovery).  The first such site raises
+    :class:`~coalitions.learners.federated.replies.BadReply` naming it (so
+    ``--exclude-bad-sites`` can leave it out); with no strict majority the
+    run stops naming every group, since no site can be blamed.  A site that
+    names no features (a loader's) is not compared on them.
+    """
+    from collections import Counter
+
+    from coalitions.learners.federated.replies import BadReply
+
     sites = sorted(descriptions.values(), key=lambda d: (d["order"] if d["order"] >= 0 else 1 << 30, d["name"]))
-    first = sites[0]
-    for d in sites[1:]:
-        for key in ("task", "metric", "n-classes", "input-shape"):
-            if d[key] != first[key]:
-                raise InputError(f"site {d['name']!r}: {key} {d[key]!r} differs from site "
-                                 f"{first['name']!r}'s {first[key]!r}")
+    nodes = nodes or {}
+    for key in AGREED:
+        told = [d for d in sites if not (key == "features" and not d.get(key))]
+        counts = Counter(json.dumps(d.get(key)) for d in told)
+        if len(counts) < 2:
+            continue
+        (top, k), (_, second) = counts.most_common(2)
+        if k == second:
+            groups = "; ".join(f"{', '.join(d['name'] for d in told if json.dumps(d.get(key)) == v)}: {v}"
+                               for v in counts)
+            raise InputError(f"the sites disagree on {key} and no majority says which is right ({groups}); "
+                             f"a consortium manifest's shared {key} decides")
+        bad = next(d for d in told if json.dumps(d.get(key)) != top)
+        raise BadReply(bad["name"], f"{key} {bad.get(key)!r} differs from the {k} other sites' {json.loads(top)!r}",
+                       nodes.get(bad["name"]))
     return sites
+
+
+def site_weights(settings: Settings, sites: list[dict], key: str) -> list:
+    """The sites' weights in the coalitions' averages: ``key`` (``"n-train"`` or ``"n-val"``) as the
+    consortium manifest declares it, ones with :attr:`Settings.equal_weights`, else as the sites report it."""
+    if settings.equal_weights:
+        return [1] * len(sites)
+    if settings.manifest is not None:
+        declared = settings.manifest.weights(key)
+        return [declared[d["name"]] for d in sites]
+    return [d[key] for d in sites]
 
 
 def round_line(done: int, total: int, seconds: float, sent: int, received: int) -> str:
@@ -465,7 +560,7 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
     if len(link.descriptions) != settings.sites:
         raise InputError(f"{len(link.descriptions)} sites connected ({', '.join(sorted(link.descriptions))}), "
                          f"expected {settings.sites}")
-    sites = _check_sites(link.descriptions)
+    sites = _check_sites(link.descriptions, link.nodes)
     names = [d["name"] for d in sites]
     n = len(sites)
     masks = game_masks(n, settings.masks)        # all of them: at most 12 sites
@@ -477,12 +572,14 @@ def measure_game(grid, settings: Settings, log=print, progress=None) -> dict:
     p, seed = settings.protocol_for(task), int(settings.seed)
     spec = make_model(p.model, tuple(first["input-shape"]), n_outputs, hidden=p.hidden)
     every = settings.masks is None
-    server = GameServer(spec, p, n, [d["n-train"] for d in sites], [d["n-val"] for d in sites], seed,
-                        masks=None if every else masks)
+    weights = site_weights(settings, sites, "n-train")
+    val_weights = site_weights(settings, sites, "n-val") if p.patience else [d["n-val"] for d in sites]
+    server = GameServer(spec, p, n, weights, val_weights, seed, masks=None if every else masks)
     asked = [i for i in range(n) if len(server.site_rows(i))]     # a site in none of the coalitions trains nothing
     start = 0
     key = fingerprint({"protocol": p.to_json(), "seed": seed, "sites": sites, "dataset": settings.dataset,
                        "data_options": settings.data_options, "model": spec.kind, "game": "fedopt",
+                       **({"weights": [weights, val_weights]} if settings.equal_weights or settings.manifest else {}),
                        **({} if every else {"masks": [int(m) for m in masks]})})
     if settings.checkpoint:
         loaded = load_state(settings.checkpoint, key, "cpu")

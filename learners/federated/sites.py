@@ -56,12 +56,13 @@ SCHEMA_KEYS = ("site", "csv", "task", "metric", "n_classes", "label", "features"
 class SiteData:
     """One site: its :class:`~coalitions.learners.data.federation.Client` and what its data is."""
 
-    def __init__(self, client, task: str, metric: str, n_classes: int | None, order: int = -1):
+    def __init__(self, client, task: str, metric: str, n_classes: int | None, order: int = -1, features=()):
         self.client = client
         self.task = task
         self.metric = metric
         self.n_classes = n_classes
         self.order = int(order)
+        self.features = [str(f) for f in features]   # the feature columns in order (a schema's; a loader's: none)
 
     @property
     def name(self) -> str:
@@ -78,11 +79,11 @@ class SiteData:
 
 
 def describe(site: SiteData) -> dict:
-    """What the site tells the server: name, task, metric, feature shape and split sizes (no data)."""
+    """What the site tells the server: name, task, metric, feature shape and names, split sizes (no data)."""
     c = site.client
     return {"name": c.name, "task": site.task, "metric": site.metric, "n-classes": int(site.n_classes or 0),
             "input-shape": [int(d) for d in c.train.X.shape[1:]], "n-train": len(c.train), "n-val": len(c.val),
-            "n-test": len(c.test), "order": site.order}
+            "n-test": len(c.test), "order": site.order, "features": list(site.features)}
 
 
 @lru_cache(maxsize=8)
@@ -196,4 +197,5 @@ def _from_schema(path: str, _mtime: int) -> SiteData:
     name = str(schema["site"])
     if not name or "," in name or "|" in name:
         raise InputError(f"{path}: site name {name!r} is empty or contains ',' or '|'")
-    return SiteData(Client(name, splits["train"], splits["val"], splits["test"]), task, metric, n_classes)
+    return SiteData(Client(name, splits["train"], splits["val"], splits["test"]), task, metric, n_classes,
+                    features=features)

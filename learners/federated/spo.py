@@ -395,7 +395,7 @@ def run_spo(grid, settings, log=print):
     t0 = time.perf_counter()
     link = _Link(grid, settings, log)
     link.discover(settings.sites, time.monotonic() + settings.wait_s)
-    sites = _check_sites(link.descriptions)
+    sites = _check_sites(link.descriptions, link.nodes)
     names = [d["name"] for d in sites]
     params = spo_params(settings.seed, settings.method_options)
     # the run's protocol (the sites' task's default with the training flags given), as every method over Flower

@@ -38,7 +38,7 @@ def run_personal(grid, settings, method: str, params: dict | None = None, log=pr
                          "it is not offered over Flower")
     link = _Link(grid, settings, log)
     link.discover(settings.sites, time.monotonic() + settings.wait_s)
-    sites = _check_sites(link.descriptions)
+    sites = _check_sites(link.descriptions, link.nodes)
     if params is None:
         params = method_params(settings.protocol_for(sites[0]["task"]), settings.seed, settings.method_options)
     learner = server_learner(method, params, sites, settings.dataset, settings.data_options)
