@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -744,13 +745,37 @@ def _flower_commands(folder: Path) -> Path:
     return folder
 
 
+def _documented_key_steps() -> tuple[str, str]:
+    """docs/federated.md's step 2 (the ``openssl`` commands, as one bash script) and step 3 (``ssh-keygen``)."""
+    text = (ROOT / "docs" / "federated.md").read_text(encoding="utf-8")
+    start = text.index("```\nopenssl ecparam") + 4
+    tls = text[start:text.index("```", start)]
+    keygen = next(line for line in text.splitlines() if line.startswith("ssh-keygen "))
+    return tls, keygen.split("#")[0].strip()
+
+
+def test_the_documented_key_steps_are_the_ones_the_deployment_test_runs():
+    tls, keygen = _documented_key_steps()
+    assert "subjectAltName=DNS:ct.example.org,IP:127.0.0.1" in tls and tls.count("openssl ") == 5
+    assert keygen == 'ssh-keygen -t ecdsa -b 384 -N "" -f cleveland'
+
+
 def _tls_and_node_keys(folder: Path, nodes) -> None:
     """A test CA, the SuperLink's certificate for 127.0.0.1 signed by it, and an EC key pair per SuperNode.
 
     Files: ``ca.pem``; ``server.pem`` / ``server.key`` (PEM); ``NODE`` (OpenSSH private key) and
-    ``NODE.pub`` (OpenSSH public key) for each name in ``nodes`` — what docs/federated.md's
-    step-by-step makes with ``openssl`` and ``ssh-keygen``.
+    ``NODE.pub`` (OpenSSH public key) for each name in ``nodes``.  Where ``openssl`` and
+    ``ssh-keygen`` exist, by docs/federated.md's steps 2 and 3 literally (the host name
+    ``ct.example.org`` replaced by ``localhost``); else the same with ``cryptography``.
     """
+    if shutil.which("openssl") and shutil.which("ssh-keygen") and shutil.which("bash"):
+        tls, keygen = _documented_key_steps()
+        subprocess.run(["bash", "-euc", tls.replace("ct.example.org", "localhost")], cwd=folder, check=True,
+                       capture_output=True, timeout=60)
+        for name in nodes:
+            subprocess.run(["bash", "-euc", keygen.replace("cleveland", name)], cwd=folder, check=True,
+                           capture_output=True, timeout=60)
+        return
     import datetime
     import ipaddress
 
@@ -876,7 +901,7 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
         status = {str(x["run-id"]): x["status"] for x in json.loads(r.stdout[r.stdout.index("{"):])["runs"]}
         assert status[run_id] == "finished:stopped", r.stdout
         procs.remove(fed)
-        assert procs[-1].wait(timeout=60) != 0          # the rogue SuperNode was refused by the SuperLink
+        assert procs[-1].wait(timeout=60) == 1          # refused by the SuperLink: Flower exits 1 (docs/federated.md)
         assert "Failed to activate SuperNode" in (tmp_path / "rogue.log").read_text()
         # a batch of sample-ce --federated superlink on the same deployment: one federated game over the coalitions
         from coalitions.learners.federated.source import FederatedSource

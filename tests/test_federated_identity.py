@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -377,7 +378,7 @@ def test_an_interrupted_federate_stops_its_run_on_the_superlink_and_says_so(tmp_
                                                                              interrupt):
     from coalitions.learners.federated import run
 
-    def interrupted(cmd, env, timeout_s, log=None, progress=None, started=None):
+    def interrupted(cmd, env, timeout_s, log=None, progress=None, started=None, watch=None):
         started["run_id"] = 4242            # Flower said "Successfully started run 4242", then the signal came
         raise interrupt()
 
@@ -409,3 +410,46 @@ def test_the_run_id_is_read_from_flowers_stream(tmp_path):
     lines: list = []
     assert _flwr_run([str(script)], dict(os.environ), None, log=lines.append, started=started) == (0, "")
     assert started == {"run_id": 987654} and lines == ["round 1/2: 0.10 s, 1 bytes sent, 2 received"]
+
+
+def _fake_flower(tmp_path, status: str) -> str:
+    """A ``flwr`` whose ``run`` says it started run 31 and then hangs, whose ``ls`` reports ``status``
+    for it, and whose ``stop`` records its arguments."""
+    script = tmp_path / "flwr"
+    script.write_text(f"#!{sys.executable}\nimport json, sys, time\n"
+                      "if sys.argv[1] == 'run':\n    print('Successfully started run 31', flush=True)\n"
+                      "    time.sleep(60)\n"
+                      "elif sys.argv[1] == 'ls':\n"
+                      f"    print('Loading...' + json.dumps({{'success': True, 'runs': [{{'run-id': 31, 'status': {status!r}}}]}}))\n"
+                      f"elif sys.argv[1] == 'stop':\n    open({str(tmp_path / 'args')!r}, 'w').write(' '.join(sys.argv[1:]))\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_run_left_pending_by_the_superlink_ends_in_seconds_with_one_line(tmp_path, monkeypatch):
+    """A SuperLink that never starts the ServerApp (its SuperExec refused by its own certificate) leaves
+    the run pending: federate stops it after ``start_timeout_s`` and says where to look."""
+    from coalitions.learners.federated import run
+
+    monkeypatch.setattr(run, "_reachable", lambda address: None)
+    monkeypatch.setattr(run, "_flwr_executable", lambda: _fake_flower(tmp_path, "pending"))
+    begin = time.monotonic()
+    with pytest.raises(InputError) as e:
+        run.federate_superlink("127.0.0.1:9093", 4, {}, tmp_path / "out", insecure=True, start_timeout_s=1)
+    assert time.monotonic() - begin < 30                         # not the 60 s the hanging run would take
+    line = str(e.value)
+    assert line.startswith("--superlink 127.0.0.1:9093: run 31 was still pending after 1 s") and "\n" not in line
+    assert "IP address mismatch" in line
+    assert (tmp_path / "args").read_text() == "stop 31 coalitions"   # and it does not stay queued on the SuperLink
+
+
+def test_a_run_that_starts_is_not_ended_by_the_start_watch(tmp_path, monkeypatch):
+    from coalitions.learners.federated import run
+
+    flwr = _fake_flower(tmp_path, "running")
+    monkeypatch.setattr(run, "_flwr_executable", lambda: flwr)
+    started: dict = {}
+    watch = run._StartWatch(started, dict(os.environ), 0.5, every_s=0.1)
+    with pytest.raises(InputError, match="did not finish within 3 s"):   # the hanging fake ends on the timeout
+        run._flwr_run([flwr, "run"], dict(os.environ), 3, log=lambda line: None, started=started, watch=watch)
+    assert started == {"run_id": 31} and not watch.pending

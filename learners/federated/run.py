@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from coalitions.errors import InputError
@@ -342,7 +343,56 @@ _RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Reply|Stopped|In
 _STARTED = re.compile(r"Successfully started run (\d+)")
 
 
-def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None, started=None) -> tuple[int, str]:
+#: Seconds a submitted run may stay ``pending`` before ``federate --superlink`` gives up on it (a
+#: SuperLink whose SuperExec cannot start the ServerApp leaves it pending for ever).
+START_TIMEOUT_S = 30.0
+
+
+class _StartWatch:
+    """Poll the run's status (``flwr ls``) until it leaves ``pending``; after ``limit_s``, end ``flwr run``.
+
+    Started by :func:`_flwr_run` with the process it watches; :attr:`pending` is True when it
+    ended the process because the run never started.
+    """
+
+    def __init__(self, started: dict, env: dict, limit_s: float, every_s: float = 2.0):
+        self.started, self.env, self.limit_s, self.every_s = started, env, float(limit_s), every_s
+        self.pending = False
+        self._done = threading.Event()
+
+    def start(self, proc) -> None:
+        threading.Thread(target=self._run, args=(proc,), daemon=True).start()
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def _status(self, run_id: int) -> str | None:
+        try:
+            r = subprocess.run([_flwr_executable(), "ls", "coalitions", "--run-id", str(run_id), "--format", "json"],
+                               env=self.env, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+            out = r.stdout
+            runs = json.loads(out[out.index("{"):]).get("runs", [])
+        except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError, InputError):
+            return None                           # no answer: say nothing, the run's own stream decides
+        return next((str(x.get("status", "")) for x in runs if str(x.get("run-id")) == str(run_id)), None)
+
+    def _run(self, proc) -> None:
+        begin = time.monotonic()
+        while not self._done.wait(self.every_s):
+            run_id = self.started.get("run_id")
+            if run_id is None:
+                continue
+            status = self._status(run_id)
+            if status is not None and not status.startswith("pending"):
+                return                            # starting, running or finished: the stream takes over
+            if time.monotonic() - begin > self.limit_s and status is not None:
+                self.pending = True
+                proc.kill()
+                return
+
+
+def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None, started=None,
+              watch: _StartWatch | None = None) -> tuple[int, str]:
     """Run ``flwr run --stream``, passing the run's log on; returns its exit code and the run's error (one line).
 
     Flower's boxed errors and the ServerApp's traceback are held back: their
@@ -352,7 +402,8 @@ def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None, started=
     input.  A server line ``round r/R: ...`` goes to ``progress(r, R)`` when given (a
     bar), to ``log`` otherwise; ``log`` defaults to this module's logger (INFO), which
     ``coalitions federate`` prints to stderr.  ``started`` (a dict), when given, receives
-    ``"run_id"`` as soon as Flower says the run started (to stop it on an interrupt).
+    ``"run_id"`` as soon as Flower says the run started (to stop it on an interrupt);
+    ``watch`` (a :class:`_StartWatch`) watches the process while it runs.
     """
     log = log or _log.info
     box: list[str] = []
@@ -362,6 +413,8 @@ def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None, started=
     timer = threading.Timer(timeout_s, proc.kill) if timeout_s else None
     if timer is not None:
         timer.start()
+    if watch is not None:
+        watch.start(proc)
     try:
         assert proc.stdout is not None
         for raw in proc.stdout:
@@ -399,10 +452,12 @@ def _flwr_run(cmd: list, env: dict, timeout_s, log=None, progress=None, started=
     finally:
         if timer is not None:
             timer.cancel()
+        if watch is not None:
+            watch.stop()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    if timer is not None and proc.returncode < 0:
+    if timer is not None and proc.returncode < 0 and not (watch is not None and watch.pending):
         raise InputError(f"the run did not finish within {timeout_s:g} s")
     return proc.returncode, raised or " ".join(" ".join(box).split())
 
@@ -413,7 +468,8 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
                        insecure: bool = False, root_certificates=None, method: str = "exact",
                        method_options: dict | None = None, exclude_bad_sites: bool = False,
                        replicates: int = DEFAULT_REPLICATES, masks=None, manifest=None, equal_weights: bool = False,
-                       round_timeout_s: float = DEFAULT_ROUND_TIMEOUT_S) -> dict:
+                       round_timeout_s: float = DEFAULT_ROUND_TIMEOUT_S,
+                       start_timeout_s: float = START_TIMEOUT_S) -> dict:
     """Submit the app to the SuperLink whose Control API listens at ``address``; wait; read ``run.json``.
 
     ``sites`` SuperNodes must connect; ``dataset`` is the loader they use
@@ -426,7 +482,10 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
     ``manifest``: the consortium manifest
     (:class:`~coalitions.learners.federated.manifest.Manifest`; ``None``: the sites' names
     are self-declared, and a warning says so).  An interrupt (Ctrl-C, SIGTERM) stops the run
-    on the SuperLink (Flower's ``StopRun``, as ``flwr stop``) before it is passed on.
+    on the SuperLink (Flower's ``StopRun``, as ``flwr stop``) before it is passed on.  A run
+    that is still ``pending`` ``start_timeout_s`` seconds after it was submitted (the SuperLink
+    never started its ServerApp) is stopped, with one line that says where to look, instead
+    of waiting on it.
     """
     config = _connection(address, insecure, root_certificates)
     if insecure:
@@ -449,14 +508,21 @@ def federate_superlink(address: str, sites: int, training: dict, output, *, seed
         env = {**os.environ, "FLWR_HOME": str(home)}
         cmd = [_flwr_executable(), "run", str(app_dir), "coalitions", "--stream"]
         started: dict = {}
+        watch = _StartWatch(started, env, start_timeout_s)
         try:
-            code, error = _flwr_run(cmd, env, timeout_s, started=started)
+            code, error = _flwr_run(cmd, env, timeout_s, started=started, watch=watch)
         except InputError as e:
             _stop_run(started, env, address)
             raise InputError(f"--superlink {address}: {e}") from None
         except BaseException:          # Ctrl-C, SIGTERM (the command's Terminated): the run must not go on
             _stop_run(started, env, address)
             raise
+        if watch.pending:
+            _stop_run(started, env, address)
+            raise InputError(f"--superlink {address}: run {started['run_id']} was still pending after "
+                             f"{start_timeout_s:g} s: the SuperLink did not start its ServerApp (see the "
+                             "SuperLink's log; its certificate must also name the address its own SuperExec "
+                             "connects to, e.g. IP:127.0.0.1, or that fails on 'IP address mismatch')")
     if not (out / "run.json").exists() and "unavailable" in error:
         error += (" (is the SuperLink running with TLS and --root-certificates its CA's certificate, or "
                   "without TLS and --insecure given?)")
