@@ -57,6 +57,25 @@ class BenefitGraph:
         """``OCS_i(R)`` as a bitmask (without ``i``)."""
         return dict(self.collaborators)[i]
 
+    def _names(self, mask: int) -> frozenset:
+        return frozenset(self.clients[j] for j in members(mask))
+
+    @property
+    def ocs(self) -> dict[str, frozenset]:
+        """Each member's optimal collaborator set by name: ``{client: frozenset of names}`` (empty: none)."""
+        return {self.clients[i]: self._names(c) for i, c in self.collaborators}
+
+    @property
+    def named_edges(self) -> tuple[tuple[str, str], ...]:
+        """:attr:`edges` by name: ``(j, i)``, meaning ``j → i`` (``j`` is in ``i``'s OCS)."""
+        return tuple((self.clients[j], self.clients[i]) for j, i in self.edges)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{c}: {{{','.join(sorted(o, key=self.clients.index))}}}" for c, o in self.ocs.items())
+        amb = f", ambiguous={[self.clients[i] for i, _ in self.alternatives]}" if self.alternatives else ""
+        within = ",".join(self.clients[i] for i in members(self.within))
+        return f"BenefitGraph(within={{{within}}}, ocs={{{shown}}}{amb})"
+
     @property
     def ambiguous(self) -> dict[int, tuple[int, ...]]:
         """Clients with an ambiguous OCS → every smallest qualifying set."""

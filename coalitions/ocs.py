@@ -43,6 +43,9 @@ class OCS:
         ``MAU_i(R)``.
     alternatives : tuple of int
         Every smallest qualifying collaborator set (without ``i``), the chosen one first.
+    clients : tuple of str
+        The game's client names (bit ``j`` of every mask above is ``clients[j]``); :attr:`names`
+        and the repr read them.
     """
 
     client: int
@@ -51,6 +54,20 @@ class OCS:
     value: float
     mau: float
     alternatives: tuple[int, ...]
+    clients: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> frozenset:
+        """``OCS_i(R)`` by client name (empty: the client needs nobody)."""
+        return frozenset(self.clients[j] for j in members(self.collaborators))
+
+    def __repr__(self) -> str:
+        if not self.clients:
+            return (f"OCS(client={self.client}, within={self.within}, collaborators={self.collaborators}, "
+                    f"value={self.value!r}, mau={self.mau!r}, alternatives={self.alternatives})")
+        ordered = ",".join(c for c in self.clients if c in self.names)
+        return (f"OCS(client={self.clients[self.client]!r}, collaborators={{{ordered}}}, value={self.value:g}, "
+                f"mau={self.mau:g}{', ambiguous' if self.ambiguous else ''})")
 
     @property
     def ambiguous(self) -> bool:
@@ -113,4 +130,4 @@ def optimal_collaborators(game: Game, i: int, within: int, tol: float = 1e-9, *,
     order = np.lexsort((cand, -cvals))  # higher value first, then smaller mask
     cand, cvals = cand[order], cvals[order]
     return OCS(client=i, within=int(within), collaborators=int(cand[0]) & ~me, value=float(cvals[0]),
-               mau=float(best), alternatives=tuple(int(c) & ~me for c in cand))
+               mau=float(best), alternatives=tuple(int(c) & ~me for c in cand), clients=tuple(game.clients))
