@@ -38,6 +38,7 @@ def test_quick_synthetic_finds_the_papers_two_equilibria(quick):
     assert res["format"] == RESULTS_FORMAT and res["experiment"] == "synthetic" and res["quick"]
     assert [r["name"] for r in res["regimes"]] == ["few", "many"]
     few, many = res["regimes"]
+    assert few["family"] == many["family"] == "comparison"
     ex = few["runs"][0]["exact"]
     assert ex["partition"] == [["0", "1", "2"], ["3", "4", "5"]] and ex["certificate"]
     # at the paper's rho = 0.1 (seed 0) every client's OCS is non-empty and inside its planted group
@@ -52,6 +53,34 @@ def test_quick_synthetic_finds_the_papers_two_equilibria(quick):
         assert ex["test"]["ce"][c] < 0.5 * ex["test"]["local"][c]
         m = many["runs"][0]["exact"]["test"]
         assert m["ce"][c] == m["local"][c]
+
+
+def test_every_regime_has_a_family_fixed_by_the_rule():
+    """``Regime.family``: the narrowest family whose held-out CE support reached 0.8 (docs/results.md)."""
+    from coalitions.learners.experiments.catalogue import FAMILY_RULE
+    from coalitions.noise import FAMILIES
+
+    order, floor = FAMILY_RULE
+    assert tuple(order) == ("comparison", "client", "game") and floor == 0.8 and set(order) == set(FAMILIES)
+    chosen = {(e.name, r.name): r.family for e in EXPERIMENTS.values() for r in e.regimes}
+    assert all(f in FAMILIES for f in chosen.values())
+    # the one regime whose primary game fell below 0.8 per comparison and client-wise on splits 100-101
+    assert {k for k, f in chosen.items() if f != "comparison"} == {("fashion", "dirichlet")}
+    assert chosen[("fashion", "dirichlet")] == "game"
+
+
+def test_a_regimes_family_is_how_its_exact_games_are_read():
+    import numpy as np
+
+    import coalitions as co
+    from coalitions.learners.experiments.runner import _read_with_family
+    from coalitions.noise import Uncertainty
+
+    g = co.mean_estimation([5, 5, 25])
+    measured = g.with_uncertainty(Uncertainty.from_se(g, np.where(np.isnan(g.values), np.nan, 0.1)))
+    assert _read_with_family(measured, "game").uncertainty.family == "game"
+    assert _read_with_family(measured, "comparison") is measured and _read_with_family(None, "game") is None
+    assert _read_with_family(g, "game") is g          # an exact game has no comparisons to widen
 
 
 @pytest.mark.slow

@@ -265,7 +265,17 @@ def _primary_sentence(reg: dict) -> str:
     game = "validation-loss game" if primary == "loss" else f"{reg['metric']} game"
     return (f"The primary game of this regime is the **{game}**: the one whose benefit graph reproduced itself "
             "better under validation resampling on data splits 100–104, which no report uses, chosen before these "
-            "runs (docs/results.md, \"The primary game\").")
+            "runs (docs/results.md, \"The primary game\"). " + _family_sentence(reg))
+
+
+def _family_sentence(reg: dict) -> str:
+    """Which comparisons the level covers at once in this regime's exact games, and why."""
+    family = reg.get("family", "comparison")
+    said = {"comparison": "per comparison", "client": "client-wise (all of a client's comparisons at once)",
+            "game": "game-wise (all comparisons of the game at once)"}[family]
+    return (f"Its exact games are solved at z = 1.96 {said}: the narrowest family under which the primary game's "
+            "CE kept a support of at least 0.8 over validation resampling on those splits, fixed before these "
+            "runs (docs/results.md, \"The family of comparisons\").")
 
 
 def _agreement_section(reg: dict, labels: dict) -> list[str]:

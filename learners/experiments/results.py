@@ -251,6 +251,8 @@ class RegimeResult:
     #: The exact game the regime's verdicts rest on, ``"metric"`` or ``"loss"``; None where it was not
     #: chosen on held-out splits (catalogue.Regime.primary).
     primary: str | None = None
+    #: Which comparisons the level covers at once when the exact games are solved (catalogue.Regime.family).
+    family: str = "comparison"
 
     def to_json(self) -> dict:
         out = {"name": self.name, "title": self.title, "options": self.options,
@@ -262,6 +264,7 @@ class RegimeResult:
             out["convergence_curves"] = self.curves
         if self.primary is not None:
             out["primary_game"] = self.primary
+        out["family"] = self.family
         return out
 
     @classmethod
@@ -269,7 +272,7 @@ class RegimeResult:
         _need(data, ("name", "title", "options", "runs", "clients", "metric", "summary"), "a regime")
         return cls(data["name"], data["title"], data["options"], [Run.from_json(r) for r in data["runs"]],
                    data["clients"], data["metric"], data["summary"], data.get("convergence"),
-                   data.get("convergence_curves"), data.get("primary_game"))
+                   data.get("convergence_curves"), data.get("primary_game"), data.get("family", "comparison"))
 
 
 @dataclass

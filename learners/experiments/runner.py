@@ -188,6 +188,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
                 game, test_game, reps, loss_game, loss_reps = _piece(
                     fed, exp, "exact", _options(exp, quick, "exact", fed, regime), pair.init, device, where, log,
                     progress, (where.name, "exact") in fresh)
+                game, loss_game = _read_with_family(game, regime.family), _read_with_family(loss_game, regime.family)
                 eq = co.solve(game)
                 run.exact = exact_summary(game, test_game, metric, eq, reps)
                 if loss_game is not None:  # the same models scored by validation loss (ExhaustiveOracle.loss_game)
@@ -216,7 +217,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
         summary["sensitivity"] = sensitivity_summary(runs_json, methods)
         summary["spo_rules"] = rules_summary(runs_json)
         results.regimes.append(RegimeResult(regime.name, regime.title, regime.options, runs, clients, metric,
-                                            summary, primary=regime.primary))
+                                            summary, primary=regime.primary, family=regime.family))
     results.budget = budgets if any(v is not None for v in budgets.values()) else None
     results.elapsed_s = time.perf_counter() - start
     pieces = [f"{r.name}-seed{k}-{suffix}" for r in results.regimes for k in seeds
@@ -226,6 +227,13 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
     results.compute_s = float(sum(t for t in recorded if t is not None))
     results.compute_complete = all(t is not None for t in recorded)
     return results
+
+
+def _read_with_family(game, family: str):
+    """``game`` with its standard errors read for the regime's ``family`` of comparisons (None stays None)."""
+    if game is None or game.uncertainty is None or family == game.uncertainty.family:
+        return game
+    return game.with_uncertainty(game.uncertainty.with_family(family))
 
 
 def _with_objects(results: Reproduction) -> dict:
