@@ -56,6 +56,7 @@ from .game import Game
 from .graph import ExactOracle
 from .noise import resolve_z
 from .numbers import finite
+from .partition import canonical
 from .payoffs import check_semantics, payoff_table
 
 __all__ = ["compare", "adjusted_rand_index", "edge_scores", "compare_text", "KEYS", "DataCheck", "data_check",
@@ -133,7 +134,8 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     estimate : Estimate
         Anything with ``clients`` (names), ``benefit_graph`` (``BG(all)``, with
         ``collaborators`` as ``(i, mask)`` in the estimate's client order) and
-        ``partition`` (bitmasks in that order), e.g. :class:`coalitions.estimate.Estimate`.
+        ``partition`` (a :class:`~coalitions.partition.Partition`, or bitmasks in that order),
+        e.g. :class:`coalitions.estimate.Estimate`.
     game : Game
         The exact game over the same client names (any order).
     semantics : {"personalized", "shared"}
@@ -203,7 +205,7 @@ def compare(estimate, game: Game, semantics: str = "personalized", tol: float = 
     else:
         eq = exact
     exact_partition = tuple(eq.masks)
-    learned_partition = tuple(remap(k) for k in estimate.masks)
+    learned_partition = tuple(remap(k) for k in canonical(estimate.partition))
     if sorted(learned_partition) and (np.bitwise_or.reduce(learned_partition) != grand
                                       or sum(bin(k).count("1") for k in learned_partition) != n):
         raise InputError("the estimate's partition does not cover every client exactly once")
