@@ -44,10 +44,11 @@ def fold_pays(hypernet: ParetoHypernetwork, spec: ModelSpec, samples: int) -> bo
     weight) plus ``samples·d_in·h`` (its product).  The one-off ``samples·d_in·h·hidden`` equals
     fewer than ``samples`` unfolded directions, which every search exceeds (each of its rows is
     evaluated ``1 + line_search`` times per iteration).  False when the hypernetwork does not
-    generate an affine first layer (a CNN target, or personal heads on an affine target).
+    generate an affine first layer (a CNN target, or personal heads on an affine target), and for
+    a front that is not a :class:`ParetoHypernetwork` (the closed form of :mod:`.exact_front`).
     """
     names = FIRST_LAYER.get(spec.kind)
-    if names is None or names[0] not in hypernet.names:
+    if not isinstance(hypernet, ParetoHypernetwork) or names is None or names[0] not in hypernet.names:
         return False
     d_in, h = spec.shapes[names[0]]
     width = hypernet.head.in_features
