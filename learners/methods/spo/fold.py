@@ -45,7 +45,7 @@ def fold_pays(hypernet: ParetoHypernetwork, spec: ModelSpec, samples: int) -> bo
     fewer than ``samples`` unfolded directions, which every search exceeds (each of its rows is
     evaluated ``1 + line_search`` times per iteration).  False when the hypernetwork does not
     generate an affine first layer (a CNN target, or personal heads on an affine target), and for
-    a front that is not a :class:`ParetoHypernetwork` (the closed form of :mod:`.exact_front`).
+    a front that is not a :class:`~.hypernetwork.ParetoHypernetwork` (the closed form of :mod:`.exact_front`).
     """
     names = FIRST_LAYER.get(spec.kind)
     if not isinstance(hypernet, ParetoHypernetwork) or names is None or names[0] not in hypernet.names:
