@@ -8,7 +8,8 @@ pre-activation is
 .. math::  X_c W(d) = \big(X_c A\big)\, z(d) + X_c\, a ,
 
 exact in real arithmetic (only the order of the float sums changes).  ``X_c A`` (``(n, h,
-hidden)``) and ``X_c a`` are computed once per client; each direction then costs ``n·h·hidden``
+hidden)``) and ``X_c a`` are computed once per client (the first layer's generated bias folded
+in with them, :class:`FoldedData`); each direction then costs ``n·h·hidden``
 multiply-adds for its pre-activation instead of ``d_in·h·hidden`` to generate the weight and
 ``n·d_in·h`` to apply it: on ``reproduce fashion`` (``d_in = 784``, ``h = 32``, ``hidden = 100``,
 100 validation samples) 0.32 M instead of 5.0 M per direction and client.
@@ -55,19 +56,27 @@ def fold_pays(hypernet: ParetoHypernetwork, spec: ModelSpec, samples: int) -> bo
     return 2 * samples * h * width <= d_in * h * width + samples * d_in * h
 
 
-def after_first(kind: str, pre: torch.Tensor, params: dict) -> torch.Tensor:
-    """The target's outputs from its first layer's pre-activation ``pre`` ``(B, n, h)``.
+def after_first(kind: str, pre_t: torch.Tensor, params: dict) -> torch.Tensor:
+    """The target's outputs ``(B, n, k)`` from its first layer's pre-activation, transposed: ``pre_t`` ``(B, h, n)``.
 
     ``params`` holds the later layers' parameters, each either per direction ``(B, *shape)`` or
-    one for all ``(*shape)`` (a client's own head).
+    one for all ``(*shape)`` (a client's own head).  The outputs are computed as ``(B, k, n)``
+    and returned as their transposed view, so a reduction over the ``k`` outputs (the
+    cross-entropy's ``logsumexp``) runs along the samples, not over rows of ten values (3.6×
+    faster on fashion's ten classes).
     """
     if kind == "mlp":
-        return torch.matmul(torch.relu(pre), params["w2"]) + params["b2"].unsqueeze(-2)
-    return pre
+        out_t = torch.matmul(params["w2"].transpose(-1, -2), torch.relu(pre_t)) + params["b2"].unsqueeze(-1)
+        return out_t.transpose(-1, -2)
+    return pre_t.transpose(-1, -2)
 
 
 class FoldedData:
     """One split of every client folded into a frozen hypernetwork's first-layer rows (module docstring).
+
+    The first layer's bias, generated as ``B z(d) + b``, is folded in too: on every sample it adds
+    the same ``h`` values, so ``X_c W(d) + 1 b(d)ᵀ = [X_c A + 1 ⊗ B] z(d) + [X_c a + 1 ⊗ b]``, and
+    a row's pre-activation is one product with its bias added in the same call (``addmm``).
 
     Parameters
     ----------
@@ -85,28 +94,29 @@ class FoldedData:
         self._folds: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def client(self, c: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(XA, Xa)`` of client ``c``: ``(hidden, n·h)`` and ``(n, h)``, computed on first use."""
+        """Client ``c``'s fold: ``(hidden, h·n)`` and the constant ``(h·n,)``, ``h``-major; computed on first use."""
         if c not in self._folds:
             n = int(self.split.sizes[c])
             d_in, h = self.spec.shapes[self.weight]
             A, a = self.hypernet.output_rows(self.weight)
+            B, b = self.hypernet.output_rows(self.bias)
             width = A.shape[1]
             with torch.no_grad():
                 X = self.split.X[c, :n].reshape(n, d_in)
-                XA = (X @ A.reshape(d_in, h * width)).reshape(n, h, width).permute(2, 0, 1).reshape(width, n * h)
-                self._folds[c] = (XA.contiguous(), X @ a.reshape(d_in, h))
+                XA = (X @ A.reshape(d_in, h * width)).reshape(n, h, width).permute(2, 1, 0) + B.T.unsqueeze(-1)
+                Xa = (X @ a.reshape(d_in, h)).T + b.unsqueeze(-1)
+                self._folds[c] = (XA.reshape(width, h * n).contiguous(), Xa.reshape(h * n).contiguous())
         return self._folds[c]
 
     def outputs(self, c: int, z: torch.Tensor, later: dict) -> torch.Tensor:
         """The target's outputs on client ``c``'s data for each row of features ``z`` ``(B, hidden)``: ``(B, n, k)``.
 
-        ``later``: the first layer's bias per row ``(B, h)`` and the later layers' parameters
-        (:func:`after_first`).
+        ``later``: the later layers' parameters (:func:`after_first`).
         """
         XA, Xa = self.client(c)
-        n, h = Xa.shape
-        pre = (z @ XA).reshape(z.shape[0], n, h) + Xa + later[self.bias].unsqueeze(-2)
-        return after_first(self.spec.kind, pre, later)
+        n = int(self.split.sizes[c])
+        pre_t = torch.addmm(Xa, z, XA).reshape(z.shape[0], -1, n)
+        return after_first(self.spec.kind, pre_t, later)
 
     def losses(self, c: int, z: torch.Tensor, later: dict, loss: Callable) -> torch.Tensor:
         """Client ``c``'s mean loss for each row of ``z``: ``(B,)`` (``loss(outputs, y)`` per sample)."""

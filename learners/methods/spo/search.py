@@ -92,7 +92,8 @@ class DirectionSearch:
             parts, start = [], 0
             if folded is not None:   # the first layer through each client's fold; the rest generated
                 z = self.hypernet.features(dd[order])
-                later = self.hypernet.generate(z, [k for k in self.hypernet.names if k != folded.weight])
+                later = self.hypernet.generate(z, [k for k in self.hypernet.names
+                                                   if k not in (folded.weight, folded.bias)])
                 for c, k in zip(clients.tolist(), counts.tolist(), strict=True):
                     rows = {name: v[start:start + k] for name, v in later.items()}
                     parts.append(folded.losses(c, z[start:start + k], self.client_params(rows, c), self.loss))
