@@ -142,8 +142,8 @@ def loss_function(task: str, logsumexp: bool = False):
     ``−log_softmax(out)_y``: the same function, rounded differently in the last bits, and
     about 5× faster forward and 3× with its backward pass on one CPU thread where ``k`` is
     small (PyTorch's ``log_softmax`` over a short last axis takes a slow path; ten classes:
-    25 ns a row).  SPO's direction search uses it; the trainings keep ``log_softmax``, whose
-    games are pinned to stored values.
+    25 ns a row).  SPO's direction search uses it; every training keeps ``log_softmax`` (the
+    exhaustive games are pinned to stored values).
     """
     import torch
     import torch.nn.functional as F
