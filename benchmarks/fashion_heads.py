@@ -8,7 +8,8 @@ prints:
 * wall time, CPU time and peak resident memory of this process (``resource.getrusage``);
 * the training work in multiply-adds, ``3 × step_macs × epochs`` (forward plus a backward pass of
   about twice the forward one; :func:`coalitions.learners.training.threads.step_macs`), and the
-  rate this CPU reached;
+  rate this CPU reached, also as a share of its float32 matrix-product peak on one thread
+  measured just after (``benchmarks/peak.py``);
 * an *estimate* of the same game on a GPU: the measured work divided by an assumed sustained
   rate (``--gpu-tflops``, default 20 TFLOP/s = 10 TMAC/s of FP32 on small batched matrix
   products, a conservative share of an H100's peak), plus the per-epoch kernel launches as a
@@ -36,6 +37,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from peak import matmul_peak  # noqa: E402
 
 from coalitions.errors import InputError  # noqa: E402
 
@@ -101,8 +105,10 @@ def main(argv=None) -> int:
     macs = 3 * step_macs(spec, n_train, subsets) * epochs
     print(f"personal-head game: {wall:.1f} s wall, {cpu:.1f} s CPU, peak resident memory {peak_mb:.0f} MB, "
           f"{o.chunks_trained_} chunk(s)")
+    peak = matmul_peak(1, seconds=0.2 if args.quick else 1.0)
     print(f"training work: {macs:.3g} multiply-adds ({epochs} epochs); this CPU: {macs / cpu / 1e9:.2f} GMAC/s "
-          f"per CPU-second, {macs / wall / 1e9:.2f} GMAC/s of wall time")
+          f"per CPU-second ({macs / cpu / 1e9 / peak:.0%} of a float32 matrix product's {peak:.1f} GMAC/s on "
+          f"one thread, benchmarks/peak.py), {macs / wall / 1e9:.2f} GMAC/s of wall time")
     gpu = macs / (args.gpu_tflops / 2 * 1e12)
     launches = epochs * (fed.n * 12 + 40) * 20e-6 * max(1, o.chunks_trained_)
     print(f"GPU ESTIMATE (not measured): {gpu:.3g} s of arithmetic at {args.gpu_tflops:g} TFLOP/s sustained, "

@@ -17,8 +17,9 @@ CE (exact game) or the learned CE (learners) is the same.  Floating-point sums r
 another order on a GPU, so the numbers differ in their last bits and a tie may break
 otherwise; a different CE is reported, not hidden.
 
-On a machine without CUDA it says so, runs the CPU half only in ``--quick`` (so that the
-code path stays tested) and exits 0.
+On a machine without CUDA it says so in one line and exits 0; with ``--quick`` it runs the CPU
+half instead (so that the code path stays tested).  SPO's search there folds each client's data
+into the hypernetwork's output layer (``learners/methods/spo/fold.py``) on either device.
 
 Run:  python benchmarks/gpu.py [--quick] [--clients 8] [--steps 100]
 
@@ -106,10 +107,11 @@ def main(argv=None) -> int:
     cuda = torch.cuda.is_available()
     print(f"# torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}")
-    print(f"# GPU: {torch.cuda.get_device_name() if cuda else 'none: no CUDA device on this machine'}")
     if not cuda and not args.quick:
-        print("nothing to compare without CUDA; run this script where a GPU is (--quick runs the CPU half)")
+        print("no CUDA device on this machine: nothing to compare (run this script where a GPU is; --quick runs "
+              "the CPU half)")
         return 0
+    print(f"# GPU: {torch.cuda.get_device_name() if cuda else 'none: no CUDA device on this machine'}")
     fed = fashion_federation(args.clients)
     torch.set_num_threads(1 if args.quick else max(1, torch.get_num_threads()))
     print(f"fashion federation, {fed.n} clients ({(1 << fed.n) - 1} subsets), MLP 784-32-10, personal heads, "

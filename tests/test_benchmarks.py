@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
@@ -21,7 +21,7 @@ SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
 SLOW = {"ray_nodes.py"}
 #: Scripts whose --quick run reads Fashion-MNIST, which a Debian package ships (docs/learners-data.md):
 #: skipped, saying so, where it is not installed, as every test of that data is.
-FASHION = {"fashion_settings.py", "frontier.py", "gpu.py"}
+FASHION = {"fashion_settings.py", "frontier.py", "gpu.py", "spo_cost.py"}
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 needs_fashion = pytest.mark.skipif(not FASHION_DIR.is_dir(), reason="Debian package dataset-fashion-mnist not "
                                    "installed (apt-get install dataset-fashion-mnist)")
@@ -43,3 +43,12 @@ def test_benchmark_quick_runs_to_its_end(script, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     assert len(r.stdout.splitlines()) >= 3, r.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device: gpu.py measures instead")
+def test_gpu_benchmark_without_cuda_says_so_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py")], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    said = [line for line in r.stdout.splitlines() if not line.startswith("#")]
+    assert len(said) == 1 and said[0].startswith("no CUDA device on this machine"), r.stdout

@@ -131,12 +131,19 @@ def evaluate(metric: str, y_true, scores) -> float:
     return float(evaluate_batch(metric, y_true, np.asarray(scores)[None])[0])
 
 
-def loss_function(task: str):
+def loss_function(task: str, logsumexp: bool = False):
     """Per-sample training loss ``l(outputs, y)`` (torch) for a task.
 
     ``outputs`` has shape (..., n, k): squared error on ``k = 1`` output for
     regression, binary cross-entropy on one logit for ``"binary"``, softmax
     cross-entropy on ``k`` logits for ``"multiclass"``.  Returns shape (..., n).
+
+    ``logsumexp``: the multiclass loss as ``logsumexp(out) − out_y`` instead of
+    ``−log_softmax(out)_y``: the same function, rounded differently in the last bits, and
+    about 5× faster forward and 3× with its backward pass on one CPU thread where ``k`` is
+    small (PyTorch's ``log_softmax`` over a short last axis takes a slow path; ten classes:
+    25 ns a row).  SPO's direction search uses it; every training keeps ``log_softmax`` (the
+    exhaustive games are pinned to stored values).
     """
     import torch
     import torch.nn.functional as F
@@ -146,6 +153,10 @@ def loss_function(task: str):
     if task == "binary":
         # log(1 + e^z) − y·z, the binary cross-entropy of logit z (broadcasts over models)
         return lambda out, y: F.softplus(out[..., 0]) - y.to(out.dtype) * out[..., 0]
+    if task == "multiclass" and logsumexp:
+        def lse(out, y):
+            return torch.logsumexp(out, dim=-1) - torch.gather(out, -1, y.expand(out.shape[:-1]).unsqueeze(-1))[..., 0]
+        return lse
     if task == "multiclass":
         def ce(out, y):
             logp = torch.log_softmax(out, dim=-1)

@@ -80,7 +80,8 @@ oracle and rules read its results.  ``docs/learners-spo.md`` compares the two.
 The package, one piece a module: :mod:`.simplex` (projection onto a face, training
 directions), :mod:`.epo` (the EPO linear program), :mod:`.hypernetwork`
 (:class:`ParetoHypernetwork`), :mod:`.search` (the projected-gradient direction
-search), :mod:`.oracle` (:class:`SPOOracle`: the rules on top of the searches),
+search), :mod:`.fold` (each client's validation data folded into the hypernetwork's output
+layer, the search's first layer without generating its weights), :mod:`.oracle` (:class:`SPOOracle`: the rules on top of the searches),
 :mod:`.paper` (:class:`~.paper.PaperSearch`, the paper's variant), :mod:`.estimator` (:class:`SPO`);
 :mod:`.exact_front` (:class:`ExactParetoFront`, the closed-form
 front of linear least squares: a perfect-front yardstick for diagnostics, and the game it gives at

@@ -49,6 +49,20 @@ EVAL_EVERY = 50
 VARIANTS = ("ours", "paper")
 
 
+def fused_adam(params: list, lr: float) -> torch.optim.Adam:
+    """Adam with PyTorch's fused kernel (one pass over the parameters per step) where it has one, else Adam.
+
+    The hypernetwork's output layer holds nearly all its parameters (fashion: 2.5 M); PyTorch's
+    default CPU Adam makes some ten passes over them per step, and took 60 % of SPO's training
+    there (``benchmarks/spo_cost.py``).  The fused kernel (CPU from PyTorch 2.4) computes the same
+    update, rounded differently in the last bit.
+    """
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError, ValueError):   # an older PyTorch, or a device without the kernel
+        return torch.optim.Adam(params, lr=lr)
+
+
 _SPO = TypeVar("_SPO", bound="SPO")   # _conclude returns the instance it was called on (FederatedSPO too)
 
 
@@ -361,7 +375,9 @@ class SPO(Learner):
         self._train_tuned(fed)
         t_train = time.perf_counter() - t_train
         search = HeadsDirectionSearch if self.heads == "personal" else DirectionSearch
-        return self._conclude(fed, lambda: search(self._hypernet(), self.spec_, self.loss_, self.val_, self.device_,
+        # the search's loss: logsumexp, not log_softmax (the same function, several times faster; metrics.py)
+        search_loss = loss_function(fed.task, logsumexp=True)
+        return self._conclude(fed, lambda: search(self._hypernet(), self.spec_, search_loss, self.val_, self.device_,
                                                   self.seed, self.search_steps, self.starts, self.line_search),
                               t0, t_train)
 
@@ -546,7 +562,7 @@ class SPO(Learner):
         dev = self.device_
         rng = np.random.default_rng(self.seed)
         self.lr_ = float(self.lr if lr is None else lr)
-        opt = torch.optim.Adam(net.parameters(), lr=self.lr_)
+        opt = fused_adam(list(net.parameters()), self.lr_)
         self.best_val_, self.best_step_, self.stopped_at_, self.hit_max_ = math.inf, steps, steps, True
         best_state, bad = None, 0
         sched = torch.optim.lr_scheduler.LambdaLR(

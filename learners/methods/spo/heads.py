@@ -84,6 +84,8 @@ def personal_loss_matrix(spec: ModelSpec, loss: Callable, body: dict, heads: dic
     """
     B = next(iter(body.values())).shape[0]
     expanded = _expand(heads, B, scale)
+    if spec.kind == "mlp":
+        return _mlp_loss_matrix(loss, body, expanded, X, y, m)
 
     def one_client(bd, hd, Xj, yj, mj):
         out = spec.forward({**bd, **hd}, Xj)
@@ -91,6 +93,24 @@ def personal_loss_matrix(spec: ModelSpec, loss: Callable, body: dict, heads: dic
 
     per_direction = vmap(one_client, in_dims=(None, 0, 0, 0, 0))             # over clients
     return vmap(per_direction, in_dims=(0, 0, None, None, None))(body, expanded, X, y, m)
+
+
+def _mlp_loss_matrix(loss: Callable, body: dict, heads: dict, X, y, m) -> torch.Tensor:
+    """:func:`personal_loss_matrix` of the MLP in batched products: ``(B, N)``.
+
+    Every client's rows through every direction's first layer in one product
+    ``(N·n, d) @ (d, B·h)`` (its backward pass is one product too), then each (direction,
+    client)'s head as one batched product.  The same function as the ``vmap`` over directions
+    and clients; the sums run in another order (last-bit differences), in about half the time
+    of a training step on ``reproduce fashion``'s SPO.
+    """
+    W1 = body["w1"]
+    B, d, h = W1.shape
+    N, n = X.shape[:2]
+    pre = (X.reshape(N * n, d) @ W1.permute(1, 0, 2).reshape(d, B * h)).reshape(N, n, B, h)
+    hid = torch.relu(pre + body["b1"]).permute(2, 0, 1, 3)                      # (B, N, n, h)
+    out = torch.matmul(hid, heads["w2"]) + heads["b2"].unsqueeze(-2)           # (B, N, n, k)
+    return (loss(out, y) * m).sum(-1) / m.sum(-1)
 
 
 def head_penalty(spec: ModelSpec, heads: dict, D: torch.Tensor, scale=None) -> torch.Tensor:
@@ -120,3 +140,8 @@ class HeadsDirectionSearch(DirectionSearch):
         (the copy took about 40 % of a Fashion-MNIST search; the losses are the same bits).
         """
         return self.hypernet.member_params(self.hypernet(d), targets)
+
+    def client_params(self, generated: dict, client: int) -> dict:
+        """The folded path's parameters of rows that all target ``client``: the generated body with its head
+        (one head for all the rows, broadcast, not copied per row)."""
+        return {**generated, **{k: v[client] for k, v in self.hypernet.client_heads.items()}}

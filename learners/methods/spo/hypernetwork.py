@@ -80,12 +80,39 @@ class ParetoHypernetwork(torch.nn.Module):
             return body
         return {k: (self.client_heads[k][clients] if k in self.spec.head else body[k]) for k in self.spec.shapes}
 
-    def forward(self, d: torch.Tensor) -> dict:
-        """Parameters for each direction: ``{name: (B, *shape)}`` for ``d`` of shape (B, N)."""
+    def features(self, d: torch.Tensor) -> torch.Tensor:
+        """The last hidden layer ``z(d)`` ``(B, hidden)``: what the output layer maps to the parameters."""
         feats = [d]
         if self.log_eps is not None:
             feats.append(torch.log(d.clamp(min=0) + self.log_eps))
-        x = torch.cat(feats, dim=-1)
-        flat = self.head(self.body(x))
+        return self.body(torch.cat(feats, dim=-1))
+
+    def forward(self, d: torch.Tensor) -> dict:
+        """Parameters for each direction: ``{name: (B, *shape)}`` for ``d`` of shape (B, N)."""
+        flat = self.head(self.features(d))
         parts = torch.split(flat, list(self.sizes), dim=-1)
         return {k: p.reshape(*d.shape[:-1], *s) for k, p, s in zip(self.names, parts, self.shapes, strict=True)}
+
+    def output_rows(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The output layer's rows that generate parameter ``name``: weight ``(size, hidden)`` and bias ``(size,)``.
+
+        Views, in the order of the parameter's flattened elements: ``name`` at features ``z`` is
+        ``(z @ W.T + b).reshape(shape)``.
+        """
+        at = self.names.index(name)
+        start = sum(self.sizes[:at])
+        rows = slice(start, start + self.sizes[at])
+        return self.head.weight[rows], self.head.bias[rows]
+
+    def generate(self, z: torch.Tensor, names) -> dict:
+        """Parameters ``names`` only, from features ``z`` (``features``): ``{name: (B, *shape)}``.
+
+        The same affine map as :meth:`forward` restricted to those parameters' rows (a parameter
+        left out costs nothing); the sums over ``hidden`` are the same, their rounding may differ
+        in the last bit from the whole layer's product.
+        """
+        out = {}
+        for k in names:
+            W, b = self.output_rows(k)
+            out[k] = torch.nn.functional.linear(z, W, b).reshape(*z.shape[:-1], *self.shapes[self.names.index(k)])
+        return out

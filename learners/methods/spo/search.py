@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.func import vmap
 
+from coalitions.learners.methods.spo.fold import FoldedData, fold_pays
 from coalitions.learners.methods.spo.hypernetwork import ParetoHypernetwork
 from coalitions.learners.methods.spo.simplex import project_simplex
 from coalitions.learners.training.engine import Padded
@@ -58,10 +59,26 @@ class DirectionSearch:
                  seed: int, search_steps: int, starts: int, line_search: int):
         self.hypernet, self.spec, self.loss, self.val, self.device = hypernet, spec, loss, val, device
         self.seed, self.search_steps, self.starts, self.line_search = seed, search_steps, starts, line_search
+        self._folded: FoldedData | None = None
+        self._fold_decided = False
+
+    @property
+    def folded(self) -> FoldedData | None:
+        """The validation data folded into the hypernetwork's first-layer rows, where that pays (:mod:`.fold`).
+
+        Decided and built on first use (the hypernetwork is trained by then, and frozen);
+        ``None`` where the search generates every row's parameters (:func:`.fold.fold_pays`).
+        """
+        if not self._fold_decided:
+            if fold_pays(self.hypernet, self.spec, int(self.val.sizes.max())):
+                self._folded = FoldedData(self.hypernet, self.spec, self.val)
+            self._fold_decided = True
+        return self._folded
 
     def own_loss(self, d: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Validation loss of client ``targets[r]`` under ``h(d[r])``, for every row; chunked."""
         split = self.val
+        folded = self.folded
         out = []
         chunk = 2048
         for s in range(0, d.shape[0], chunk):
@@ -71,20 +88,33 @@ class DirectionSearch:
             # (gathering ``split.X[tt]`` would copy the whole validation set once per row)
             order = torch.argsort(tt, stable=True)
             sorted_t = tt[order]
-            params = self.row_params(dd[order], sorted_t)
             clients, counts = torch.unique_consecutive(sorted_t, return_counts=True)
             parts, start = [], 0
-            for c, k in zip(clients.tolist(), counts.tolist(), strict=True):
-                p = {name: v[start:start + k] for name, v in params.items()}
-                parts.append(vmap(self._single_loss, in_dims=(0, None, None, None))(
-                    p, split.X[c], split.y[c], split.m[c]))
-                start += k
+            if folded is not None:   # the first layer through each client's fold; the rest generated
+                z = self.hypernet.features(dd[order])
+                later = self.hypernet.generate(z, [k for k in self.hypernet.names
+                                                   if k not in (folded.weight, folded.bias)])
+                for c, k in zip(clients.tolist(), counts.tolist(), strict=True):
+                    rows = {name: v[start:start + k] for name, v in later.items()}
+                    parts.append(folded.losses(c, z[start:start + k], self.client_params(rows, c), self.loss))
+                    start += k
+            else:
+                params = self.row_params(dd[order], sorted_t)
+                for c, k in zip(clients.tolist(), counts.tolist(), strict=True):
+                    p = {name: v[start:start + k] for name, v in params.items()}
+                    parts.append(vmap(self._single_loss, in_dims=(0, None, None, None))(
+                        p, split.X[c], split.y[c], split.m[c]))
+                    start += k
             out.append(torch.cat(parts)[torch.argsort(order)])
         return torch.cat(out)
 
     def row_params(self, d: torch.Tensor, targets: torch.Tensor) -> dict:
         """Target-model parameters of each row ``(B, *shape)``: the hypernetwork's output at ``d[r]``."""
         return self.hypernet(d)
+
+    def client_params(self, generated: dict, client: int) -> dict:
+        """The folded path's parameters of rows that all target ``client``: the generated ones (shared heads)."""
+        return generated
 
     def _single_loss(self, params, X, y, m):
         per = self.loss(self.spec.forward(params, X), y)
@@ -132,25 +162,30 @@ class DirectionSearch:
         steps = torch.tensor([2.0 ** -k for k in range(T)], dtype=torch.float32, device=dev)
         with torch.no_grad():
             loss = self.own_loss(d, tk)
+        # the rows still descending: a row whose line search found no lower loss keeps its point, so
+        # its next gradient and candidates would be the same and fail again; it leaves the batch
+        live = torch.arange(d.shape[0], device=dev)
         for _ in range(self.search_steps):
-            dd = d.clone().requires_grad_(True)
+            dl, fl, tl = d[live], fk[live], tk[live]
+            dd = dl.clone().requires_grad_(True)
             with torch.enable_grad():
-                g, = torch.autograd.grad(self.own_loss(dd, tk).sum(), dd)
-            g = torch.where(fk, g, torch.zeros_like(g))
-            cnt = fk.sum(1, keepdim=True)
-            g = torch.where(fk, g - g.sum(1, keepdim=True) / cnt, torch.zeros_like(g))
+                g, = torch.autograd.grad(self.own_loss(dd, tl).sum(), dd)
+            g = torch.where(fl, g, torch.zeros_like(g))
+            cnt = fl.sum(1, keepdim=True)
+            g = torch.where(fl, g - g.sum(1, keepdim=True) / cnt, torch.zeros_like(g))
             norm = g.norm(dim=1, keepdim=True)
             g = torch.where(norm > 0, g / norm.clamp(min=1e-30), torch.zeros_like(g))
             with torch.no_grad():
-                cand = project_simplex(d[:, None, :] - steps[None, :, None] * g[:, None, :], fk[:, None, :])
-                lc = self.own_loss(cand.reshape(-1, n), tk.repeat_interleave(T)).reshape(-1, T)
+                cand = project_simplex(dl[:, None, :] - steps[None, :, None] * g[:, None, :], fl[:, None, :])
+                lc = self.own_loss(cand.reshape(-1, n), tl.repeat_interleave(T)).reshape(-1, T)
                 lc = torch.nan_to_num(lc, nan=math.inf)
                 lbest, kbest = lc.min(dim=1)
-                better = lbest < loss
+                better = lbest < loss[live]
                 if not bool(better.any()):
                     break
-                d = torch.where(better[:, None], cand[torch.arange(d.shape[0], device=dev), kbest], d)
-                loss = torch.where(better, lbest, loss)
+                d[live[better]] = cand[torch.arange(live.shape[0], device=dev), kbest][better]
+                loss[live[better]] = lbest[better]
+                live = live[better]
         loss = loss.reshape(B, K)
         which = torch.argmin(torch.nan_to_num(loss, nan=math.inf), dim=1)
         best_d = d.reshape(B, K, n)[torch.arange(B, device=dev), which]
