@@ -820,20 +820,23 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
     SuperNode; the SuperLink runs with TLS and ``--enable-supernode-auth``;
     the two hospitals' public keys are registered with ``flwr supernode
     register``; a third SuperNode with an unregistered key claims Cleveland's
-    partition and is refused, so the game has the two registered sites and
-    equals the in-process one.  ``federate --insecure`` against this SuperLink
-    ends with one line.  Every process starts in its own session and is
-    stopped (its whole process group) however the test ends.
+    partition and is refused by the SuperLink.  A fourth, registered and named
+    "VA" in the consortium manifest, serves Cleveland's partition, so it claims
+    to be Cleveland: the run is refused naming VA, and with
+    ``--exclude-bad-sites`` the game has the two honest sites and equals the
+    in-process one.  ``federate --insecure`` against this SuperLink ends with
+    one line.  Every process starts in its own session and is stopped (its
+    whole process group) however the test ends.
     """
     bindir = _flower_commands(tmp_path / "bin")
-    _tls_and_node_keys(tmp_path, ["node0", "node1", "rogue"])
+    _tls_and_node_keys(tmp_path, ["node0", "node1", "rogue", "spoofer"])
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1",
            "FLWR_HOME": str(tmp_path / "flwr-home")}
     (tmp_path / "flwr-home").mkdir()
     (tmp_path / "flwr-home" / "config.toml").write_text(
         f'[superlink]\ndefault = "ce"\n\n[superlink.ce]\naddress = "127.0.0.1:{{port}}"\n'
         f'root-certificates = "{tmp_path / "ca.pem"}"\n')
-    link_port, *node_ports = _free_ports(4)
+    link_port, *node_ports = _free_ports(5)
     (tmp_path / "flwr-home" / "config.toml").write_text(
         (tmp_path / "flwr-home" / "config.toml").read_text().replace("{port}", str(link_port)))
     procs = []
@@ -851,15 +854,20 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
                       "--ssl-ca-certfile", str(tmp_path / "ca.pem"), "--enable-supernode-auth",
                       "--disable-runtime-dependency-installation"], "superlink")
         assert _wait_listening(link_port, link, time.monotonic() + 60), (tmp_path / "superlink.log").read_text()
-        for k in (0, 1):
-            r = subprocess.run([str(bindir / "flwr"), "supernode", "register", str(tmp_path / f"node{k}.pub"), "ce"],
+        nodes: dict = {}
+        for key in ("node0", "node1", "spoofer"):
+            r = subprocess.run([str(bindir / "flwr"), "supernode", "register", str(tmp_path / f"{key}.pub"), "ce"],
                                capture_output=True, text=True, env=env, timeout=60)
             assert r.returncode == 0 and "registered successfully" in r.stdout, r.stdout + r.stderr
+        def supernode(name, port, partition):
+            nodes[name] = start([str(bindir / "flower-supernode"), "--superlink", address, "--root-certificates",
+                                 str(tmp_path / "ca.pem"), "--auth-supernode-private-key", str(tmp_path / name),
+                                 "--host", "127.0.0.1", "--port", str(port), "--node-config",
+                                 f"partition-id={partition}"], name)
+
         for name, port, partition in (("node0", node_ports[0], 0), ("node1", node_ports[1], 1),
                                       ("rogue", node_ports[2], 0)):
-            start([str(bindir / "flower-supernode"), "--superlink", address, "--root-certificates",
-                   str(tmp_path / "ca.pem"), "--auth-supernode-private-key", str(tmp_path / name),
-                   "--host", "127.0.0.1", "--port", str(port), "--node-config", f"partition-id={partition}"], name)
+            supernode(name, port, partition)
         out = tmp_path / "out"
         # the two commands in process (no interpreter of their own to start), in the SuperNodes' environment
         base = ["federate", "heart", "--hospitals", hospitals, "--superlink", address, "--steps", "1",
@@ -869,19 +877,33 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
         assert rc == 2 and err.splitlines()[0].startswith("coalitions: warning: --insecure")
         assert "Connection to the SuperLink is unavailable" in err.strip().splitlines()[-1], err
         assert not (tmp_path / "plain").exists()
-        # the consortium manifest binds each hospital's name to its registered key and signs its size
+        # a batch of sample-ce --federated superlink on the same deployment: one federated game over the coalitions
+        from coalitions.learners.federated.source import FederatedSource
+
+        batch = FederatedSource("heart", {"hospitals": hospitals}, {"steps": 1, "batch_size": 32}, replicates=0,
+                                backend="superlink", superlink=address, root_certificates=tmp_path / "ca.pem",
+                                wait_s=60, timeout_s=300).measure(np.array([0b11, 0b01]))
+        # the consortium manifest binds each hospital's name to its registered key and signs its size;
+        # VA's registered SuperNode serves Cleveland's partition, so it announces itself as Cleveland
         sizes = {c.name: len(c.train) for c in load("heart", hospitals=hospitals).clients}
         (tmp_path / "consortium.json").write_text(json.dumps({"format": "coalitions/consortium@1", "sites": [
-            {"name": name, "public-key": (tmp_path / f"node{k}.pub").read_text(), "n-train": sizes[name]}
-            for k, name in enumerate(hospitals.split(","))]}))
-        rc, _, err = run_as_command(*base, "--root-certificates", tmp_path / "ca.pem", "--manifest",
-                                    tmp_path / "consortium.json", "-o", out, env=changed)
+            *({"name": name, "public-key": (tmp_path / f"node{k}.pub").read_text(), "n-train": sizes[name]}
+              for k, name in enumerate(hospitals.split(","))),
+            {"name": "VA", "public-key": (tmp_path / "spoofer.pub").read_text(), "n-train": 65}]}))
+        supernode("spoofer", node_ports[3], 0)
+        manifest = ["--root-certificates", tmp_path / "ca.pem", "--manifest", tmp_path / "consortium.json"]
+        rc, _, err = run_as_command(*base, *manifest, "-o", tmp_path / "spoofed", env=changed)
+        line = err.strip().splitlines()[-1]
+        assert rc == 2 and "site 'VA'" in line and "Cleveland" in line, err[-3000:]   # the key's owner is named
+        rc, _, err = run_as_command(*base, *manifest, "--exclude-bad-sites", "-o", out, env=changed)
         assert rc == 0, err[-3000:]
         assert "self-declared" not in err
+        assert list(json.loads((out / "run.json").read_text())["excluded_sites"]) == ["VA"]
         # SIGTERM of a long run after its first round: the command stops the run on the SuperLink and says so
         cmd = [sys.executable, "-m", "coalitions.cli", *base[:6], "--steps", "500", "--batch-size", "32",
                "--wait", "60", "--root-certificates", str(tmp_path / "ca.pem"), "--manifest",
-               str(tmp_path / "consortium.json"), "--replicates", "0", "-o", str(tmp_path / "stopped")]
+               str(tmp_path / "consortium.json"), "--exclude-bad-sites", "--replicates", "0",
+               "-o", str(tmp_path / "stopped")]
         fed = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                                start_new_session=True)
         procs.append(fed)
@@ -901,14 +923,8 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
         status = {str(x["run-id"]): x["status"] for x in json.loads(r.stdout[r.stdout.index("{"):])["runs"]}
         assert status[run_id] == "finished:stopped", r.stdout
         procs.remove(fed)
-        assert procs[-1].wait(timeout=60) == 1          # refused by the SuperLink: Flower exits 1 (docs/federated.md)
+        assert nodes["rogue"].wait(timeout=60) == 1     # refused by the SuperLink: Flower exits 1 (docs/federated.md)
         assert "Failed to activate SuperNode" in (tmp_path / "rogue.log").read_text()
-        # a batch of sample-ce --federated superlink on the same deployment: one federated game over the coalitions
-        from coalitions.learners.federated.source import FederatedSource
-
-        batch = FederatedSource("heart", {"hospitals": hospitals}, {"steps": 1, "batch_size": 32}, replicates=0,
-                                backend="superlink", superlink=address, root_certificates=tmp_path / "ca.pem",
-                                wait_s=60, timeout_s=300).measure(np.array([0b11, 0b01]))
     finally:
         for p in procs:
             try:
