@@ -113,6 +113,7 @@ def spo_pair(rows: int, n_val: int = 100, clients: int = 10):
     val.X = torch.rand(clients, n_val, 784)
     val.y = torch.randint(0, 10, (clients, n_val))
     val.m = torch.ones(clients, n_val)
+    val.sizes = torch.full((clients,), n_val)   # what the search reads to decide whether folding pays
     loss = loss_function("multiclass")
     search = HeadsDirectionSearch(net, spec, loss, val, torch.device("cpu"), 0, 1, 2, 2)
     d = torch.distributions.Dirichlet(torch.ones(clients)).sample((rows,))

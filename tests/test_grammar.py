@@ -110,7 +110,7 @@ def test_compare_takes_output(capsys, tmp_path, est):
 
 def test_read_estimate_is_exported(est):
     assert "read_estimate" in co.__all__ and "Estimate" in co.__all__
-    assert co.read_estimate(est).blocks() == [["c"], ["a", "b"]]
+    assert co.read_estimate(est).blocks() == [["a", "b"], ["c"]]  # canonical: by each block's first client
 
 
 # ---------------------------------------------------------------------------- a learned estimate where a game goes
