@@ -90,8 +90,29 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
     for name, rec in e.extra.get("rules", {}).items():  # SPO: the paper's ratio rule beside elimination
         click.echo(f"  {name} rule{' (used)' if rec['used'] else ''}: {rec['label']}; equilibrium "
                    f"{' | '.join(','.join(b) for b in rec['partition'])}", err=True)
+    budget = _budget_line(e.extra, method)
+    if budget:
+        click.echo(budget, err=True)
     if sens is not None:
         click.echo(sensitivity_table(e.clients, sens[2], sens[0], sens[1]))
+
+
+def _budget_line(extra: dict, method: str) -> str | None:
+    """One line when the learner ran its whole budget: its result may be the budget's, not the method's.
+
+    Without ``--patience`` every run does (and the line says how to stop on the validation
+    loss); with it, the validation loss was still improving at the maximum.
+    """
+    if not extra.get("hit_max"):
+        return None
+    total = extra.get("max_rounds") or extra.get("max_steps")
+    unit = ("round" if extra.get("max_rounds") else "step") + ("" if total == 1 else "s")
+    size = f" ({total} {unit})" if total else ""
+    if extra.get("patience") is None:
+        return (f"  {method} ran its whole budget{size}: without --patience it always does; give --patience N to "
+                "stop where its validation loss stops improving")
+    return (f"  {method} ran its whole budget{size} without stopping on --patience {extra['patience']}: its validation "
+            "loss was still improving; a larger --steps may change the result")
 
 
 def _check_finite(e, method: str, settings: dict, flags: dict) -> None:

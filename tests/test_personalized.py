@@ -133,6 +133,22 @@ def test_learn_command_runs_every_personalised_method(tmp_path, capsys):
     assert "--neighbours does not apply to --method local" in capsys.readouterr().err
 
 
+def test_learn_says_when_a_learner_ran_its_whole_budget(tmp_path, capsys):
+    """The result may be the budget's, not the method's: ``learn`` says so, and how to stop on the validation loss."""
+    from coalitions.cli import main
+
+    out = str(tmp_path / "e.json")
+    assert main(["learn", "synthetic", "--method", "fedamp", "--steps", "2", "--samples", "8", "-o", out]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "whole budget" in ln]
+    assert lines == ["  fedamp ran its whole budget (1 round): without --patience it always does; give --patience N "
+                     "to stop where its validation loss stops improving"]
+    assert main(["learn", "synthetic", "--method", "fedavg", "--steps", "2", "--patience", "5", "--samples", "8",
+                 "-o", out]) == 0
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "whole budget" in ln]
+    assert said == ["  fedavg ran its whole budget (2 rounds) without stopping on --patience 5: its validation loss "
+                    "was still improving; a larger --steps may change the result"]
+
+
 @pytest.mark.parametrize("cls", METHODS)
 def test_the_protocol_is_the_only_place_of_the_training_settings(cls):
     """Issue 18: no learner takes a training setting of its own; without a protocol it trains the task's default."""

@@ -29,6 +29,7 @@ from coalitions.learners.training.models import make_model
 from coalitions.learners.training.protocol import TrainingProtocol, protocol_with
 from coalitions.learners.training.threads import applied, step_macs
 from coalitions.params import ParameterError, check_param
+from coalitions.partition import canonical
 from coalitions.peeling import Peeling, peel_oracle
 from coalitions.sensitivity import SensitivityRow, default_thresholds
 
@@ -525,7 +526,7 @@ class SPO(Learner):
                 "threshold" if oracle.rule == "ratio" else "tol": self.threshold if oracle.rule == "ratio" else self.tol,
                 "ocs": {names[i]: [names[j] for j in members(c)] for i, c in graph.collaborators},
                 "edges": [[names[j], names[i]] for j, i in graph.edges],
-                "partition": [[names[i] for i in members(k)] for k in peeling.partition]}
+                "partition": [[names[i] for i in members(k)] for k in canonical(peeling.partition)]}
 
     def _client_losses(self, params: dict, X, y, m) -> torch.Tensor:
         """Mean loss of one model (unstacked params) on every client's padded data: (N,)."""
