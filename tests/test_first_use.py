@@ -99,7 +99,7 @@ def test_job_3_a_learned_graph_against_the_exhaustive_one(tmp_path):
     game, est = tmp_path / "game.json", tmp_path / "est.json"
     rc, _, err = run_as_command("oracle", "synthetic", "-o", game)
     assert rc == 0 and "wrote" in err
-    rc, _, err = run_as_command("learn", "synthetic", "--method", "fedamp", "--steps", "20", "-o", est)
+    rc, _, err = run_as_command("learn", "synthetic", "--method", "fedamp", "--steps", "3", "-o", est)
     assert rc == 0 and "wrote" in err
     rc, out, _ = run_as_command("compare", est, game, "--format", "json")
     cmp = json.loads(out)
