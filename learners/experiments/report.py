@@ -274,8 +274,8 @@ def _family_sentence(reg: dict) -> str:
     said = {"comparison": "per comparison", "client": "client-wise (all of a client's comparisons at once)",
             "game": "game-wise (all comparisons of the game at once)"}[family]
     return (f"Its exact games are solved at z = 1.96 {said}: the narrowest family under which the primary game's "
-            "CE kept a support of at least 0.8 over validation resampling on those splits, fixed before these "
-            "runs (docs/results.md, \"The family of comparisons\").")
+            "CE kept a support of at least 0.8 over validation resampling on those held-out splits "
+            "(docs/results.md, \"The family of comparisons\").")
 
 
 def _agreement_section(reg: dict, labels: dict) -> list[str]:
@@ -534,6 +534,22 @@ def _spo_rules_section(reg: dict) -> list[str]:
             + _table(header, rows) + [""])
 
 
+def _figure_captions(reg: dict, figs: list[str]) -> list[str]:
+    """What the benefit-graph and utilities figures show (the weights figure has its own caption)."""
+    seed = reg["runs"][0]["seed"]
+    n = len(reg["runs"])
+    out = []
+    if f"{reg['name']}-benefit-graph.png" in figs:
+        out.append(f"The benefit-graph figure is the exact game's BG(all) on seed {seed}: an arrow j → i where j is "
+                   "in client i's optimal collaborator set, and the CE's coalitions as shaded clusters labelled "
+                   "with the peeling round that removed them.")
+    if f"{reg['name']}-utilities.png" in figs:
+        out.append(f"The utilities figure is each client's test {reg['metric']} per column, the mean over "
+                   f"{n} seed{'s' if n > 1 else ''}" + (" with bars of one sample standard deviation" if n > 1 else "")
+                   + " (the table above gives the same numbers).")
+    return out
+
+
 def _weights_caption(reg: dict, labels: dict) -> str:
     """What the weights figure shows, and which columns it leaves out because they have no weights."""
     methods = reg["runs"][0]["methods"]
@@ -693,6 +709,7 @@ def report_markdown(results: dict) -> str:
         figs = [f for f in results.get("figures", []) if f.startswith(reg["name"] + "-") and f.endswith(".png")]
         if figs:
             lines += ["### Figures", ""] + [f"![{f}]({f})" for f in figs] + [""]
+            lines += [" ".join(_figure_captions(reg, figs)), ""]
             if f"{reg['name']}-weights.png" in figs:
                 lines += [_weights_caption(reg, METHOD_LABELS), ""]
         if f"convergence_{reg['name']}.png" in results.get("figures", []):
