@@ -29,8 +29,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+from spo_agreement import parse_seeds  # noqa: E402  (one parser of seed ranges for every benchmark)
 
 import coalitions as co  # noqa: E402
 from coalitions.compare import compare  # noqa: E402
@@ -43,14 +45,6 @@ from coalitions.learners.training import threads  # noqa: E402
 
 #: The two kinds of federation: ``reproduce synthetic``'s regimes.
 KINDS = {"planted groups": "few", "best alone": "many"}
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``"100-109"`` or ``"100,103"``."""
-    if "-" in text:
-        a, b = text.split("-")
-        return list(range(int(a), int(b) + 1))
-    return [int(s) for s in text.split(",")]
 
 
 def one(kind: str, seed: int, quick: bool) -> dict:
