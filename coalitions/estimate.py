@@ -45,7 +45,7 @@ from coalitions.graph import BenefitGraph, BenefitOracle
 from coalitions.io import benefit_graph_to_json, read_json, write_json
 from coalitions.numbers import to_float
 from coalitions.oracles import check_weights
-from coalitions.partition import Partition
+from coalitions.partition import Partition, validate_blocks
 from coalitions.peeling import Peeling, peel_oracle
 
 __all__ = ["ESTIMATE_FORMAT", "LEARNED_EQUILIBRIUM_FORMAT", "NOT_CERTIFIED", "MAX_ESTIMATE_CLIENTS", "Estimate",
@@ -194,18 +194,7 @@ def _partition_masks(partition, clients: tuple[str, ...]) -> tuple[int, ...]:
 
 
 def _check_partition_masks(partition, rounds, clients) -> None:
-    n = len(clients)
-    grand = (1 << n) - 1
-    seen = 0
-    for k in partition:
-        k = int(k)
-        if k <= 0 or k > grand:
-            raise InputError(f"partition block {k} is empty or names clients outside the estimate")
-        if seen & k:
-            raise InputError(f"client {clients[members(seen & k)[0]]!r} appears in two blocks of the partition")
-        seen |= k
-    if seen != grand:
-        raise InputError(f"client {clients[members(grand & ~seen)[0]]!r} is in no block of the partition")
+    validate_blocks(clients, partition, "the estimate")
     flat = sorted(int(k) for r in rounds for k in r)
     if flat != sorted(int(k) for k in partition):
         raise InputError("the rounds do not list exactly the blocks of the partition")

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from .errors import InputError
 from .game import Game, parse_coalition
 
-__all__ = ["Partition", "parse_partition", "check_partition", "canonical", "format_partition", "block_of"]
+__all__ = ["Partition", "validate_blocks", "parse_partition", "check_partition", "canonical", "format_partition", "block_of"]
 
 
 class Partition(Sequence[frozenset]):
@@ -67,19 +67,8 @@ class Partition(Sequence[frozenset]):
         names = tuple(str(c) for c in clients)
         if len(set(names)) != len(names):
             raise InputError("a partition's clients must be distinct names")
-        grand = (1 << len(names)) - 1
-        seen = 0
-        for k in (blocks := [int(k) for k in masks]):
-            if k <= 0 or k > grand:
-                raise InputError(f"partition block {k} is empty or names clients outside the {len(names)} given")
-            if seen & k:
-                raise InputError(f"client {names[(seen & k).bit_length() - 1]!r} appears in two blocks of the partition")
-            seen |= k
-        if seen != grand:
-            missing = grand & ~seen
-            raise InputError(f"client {names[(missing & -missing).bit_length() - 1]!r} is in no block of the partition")
         self._clients = names
-        self._masks = canonical(blocks)
+        self._masks = validate_blocks(names, masks, f"the {len(names)} given")
 
     @classmethod
     def parse(cls, clients: Sequence[str], text: str | Sequence[Sequence[str]]) -> Partition:
@@ -153,23 +142,33 @@ def _masks_of(game: Game, partition) -> Iterable[int]:
     return partition
 
 
-def check_partition(game: Game, partition: Iterable[int] | Partition) -> tuple[int, ...]:
-    """Validate bitmask blocks (or a :class:`Partition` of the game's names): non-empty, disjoint, covering every client."""
+def validate_blocks(names: Sequence[str], masks: Iterable[int], outside: str = "the game") -> tuple[int, ...]:
+    """Bitmask blocks over ``names`` that partition them (non-empty, disjoint, covering everyone), in canonical order.
+
+    Raises :class:`~coalitions.errors.InputError` naming the first client in two blocks or in none,
+    or the block that is empty or reaches beyond ``names`` (``outside`` says what they are).
+    """
+    grand = (1 << len(names)) - 1
     seen = 0
     blocks = []
-    for k in _masks_of(game, partition):
+    for k in masks:
         k = int(k)
-        if k <= 0 or k > game.grand:
-            raise InputError(f"partition block {k} is empty or names clients outside the game")
+        if k <= 0 or k > grand:
+            raise InputError(f"partition block {k} is empty or names clients outside {outside}")
         if seen & k:
-            clash = game.names(seen & k)[0]
-            raise InputError(f"client {clash!r} appears in two blocks of the partition")
+            raise InputError(f"client {names[((seen & k) & -(seen & k)).bit_length() - 1]!r} appears in two blocks "
+                             "of the partition")
         seen |= k
         blocks.append(k)
-    if seen != game.grand:
-        missing = game.names(game.grand & ~seen)[0]
-        raise InputError(f"client {missing!r} is in no block of the partition")
+    if seen != grand:
+        missing = grand & ~seen
+        raise InputError(f"client {names[(missing & -missing).bit_length() - 1]!r} is in no block of the partition")
     return canonical(blocks)
+
+
+def check_partition(game: Game, partition: Iterable[int] | Partition) -> tuple[int, ...]:
+    """Validate bitmask blocks (or a :class:`Partition` of the game's names): non-empty, disjoint, covering every client."""
+    return validate_blocks(game.clients, _masks_of(game, partition))
 
 
 def parse_partition(game: Game, text: str | Sequence[Sequence[str]]) -> tuple[int, ...]:
