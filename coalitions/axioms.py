@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .bitmask import contains, members, submasks
+from .errors import InputError
 from .game import Game
 from .partition import block_of, check_partition
 from .payoffs import payoff_table
@@ -65,7 +66,11 @@ class Violation:
 
 @dataclass(frozen=True)
 class AxiomReport:
-    """Outcome of one check: does it hold, how it was checked, and witnesses."""
+    """Outcome of one check: does it hold, how it was checked, and witnesses.
+
+    ``clients`` (the game's names; not part of equality) lets the report speak in names:
+    :meth:`named_witnesses` and the repr; the witnesses themselves keep the core's bitmasks.
+    """
 
     name: str
     holds: bool
@@ -73,6 +78,30 @@ class AxiomReport:
     checked: int  # number of coalitions (or moves) examined
     violations: int  # number found among those examined
     witnesses: tuple[Violation, ...] = field(default=())
+    clients: tuple[str, ...] = field(default=(), compare=False)
+
+    def named_witnesses(self) -> list[dict]:
+        """Each witness by client name: ``coalition`` and ``subcoalition`` (frozensets; ``None`` where
+        unused), the deviating ``client`` (or ``None``) and ``payoffs`` ``{name: (after, now)}``."""
+        if not self.clients:
+            raise InputError(f"this {self.name} report was made without the game's client names")
+        names = self.clients
+
+        def group(mask: int):
+            return frozenset(names[i] for i in members(mask)) if mask else None
+
+        return [{"coalition": group(v.coalition), "subcoalition": group(v.subcoalition),
+                 "client": names[v.client] if v.client >= 0 else None,
+                 "payoffs": {names[i]: (after, now) for i, after, now in v.payoffs}} for v in self.witnesses]
+
+    def __repr__(self) -> str:
+        shown = ""
+        if self.witnesses and self.clients:
+            first = self.named_witnesses()[0]
+            what = ",".join(c for c in self.clients if c in (first["coalition"] or ()))
+            shown = f", first witness {{{what}}}" if what else ""
+        return (f"AxiomReport({self.name!r}, holds={self.holds}, method={self.method!r}, checked={self.checked}, "
+                f"violations={self.violations}{shown})")
 
 
 def _limit_ok(n: int, exhaustive_up_to: int | None) -> bool:
@@ -120,7 +149,7 @@ def inner_agreement(game: Game, partition: Iterable[int], semantics: str = "pers
             witnesses.append(Violation(coalition=k, subcoalition=int(s),
                                        payoffs=_witness_payoffs(pay, int(s), now)))
     return AxiomReport("inner_agreement", found == 0, "sampled" if sampled else "exhaustive",
-                       checked, found, tuple(witnesses))
+                       checked, found, tuple(witnesses), clients=tuple(game.clients))
 
 
 def _candidate_coalitions(n: int, exhaustive_up_to, samples, rng):
@@ -157,7 +186,7 @@ def outer_agreement(game: Game, partition: Iterable[int], semantics: str = "pers
     wit = tuple(Violation(coalition=int(m), payoffs=_witness_payoffs(pay, int(m), now))
                 for m in bad[:max_witnesses])
     return AxiomReport("outer_agreement", bad.size == 0, "sampled" if sampled else "exhaustive",
-                       int(masks.size), int(bad.size), wit)
+                       int(masks.size), int(bad.size), wit, clients=tuple(game.clients))
 
 
 def strict_core(game: Game, partition: Iterable[int], semantics: str = "personalized",
@@ -176,7 +205,7 @@ def strict_core(game: Game, partition: Iterable[int], semantics: str = "personal
     wit = tuple(Violation(coalition=int(m), payoffs=_witness_payoffs(pay, int(m), now))
                 for m in bad[:max_witnesses])
     return AxiomReport("strict_core", bad.size == 0, "sampled" if sampled else "exhaustive",
-                       int(masks.size), int(bad.size), wit)
+                       int(masks.size), int(bad.size), wit, clients=tuple(game.clients))
 
 
 def individual_rationality(game: Game, partition: Iterable[int], semantics: str = "personalized",
@@ -189,7 +218,8 @@ def individual_rationality(game: Game, partition: Iterable[int], semantics: str 
     bad = np.flatnonzero(alone > now + tol)
     wit = tuple(Violation(coalition=1 << int(i), client=int(i),
                           payoffs=((int(i), float(alone[i]), float(now[i])),)) for i in bad[:max_witnesses])
-    return AxiomReport("individual_rationality", bad.size == 0, "exhaustive", game.n, int(bad.size), wit)
+    return AxiomReport("individual_rationality", bad.size == 0, "exhaustive", game.n, int(bad.size), wit,
+                       clients=tuple(game.clients))
 
 
 def _moves(game, partition, pay, tol, need_consent: bool, max_witnesses: int):
@@ -220,7 +250,7 @@ def nash_stability(game: Game, partition: Iterable[int], semantics: str = "perso
     """Nash stability: no client strictly gains by joining another block or going alone."""
     partition = check_partition(game, partition)
     c, f, w = _moves(game, partition, payoff_table(game, semantics), tol, False, max_witnesses)
-    return AxiomReport("nash_stability", f == 0, "exhaustive", c, f, w)
+    return AxiomReport("nash_stability", f == 0, "exhaustive", c, f, w, clients=tuple(game.clients))
 
 
 def individual_stability(game: Game, partition: Iterable[int], semantics: str = "personalized",
@@ -228,7 +258,7 @@ def individual_stability(game: Game, partition: Iterable[int], semantics: str = 
     """Individual stability: no strictly improving move the receiving block would accept."""
     partition = check_partition(game, partition)
     c, f, w = _moves(game, partition, payoff_table(game, semantics), tol, True, max_witnesses)
-    return AxiomReport("individual_stability", f == 0, "exhaustive", c, f, w)
+    return AxiomReport("individual_stability", f == 0, "exhaustive", c, f, w, clients=tuple(game.clients))
 
 
 def all_checks(game: Game, partition: Iterable[int], semantics: str = "personalized",

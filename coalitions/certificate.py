@@ -352,7 +352,8 @@ def inner_agreement(game: Game, partition: Iterable[int], semantics: str = "pers
         for s in bad[: max(0, max_witnesses - len(witnesses))]:
             witnesses.append(Violation(coalition=k, subcoalition=int(s),
                                        payoffs=_witness_payoffs(game, semantics, int(s), now)))
-    return AxiomReport("inner_agreement", found == 0, "exhaustive", checked, found, tuple(witnesses))
+    return AxiomReport("inner_agreement", found == 0, "exhaustive", checked, found, tuple(witnesses),
+                       clients=tuple(game.clients))
 
 
 def outer_agreement(game: Game, partition: Iterable[int], semantics: str = "personalized", tol: float = 1e-9,
@@ -381,4 +382,5 @@ def outer_agreement(game: Game, partition: Iterable[int], semantics: str = "pers
     bad = np.flatnonzero(blocking)
     wit = tuple(Violation(coalition=int(m), payoffs=_witness_payoffs(game, semantics, int(m), now))
                 for m in bad[:max_witnesses])
-    return AxiomReport("outer_agreement", bad.size == 0, "exhaustive", (1 << game.n) - 1, int(bad.size), wit)
+    return AxiomReport("outer_agreement", bad.size == 0, "exhaustive", (1 << game.n) - 1, int(bad.size), wit,
+                       clients=tuple(game.clients))

@@ -111,3 +111,18 @@ def test_the_results_carry_names_and_keep_their_bitmasks_behind_masks(me_game):
     assert check_partition(me_game, Partition(["c", "b", "a"], (0b001, 0b110))) == (0b011, 0b100)
     with pytest.raises(InputError, match="not the game's"):
         check_partition(me_game, Partition(["x", "y"], (0b11,)))
+
+
+def test_axiom_reports_name_their_witnesses(me_game):
+    import coalitions as co
+
+    report = co.outer_agreement(me_game, [0b001, 0b010, 0b100])
+    first = report.named_witnesses()[0]
+    assert first == {"coalition": frozenset({"a", "b"}), "subcoalition": None, "client": None,
+                     "payoffs": {"a": first["payoffs"]["a"], "b": first["payoffs"]["b"]}}
+    assert "first witness {a,b}" in repr(report) and report.clients == me_game.clients
+    assert co.certify(me_game, [0b001, 0b010, 0b100]).outer.named_witnesses()[0]["coalition"] == {"a", "b"}
+    bare = co.AxiomReport("outer_agreement", False, "exhaustive", 1, 1, report.witnesses)
+    assert bare == report.__class__("outer_agreement", False, "exhaustive", 1, 1, report.witnesses, clients=("x",))
+    with pytest.raises(InputError, match="without the game's client names"):
+        bare.named_witnesses()
