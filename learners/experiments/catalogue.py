@@ -68,7 +68,7 @@ class Regime:
 
     ``family``: which comparisons the level ``z = 1.96`` covers at once when the regime's exact games
     are solved (``coalitions.noise``: ``"comparison"``, ``"client"`` or ``"game"``), fixed before the
-    reported runs by the rule :data:`FAMILY_RULE` on the same held-out splits as ``primary``.
+    reported runs by the rule ``FAMILY_RULE`` on the same held-out splits as ``primary``.
     """
 
     name: str
