@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .bitmask import mask_of
+from .bitmask import mask_of, members
 from .game import Game
 from .graph import BenefitGraph, BenefitOracle, ExactOracle
 from .scc import source_components
@@ -54,7 +54,12 @@ class Round:
 
 @dataclass(frozen=True)
 class Peeling:
-    """Result of peeling: the stable coalitions in the order found, and each round."""
+    """Result of peeling: the stable coalitions in the order found, and each round.
+
+    The algorithm's trace, in the core's bitmasks (``partition``: blocks in the order peeling
+    found them; :func:`coalitions.solve` turns it into a named, canonical
+    :class:`~coalitions.partition.Partition`); :meth:`blocks` and the repr give names.
+    """
 
     partition: tuple[int, ...]
     rounds: tuple[Round, ...]
@@ -64,6 +69,18 @@ class Peeling:
     def complete(self) -> bool:
         """True when every client was placed in a stable coalition."""
         return self.remaining == 0
+
+    def blocks(self) -> list[list[str]]:
+        """The stable coalitions by client name, in the order found (empty when no round ran)."""
+        if not self.rounds:
+            return []
+        names = self.rounds[0].graph.clients
+        return [[names[i] for i in members(k)] for k in self.partition]
+
+    def __repr__(self) -> str:
+        found = " | ".join(",".join(b) for b in self.blocks())
+        left = "" if self.complete else f", remaining={self.remaining}"
+        return f"Peeling(found={found!r}, rounds={len(self.rounds)}{left})"
 
 
 def peel_oracle(oracle: BenefitOracle, within: int | None = None) -> Peeling:

@@ -68,8 +68,10 @@ class SensitivityRow:
         return len(self.edges)
 
     def blocks(self, clients: Sequence[str]) -> list[list[str]]:
-        """The partition as lists of names, in the order peeling found them."""
-        return [[clients[i] for i in members(k)] for k in self.partition]
+        """The partition as lists of names, in canonical order (by each block's first client)."""
+        from .partition import canonical
+
+        return [[clients[i] for i in members(k)] for k in canonical(self.partition)]
 
 
 def default_thresholds(rule: str) -> tuple[float, ...]:
