@@ -223,7 +223,8 @@ def spo_fit(fed, seed: int, exact: dict, quick: bool, spo: str | float) -> dict:
     est = r["estimate"]
     return {"cpu": r["cpu_ce"], "wall": r["wall_ce"], "f1": f1, "same_ce": same,
             "f1_point": float(compare(est, exact["game"], z=0.0)["edge_f1"]),
-            "lr": (est.extra or {}).get("stopping", {}).get("lr"), "edges": len(est.benefit_graph.edges)}
+            "lr": (est.extra or {}).get("stopping", {}).get("lr"), "edges": len(est.benefit_graph.edges),
+            "edge_list": sorted([est.clients[j], est.clients[i]] for j, i in est.benefit_graph.edges)}
 
 
 def cell(n: int, seed: int, args) -> dict:
@@ -248,7 +249,9 @@ def cell(n: int, seed: int, args) -> dict:
     return {"n": n, "seed": seed, "backend": args.backend, "workers": args.workers if args.backend == "ray" else 1,
             "exhaustive": {"cpu_graph": exact["cpu_graph"], "cpu": exact["cpu_ce"], "wall": exact["wall_ce"],
                            "edges": len(exact["edges"]), "self_f1": f1_self,
-                           "edges_point": len(co.ExactOracle(g, z=0.0).benefit_graph(g.grand).edges),
+                           "edge_list": sorted([g.clients[j], g.clients[i]] for j, i in exact["edges"]),
+                           "edge_list_point": sorted([g.clients[j], g.clients[i]]
+                                                     for j, i in co.ExactOracle(g, z=0.0).benefit_graph(g.grand).edges),
                            "partition": co.format_partition(g, sorted(exact["partition"]))},
             **spo,
             "sampled": {"cpu": s["cpu"], "wall": s["wall"], "same_ce": s["partition"] == exact["partition"],
