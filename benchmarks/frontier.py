@@ -237,8 +237,9 @@ def cell(n: int, seed: int, args) -> dict:
     fed = federation("fashion", n, seed)
     exact = measure("fashion", "exact", fed, seed, args.quick, backend=args.backend, workers=args.workers)
     g = exact["game"]
-    f1_self = float(np.median(self_agreement(g, exact["replicates"], z=Z))) if exact["replicates"] is not None \
-        else float("nan")
+    reps = exact["replicates"]
+    f1_self, f1_self_point = ((float(np.median(self_agreement(g, reps, z=z))) for z in (Z, 0.0)) if reps is not None
+                              else (float("nan"), float("nan")))
     spo = {"spo": spo_fit(fed, seed, exact, args.quick, "fixed")}
     if args.diagnose:
         spo.update({"spo_grid": spo_fit(fed, seed, exact, args.quick, "grid"),
@@ -249,6 +250,7 @@ def cell(n: int, seed: int, args) -> dict:
     return {"n": n, "seed": seed, "backend": args.backend, "workers": args.workers if args.backend == "ray" else 1,
             "exhaustive": {"cpu_graph": exact["cpu_graph"], "cpu": exact["cpu_ce"], "wall": exact["wall_ce"],
                            "edges": len(exact["edges"]), "self_f1": f1_self,
+                           "self_f1_point": f1_self_point,
                            "edge_list": sorted([g.clients[j], g.clients[i]] for j, i in exact["edges"]),
                            "edge_list_point": sorted([g.clients[j], g.clients[i]]
                                                      for j, i in co.ExactOracle(g, z=0.0).benefit_graph(g.grand).edges),
@@ -279,19 +281,22 @@ def by_size(rows: list[dict]) -> dict[int, list[dict]]:
 def table(rows: list[dict]) -> None:
     """Print the measured table (mean [min–max] over seeds per N) and the crossovers."""
     groups = by_size(rows)
-    print("\n| N | seeds | exhaustive CPU s to CE | SPO CPU s | sampled CPU s | exhaustive self-agreement (median F1) "
-          "| SPO edge F1 | SPO CE = exhaustive | sampled CE = exhaustive | sampled a CE (shared) "
-          "| sampled coalitions | exhaustive edges |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| N | seeds | exhaustive CPU s to CE | SPO CPU s | sampled CPU s | exhaustive edges "
+          "| exhaustive self-agreement (median F1) | SPO edge F1 | at z = 0: exhaustive edges, self-agreement, SPO F1 "
+          "| SPO CE = exhaustive | sampled CE = exhaustive | sampled a CE (shared) | sampled coalitions |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for n, rs in groups.items():
         k = len(rs)
         print(f"| {n} | {k} ({','.join(str(r['seed']) for r in rs)}) "
               f"| {_span([r['exhaustive']['cpu'] for r in rs])} | {_span([r['spo']['cpu'] for r in rs])} "
-              f"| {_span([r['sampled']['cpu'] for r in rs])} | {_span([r['exhaustive']['self_f1'] for r in rs], '{:.2f}')} "
-              f"| {_span([r['spo']['f1'] for r in rs], '{:.2f}')} | {sum(r['spo']['same_ce'] for r in rs)}/{k} "
+              f"| {_span([r['sampled']['cpu'] for r in rs])} | {_span([r['exhaustive']['edges'] for r in rs], '{:.0f}')} "
+              f"| {_span([r['exhaustive']['self_f1'] for r in rs], '{:.2f}')} | {_span([r['spo']['f1'] for r in rs], '{:.2f}')} "
+              f"| {_span([len(r['exhaustive']['edge_list_point']) for r in rs], '{:.0f}')}; "
+              f"{_span([r['exhaustive'].get('self_f1_point', math.nan) for r in rs], '{:.2f}')}; "
+              f"{_span([r['spo']['f1_point'] for r in rs], '{:.2f}')} "
+              f"| {sum(r['spo']['same_ce'] for r in rs)}/{k} "
               f"| {sum(r['sampled']['same_ce'] for r in rs)}/{k} | {sum(r['sampled']['shared_ce'] for r in rs)}/{k} "
-              f"| {_span([r['sampled']['trained'] for r in rs], '{:.0f}')} of {(1 << n) - 1} "
-              f"| {_span([r['exhaustive']['edges'] for r in rs], '{:.0f}')} |")
+              f"| {_span([r['sampled']['trained'] for r in rs], '{:.0f}')} of {(1 << n) - 1} |")
     print()
     for name in CURVES[1:]:
         print("crossover: " + crossover(groups, name))
@@ -358,7 +363,7 @@ def line(r: dict) -> str:
     """One (N, seed) as a printed line."""
     e, s, m = r["exhaustive"], r["spo"], r["sampled"]
     return (f"N {r['n']:2d} seed {r['seed']}: exhaustive {e['cpu']:8.2f} CPU s ({e['wall']:.1f} wall, {e['edges']} edges, "
-            f"self-agreement {e['self_f1']:.2f}, CE {e['partition']}) | SPO {s['cpu']:6.2f} CPU s (lr {s['lr']}, "
+            f"self-agreement {e['self_f1']:.2f}, at z = 0 {e.get('self_f1_point', math.nan):.2f}, CE {e['partition']}) | SPO {s['cpu']:6.2f} CPU s (lr {s['lr']}, "
             f"{s['edges']} edges, F1 {s['f1']:.2f}, at z = 0 {s['f1_point']:.2f}, same CE {s['same_ce']}) | sampled "
             f"{m['cpu']:7.2f} CPU s ({m['trained']} coalitions, same CE {m['same_ce']}, a CE {m['shared_ce']}, "
             f"{m['partition']})  load {os.getloadavg()[0]:.1f}"
