@@ -318,31 +318,45 @@ def crossover(groups: dict[int, list[dict]], name: str) -> str:
             f"({', '.join(map(str, sizes))})")
 
 
-def draw(path: Path, rows: list[dict]) -> None:
-    """Log CPU seconds to the CE against N: the mean over seeds with min–max bars, one line per curve."""
+def _backend(rows: list[dict]) -> str:
+    """How the exhaustive game of ``rows`` was trained, for a label."""
+    r = rows[0]
+    return f"Ray, {r['workers']} workers" if r.get("backend") == "ray" else "in process, 1 thread"
+
+
+def draw(path: Path, rows: list[dict], others: tuple[list[dict], ...] = ()) -> None:
+    """Log CPU seconds against N: the mean over seeds with min–max bars, one line per curve.
+
+    ``others``: runs of the same cells whose exhaustive game was trained another way (another
+    backend), drawn as one more exhaustive line each.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = by_size(rows)
-    sizes = list(groups)
-    fig, ax = plt.subplots(figsize=(5.6, 3.9))
-    labels = {"exhaustive": "exhaustive game (to the CE)", "spo": "SPO (to BG(all) and its CE)",
-              "sampled": "sampled CE (ε = δ = 0.05)"}
-    for (name, colour), shift in zip((("exhaustive", "#222222"), ("spo", "#1f77b4"), ("sampled", "#2ca02c")),
-                                     (-0.06, 0.0, 0.06), strict=True):
-        vals = [[r[name]["cpu"] for r in groups[n]] for n in sizes]
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    curves = [(rows, "exhaustive", f"exhaustive game to the CE ({_backend(rows)})", "#222222", "o-"),
+              (rows, "spo", "SPO to BG(all) and its CE", "#1f77b4", "s-"),
+              (rows, "sampled", "sampled CE (ε = δ = 0.05)", "#2ca02c", "^-")]
+    curves += [(o, "exhaustive", f"exhaustive game to the CE ({_backend(o)})", "#888888", "o--") for o in others]
+    sizes: set[int] = set()
+    seeds: set[int] = set()
+    for k, (rs_all, name, label, colour, fmt) in enumerate(curves):
+        groups = by_size(rs_all)
+        xs = list(groups)
+        sizes.update(xs)
+        seeds.update(len(v) for v in groups.values())
+        vals = [[r[name]["cpu"] for r in groups[n]] for n in xs]
         mean = np.array([np.mean(v) for v in vals])
         lo, hi = mean - np.array([min(v) for v in vals]), np.array([max(v) for v in vals]) - mean
-        ax.errorbar(np.array(sizes) + shift, mean, yerr=[lo, hi], fmt="o-", color=colour, capsize=3,
-                    label=labels[name])
+        ax.errorbar(np.array(xs) + 0.05 * (k - 1), mean, yerr=[lo, hi], fmt=fmt, color=colour, capsize=3, label=label)
     ax.set_yscale("log")
-    ax.set_xticks(sizes)
+    ax.set_xticks(sorted(sizes))
     ax.set_xlabel("clients N")
     ax.set_ylabel("CPU s (mean over seeds, min–max)")
-    seeds = sorted({len(rs) for rs in groups.values()})
-    ax.set_title(f"fashion, Dirichlet: measured points only ({'/'.join(map(str, seeds))} seeds per N)", fontsize=9)
+    ax.set_title(f"fashion, Dirichlet: measured points only ({'/'.join(map(str, sorted(seeds)))} seeds per N)",
+                 fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -385,15 +399,18 @@ def main(argv=None) -> int:
     ap.add_argument("--jsonl", default=None, help="append one JSON line per (N, seed) here")
     ap.add_argument("--figure", default=None, help="write the figure here (PNG)")
     ap.add_argument("--from", dest="saved", nargs="+", default=None, metavar="FILE",
-                    help="measure nothing: the table, crossover and figure from saved --jsonl files")
+                    help="measure nothing: a table and crossover per saved --jsonl file; the figure from the first, "
+                         "with the others' exhaustive game beside")
     args = ap.parse_args(argv)
     if args.saved:
-        rows = [json.loads(x) for f in args.saved for x in Path(f).read_text().splitlines() if x.strip()]
-        print(f"# from {', '.join(args.saved)} (nothing measured now)")
-        table(rows)
+        runs = [[json.loads(x) for x in Path(f).read_text().splitlines() if x.strip()] for f in args.saved]
+        for f, rows in zip(args.saved, runs, strict=True):
+            print(f"# from {f} (nothing measured now): the exhaustive game {_backend(rows)}")
+            table(rows)
         if args.figure:
-            draw(Path(args.figure), rows)
-            print(f"figure: {args.figure}")
+            draw(Path(args.figure), runs[0], tuple(runs[1:]))
+            print(f"figure: {args.figure} (every curve from {args.saved[0]}"
+                  + (f"; the exhaustive game also from {', '.join(args.saved[1:])})" if runs[1:] else ")"))
         return 0
     try:
         sizes, seeds = _ints(args.sizes), _ints(args.seeds)
