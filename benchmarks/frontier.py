@@ -18,7 +18,8 @@ patience 10) and each seed of ``--seeds`` (the data split and the training seed,
   the exhaustive graph's **self-agreement**: the median edge F1 of the exact graph against
   the graphs re-solved on its 200 bootstrap replicates
   (:func:`coalitions.support.self_agreement`, as ``benchmarks/self_agreement.py`` reads it):
-  the F1 the exact game itself reaches when only its validation rows are resampled;
+  the F1 the exact game itself reaches when only its validation rows are resampled.  Both are
+  also given at point values (z = 0), where the exhaustive graph has edges to agree with;
 * **sampled**: :func:`coalitions.sample_ce` over a
   :class:`~coalitions.learners.game.source.SubsetSource` with the exhaustive oracle's
   settings (the same subset models, trained on demand), ``--budget`` coalitions, ε = δ =
