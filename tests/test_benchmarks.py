@@ -6,6 +6,7 @@ the presence of output are checked (timings are never asserted).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,3 +53,29 @@ def test_gpu_benchmark_without_cuda_says_so_in_one_line(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     said = [line for line in r.stdout.splitlines() if not line.startswith("#")]
     assert len(said) == 1 and said[0].startswith("no CUDA device on this machine"), r.stdout
+
+
+@needs_fashion
+def test_frontier_quick_prints_measured_points_and_redraws_them(tmp_path):
+    """The frontier's table holds measured points only (no projection), one JSON line per (N, seed), and
+    ``--from`` gives the same table and a figure from those lines without measuring."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+    script = str(ROOT / "benchmarks" / "frontier.py")
+    r = subprocess.run([sys.executable, script, "--quick", "--jsonl", "out.jsonl"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "projection" not in r.stdout.lower()
+    rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert sorted((x["n"], x["seed"]) for x in rows) == [(3, 0), (3, 1), (4, 0), (4, 1)]
+    for x in rows:
+        assert {"exhaustive", "spo", "sampled"} <= set(x)
+        assert 0.0 <= x["spo"]["f1"] <= 1.0 and 0.0 <= x["exhaustive"]["self_f1"] <= 1.0
+        assert 0 < x["sampled"]["trained"] <= (1 << x["n"]) - 1
+    table = [line for line in r.stdout.splitlines() if line.startswith("| 3 |") or line.startswith("| 4 |")]
+    assert len(table) == 2 and all("2 (0,1)" in line for line in table)
+    assert sum(line.startswith("crossover: ") for line in r.stdout.splitlines()) == 2
+    again = subprocess.run([sys.executable, script, "--from", "out.jsonl", "--figure", "f.png"], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [line for line in again.stdout.splitlines() if line.startswith("| 3 |") or line.startswith("| 4 |")] == table
+    assert (tmp_path / "f.png").stat().st_size > 0
