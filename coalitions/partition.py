@@ -127,7 +127,12 @@ class Partition(Sequence[frozenset]):
 
 
 def canonical(partition: Iterable[int] | Partition) -> tuple[int, ...]:
-    """Blocks ordered by their lowest member (the order used in every output)."""
+    """Blocks ordered by their lowest member (the order used in every output).
+
+    A :class:`Partition` gives its own :attr:`Partition.masks`, whose bits follow *its*
+    clients; over a game whose clients are in another order, map it by name
+    (:func:`check_partition`).
+    """
     if isinstance(partition, Partition):
         return partition.masks
     return tuple(sorted((int(k) for k in partition), key=lambda k: k & -k))

@@ -32,6 +32,7 @@ from coalitions.bitmask import members
 from coalitions.errors import InputError
 from coalitions.oracles import DEFAULT_THRESHOLDS, WeightOracle
 from coalitions.params import check_param
+from coalitions.partition import canonical
 from coalitions.peeling import peel_oracle
 
 __all__ = ["SensitivityRow", "threshold_sensitivity", "default_thresholds", "sensitivity_table",
@@ -69,8 +70,6 @@ class SensitivityRow:
 
     def blocks(self, clients: Sequence[str]) -> list[list[str]]:
         """The partition as lists of names, in canonical order (by each block's first client)."""
-        from .partition import canonical
-
         return [[clients[i] for i in members(k)] for k in canonical(self.partition)]
 
 
