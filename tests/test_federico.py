@@ -42,7 +42,7 @@ def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
     sizes = (12, 9, 15, 10, 8)
     fed = blobs(sizes=sizes)
     beta = 0.5
-    m = FedeRiCo(beta=beta, neighbours=2, eps=0.5, accumulate=True, **kw(4, sizes)).fit(fed)
+    m = FedeRiCo(beta=beta, neighbours=2, eps=0.5, accumulate=True, likelihood="sum", **kw(4, sizes)).fit(fed)
     assert m.rounds_ == len(m.posterior_history_) == 4
     n = fed.n
     prev_w = np.full((n, n), 1 / n)
@@ -59,7 +59,7 @@ def test_posteriors_are_stochastic_and_follow_the_ema_of_losses():
             assert np.array_equal(ema[~sampled], prev_ema[~sampled])
         prev_w, prev_ema = w, ema
     # the last E-step's L̂ is the EMA of the losses of the models after round 3 (same seed ⇒ same models)
-    before = FedeRiCo(beta=beta, neighbours=2, eps=0.5, accumulate=True, **kw(3, sizes)).fit(fed)
+    before = FedeRiCo(beta=beta, neighbours=2, eps=0.5, accumulate=True, likelihood="sum", **kw(3, sizes)).fit(fed)
     phi = {k: v for k, v in before.params_.items()}
     d = before.train_data_
     nb = m.neighbours_history_[-1]
@@ -124,12 +124,14 @@ def test_estimate_weights_and_options():
         FedeRiCo(weights="x").fit(fed)
 
 
-def test_the_likelihood_is_a_sum_and_recovers_planted_groups():
-    """learners-personalized.md, Methods: ``p(D_i | φ_j) ∝ exp(−Σ_x ℓ)``.  The mean (a temperature of ``n_i``) merged two planted groups."""
+def test_the_sum_likelihood_recovers_planted_groups_the_default_mean_merges():
+    """learners-personalized.md, Methods: ``p(D_i | φ_j) ∝ exp(−Σ_x ℓ)`` with ``likelihood="sum"``; the default mean
+    (a temperature of ``n_i``, chosen on held-out federations) merges two of the planted groups here."""
     fed = blobs(sizes=(30,) * 9, groups=((0, 1, 2), (3, 4, 5), (6, 7, 8)), seed=1)
     full = dict(kw(40, (), batch_size=None, lr=0.05), seed=0)   # full batch: 40 steps
     planted = {0b000000111, 0b000111000, 0b111000000}
-    assert set(FedeRiCo(**full).fit(fed).estimate_.masks) == planted
-    assert set(FedeRiCo(likelihood="mean", **full).fit(fed).estimate_.masks) != planted
+    assert set(FedeRiCo(likelihood="sum", **full).fit(fed).estimate_.masks) == planted
+    default = FedeRiCo(**full).fit(fed)
+    assert default.likelihood == "mean" and set(default.estimate_.masks) != planted
     with pytest.raises(ParameterError, match="likelihood"):
         FedeRiCo(likelihood="median", **full).fit(fed)

@@ -25,8 +25,9 @@ AMP = sgd_protocol(20, batch_size=None, local_epochs=5)
 LEARNERS = {
     "fedamp": lambda fed: FedAMP(protocol=AMP, seed=0, engine="batched"),
     "fedamp-heuristic": lambda fed: FedAMPHeuristic(protocol=AMP, seed=0, engine="batched"),
+    # the sum of the per-sample losses (the default is their mean: ``federico-mean`` below)
     "federico": lambda fed: FedeRiCo(protocol=sgd_protocol(20, fed.sizes("train"), batch_size=100, optimizer="adam",
-                                                           lr=0.05), seed=0, engine="batched"),
+                                                           lr=0.05), seed=0, engine="batched", likelihood="sum"),
 }
 
 

@@ -9,11 +9,10 @@ explains its data.  Each round ``t``:
 1. **Neighbour sampling** (ε-greedy): with probability ``ε`` client ``i``
    samples ``K`` other clients uniformly, otherwise it takes the ``K`` others
    with the highest posterior ``w_ij`` (ties to the lower index).
-2. **E-step**: for the sampled ``j`` and itself, ``ℓ_ij = ℓ(φ_j; D_i)``, the
-   negative log-likelihood of client ``i``'s whole training split,
-   ``p(D_i | φ_j) ∝ exp(−ℓ_ij)``: the *sum* of the per-sample losses
-   (``likelihood="sum"``, the default, docs/learners-personalized.md#methods; ``"mean"`` divides by ``n_i``,
-   a temperature of ``n_i`` that flattens the posterior), and
+2. **E-step**: for the sampled ``j`` and itself, ``ℓ_ij = ℓ(φ_j; D_i)``, the loss of
+   model ``j`` on client ``i``'s whole training split, ``p(D_i | φ_j) ∝ exp(−ℓ_ij)``: the *mean* of the per-sample losses
+   (``likelihood="mean"``, the default, chosen on held-out federations: docs/learners-personalized.md#methods)
+   or their *sum* (``"sum"``, the data's negative log-likelihood, ``n_i`` times sharper), and
    ``L̂_ij ← (1 − β)·L̂_ij + β·ℓ_ij``;
    then, by default (``accumulate=False``), the prior stays uniform and
    ``w_i· = softmax(−L̂_i·)``: the paper's §3.3 and §4.4, where the EMA *replaces*
@@ -136,9 +135,10 @@ class FedeRiCo(PersonalizedLearner):
         (the literal reading of docs/concepts.md §5, which assumes model ``j`` stays client
         ``j``'s: EM breaks that, see the module docstring).
     likelihood : {"sum", "mean"}
-        ``ℓ_ij`` is the sum of client ``i``'s per-sample losses under ``φ_j``
-        (its data's negative log-likelihood, default) or their mean (which makes the posterior ``n_i`` times flatter:
-        one grand coalition on planted label-skew federations).
+        ``ℓ_ij`` is the mean of client ``i``'s per-sample losses under ``φ_j`` (default: the scale whose
+        equilibrium equals the exact CE on more held-out federations, ``benchmarks/federico_scale.py``) or their
+        sum (its data's negative log-likelihood, which makes the posterior ``n_i`` times sharper: one-hot after a
+        round on hundreds of rows).
     optimizer, lr : str, float
         Adam, 1e-3 by default (the paper's).
     rule : str
@@ -182,7 +182,7 @@ class FedeRiCo(PersonalizedLearner):
     likelihood: str
 
     def __init__(self, neighbours: int = 3, eps: float = 0.3, beta: float = 0.6, accumulate: bool = False,
-                 weights: str = "data", likelihood: str = "sum", *, protocol=None, rule="relative", threshold=None,
+                 weights: str = "data", likelihood: str = "mean", *, protocol=None, rule="relative", threshold=None,
                  refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
         self._store(locals())
 

@@ -313,9 +313,9 @@ register(Method(
         Option("weights", "weights", "choice", "data",
                "Estimate's weights: data drawn on through the models (A = w diag(1/colsum) w^T), or the "
                "posterior w itself.", ("data", "posterior")),
-        Option("likelihood", "likelihood", "choice", "sum",
-               "Tracked loss: the sum of the client's per-sample losses (its data's negative log-likelihood, "
-               "the paper's) or their mean (a temperature of n_i).", ("sum", "mean")),
+        Option("likelihood", "likelihood", "choice", "mean",
+               "Tracked loss: the mean of the client's per-sample losses (chosen on held-out federations) or "
+               "their sum (its data's negative log-likelihood; the paper does not say which).", ("sum", "mean")),
     ) + _personalized_options(),
 ))
 _SUPERFED = (
