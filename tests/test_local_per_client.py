@@ -51,6 +51,12 @@ def test_local_is_the_exhaustive_games_single_client_models(heart):
     assert local.stopped_at_clients_ == [int(oracle.stopped_at_[m]) for m in singles]
     # the federation really asks for per-client choices: one rate or one stop for all could not match
     assert len(set(local.lr_clients_)) > 1 and len(set(local.stopped_at_clients_)) > 1
+    # the protocol's local steps per round are the round-based methods' (FedProx's proximal term acts only past
+    # the first): Local never communicates and evaluates after every epoch whatever they are
+    # it ran its whole budget when one of its clients did, at the rate that client kept
+    assert local.hit_max_ == any(s == HEART.steps for s in local.stopped_at_clients_)
+    several = Local(protocol=HEART.with_(local_steps=5), seed=1, device="cpu").fit(fed)
+    assert several.utilities_ == local.utilities_ and several.stopped_at_clients_ == local.stopped_at_clients_
 
 
 def test_the_local_column_of_a_reproduction_is_the_games_singletons(heart):

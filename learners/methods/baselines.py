@@ -149,7 +149,9 @@ class Local(PersonalizedLearner):
         self.best_round_ = max(self.best_round_clients_)
         self.rounds_run_ = max(f.rounds_run_ for f in chosen)
         self.stopped_at_ = max(self.stopped_at_clients_)
-        self.hit_max_ = any(f.hit_max_ for f in chosen)
+        # a client ran its whole budget when its own last evaluation is its fit's last round (another client of
+        # that fit, at a rate this client did not choose, says nothing about it)
+        self.hit_max_ = any(f.stopped_at_clients_[i] == f.rounds_ * f.steps_per_round_ for i, f in enumerate(chosen))
         self.val_loss_clients_ = _curves(chosen, self.best_val_loss_clients_, self.rounds_run_)
         self.val_loss_history_ = [float(np.mean(row)) for row in self.val_loss_clients_]
         self.loss_history_ = []
@@ -182,6 +184,12 @@ class Local(PersonalizedLearner):
 
     def _rounds_for(self, fed) -> int:
         return 0 if self._closed_form(fed) else super()._rounds_for(fed)
+
+    def _min_local_steps(self) -> int:
+        """One epoch a round whatever the protocol's ``local_steps``: Local never communicates, so its rounds are
+        only its early stopping's evaluations, one per epoch as for the exact game's models of ``{i}``
+        (:mod:`coalitions.learners.game.stopping`), whose models Local's are."""
+        return 1
 
     def init_state(self, fed, gen, device):
         params = self._init_params(gen, device, fed.n)
