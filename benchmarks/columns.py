@@ -60,6 +60,7 @@ def main(argv=None) -> None:
     ap.add_argument("--before", default=None, help="a recorded results.json to print beside")
     ap.add_argument("--steps", type=int, default=None, help="override the protocol's step budget")
     ap.add_argument("--patience", type=int, default=None, help="override the protocol's patience (rounds)")
+    ap.add_argument("--local-steps", type=int, default=None, help="override the protocol's local steps per round")
     ap.add_argument("--quick", action="store_true", help="heart, local and fedavg, seed 0 (what CI runs)")
     args = ap.parse_args(argv)
     if args.quick or args.experiment is None:
@@ -74,10 +75,11 @@ def main(argv=None) -> None:
     before = before_means(args.before, regime.name, seeds) if args.before else {}
     quick = bool(args.quick_settings or args.quick)
     p = exp.protocol_for(quick, regime)
-    changes = {k: v for k, v in (("steps", args.steps), ("patience", args.patience)) if v is not None}
+    changes = {k: v for k, v in (("steps", args.steps), ("patience", args.patience), ("local_steps", args.local_steps))
+               if v is not None}
     p = p.with_(**changes)
     print(f"{exp.name} ({regime.name}), seeds {seeds}: {p.optimizer} lr {p.lr} grid {p.lr_grid} steps {p.steps} "
-          f"batch {p.batch_size} patience {p.patience} model {p.model}")
+          f"batch {p.batch_size} patience {p.patience} local steps {p.local_steps} model {p.model}")
     print(f"{'column':18s} {'lr':>8s} {'stopped':>8s} {'hit max':>8s} {'test':>7s} {'before':>7s}")
     for m in methods:
         rows, t = [], time.perf_counter()
@@ -87,8 +89,8 @@ def main(argv=None) -> None:
             opts = budgeted_options(exp, quick, m, fed.sizes("train"), regime)
             if changes and "protocol" in opts:
                 opts["protocol"] = opts["protocol"].with_(**changes)
-            elif changes:   # SPO: its steps and patience
-                opts.update(changes)
+            elif changes:   # SPO: its steps and patience (no rounds)
+                opts.update({k: v for k, v in changes.items() if k != "local_steps"})
             est = compute_piece(fed, exp, m, opts, pair.init, "cpu")
             stop = (est.extra or {}).get("stopping") or {}
             rows.append((stop.get("lr"), stop.get("stopped_at"), stop.get("hit_max"),

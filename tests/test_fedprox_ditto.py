@@ -104,3 +104,22 @@ def test_fedprox_differs_from_fedavg_only_with_several_local_steps_per_round():
         assert prox.steps_per_round_ == local_steps
         gap = float((flatten(prox.global_) - flatten(avg.global_)).abs().max())
         assert (gap < 1e-6) if same else (gap > 1e-3), (local_steps, gap)
+
+
+def test_under_the_reports_protocol_fedprox_is_not_fedavg():
+    """Heart's and Adult's columns take ``LOCAL_STEPS`` (> 1) local steps a round, so FedProx's proximal term acts in
+    the committed reproductions (it did not with one full-batch step: FedProx equalled FedAvg on every seed)."""
+    from coalitions.learners.data.datasets import load
+    from coalitions.learners.experiments.catalogue import EXPERIMENTS, LOCAL_STEPS, budgeted_options
+
+    assert LOCAL_STEPS > 1
+    fed = load("heart", seed=0)
+    for name in ("heart", "adult"):
+        exp = EXPERIMENTS[name]
+        assert exp.protocol.local_steps == LOCAL_STEPS
+        protocol = budgeted_options(exp, False, "fedprox", fed.sizes("train"))["protocol"].with_(lr_grid=None,
+                                                                                               steps=20)
+        avg = FedAvg(protocol=protocol, seed=0).fit(fed)
+        prox = FedProx(mu=1.0, protocol=protocol, seed=0).fit(fed)
+        assert prox.steps_per_round_ == LOCAL_STEPS
+        assert float((flatten(prox.global_) - flatten(avg.global_)).abs().max()) > 1e-4, name

@@ -37,11 +37,44 @@ from coalitions.learners.training.protocol import DEFAULT_PROTOCOLS, TrainingPro
 from coalitions.params import ParameterError
 
 __all__ = ["Regime", "Settings", "Experiment", "EXPERIMENTS", "METHOD_LABELS", "PAPER_BASELINES", "get_experiment",
+           "Variant", "VARIANTS", "method_of",
            "select_methods", "budgeted_options", "budget_record"]
 
-#: Column labels of the learners in reports (the methods registry's; CE is inserted after SPO).
-METHOD_LABELS = labels()
-ALL_METHODS = ("local", "fedavg", "spo", "fedamp", "fedamp-heuristic", "federico", "superfed-mm")
+
+@dataclass(frozen=True)
+class Variant:
+    """A report column that runs registered ``method`` with ``options`` fixed: one method's two readings side by side.
+
+    A column name that is not a variant is the registered method itself (:func:`method_of`).
+    """
+
+    method: str
+    options: dict
+    label: str
+
+
+#: FedeRiCo's two loss scales (SPEC §5: the paper does not say which; both are reported, named): the mean is
+#: the default (``benchmarks/federico_scale.py`` on held-out federations), the sum the data's negative
+#: log-likelihood.  A report run before the two columns existed has one column ``federico``, trained with the
+#: default of its day (the sum; docs/results.md names it).
+VARIANTS = {
+    "federico-mean": Variant("federico", {"likelihood": "mean"}, "FedeRiCo (mean)"),
+    "federico-sum": Variant("federico", {"likelihood": "sum"}, "FedeRiCo (sum)"),
+}
+
+#: Column labels of the learners in reports (the methods registry's and the variants'; CE is inserted after SPO).
+METHOD_LABELS = {**labels(), **{name: v.label for name, v in VARIANTS.items()}}
+ALL_METHODS = ("local", "fedavg", "spo", "fedamp", "fedamp-heuristic", "federico-mean", "federico-sum", "superfed-mm")
+
+
+def method_of(column: str) -> str:
+    """The registered method that column ``column`` runs (a :data:`VARIANTS` entry's, or the column itself)."""
+    return VARIANTS[column].method if column in VARIANTS else column
+
+
+def _variant_options(column: str) -> dict:
+    """The options column ``column`` fixes (none for a registered method's own column)."""
+    return dict(VARIANTS[column].options) if column in VARIANTS else {}
 #: The baselines of the paper's tables (docs/learners-baselines.md).  FedPer and LG-FedAvg split a
 #: model into body and output layer: with a logistic model there is no body (FedPer is Local,
 #: LG-FedAvg is FedAvg), so the logistic experiments leave them out.
@@ -103,9 +136,10 @@ class Settings:
         """The options of ``method``: those under ``"*"`` that it takes, then its own."""
         from coalitions.learners.methods.registry import METHODS
 
-        takes = METHODS[method].keys if method in METHODS else ()
+        base = method_of(method)
+        takes = METHODS[base].keys if base in METHODS else ()
         common = {k: v for k, v in self.method_options.get("*", {}).items() if k in takes}
-        return dict(common, **self.method_options.get(method, {}))
+        return dict(common, **self.method_options.get(method, {}), **_variant_options(method))
 
 
 @dataclass(frozen=True)
@@ -201,6 +235,16 @@ _SEEDS = (0, 1, 2, 3, 4)
 #: the columns that reached the budget instead. (Synthetic keeps none: its exact game is the closed form.)
 PATIENCE = 10
 
+#: Local gradient steps a site takes per communication round in every round-based column of heart and Adult:
+#: more than one, so that each method's defining step acts (FedProx's proximal term is zero at a round's first
+#: step, so with one step FedProx is FedAvg; Per-FedAvg's meta step, Ditto's and pFedMe's personal steps act
+#: within a round: SPEC §5), and FedAMP's own floor (its ``local_steps``, 5), so that every round-based column
+#: has one round length.  Local is not affected (it evaluates after every epoch, as the exact game's models do).
+#: Each experiment's budget is then the smallest of 50, 100 and 250 steps under which every round-based column
+#: stops on its patience before the budget on at least 2 of the 3 held-out seeds 100-102
+#: (``benchmarks/columns.py --local-steps 5 --steps S``; docs/learners-protocol.md, "Local steps and budgets").
+LOCAL_STEPS = 5
+
 #: The share of each client's training rows that heart, Adult and digits hold out to choose every column's rate
 #: and stopping step (docs/learners-protocol.md, "Data roles"), so that the validation rows only score the
 #: game and the columns.  Fashion-MNIST keeps tuning on validation: with about 20 training rows a client would
@@ -232,7 +276,7 @@ def budgeted_options(exp: Experiment, quick: bool, method: str, sizes, regime: R
     if p is None:
         return base
     own = dict(settings.method_options.get(method, {}))
-    return {"protocol": p, **own}
+    return {"protocol": p, **own, **_variant_options(method)}
 
 
 def budget_record(exp: Experiment, quick: bool, methods, sizes, regime: Regime | None = None) -> dict | None:
@@ -305,7 +349,8 @@ HEART = Experiment(
     quick=Settings((0,), {}),
     full=Settings(_SEEDS, {}),
     protocol=DEFAULT_PROTOCOLS[("binary", "logistic")].with_(lr_grid=LOGISTIC_GRID, patience=PATIENCE,
-                                                             tune_split=TUNE_SPLIT),
+                                                             tune_split=TUNE_SPLIT, local_steps=LOCAL_STEPS,
+                                                             steps=250),
     published={},
     notes=("The paper's hospital experiment uses eICU, which no installable package ships, so it "
            "has no counterpart here and no published numbers are shown. UCI heart disease "
@@ -324,7 +369,8 @@ ADULT = Experiment(
     quick=Settings((0,), {"afl": {"lambda_lr": 0.003}}),
     full=Settings(_SEEDS, {"afl": {"lambda_lr": 0.003}}),
     protocol=DEFAULT_PROTOCOLS[("binary", "logistic")].with_(lr_grid=LOGISTIC_GRID, patience=PATIENCE,
-                                                             tune_split=TUNE_SPLIT),
+                                                             tune_split=TUNE_SPLIT, local_steps=LOCAL_STEPS,
+                                                             steps=250),
     published={
         "table": "Table 2",
         "accuracy": {"PhD": {"Local": "66.9 ± 1.0", "SPO": "77.0 ± 0.7", "CE": "66.9 ± 1.0"},

@@ -17,7 +17,7 @@ import numpy as np
 
 from coalitions.errors import InputError
 from coalitions.learners.exact import DEFAULT_REPLICATES
-from coalitions.learners.experiments.catalogue import Experiment, get_experiment
+from coalitions.learners.experiments.catalogue import Experiment, get_experiment, method_of
 from coalitions.learners.experiments.spo_column import fit_spo
 from coalitions.learners.experiments.statistics import separate_seeds
 
@@ -66,7 +66,9 @@ def compute_piece(fed, exp: Experiment, what: str, options: dict, seed: int, dev
         return with_records(fit_spo(fed, options, seed, device, progress, protocol=protocol), fed)
     from coalitions.learners.training.tuning import fit_on_grid
 
-    learner, record = fit_on_grid(lambda lr: create(what, dict(options), device=device, seed=seed, progress=progress),
+    method = method_of(what)   # a variant column (FedeRiCo's two loss scales) runs its method with its options
+    learner, record = fit_on_grid(lambda lr: create(method, dict(options), device=device, seed=seed,
+                                                    progress=progress),
                                   protocol, fed)
     est = with_records(learner, fed)
     return est if record is None else dataclasses.replace(est, extra={**est.extra, "lr_tuning": record})
