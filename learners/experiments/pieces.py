@@ -101,19 +101,53 @@ def _read_piece(files, what: str):
     return est
 
 
-def _is_current(piece, what: str, fed, init_seed: int) -> bool:
-    """Was this finished piece made from this federation's split and ``init_seed``, with the report's records?
+def _same_protocol(recorded, wanted) -> bool:
+    """Was a piece that records ``recorded`` (its protocol's JSON) trained under ``wanted`` (None: nothing to check)?
 
-    Pieces of an earlier version (one seed for split and initialisation, or
-    estimates without ``extra.test_outputs``) are trained again, never mixed in.
+    Under a rate grid a fitted column records the rate it chose, so the rate and the grid are then not
+    compared; every other field is (the budget, the local steps, the patience, the rows that tune, ...).
     """
+    from dataclasses import asdict
+
+    from coalitions.learners.training.protocol import TrainingProtocol
+    from coalitions.params import ParameterError
+
+    if wanted is None:
+        return True
+    if not isinstance(recorded, dict):
+        return False
+    try:
+        got = asdict(TrainingProtocol.from_json(recorded))
+    except (ParameterError, InputError, TypeError, ValueError):
+        return False
+    want = asdict(wanted)
+    if wanted.lr_grid is not None:
+        for k in ("lr", "lr_grid"):
+            got.pop(k)
+            want.pop(k)
+    return got == want
+
+
+def _is_current(piece, what: str, fed, init_seed: int, options: dict | None = None) -> bool:
+    """Was this finished piece made from this federation's split and ``init_seed``, under ``options``' protocol and
+    method options, with the report's records?
+
+    Pieces of an earlier version (one seed for split and initialisation, or estimates without
+    ``extra.test_outputs``) or of other settings (a changed protocol, budget or method option) are
+    trained again, never mixed in.
+    """
+    options = options or {}
     data_seed = fed.options.get("seed")
+    wanted = options.get("protocol")
     if what == "exact":
         prov = piece[0].provenance
-        return prov.get("seed") == init_seed and prov.get("options", {}).get("seed") == data_seed
+        return (prov.get("seed") == init_seed and prov.get("options", {}).get("seed") == data_seed
+                and _same_protocol((prov.get("model") or {}).get("protocol"), wanted))
     cfg = piece.config
+    own = {k: v for k, v in options.items() if k != "protocol"}
     return (cfg.get("seed") == init_seed and cfg.get("data_options", {}).get("seed") == data_seed
-            and "test_outputs" in piece.extra)
+            and "test_outputs" in piece.extra and _same_protocol(cfg.get("protocol"), wanted)
+            and all(k in cfg and cfg[k] == v for k, v in own.items()))
 
 
 def _piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, where: Path, log, progress,
@@ -122,11 +156,12 @@ def _piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: st
     files = _files(where, what, what == "exact" and bool(options.get("loss_game")))
     if all(f.exists() for f in files):
         back = _read_piece(files, what)
-        if _is_current(back, what, fed, seed):
+        if _is_current(back, what, fed, seed, options):
             if not quiet:
                 log(f"{where.name}: {'exact game' if what == 'exact' else what} read back from {files[0].name}")
             return back
-        log(f"{where.name}: {files[0].name} was made with other seeds or lacks the test outputs; training again")
+        log(f"{where.name}: {files[0].name} was made with other seeds or settings or lacks the test outputs; "
+            "training again")
     t = time.perf_counter()
     tick = None if progress is None else (lambda done, total: progress(f"{where.name}: {what}", done, total))
     result = compute_piece(fed, exp, what, options, seed, device, tick)
