@@ -162,6 +162,9 @@ class MethodSummary:
     rules: dict | None = None
     #: SPO only: its utilities inside its own CE (the paper's "CE (ours)" row, spo_column.ce_ours).
     ce_ours: dict | None = None
+    #: SPO only: the paper's CE by its definition, SPO's partition scored by the exact game's models of its
+    #: coalitions (spo_column.ce_paper); None without the exact game.
+    ce_paper: dict | None = None
     #: The learning rate chosen on validation from the protocol's grid: ``{"grid": [...],
     #: "val_loss": [...], "chosen": lr}`` (learners/training/tuning.py); None without a grid.
     lr_tuning: dict | None = None
@@ -180,6 +183,8 @@ class MethodSummary:
             out["rules"] = self.rules
         if self.ce_ours is not None:
             out["ce_ours"] = self.ce_ours
+        if self.ce_paper is not None:
+            out["ce_paper"] = self.ce_paper
         if self.lr_tuning is not None:
             out["lr_tuning"] = self.lr_tuning
         if self.stopping is not None:
@@ -192,8 +197,8 @@ class MethodSummary:
         cmp = data.get("compare")
         return cls(data["partition"], data["test"], data["val"], data["weights"], data["edges"],
                    None if cmp is None else Comparison.from_json(cmp), sensitivity=data.get("sensitivity"),
-                   rules=data.get("rules"), ce_ours=data.get("ce_ours"), lr_tuning=data.get("lr_tuning"),
-                   stopping=data.get("stopping"))
+                   rules=data.get("rules"), ce_ours=data.get("ce_ours"), ce_paper=data.get("ce_paper"),
+                   lr_tuning=data.get("lr_tuning"), stopping=data.get("stopping"))
 
 
 @dataclass

@@ -71,7 +71,7 @@ from coalitions.learners.experiments.results import (
     write_results,
 )
 from coalitions.learners.experiments.seedstats import ALPHA, LEVEL, MAJORITY, N_BOOT  # noqa: F401 (re-exported)
-from coalitions.learners.experiments.spo_column import ce_ours, rules_summary
+from coalitions.learners.experiments.spo_column import ce_ours, ce_paper, rules_summary
 from coalitions.learners.experiments.statistics import separate_seeds
 from coalitions.learners.experiments.summaries import (  # noqa: F401 (re-exported)
     _method_summary,
@@ -195,8 +195,6 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
                     loss = exact_summary(loss_game, test_game, "loss", replicates=loss_reps).to_json()
                     run.exact.loss = {k: loss[k] for k in ("metric", "partition", "certificate", "model_in_ce",
                                                            "val", "test", "support") if k in loss}
-                exact_out = exact_outputs(fed, exp, pair.init, game, eq, where, device,
-                                          _options(exp, quick, "exact", fed, regime))
                 if seed != seeds[0]:
                     run.exact.equilibrium = None  # only the first seed's is drawn
             estimates = {}
@@ -207,8 +205,15 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
                 run.methods[m] = _method_summary(est, game, eq)
                 if m == "spo":
                     run.methods[m].ce_ours = ce_ours(est)
+                    if game is not None:   # the paper's CE: models trained on SPO's coalitions (the exact game's)
+                        run.methods[m].ce_paper = ce_paper(est, game, test_game, eq.semantics)
                 if seed != seeds[0]:
                     run.methods[m].estimate = None
+            if game is not None:   # the test outputs of the exact game's models each column is scored with
+                paper = run.methods["spo"].ce_paper if "spo" in run.methods else None
+                exact_out = exact_outputs(fed, exp, pair.init, game, eq, where, device,
+                                          _options(exp, quick, "exact", fed, regime),
+                                          extra=None if paper is None else {"ce_paper": _masks(fed, paper["models"])})
             records.append(seed_record(fed, run, exact_out, estimates))
             runs.append(run)
         runs_json = [r.to_json() for r in runs]
@@ -227,6 +232,12 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
     results.compute_s = float(sum(t for t in recorded if t is not None))
     results.compute_complete = all(t is not None for t in recorded)
     return results
+
+
+def _masks(fed, models: dict[str, list[str]]) -> list[int]:
+    """Each client's model coalition (``{client: [members]}``) as a bitmask, in the federation's client order."""
+    index = {c: i for i, c in enumerate(fed.names)}
+    return [sum(1 << index[m] for m in models[c]) for c in fed.names]
 
 
 def _read_with_family(game, family: str):

@@ -117,8 +117,8 @@ def distinct_test_rows(clients: list[str], per_seed_ids: list[dict]) -> dict[str
 def column_values(reg: dict) -> dict[str, np.ndarray]:
     """``{column: (clients, seeds)}`` test metric of every column of a regime of ``results.json``.
 
-    The learners by their label, ``CE (ours)`` (SPO's models in SPO's CE), ``CE`` (the exact
-    game's), as :func:`~coalitions.learners.experiments.runner.summarize` orders them.
+    The learners by their label, ``CE (ours)`` (SPO's models in SPO's CE), ``CE (paper)`` (the exact
+    game's models of SPO's coalitions), ``CE`` (the exact game's), as :func:`~coalitions.learners.experiments.runner.summarize` orders them.
     """
     clients = reg["clients"]
     runs = reg["runs"]
@@ -130,6 +130,8 @@ def column_values(reg: dict) -> dict[str, np.ndarray]:
                 t = r["exact"]["test"]["ce"]
             elif col == "CE (ours)":
                 t = r["methods"]["spo"]["ce_ours"]["test"]
+            elif col == "CE (paper)":
+                t = r["methods"]["spo"]["ce_paper"]["test"]
             else:
                 key = next(m for m, lab in _labels().items() if lab == col and m in r["methods"])
                 t = r["methods"][key]["test"]

@@ -105,10 +105,12 @@ def _method_summary(estimate, game, eq: co.Equilibrium | None = None) -> MethodS
 
 
 def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Equilibrium, where: Path,
-                  device: str, options: dict | None = None) -> dict[str, list[np.ndarray]]:
+                  device: str, options: dict | None = None,
+                  extra: dict[str, list[int]] | None = None) -> dict[str, list[np.ndarray]]:
     """Each client's test outputs under the exact game's models it is scored with: alone, in the CE, with everyone.
 
-    ``{"local" | "ce" | "all": [outputs of client i]}``, from
+    ``{"local" | "ce" | "all": [outputs of client i]}`` (and ``extra``'s keys: ``{name: [the model
+    coalition of client i]}``, such as ``"ce_paper"``: the models of SPO's coalitions), from
     :meth:`coalitions.learners.exact.ExhaustiveOracle.subset_outputs` (only
     these ``≤ 2N + 1`` models are trained again), kept in
     ``<where>-exact-outputs.npz`` so that a rerun reads them back.  ``options``: the oracle's
@@ -117,7 +119,8 @@ def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Eq
     """
     n = fed.n
     used = models_in(game, eq.masks)
-    want = {"local": [1 << i for i in range(n)], "ce": [int(u) for u in used], "all": [int(game.grand)] * n}
+    want = {"local": [1 << i for i in range(n)], "ce": [int(u) for u in used], "all": [int(game.grand)] * n,
+            **{k: [int(m) for m in ms] for k, ms in (extra or {}).items()}}
     path = where.with_name(where.name + "-exact-outputs.npz")
     stamp = np.array([fed.options.get("seed", -1), init_seed], dtype=np.int64)
     stored: dict[str, Any] = {}   # arrays (Any: numpy's savez stub would also match **stored against allow_pickle)
@@ -158,9 +161,11 @@ def _stats(values: list[float]) -> dict:
 def summarize(regime: dict, methods) -> dict:
     """Per-client test metric of every column (mean, sample std and count over seeds).
 
-    Columns: each learner by its label, ``CE (ours)`` after SPO (SPO's utilities in
-    SPO's own CE, the paper's row: :func:`ce_ours`), ``CE`` (the exact equilibrium)
-    where the exact game was computed.  ``mean`` averages the clients of each seed first.
+    Columns: each learner by its label, ``CE (ours)`` after SPO (SPO's hypernetwork read at
+    SPO's own CE's coalitions: :func:`ce_ours`), ``CE (paper)`` (SPO's CE by the paper's
+    definition, the exact game's models trained on its coalitions: :func:`ce_paper`), ``CE`` (the
+    exact equilibrium) where the exact game was computed.  ``mean`` averages the clients of each
+    seed first.
     """
     runs = regime["runs"]
     clients = regime["clients"]
@@ -170,6 +175,8 @@ def summarize(regime: dict, methods) -> dict:
         columns[METHOD_LABELS.get(m, m)] = [r["methods"][m]["test"] for r in runs]
         if m == "spo" and runs and all(r["methods"]["spo"].get("ce_ours") for r in runs):
             columns["CE (ours)"] = [r["methods"]["spo"]["ce_ours"]["test"] for r in runs]
+        if m == "spo" and runs and all(r["methods"]["spo"].get("ce_paper") for r in runs):
+            columns["CE (paper)"] = [r["methods"]["spo"]["ce_paper"]["test"] for r in runs]
         if m == "spo" and have_exact:
             columns["CE"] = [r["exact"]["test"]["ce"] for r in runs]
     if have_exact and "CE" not in columns:  # no SPO among the learners: CE last
@@ -196,11 +203,12 @@ def summarize(regime: dict, methods) -> dict:
 
 
 def _columns(methods, have_exact: bool) -> list[tuple[str, str]]:
-    """``(key, label)`` of the report's columns: the learners, ``CE`` after SPO (or last) where the game exists."""
+    """``(key, label)`` of the report's columns: the learners, ``CE (paper)`` and ``CE`` after SPO (or ``CE`` last)
+    where the game exists."""
     cols = [(m, METHOD_LABELS.get(m, m)) for m in methods]
     if have_exact:
         at = next((k + 1 for k, (m, _) in enumerate(cols) if m == "spo"), len(cols))
-        cols.insert(at, ("ce", "CE"))
+        cols[at:at] = [("ce_paper", "CE (paper)"), ("ce", "CE")] if "spo" in methods else [("ce", "CE")]
     return cols
 
 
@@ -217,6 +225,11 @@ def seed_record(fed, run: Run, exact_out: dict | None, estimates: dict) -> dict:
     if exact_out is not None and run.exact is not None:
         rec["outputs"]["ce"] = {c: np.asarray(exact_out["ce"][i], dtype=np.float64) for i, c in enumerate(names)}
         rec["metric"]["ce"] = dict(run.exact.test["ce"])
+        paper = run.methods["spo"].ce_paper if "spo" in run.methods else None
+        if paper is not None and "ce_paper" in exact_out:   # SPO's CE scored by the exact game's models
+            rec["outputs"]["ce_paper"] = {c: np.asarray(exact_out["ce_paper"][i], dtype=np.float64)
+                                          for i, c in enumerate(names)}
+            rec["metric"]["ce_paper"] = dict(paper["test"])
     if fed.task != "regression":
         rec["majority"] = {c: row.label for c, row in majority_class(fed).items()}
     return rec
