@@ -19,7 +19,8 @@ from coalitions.learners.experiments.report import fmt_stat, report_markdown  # 
 from coalitions.learners.experiments.results import RESULTS_FORMAT, read_results  # noqa: E402
 from coalitions.learners.experiments.runner import summarize  # noqa: E402
 
-COLUMNS = ["Local", "FedAvg", "SPO", "CE (ours)", "CE", "FedAMP", "HeurFedAMP", "FedeRiCo", "SuPerFed-MM"]
+COLUMNS = ["Local", "FedAvg", "SPO", "CE (ours)", "CE (paper)", "CE", "FedAMP", "HeurFedAMP", "FedeRiCo (mean)", "FedeRiCo (sum)",
+           "SuPerFed-MM"]
 #: The statistics cover the columns with per-sample test outputs: not SPO's models in its own CE.
 STAT_COLUMNS = [c for c in COLUMNS if c != "CE (ours)"]
 
@@ -53,6 +54,18 @@ def test_quick_synthetic_finds_the_papers_two_equilibria(quick):
         assert ex["test"]["ce"][c] < 0.5 * ex["test"]["local"][c]
         m = many["runs"][0]["exact"]["test"]
         assert m["ce"][c] == m["local"][c]
+    # the paper's CE: SPO's partition, each client scored by the exact game's model of its coalition there, so that
+    # it is the exact CE's score wherever the partitions agree (regime II: everyone alone, SPO's CE on this seed)
+    for reg in (few, many):
+        run = reg["runs"][0]
+        spo, exact = run["methods"]["spo"], run["exact"]
+        paper = spo["ce_paper"]
+        assert sorted(map(sorted, paper["partition"])) == sorted(map(sorted, spo["partition"]))
+        for c, model in paper["models"].items():
+            assert c in model and any(set(model) <= set(b) for b in paper["partition"] if c in b)
+        same = sorted(map(sorted, paper["partition"])) == sorted(map(sorted, exact["partition"]))
+        assert (paper["test"] == exact["test"]["ce"]) or not same
+    assert sorted(map(sorted, many["runs"][0]["methods"]["spo"]["ce_paper"]["partition"])) == [[c] for c in "012345"]
 
 
 def test_every_regime_has_a_family_fixed_by_the_rule():
@@ -149,7 +162,8 @@ def test_quick_report_has_the_statistics_tables(quick):
                 assert iv["low"] <= iv["estimate"] <= iv["high"], (col, c)
                 assert iv["estimate"] == pytest.approx(reg["summary"]["test"][col][c]["mean"], rel=1e-5)
         assert set(st["seed"]["seed_tests"]) == set(STAT_COLUMNS) - {"Local"}
-        assert set(reg["summary"]["sensitivity"]) == {"spo", "fedamp", "fedamp-heuristic", "federico"}
+        assert set(reg["summary"]["sensitivity"]) == {"spo", "fedamp", "fedamp-heuristic", "federico-mean",
+                                                      "federico-sum"}
         rules = reg["summary"]["spo_rules"]
         assert "ratio" in rules and not rules["ratio"]["used"] and sum(r["used"] for r in rules.values()) == 1
 
@@ -202,6 +216,7 @@ def test_without_matplotlib_dot_files_and_a_hint(quick, tmp_path, monkeypatch):
 
 def test_experiments_are_well_formed():
     from coalitions.learners.data.datasets import loader_options
+    from coalitions.learners.experiments.catalogue import method_of
     from coalitions.learners.methods.registry import METHODS
 
     assert set(EXPERIMENTS) == {"synthetic", "heart", "adult", "digits", "fashion"}
@@ -209,9 +224,9 @@ def test_experiments_are_well_formed():
         for reg in exp.regimes:
             assert set(reg.options) <= set(loader_options(exp.dataset))
         for m in exp.methods:
-            assert m in METHODS and m in METHOD_LABELS
+            assert method_of(m) in METHODS and m in METHOD_LABELS   # a registered method, or a variant of one
             for quick in (True, False):
-                assert set(exp.settings(quick).options_for(m)) <= set(METHODS[m].keys)
+                assert set(exp.settings(quick).options_for(m)) <= set(METHODS[method_of(m)].keys)
     # every method's options derive from the experiment's protocol and budget (issue 9)
     from coalitions.learners.experiments.catalogue import budgeted_options
 
@@ -227,6 +242,10 @@ def test_experiments_are_well_formed():
     assert syn.protocol_for(True, few).lr == 0.005 and syn.protocol_for(True, many).lr == 0.1
     assert budgeted_options(syn, True, "fedavg", sizes, few) == {"protocol": syn.protocol_for(True, few)}
     assert budgeted_options(syn, True, "federico", sizes, many) == {"protocol": syn.protocol_for(True, many)}
+    # FedeRiCo's two loss scales are two columns of one registered method, each with its likelihood fixed
+    assert budgeted_options(syn, True, "federico-sum", sizes, many) == {"protocol": syn.protocol_for(True, many),
+                                                                        "likelihood": "sum"}
+    assert syn.full.options_for("federico-mean") == {"likelihood": "mean"}
     assert syn.oracle_options(True, many)["protocol"].lr == 0.1
     for exp in EXPERIMENTS.values():
         for m in exp.methods:
@@ -234,7 +253,7 @@ def test_experiments_are_well_formed():
                 opts = budgeted_options(exp, quick, m, [100, 40])
                 # the protocol's own settings (its learning-rate grid, its patience) reach the estimator as
                 # parameters, not as method options
-                assert set(opts) - {"protocol", "lr_grid", "patience"} <= set(METHODS[m].keys), (exp.name, m)
+                assert set(opts) - {"protocol", "lr_grid", "patience"} <= set(METHODS[method_of(m)].keys), (exp.name, m)
                 if exp.protocol is not None:     # every column, SPO included, reads it from the protocol
                     assert opts["protocol"] == exp.protocol_for(quick), (exp.name, m)
 
@@ -344,6 +363,32 @@ def test_a_missing_piece_is_the_only_one_trained_again(quick, tmp_path, capsys):
     trained = [line for line in err.splitlines() if line.startswith("[synthetic]") and "read back" not in line]
     assert len(trained) == 1 and trained[0].startswith("[synthetic] many-seed0: fedavg, ")
     assert (out / "runs" / "quick" / "many-seed0-fedavg.json").exists()
+
+
+def test_a_piece_of_other_settings_is_trained_again(quick, tmp_path, capsys):
+    """A finished piece trained under another protocol (here another budget) or with another option of its method (a
+    FedeRiCo column with the other loss scale) is not the piece this run asks for: it is trained again, not read."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(quick, out)
+    runs = out / "runs" / "quick"
+    budget = json.loads((runs / "many-seed0-fedavg.json").read_text())
+    budget["config"]["protocol"]["steps"] += 1
+    (runs / "many-seed0-fedavg.json").write_text(json.dumps(budget))
+    scale = json.loads((runs / "few-seed0-federico-sum.json").read_text())
+    scale["config"]["likelihood"] = "mean"
+    (runs / "few-seed0-federico-sum.json").write_text(json.dumps(scale))
+    game = json.loads((runs / "few-seed0-game.json").read_text())
+    game["provenance"]["model"]["protocol"]["local_steps"] = 3
+    (runs / "few-seed0-game.json").write_text(json.dumps(game))
+    assert cli.main(["reproduce", "synthetic", "--quick", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    trained = sorted(line.split(",")[0] for line in err.splitlines()
+                     if line.startswith("[synthetic]") and "read back" not in line and "training again" not in line)
+    assert trained == ["[synthetic] few-seed0: exact game", "[synthetic] few-seed0: federico-sum",
+                       "[synthetic] many-seed0: fedavg"], err
+    assert err.count("was made with other seeds or settings") == 3
 
 
 @pytest.mark.slow
