@@ -236,8 +236,10 @@ def test_separate_seeds_are_spawned_children():
 from coalitions.learners.experiments.statistics import (  # noqa: E402
     MIN_SEEDS,
     clopper_pearson,
+    detectable_difference,
     family_tests,
     holm,
+    paired_t_power,
     retraining_support,
     seed_level_test,
     wilson,
@@ -323,6 +325,32 @@ def test_family_tests_adjust_within_the_family_only():
     assert [out[c]["Local"]["p_holm"] for c in ("A", "B")] == pytest.approx(holm(raw))
     assert out["Same"]["Local"]["direction"] == "identical" and "p_holm" not in out["Same"]["Local"]
     assert out["A"]["Local"]["family_size"] == 2 and "Local" not in out
+
+
+def test_the_primary_test_stands_outside_the_family_and_says_what_it_could_detect():
+    """Issue 33: CE against Local on the primary game, pre-specified, at α without Holm; "inconclusive" (not "not
+    reproduced") when it cannot decide, with the difference it detects with 80 % power."""
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0.6, 0.8, (6, 10))
+    values = {"Local": base, "CE": base + rng.normal(0.004, 0.01, (1, 10)), "A": base + rng.normal(0.02, 0.01, (6, 10)),
+              "B": base + rng.normal(0, 0.02, (6, 10))}
+    out = family_tests(values, ["Local"], primary=("CE", "Local"))
+    t = out["CE"]["Local"]
+    assert t["primary"] and "p_holm" not in t and out["A"]["Local"]["family_size"] == 2
+    d = np.asarray(t["seed_differences"])
+    assert t["p"] == pytest.approx(stats.ttest_1samp(d, 0.0).pvalue)
+    assert t["direction"] == ("inconclusive" if t["p"] >= 0.05 else "better" if d.mean() > 0 else "worse")
+    # the detectable difference is where the noncentral-t power reaches 0.8, and it shrinks like 1/sqrt(seeds)
+    assert paired_t_power(t["detectable"], d.std(ddof=1), d.size) == pytest.approx(0.8, abs=1e-9)
+    assert detectable_difference(1.0, 40) < detectable_difference(1.0, 10) < detectable_difference(1.0, 5)
+    # against a simulation of the paired t-test itself
+    sims = rng.normal(0.5, 1.0, (4000, 10))
+    rejected = np.mean(stats.ttest_1samp(sims, 0.0, axis=1).pvalue < 0.05)
+    assert rejected == pytest.approx(paired_t_power(0.5, 1.0, 10), abs=0.03)
+    # no true difference: the test cannot decide, and says so
+    undecided = family_tests({"Local": base, "CE": base + np.tile([0.01, -0.012], 5)}, ["Local"],
+                             primary=("CE", "Local"))["CE"]["Local"]
+    assert undecided["p"] > 0.05 and undecided["direction"] == "inconclusive" and undecided["detectable"] > 0
 
 
 def test_retraining_support_is_the_share_of_seeds():

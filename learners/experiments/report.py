@@ -339,7 +339,8 @@ def ce_minus_local(reg: dict) -> str:
     From the seed-level test of ``CE`` against ``Local`` (``ci``: Student-t over the seeds); ``""`` without one.
     """
     seed = (reg["summary"].get("statistics") or {}).get("seed") or {}
-    t = (seed.get("seed_tests") or {}).get("CE", {}).get("Local")
+    col = (seed.get("primary") or ["CE"])[0]
+    t = (seed.get("seed_tests") or {}).get(col, {}).get("Local")
     if t is None:
         return ""
     lo, hi = (t.get("ci") or [None, None])[:2]
@@ -347,8 +348,17 @@ def ce_minus_local(reg: dict) -> str:
     bounds = (f", {level:g}% interval over the {t['n_seeds']} seeds [{_g(lo)}, {_g(hi)}]" if lo is not None
               else " (one seed: no interval)")
     sign = "higher" if reg.get("metric") != "mse" else "lower"
-    return (f"CE − Local (each seed's difference of client means, positive: the CE's {reg.get('metric')} is "
-            f"better, i.e. {sign}): {_g(t['mean_difference'])}{bounds}; verdict: {t['direction']}.")
+    text = (f"{col} − Local (each seed's difference of client means, positive: the CE's {reg.get('metric')} is "
+            f"better, i.e. {sign}): {_g(t['mean_difference'])}{bounds}")
+    if not t.get("primary"):
+        return text + f"; verdict: {t['direction']}."
+    text = (f"**Primary test**, fixed before the runs: the primary game's CE (column {col}) against Local, paired t-test "
+            f"over the seeds at α = {seed.get('alpha', 0.05):g}, outside the Holm family. " + text
+            + f", p = {_p(t['p'])}; verdict: **{t['direction']}**")
+    if t.get("detectable") is not None and t["direction"] in ("inconclusive", "better", "worse"):
+        text += (f" (with the observed spread of the seed differences it detects a true difference of "
+                 f"{_g(t['detectable'])} with {100 * t['power']:g}% power)")
+    return text + "."
 
 
 def _binomial_section(reg: dict) -> list[str]:
@@ -437,7 +447,7 @@ def verdicts(reg: dict, against: str = "Local") -> str:
                                     "underpowered": []}
     for col, tests in seed.get("seed_tests", {}).items():
         t = tests.get(against)
-        if t is None:
+        if t is None or t.get("primary"):   # the primary test has its own sentence (ce_minus_local)
             continue
         if t["direction"] == "identical":
             groups["identical"].append(col)
@@ -464,9 +474,10 @@ def _tests_section(reg: dict) -> list[str]:
     for col, tests in seed["seed_tests"].items():
         for ref, t in tests.items():
             lo, hi = (t.get("ci") or [None, None])[:2]
-            rows.append([col, ref, str(t["n_seeds"]), _g(t["mean_difference"]),
-                         "–" if lo is None else f"[{_g(lo)}, {_g(hi)}]", _g(t["statistic"]), _p(t["p"]),
-                         _p(t.get("p_holm")), f"{t['n_tied']} / {t['n_pairs']}", t["direction"]])
+            rows.append([f"{col} (primary)" if t.get("primary") else col, ref, str(t["n_seeds"]),
+                         _g(t["mean_difference"]), "–" if lo is None else f"[{_g(lo)}, {_g(hi)}]",
+                         _g(t["statistic"]), _p(t["p"]), "primary" if t.get("primary") else _p(t.get("p_holm")),
+                         f"{t['n_tied']} / {t['n_pairs']}", t["direction"]])
     sentences = [v for v in (verdicts(reg, "Local"), verdicts(reg, MAJORITY)) if v]
     family = sum(1 for ts in seed["seed_tests"].values() for t in ts.values() if t.get("p_holm") is not None)
     if not family and all(t["direction"] != "identical" for ts in seed["seed_tests"].values() for t in ts.values()):
@@ -481,7 +492,10 @@ def _tests_section(reg: dict) -> list[str]:
              f"regime's family of {family} test{'s' if family != 1 else ''}. \"better\"/\"worse\" only when the "
              f"Holm p < {seed['alpha']:g}; \"underpowered\" (no verdict) with fewer than {seed['min_seeds']} seeds; "
              f"\"identical\" when every client × seed pair agrees within a relative {seed['tie_rtol']:g} "
-             "(tied pairs: those that do).", ""]
+             "(tied pairs: those that do)."
+             + (f" The row marked primary is the pre-specified primary test ({seed['primary'][0]} against Local): "
+                f"decided on its raw p at α = {seed['alpha']:g}, outside the family, \"inconclusive\" when it cannot "
+                "decide." if seed.get("primary") else ""), ""]
             + _table(["column", "against", "seeds", "mean difference", f"{100 * (1 - seed['alpha']):g}% interval",
                       "t", "p", "Holm p", "tied pairs", "verdict"], rows) + [""]
             + [" ".join(sentences), ""])

@@ -211,14 +211,16 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
                     run.methods[m].estimate = None
             if game is not None:   # the test outputs of the exact game's models each column is scored with
                 paper = run.methods["spo"].ce_paper if "spo" in run.methods else None
+                extra = {} if paper is None else {"ce_paper": _masks(fed, paper["models"])}
+                if run.exact.loss is not None:   # the loss game's CE: its models' outputs
+                    extra["ce_loss"] = _masks(fed, run.exact.loss["model_in_ce"])
                 exact_out = exact_outputs(fed, exp, pair.init, game, eq, where, device,
-                                          _options(exp, quick, "exact", fed, regime),
-                                          extra=None if paper is None else {"ce_paper": _masks(fed, paper["models"])})
+                                          _options(exp, quick, "exact", fed, regime), extra=extra)
             records.append(seed_record(fed, run, exact_out, estimates))
             runs.append(run)
         runs_json = [r.to_json() for r in runs]
         summary = summarize({"runs": runs_json, "clients": clients}, methods)
-        summary["statistics"] = regime_statistics(clients, str(metric), records, methods)
+        summary["statistics"] = regime_statistics(clients, str(metric), records, methods, regime.primary)
         summary["sensitivity"] = sensitivity_summary(runs_json, methods)
         summary["spo_rules"] = rules_summary(runs_json)
         results.regimes.append(RegimeResult(regime.name, regime.title, regime.options, runs, clients, metric,

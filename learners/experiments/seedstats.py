@@ -36,7 +36,7 @@ from coalitions.learners.experiments.statistics import (
     seed_interval,
 )
 
-__all__ = ["seed_statistics", "distinct_test_rows", "column_values", "exact_supports", "refresh_results", "MAJORITY", "LEVEL", "N_BOOT",
+__all__ = ["seed_statistics", "primary_column", "distinct_test_rows", "column_values", "exact_supports", "refresh_results", "MAJORITY", "LEVEL", "N_BOOT",
            "ALPHA"]
 
 #: The report's column of the majority-class baseline (classification by accuracy).
@@ -46,8 +46,10 @@ LEVEL, N_BOOT, ALPHA = 0.95, 2000, 0.05
 
 
 def seed_statistics(clients: list[str], metric: str, values: dict[str, np.ndarray],
-                    n_test: np.ndarray | None = None, n_distinct: dict | None = None) -> dict:
-    """Seed-level tests (one Holm family), Clopper–Pearson client intervals, seed-level mean intervals.
+                    n_test: np.ndarray | None = None, n_distinct: dict | None = None,
+                    primary: str | None = None) -> dict:
+    """Seed-level tests (one Holm family and the primary test), Clopper–Pearson client intervals, seed-level mean
+    intervals.
 
     Parameters
     ----------
@@ -60,6 +62,10 @@ def seed_statistics(clients: list[str], metric: str, values: dict[str, np.ndarra
     n_distinct : dict, optional
         ``{client: distinct test rows over the seeds}`` (:func:`~.statistics.distinct_rows`); a
         client missing or ``None``: its rows are taken as distinct (rows × seeds).
+    primary : str, optional
+        The column whose test against Local is the regime's pre-specified primary test (its primary game's
+        CE: :func:`primary_column`), decided at ``alpha`` outside the Holm family
+        (:func:`~.statistics.primary_test`: "inconclusive" with the difference it could have detected).
 
     Returns
     -------
@@ -71,9 +77,13 @@ def seed_statistics(clients: list[str], metric: str, values: dict[str, np.ndarra
     """
     sense = "min" if metric == "mse" else "max"
     refs = ["Local"] + ([MAJORITY] if MAJORITY in values else [])
-    tests = family_tests(values, refs, sense, ALPHA, MIN_SEEDS, columns=[c for c in values if c != MAJORITY])
+    first = (primary, "Local") if primary in values and "Local" in values else None
+    tests = family_tests(values, refs, sense, ALPHA, MIN_SEEDS, columns=[c for c in values if c != MAJORITY],
+                         primary=first)
     out: dict = {"seed_tests": tests, "min_seeds": MIN_SEEDS, "tie_rtol": TIE_RTOL, "alpha": ALPHA, "level": LEVEL,
-                 "family": "every column against Local and the majority class, in this regime",
+                 "primary": None if first is None else list(first),
+                 "family": "every column against Local and the majority class, in this regime"
+                           + ("" if first is None else f", but the primary test ({first[0]} against Local)"),
                  "test": "paired t-test over seeds of the client-mean difference (seeds are the replicates), "
                          "two-sided, Holm-adjusted within the regime"}
     if metric == "accuracy" and n_test is not None:
@@ -90,6 +100,16 @@ def seed_statistics(clients: list[str], metric: str, values: dict[str, np.ndarra
     out["mean_intervals"] = means
     out["mean_interval_method"] = "Student-t over the seeds of each seed's mean over clients (seeds are the replicates)"
     return out
+
+
+def primary_column(primary_game: str | None, columns) -> str | None:
+    """The column of the regime's primary test against Local: its primary game's CE, fixed before the runs.
+
+    ``"CE (loss game)"`` where the validation-loss game is primary, else ``"CE"`` (the metric game's, also
+    where no primary game was chosen: the paper's); None when the report has no such column.
+    """
+    col = "CE (loss game)" if primary_game == "loss" else "CE"
+    return col if col in columns else None
 
 
 def _binomial_row(clients: list[str], v: np.ndarray, n: np.ndarray, n_distinct: dict) -> dict:
@@ -132,6 +152,8 @@ def column_values(reg: dict) -> dict[str, np.ndarray]:
                 t = r["methods"]["spo"]["ce_ours"]["test"]
             elif col == "CE (paper)":
                 t = r["methods"]["spo"]["ce_paper"]["test"]
+            elif col == "CE (loss game)":
+                t = r["exact"]["loss"]["test"]["ce"]
             else:
                 key = next(m for m, lab in _labels().items() if lab == col and m in r["methods"])
                 t = r["methods"][key]["test"]
@@ -207,6 +229,7 @@ def refresh_results(results: dict) -> dict:
         if reg["metric"] == "accuracy":   # the older per-client bootstrap: replaced by seed.binomial
             st.pop("intervals", None)
         st["seed"] = seed_statistics(clients, str(reg["metric"]), values, n_test if n_test.all() else None,
-                                     distinct_test_rows(clients, ids) if len(ids) == len(reg["runs"]) else None)
+                                     distinct_test_rows(clients, ids) if len(ids) == len(reg["runs"]) else None,
+                                     primary=primary_column(reg.get("primary_game"), values))
         reg["summary"]["supports"] = exact_supports(reg)
     return results

@@ -51,6 +51,7 @@ True
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,7 @@ import numpy as np
 from coalitions.errors import InputError
 
 __all__ = ["MIN_SEEDS", "TIE_RTOL", "clopper_pearson", "wilson", "seed_interval", "distinct_rows", "holm", "seed_level_test", "family_tests",
+           "paired_t_power", "detectable_difference", "primary_test", "POWER",
            "retraining_support", "Interval", "bootstrap_interval", "bootstrap_intervals", "sample_scores", "output_samples", "WilcoxonResult",
            "paired_wilcoxon", "signed_rank_null", "paired_record", "MajorityRow", "majority_class", "SeedPair",
            "separate_seeds"]
@@ -649,9 +651,69 @@ def _verdict(p, mean_difference: float, alpha: float) -> str:
     return "no significant difference"
 
 
+#: The power at which :func:`detectable_difference` states what a test that cannot decide could have detected.
+POWER = 0.8
+
+
+def paired_t_power(difference: float, sd: float, n: int, alpha: float = 0.05) -> float:
+    r"""The power of the two-sided paired t-test over ``n`` seeds to detect a true mean difference ``difference``.
+
+    With the seed differences' standard deviation ``sd``, :math:`T = \bar d/(s_d/\sqrt n)` follows the
+    noncentral t with ``n − 1`` degrees of freedom and noncentrality :math:`\delta = d\sqrt n/s_d`; the power is
+    :math:`P(|T| > t_{1-α/2,\,n-1})` (``scipy.stats.nct``).  ``sd`` is the observed one: a planning estimate.
+
+    >>> round(paired_t_power(1.0, 1.0, 10), 3)
+    0.803
+    """
+    from scipy import stats
+
+    if n < 2 or not sd > 0:
+        return float("nan")
+    df = n - 1
+    crit = float(stats.t.ppf(1 - alpha / 2, df))
+    nc = abs(float(difference)) * math.sqrt(n) / float(sd)
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+
+
+def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = POWER) -> float:
+    """The smallest true mean difference the paired t-test over ``n`` seeds detects with ``power`` (at ``sd``).
+
+    Solves :func:`paired_t_power` ``= power`` (``scipy.optimize.brentq``); NaN with fewer than two seeds or no
+    spread.
+
+    >>> round(detectable_difference(1.0, 10), 3)
+    0.996
+    """
+    from scipy.optimize import brentq
+
+    if n < 2 or not sd > 0:
+        return float("nan")
+    hi = float(sd)
+    while paired_t_power(hi, sd, n, alpha) < power:
+        hi *= 2
+    return float(brentq(lambda d: paired_t_power(d, sd, n, alpha) - power, 0.0, hi, xtol=1e-12 * hi))
+
+
+def primary_test(a, b, sense: str = "max", alpha: float = 0.05, min_seeds: int = MIN_SEEDS) -> dict:
+    """The pre-specified primary test: :func:`seed_level_test` at ``alpha``, outside any Holm family.
+
+    When it cannot decide (no significant difference), its verdict is ``"inconclusive"``, and the record says
+    what the test could have detected: ``detectable`` (the difference found with :data:`POWER` power at the
+    observed spread of the seed differences, :func:`detectable_difference`) and ``power``.
+    """
+    rec = dict(seed_level_test(a, b, sense, alpha, min_seeds), primary=True)
+    d = np.asarray(rec["seed_differences"], dtype=np.float64)
+    if d.size >= 2 and rec["direction"] != "identical":
+        rec["detectable"] = detectable_difference(float(d.std(ddof=1)), int(d.size), alpha, POWER)
+        rec["power"] = POWER
+    if rec["direction"] == "no significant difference":
+        rec["direction"] = "inconclusive"
+    return rec
+
+
 def family_tests(values: Mapping[str, np.ndarray], references: Sequence[str], sense: str = "max",
-                 alpha: float = 0.05, min_seeds: int = MIN_SEEDS, columns: Sequence[str] | None = None
-                 ) -> dict[str, dict[str, dict]]:
+                 alpha: float = 0.05, min_seeds: int = MIN_SEEDS, columns: Sequence[str] | None = None,
+                 primary: tuple[str, str] | None = None) -> dict[str, dict[str, dict]]:
     """Every column against each reference by :func:`seed_level_test`, Holm-adjusted as one family.
 
     ``values``: ``{column: (clients, seeds) array}``; ``columns``: those tested (default: all).
@@ -660,6 +722,8 @@ def family_tests(values: Mapping[str, np.ndarray], references: Sequence[str], se
     Holm's ``p_holm`` (:func:`holm`) are both kept, and "better"/"worse" is decided
     on ``p_holm``.  "identical" tests (no p-value) are left out of the family;
     "underpowered" ones get their Holm p but keep the verdict "underpowered".
+    ``primary``: the ``(column, reference)`` pre-specified as the primary test, decided at ``alpha`` by
+    :func:`primary_test` and left out of the family.
 
     Returns
     -------
@@ -672,6 +736,9 @@ def family_tests(values: Mapping[str, np.ndarray], references: Sequence[str], se
         v = values[col]
         for ref in references:
             if ref == col or ref not in values:
+                continue
+            if (col, ref) == primary:
+                out.setdefault(col, {})[ref] = primary_test(v, values[ref], sense, alpha, min_seeds)
                 continue
             out.setdefault(col, {})[ref] = seed_level_test(v, values[ref], sense, alpha, min_seeds)
             order.append((col, ref))

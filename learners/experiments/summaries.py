@@ -179,8 +179,12 @@ def summarize(regime: dict, methods) -> dict:
             columns["CE (paper)"] = [r["methods"]["spo"]["ce_paper"]["test"] for r in runs]
         if m == "spo" and have_exact:
             columns["CE"] = [r["exact"]["test"]["ce"] for r in runs]
+            if all(r["exact"].get("loss") for r in runs):   # the validation-loss game's CE, scored by the metric
+                columns["CE (loss game)"] = [r["exact"]["loss"]["test"]["ce"] for r in runs]
     if have_exact and "CE" not in columns:  # no SPO among the learners: CE last
         columns["CE"] = [r["exact"]["test"]["ce"] for r in runs]
+        if all(r["exact"].get("loss") for r in runs):
+            columns["CE (loss game)"] = [r["exact"]["loss"]["test"]["ce"] for r in runs]
     table = {}
     for label, per_seed in columns.items():
         row = {c: _stats([t[c] for t in per_seed]) for c in clients}
@@ -208,7 +212,8 @@ def _columns(methods, have_exact: bool) -> list[tuple[str, str]]:
     cols = [(m, METHOD_LABELS.get(m, m)) for m in methods]
     if have_exact:
         at = next((k + 1 for k, (m, _) in enumerate(cols) if m == "spo"), len(cols))
-        cols[at:at] = [("ce_paper", "CE (paper)"), ("ce", "CE")] if "spo" in methods else [("ce", "CE")]
+        exact = [("ce", "CE"), ("ce_loss", "CE (loss game)")]   # the second only where the run has a loss game
+        cols[at:at] = ([("ce_paper", "CE (paper)")] if "spo" in methods else []) + exact
     return cols
 
 
@@ -225,6 +230,11 @@ def seed_record(fed, run: Run, exact_out: dict | None, estimates: dict) -> dict:
     if exact_out is not None and run.exact is not None:
         rec["outputs"]["ce"] = {c: np.asarray(exact_out["ce"][i], dtype=np.float64) for i, c in enumerate(names)}
         rec["metric"]["ce"] = dict(run.exact.test["ce"])
+        loss = run.exact.loss
+        if loss is not None and "ce_loss" in exact_out:   # the validation-loss game's CE, scored by the metric
+            rec["outputs"]["ce_loss"] = {c: np.asarray(exact_out["ce_loss"][i], dtype=np.float64)
+                                         for i, c in enumerate(names)}
+            rec["metric"]["ce_loss"] = dict(loss["test"]["ce"])
         paper = run.methods["spo"].ce_paper if "spo" in run.methods else None
         if paper is not None and "ce_paper" in exact_out:   # SPO's CE scored by the exact game's models
             rec["outputs"]["ce_paper"] = {c: np.asarray(exact_out["ce_paper"][i], dtype=np.float64)
@@ -241,7 +251,8 @@ INTERVALS_METHOD = ("per-client two-stage percentile bootstrap: seeds resampled,
                     "there); for the verdicts read seed.seed_tests")
 
 
-def regime_statistics(clients: list[str], metric: str, records: list[dict], methods) -> dict:
+def regime_statistics(clients: list[str], metric: str, records: list[dict], methods,
+                      primary_game: str | None = None) -> dict:
     """Per-client intervals and seed-level paired tests of every column (docs/formats.md, ``statistics``).
 
     ``records``: one :func:`seed_record` per seed.  For MSE and AUC, for every column (the
@@ -258,7 +269,7 @@ def regime_statistics(clients: list[str], metric: str, records: list[dict], meth
     largest difference between a metric recomputed from the stored outputs and
     the one the run recorded (the outputs are the scored models').
     """
-    from coalitions.learners.experiments.seedstats import distinct_test_rows, seed_statistics
+    from coalitions.learners.experiments.seedstats import distinct_test_rows, primary_column, seed_statistics
     from coalitions.learners.experiments.statistics import bootstrap_interval, output_samples
 
     have_exact = all("ce" in r["outputs"] for r in records)
@@ -294,7 +305,8 @@ def regime_statistics(clients: list[str], metric: str, records: list[dict], meth
     n_test = np.array([[len(r["y"][c]) for r in records] for c in clients], dtype=np.int64)
     distinct = distinct_test_rows(clients, [r.get("ids") or {} for r in records])
     out = {"level": LEVEL, "n_boot": N_BOOT, "alpha": ALPHA, "columns": list(intervals),
-           "outputs_check": check, "seed": seed_statistics(clients, metric, values, n_test, distinct),
+           "outputs_check": check, "seed": seed_statistics(clients, metric, values, n_test, distinct,
+                                                           primary=primary_column(primary_game, values)),
            "distinct_test_rows": distinct}
     if metric != "accuracy":   # accuracy: the Clopper–Pearson intervals under "seed" (binomial)
         out["intervals"] = intervals
