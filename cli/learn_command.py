@@ -90,11 +90,25 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
     for name, rec in e.extra.get("rules", {}).items():  # SPO: the paper's ratio rule beside elimination
         click.echo(f"  {name} rule{' (used)' if rec['used'] else ''}: {rec['label']}; equilibrium "
                    f"{' | '.join(','.join(b) for b in rec['partition'])}", err=True)
+    if run.defaulted:
+        click.echo(_defaults_line(e.extra), err=True)
     budget = _budget_line(e.extra, method)
     if budget:
         click.echo(budget, err=True)
     if sens is not None:
         click.echo(sensitivity_table(e.clients, sens[2], sens[0], sens[1]))
+
+
+def _defaults_line(extra: dict) -> str:
+    """What a run without training flags trained with: early stopping, and the rate its validation loss chose."""
+    from coalitions.learners.training.protocol import DEFAULT_PATIENCE
+
+    tuning = extra.get("lr_tuning")
+    grid = "" if not tuning else (f" and --lr-grid {','.join(f'{g:g}' for g in tuning['grid'])} (chosen: "
+                                  + (f"{tuning['chosen']:g}" if not isinstance(tuning["chosen"], dict) else "per client")
+                                  + ")")
+    return (f"  no training flags: trained with --patience {extra.get('patience') or DEFAULT_PATIENCE}{grid}, on "
+            "the data's default protocol; give any training flag to set the protocol yourself")
 
 
 def _budget_line(extra: dict, method: str) -> str | None:

@@ -77,6 +77,26 @@ def test_learn_tunes_a_personalised_learner_on_the_lr_grid(tmp_path):
     assert rec["chosen"] == rec["grid"][rec["val_loss"].index(min(rec["val_loss"]))] == e.config["protocol"]["lr"]
 
 
+def test_without_training_flags_learn_stops_on_the_validation_loss_and_tunes_the_rate(tmp_path, capsys):
+    """Issue 33: ``coalitions learn`` with no training flag trains the default protocol with the reports' patience and
+    a rate grid around its rate, and says so; any training flag leaves the protocol to the user."""
+    from coalitions.estimate import read_estimate
+    from coalitions.learners.training.protocol import DEFAULT_PATIENCE, default_protocol, rate_grid
+
+    out = tmp_path / "e.json"
+    data = ["--clients", "3", "--samples", "20", "--dim", "3"]    # dataset options, not training flags
+    assert cli.main(["learn", "synthetic", "--method", "fedavg", *data, "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    e = read_estimate(out)
+    grid = rate_grid(default_protocol("regression", "linear").lr)
+    assert e.config["protocol"]["patience"] == DEFAULT_PATIENCE and e.extra["lr_tuning"]["grid"] == list(grid)
+    assert f"no training flags: trained with --patience {DEFAULT_PATIENCE} and --lr-grid " in err
+    assert cli.main(["learn", "synthetic", "--method", "fedavg", *data, "--steps", "5", "-o", str(out)]) == 0
+    e = read_estimate(out)
+    assert "patience" not in e.config["protocol"] and "lr_tuning" not in e.extra
+    assert "no training flags" not in capsys.readouterr().err
+
+
 def test_a_seed_shared_by_the_data_and_the_learner_is_reported_as_seed(capsys, tmp_path):
     rc = cli.main(["learn", "synthetic", "--method", "spo", *SMALL, "--seed", "-1", "-o", str(tmp_path / "e.json")])
     err = capsys.readouterr().err

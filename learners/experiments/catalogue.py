@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, fields
 
 from coalitions.errors import InputError
 from coalitions.learners.methods.registry import labels
-from coalitions.learners.training.protocol import DEFAULT_PROTOCOLS, TrainingProtocol
+from coalitions.learners.training.protocol import DEFAULT_PATIENCE, DEFAULT_PROTOCOLS, TrainingProtocol, rate_grid
 from coalitions.params import ParameterError
 
 __all__ = ["Regime", "Settings", "Experiment", "EXPERIMENTS", "METHOD_LABELS", "PAPER_BASELINES", "get_experiment",
@@ -233,7 +233,7 @@ _SEEDS = (0, 1, 2, 3, 4)
 #: column -- every exact subset model, Local, every learner, SPO -- stops when its validation loss has not
 #: improved for this many evaluations (one per round or step) and keeps its best parameters; the report names
 #: the columns that reached the budget instead. (Synthetic keeps none: its exact game is the closed form.)
-PATIENCE = 10
+PATIENCE = DEFAULT_PATIENCE
 
 #: Local gradient steps a site takes per communication round in every round-based column of heart and Adult:
 #: more than one, so that each method's defining step acts (FedProx's proximal term is zero at a round's first
@@ -254,7 +254,7 @@ TUNE_SPLIT = 0.2
 #: The learning-rate grid every learner column of heart and Adult tunes on (validation loss;
 #: :mod:`coalitions.learners.training.tuning`): a third of, equal to and three times the exact game's
 #: rate (0.05, chosen once on seeds 100-102 by ``benchmarks/protocol_defaults.py``).
-LOGISTIC_GRID = (0.015, 0.05, 0.15)
+LOGISTIC_GRID = rate_grid(0.05)
 
 
 def budgeted_options(exp: Experiment, quick: bool, method: str, sizes, regime: Regime | None = None) -> dict:

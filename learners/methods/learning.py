@@ -9,6 +9,10 @@ The command line gives a method name, the method's own options and its training 
   mean tuning loss, as ``coalitions reproduce`` does
   (:func:`~coalitions.learners.training.tuning.fit_on_grid`, recorded as ``extra.lr_tuning``;
   Local chooses per client);
+* **without training flags** every method trains until its validation loss stops improving: the
+  protocol with the reports' patience and, for a personalised learner, a rate grid around its rate
+  (:func:`~coalitions.learners.training.protocol.tuned`; SPO, whose rate is its hypernetwork's own,
+  takes the patience); :attr:`Learning.defaulted` says so;
 * **SPO** splits the training flags: those that are its own settings (``--lr``, ``--model``,
   ``--mlp-hidden``, ``--weight-decay``: its hypernetwork's rate, its target model and ridge) go
   to the estimator, those it reads from the protocol (:attr:`SPO.protocol_fields
@@ -51,6 +55,8 @@ class Learning:
     ----------
     estimator : Learner
         The estimator; after :meth:`fit`, the fitted one (with a grid: the one at the chosen rate).
+    defaulted : bool
+        No training flag was given: the run stops on its validation loss (and tunes its rate) by default.
 
     Raises
     ------
@@ -63,6 +69,7 @@ class Learning:
         from coalitions.learners.methods.base import PersonalizedLearner
 
         self.method, self.options, self.training = method, dict(options), dict(training)
+        self.defaulted = not self.training
         self.device, self.seed, self._progress = device, seed, progress
         if method not in METHODS:   # create's message
             create(method, {})
@@ -83,11 +90,13 @@ class Learning:
         its ``extra`` when the protocol has a grid."""
         import dataclasses
 
-        from coalitions.learners.training.protocol import FLAG_FIELDS, protocol_with
+        from coalitions.learners.training.protocol import DEFAULT_PATIENCE, FLAG_FIELDS, protocol_with, tuned
 
         tuning = None
         if self.personal:
             protocol = protocol_with(fed.task, fed.input_shape, {FLAG_FIELDS[k]: v for k, v in self.training.items()})
+            if self.defaulted:   # stop on the validation loss and tune the rate, as the reports do
+                protocol = tuned(protocol)
             from coalitions.learners.training.tuning import fit_on_grid
 
             def make(lr):
@@ -98,7 +107,8 @@ class Learning:
 
             self.estimator, tuning = fit_on_grid(make, protocol, fed)   # the rule reproduce follows
         else:   # SPO: the default protocol of the data with the flags it reads changed
-            self.estimator.set_params(protocol=protocol_with(fed.task, fed.input_shape, self._fields)).fit(fed)
+            fields = {"patience": DEFAULT_PATIENCE} if self.defaulted else self._fields
+            self.estimator.set_params(protocol=protocol_with(fed.task, fed.input_shape, fields)).fit(fed)
         e = self.estimator.estimate_
         if tuning is not None:
             e = dataclasses.replace(e, extra={**e.extra, "lr_tuning": tuning})

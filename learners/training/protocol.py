@@ -65,6 +65,7 @@ from dataclasses import asdict, dataclass, replace
 from coalitions.params import ParameterError, check_param
 
 __all__ = ["TrainingProtocol", "OPTIMIZERS", "SCHEDULES", "DEFAULT_PROTOCOLS", "default_protocol", "lr_factor",
+           "DEFAULT_PATIENCE", "GRID_FACTORS", "rate_grid", "tuned",
            "Scheduled", "decayed", "default_kind", "protocol_with", "FLAG_FIELDS"]
 
 OPTIMIZERS = ("adam", "sgd")
@@ -259,6 +260,37 @@ DEFAULT_PROTOCOLS: dict[tuple[str, str], TrainingProtocol] = {
     ("multiclass", "cnn"): TrainingProtocol(model="cnn", optimizer="adam", lr=0.005, weight_decay=1e-3,
                                             batch_size=32, steps=200),
 }
+
+
+#: The early-stopping patience of the reports' protocols (``catalogue.PATIENCE``) and of ``coalitions learn`` run
+#: without training flags (:func:`tuned`): evaluations (rounds, or epochs) without improvement before a run stops.
+DEFAULT_PATIENCE = 10
+
+#: A rate grid around a protocol's rate: 0.3 times it, the rate, 3 times it (heart's and Adult's grid is
+#: ``rate_grid(0.05)``).
+GRID_FACTORS = (0.3, 1.0, 3.0)
+
+
+def rate_grid(lr: float) -> tuple[float, ...]:
+    """The grid :data:`GRID_FACTORS` around ``lr`` (rounded to 12 significant digits).
+
+    >>> rate_grid(0.05)
+    (0.015, 0.05, 0.15)
+    """
+    check_param("lr", lr, "number", low=0, low_open=True)
+    return tuple(float(f"{lr * f:.12g}") for f in GRID_FACTORS)
+
+
+def tuned(protocol: TrainingProtocol) -> TrainingProtocol:
+    """``protocol`` trained until its validation loss stops improving: :data:`DEFAULT_PATIENCE` and, without a grid of
+    its own, :func:`rate_grid` around its rate (what ``coalitions learn`` trains with when no training flag is given).
+
+    >>> p = tuned(TrainingProtocol(model="logistic", lr=0.05))
+    >>> p.patience, p.lr_grid
+    (10, (0.015, 0.05, 0.15))
+    """
+    return protocol.with_(patience=protocol.patience or DEFAULT_PATIENCE,
+                          lr_grid=protocol.lr_grid or rate_grid(protocol.lr))
 
 
 #: Fields that :meth:`TrainingProtocol.to_json` omits at their defaults, so that a protocol without them
