@@ -333,10 +333,13 @@ def _interval(c: dict | None) -> str:
     return f"{_g(c['estimate'])} [{_g(c['low'])}, {_g(c['high'])}]"
 
 
-def ce_minus_local(reg: dict) -> str:
+def ce_minus_local(reg: dict, brief: bool = False) -> str:
     """A sentence: CE − Local (mean over clients, oriented so that positive is better) with its seed-level interval.
 
-    From the seed-level test of ``CE`` against ``Local`` (``ci``: Student-t over the seeds); ``""`` without one.
+    From the seed-level test of the regime's primary column (its primary game's CE; ``CE`` in older results)
+    against ``Local`` (``ci``: Student-t over the seeds); ``""`` without one.  The first table states the primary
+    test in full (its level, its family, the difference it could detect); ``brief`` gives the difference, its
+    interval and its verdict only, for the tables after it.
     """
     seed = (reg["summary"].get("statistics") or {}).get("seed") or {}
     col = (seed.get("primary") or ["CE"])[0]
@@ -350,8 +353,8 @@ def ce_minus_local(reg: dict) -> str:
     sign = "higher" if reg.get("metric") != "mse" else "lower"
     text = (f"{col} − Local (each seed's difference of client means, positive: the CE's {reg.get('metric')} is "
             f"better, i.e. {sign}): {_g(t['mean_difference'])}{bounds}")
-    if not t.get("primary"):
-        return text + f"; verdict: {t['direction']}."
+    if brief or not t.get("primary"):   # brief: the tables after the first, which states the primary test in full
+        return text + f"; verdict: {t['direction']}" + (" (the primary test)." if t.get("primary") else ".")
     text = (f"**Primary test**, fixed before the runs: the primary game's CE (column {col}) against Local, paired t-test "
             f"over the seeds at α = {seed.get('alpha', 0.05):g}, outside the Holm family. " + text
             + f", p = {_p(t['p'])}; verdict: **{t['direction']}**")
@@ -380,7 +383,7 @@ def _binomial_section(reg: dict) -> list[str]:
         rows.append([c] + cells + [(f"{next(iter(sizes))[0]} of {next(iter(sizes))[1]}" if len(sizes) == 1 else "–")])
     rows.append(["**mean over clients**"] + [_interval(means.get(col)) for col in cols] + [""])
     pooled = f"pooled over its {n} seeds" if n > 1 else "on one seed"
-    sentence = ce_minus_local(reg)
+    sentence = ce_minus_local(reg, brief=True)
     return ([f"### Test accuracy per client with {100 * seed['level']:g}% intervals (higher is better)", "",
              f"Client rows: the share of the client's test samples classified right ({pooled}), with the "
              "Clopper–Pearson (exact binomial) interval (`scipy.stats.binomtest(...).proportion_ci(method=\"exact\")`) "
@@ -411,7 +414,7 @@ def _interval_section(reg: dict) -> list[str]:
                     + [str(sizes[0]) if len(set(sizes)) == 1 else "–".join(map(str, (min(sizes), max(sizes))))])
     what = (f"the mean over {n} seeds of the client's test {reg['metric']}" if n > 1
             else f"the client's test {reg['metric']} (one seed)")
-    sentence = ce_minus_local(reg)
+    sentence = ce_minus_local(reg, brief=True)
     lines = [f"### Test {reg['metric']} per client with {100 * st['level']:g}% bootstrap intervals "
              f"({_better(reg['metric'])})", "",
              f"`mean [lo, hi]`: {what}, and the {100 * (1 - st['level']) / 2:g}% and "
