@@ -215,6 +215,15 @@ class FedeRiCo(PersonalizedLearner):
         return mean * d.m[clients].sum(1).to(mean.dtype)
 
     # -- the rounds
+    def _init_params(self, gen, device, copies: int) -> dict:
+        """Each client's model its own draw (the other learners start every client alike).
+
+        The models are EM's mixture components: identical ones stay identical (every E-step's losses tie
+        across models, the posterior stays uniform, and every model takes the same update), the symmetric
+        fixed point of EM.  In the paper's decentralised setting each client initialises its own model.
+        """
+        return {k: v.to(device) for k, v in self.spec_.init(gen, copies).items()}
+
     def init_state(self, fed, gen, device):
         phi = self._init_params(gen, device, fed.n)
         opt = self._make_optimizer()
