@@ -224,7 +224,7 @@ def test_ce_ours_is_spos_utilities_in_its_own_ce_and_a_summary_column():
 
 def test_quick_synthetic_budget_is_matched():
     """Every learner takes the experiment's protocol itself and derives its rounds from its budget."""
-    from coalitions.learners.experiments.catalogue import EXPERIMENTS, budget_record
+    from coalitions.learners.experiments.catalogue import EXPERIMENTS, VARIANTS, budget_record
     from coalitions.learners.methods.fedamp import FedAMP
     from coalitions.learners.methods.federico import FedeRiCo
 
@@ -232,7 +232,9 @@ def test_quick_synthetic_budget_is_matched():
     rec = budget_record(exp, True, exp.methods, [10] * 6)
     steps = rec["steps_per_client"]
     assert rec["protocol"]["closed_form"] and exp.protocol_for(True).steps == steps
-    assert all(rec["methods"][m] == {"protocol": "the protocol"} for m in exp.methods)   # SPO included
+    # SPO included; a variant column (FedeRiCo's two scales) adds the option it fixes
+    assert all(rec["methods"][m] == {"protocol": "the protocol", **(VARIANTS[m].options if m in VARIANTS else {})}
+               for m in exp.methods)
     p = exp.protocol_for(True).with_(steps=20)
     fed = load("synthetic", seed=0)
     federico = FedeRiCo(protocol=p, device="cpu").fit(fed)

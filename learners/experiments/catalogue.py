@@ -53,9 +53,9 @@ class Variant:
     label: str
 
 
-#: FedeRiCo's two loss scales (SPEC §5: the paper does not say which; both are reported, named): the mean is
-#: the default (``benchmarks/federico_scale.py`` on held-out federations), the sum the data's negative
-#: log-likelihood.  A report run before the two columns existed has one column ``federico``, trained with the
+#: FedeRiCo's two loss scales (the paper does not say which, so both are reported, named;
+#: docs/learners-personalized.md): the mean is the default (``benchmarks/federico_scale.py`` on held-out
+#: federations), the sum the data's negative log-likelihood.  A report run before the two columns existed has one column ``federico``, trained with the
 #: default of its day (the sum; docs/results.md names it).
 VARIANTS = {
     "federico-mean": Variant("federico", {"likelihood": "mean"}, "FedeRiCo (mean)"),
@@ -238,7 +238,7 @@ PATIENCE = DEFAULT_PATIENCE
 #: Local gradient steps a site takes per communication round in every round-based column of heart and Adult:
 #: more than one, so that each method's defining step acts (FedProx's proximal term is zero at a round's first
 #: step, so with one step FedProx is FedAvg; Per-FedAvg's meta step, Ditto's and pFedMe's personal steps act
-#: within a round: SPEC §5), and FedAMP's own floor (its ``local_steps``, 5), so that every round-based column
+#: within a round), and FedAMP's own floor (its ``local_steps``, 5), so that every round-based column
 #: has one round length.  Local is not affected (it evaluates after every epoch, as the exact game's models do).
 #: Each experiment's budget is then the smallest of 50, 100 and 250 steps under which every round-based column
 #: stops on its patience before the budget on at least 2 of the 3 held-out seeds 100-102
