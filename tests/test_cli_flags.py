@@ -157,3 +157,18 @@ def test_nan_is_never_accepted_as_a_number():
     check_param("c", None, "choice", choices=("a",), allow_none=True)
     e = ParameterError("n", "{name} must be {{odd}}")
     assert str(e) == "n must be {odd}" and e.phrase("--n") == "--n must be {odd}"
+
+
+@pytest.mark.parametrize("flag", ["--steps", "--local-steps", "--patience"])
+def test_a_budget_no_machine_could_run_is_refused_before_anything_runs(capsys, tmp_path, flag):
+    """Issue 35: ``--steps 100000000000000000000`` trained, with an ETA of 10^14 hours; the protocol's integer
+    budgets stop at ``MAX_STEPS`` (a billion local steps per client), on the command line and in the library."""
+    from coalitions.learners.training.protocol import MAX_STEPS, TrainingProtocol
+
+    rc = cli.main(["learn", "synthetic", "--method", "fedavg", *SMALL, flag, str(10**20), "-o", str(tmp_path / "e")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and f"'{flag}'" in err and f"<={MAX_STEPS}" in err
+    assert not (tmp_path / "e").exists()
+    with pytest.raises(ParameterError, match=flag.lstrip("-").replace("-", "_")):
+        TrainingProtocol(**{flag.lstrip("-").replace("-", "_"): MAX_STEPS + 1})
+    TrainingProtocol(steps=MAX_STEPS)   # the bound itself is a valid (if long) budget

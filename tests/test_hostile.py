@@ -806,7 +806,7 @@ def test_estimate_names_are_read_in_linear_time():
     (["oracle", "synthetic", "--memory-mb", "nan"], "'--memory-mb': 'nan' is not a finite number"),
     (["oracle", "synthetic", "--memory-mb", "inf"], "'--memory-mb': 'inf' is not a finite number"),
     (["federate", "synthetic", "--wait", "nan"], "'--wait': 'nan' is not a finite number"),
-    (["learn", "synthetic", "--method", "fedavg", "--steps", "0"], "'--steps': 0 is not in the range x>=1"),
+    (["learn", "synthetic", "--method", "fedavg", "--steps", "0"], "'--steps': 0 is not in the range 1<=x<=1000000000"),
     (["reproduce", "synthetic", "--seeds", "0,0"], "--seeds: seed 0 is given twice"),
 ])
 def test_bad_options_are_refused_up_front(capsys, tmp_path, args, fault):

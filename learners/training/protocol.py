@@ -65,8 +65,13 @@ from dataclasses import asdict, dataclass, replace
 from coalitions.params import ParameterError, check_param
 
 __all__ = ["TrainingProtocol", "OPTIMIZERS", "SCHEDULES", "DEFAULT_PROTOCOLS", "default_protocol", "lr_factor",
-           "DEFAULT_PATIENCE", "GRID_FACTORS", "rate_grid", "tuned",
+           "DEFAULT_PATIENCE", "GRID_FACTORS", "MAX_STEPS", "rate_grid", "tuned",
            "Scheduled", "decayed", "default_kind", "protocol_with", "FLAG_FIELDS"]
+
+#: The largest budget (and round length, and patience) a protocol takes: a billion local steps per client. Beyond it
+#: a run is refused before anything is read or trained (at this project's 10^2–10^4 steps a second it would take
+#: days to years, and ``--steps 1e20`` printed an ETA of 10^14 hours instead of an error).
+MAX_STEPS = 10**9
 
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("cosine", "constant")
@@ -164,10 +169,10 @@ class TrainingProtocol:
         check_param("weight_decay", self.weight_decay, "number", low=0)
         check_param("schedule", self.schedule, "choice", choices=SCHEDULES)
         check_param("batch_size", self.batch_size, "int", low=1, allow_none=True)
-        check_param("steps", self.steps, "int", low=1)
+        check_param("steps", self.steps, "int", low=1, high=MAX_STEPS)
         check_param("closed_form", self.closed_form, "bool")
-        check_param("local_steps", self.local_steps, "int", low=1)
-        check_param("patience", self.patience, "int", low=1, allow_none=True)
+        check_param("local_steps", self.local_steps, "int", low=1, high=MAX_STEPS)
+        check_param("patience", self.patience, "int", low=1, high=MAX_STEPS, allow_none=True)
         if self.lr_grid is not None:
             if isinstance(self.lr_grid, (str, bytes)) or not hasattr(self.lr_grid, "__iter__"):
                 raise ParameterError("lr_grid", f"{{name}} must be a sequence of learning rates, got {self.lr_grid!r}")
