@@ -16,7 +16,7 @@ from coalitions.cli.params import SEED, Batch, Finite, Rates
 from coalitions.learners.data.datasets import LOADERS
 from coalitions.learners.data.datasets import OPTIONS as LOADER_OPTIONS
 from coalitions.learners.methods.registry import ALIASES, METHODS, all_options
-from coalitions.learners.training.protocol import MAX_STEPS
+from coalitions.params import MAX_STEPS
 
 __all__ = ["DATASETS", "DATASET_OPTIONS", "dataset_options", "training_options", "training_given", "TRAINING_KEYS",
            "TRAINING_FLAG_OF", "method_options", "MethodChoice", "SectionedCommand", "apply_threads", "load_federation"]

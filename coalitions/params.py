@@ -27,10 +27,15 @@ import numpy as np
 
 from coalitions.errors import InputError
 
-__all__ = ["ParameterError", "check_param", "KINDS"]
+__all__ = ["ParameterError", "check_param", "KINDS", "MAX_STEPS"]
 
 #: What :func:`check_param` can check.
 KINDS = ("int", "number", "bool", "choice", "callable")
+
+#: The largest step count (a training budget, a round length, a patience) any parameter takes: a billion.
+#: Beyond it a run is refused before anything is read or trained (at this project's 10^2–10^4 steps a second it
+#: would take days to years; ``--steps 1e20`` printed an ETA of 10^14 hours instead of an error).
+MAX_STEPS = 10**9
 
 
 class ParameterError(InputError):

@@ -54,7 +54,7 @@ Examples
 >>> TrainingProtocol(steps=0)
 Traceback (most recent call last):
 ...
-coalitions.params.ParameterError: steps must be an integer >= 1, got 0
+coalitions.params.ParameterError: steps must be an integer in [1, 1e+09], got 0
 """
 
 from __future__ import annotations
@@ -62,16 +62,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from coalitions.params import ParameterError, check_param
+from coalitions.params import MAX_STEPS, ParameterError, check_param
 
 __all__ = ["TrainingProtocol", "OPTIMIZERS", "SCHEDULES", "DEFAULT_PROTOCOLS", "default_protocol", "lr_factor",
            "DEFAULT_PATIENCE", "GRID_FACTORS", "MAX_STEPS", "rate_grid", "tuned",
            "Scheduled", "decayed", "default_kind", "protocol_with", "FLAG_FIELDS"]
-
-#: The largest budget (and round length, and patience) a protocol takes: a billion local steps per client. Beyond it
-#: a run is refused before anything is read or trained (at this project's 10^2–10^4 steps a second it would take
-#: days to years, and ``--steps 1e20`` printed an ETA of 10^14 hours instead of an error).
-MAX_STEPS = 10**9
 
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("cosine", "constant")
