@@ -205,11 +205,11 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
                 run.methods[m] = _method_summary(est, game, eq)
                 if m == "spo":
                     run.methods[m].ce_ours = ce_ours(est)
-                    if game is not None:   # the paper's CE: models trained on SPO's coalitions (the exact game's)
+                    if game is not None and eq is not None:   # the paper's CE: the exact game's models of its coalitions
                         run.methods[m].ce_paper = ce_paper(est, game, test_game, eq.semantics)
                 if seed != seeds[0]:
                     run.methods[m].estimate = None
-            if game is not None:   # the test outputs of the exact game's models each column is scored with
+            if game is not None and eq is not None and run.exact is not None:   # the models each column is scored with
                 paper = run.methods["spo"].ce_paper if "spo" in run.methods else None
                 extra = {} if paper is None else {"ce_paper": _masks(fed, paper["models"])}
                 if run.exact.loss is not None:   # the loss game's CE: its models' outputs
