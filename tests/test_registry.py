@@ -11,11 +11,13 @@ from coalitions.learners.methods.registry import ALIASES, METHODS, OPTIMISER_KEY
 
 def test_every_table_of_methods_is_the_registrys():
     import coalitions.learners as L
-    from coalitions.learners.experiments.catalogue import METHOD_LABELS
+    from coalitions.learners.experiments.catalogue import METHOD_LABELS, VARIANTS
     from coalitions.learners.federated.personal import PERSONAL
     from coalitions.learners.federated.personal.learners import OPTIMISER_KEYS as SITE_KEYS
 
-    assert METHOD_LABELS == labels() and set(METHOD_LABELS) == set(METHODS)
+    # the reports' labels: the registry's, and the variant columns' (a registered method with an option fixed)
+    assert METHOD_LABELS == {**labels(), **{name: v.label for name, v in VARIANTS.items()}}
+    assert set(METHOD_LABELS) == set(METHODS) | set(VARIANTS) and {v.method for v in VARIANTS.values()} <= set(METHODS)
     assert all(getattr(L, name) is METHODS[m].estimator_class() for m in METHODS
                for name in [METHODS[m].target.partition(":")[2]])
     assert set(exports()) <= set(L.__all__)
