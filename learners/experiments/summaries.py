@@ -163,7 +163,7 @@ def summarize(regime: dict, methods) -> dict:
 
     Columns: each learner by its label, ``CE (ours)`` after SPO (SPO's hypernetwork read at
     SPO's own CE's coalitions: :func:`ce_ours`), ``CE (paper)`` (SPO's CE by the paper's
-    definition, the exact game's models trained on its coalitions: :func:`ce_paper`), ``CE`` (the
+    definition, the exact game's models trained on its coalitions: ``spo_column.ce_paper``), ``CE`` (the
     exact equilibrium) where the exact game was computed.  ``mean`` averages the clients of each
     seed first.
     """
