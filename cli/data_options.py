@@ -54,11 +54,13 @@ _TRAINING_FLAGS = (
     ("schedule", click.Choice(["cosine", "constant"]), "Learning rate over the run [cosine]."),
     ("momentum", Finite(0.0), "SGD momentum [0]."),
     ("weight-decay", Finite(0.0), "weight_decay/2 |w|^2 on the weights [the dataset's default protocol]."),
-    ("steps", click.IntRange(1, MAX_STEPS), "The budget: local gradient steps per client [the dataset's default protocol]."),
+    ("steps", click.IntRange(1, MAX_STEPS),
+     "The budget: local gradient steps per client [the dataset's default protocol]."),
     ("local-steps", click.IntRange(1, MAX_STEPS), "Local steps a site takes per communication round [1]."),
     ("batch-size", Batch(), "Samples per step and client, or full [the dataset's default protocol]."),
-    ("patience", click.IntRange(1, MAX_STEPS), "Stop when the validation loss has not improved for this many evaluations "
-                                    "and keep the best models [train the whole budget]."),
+    ("patience", click.IntRange(1, MAX_STEPS),
+     "Stop when the validation loss has not improved for this many evaluations and keep the best models "
+     "[train the whole budget]."),
     ("tune-split", Finite(0.0, open_low=True), "Hold this share of each client's training rows out to choose "
                                                 "the rate and the stopping step, so that the validation rows only "
                                                 "score [none: the validation rows tune and score]."),

@@ -104,9 +104,10 @@ def _defaults_line(extra: dict) -> str:
     from coalitions.learners.training.protocol import DEFAULT_PATIENCE
 
     tuning = extra.get("lr_tuning")
-    grid = "" if not tuning else (f" and --lr-grid {','.join(f'{g:g}' for g in tuning['grid'])} (chosen: "
-                                  + (f"{tuning['chosen']:g}" if not isinstance(tuning["chosen"], dict) else "per client")
-                                  + ")")
+    grid = ""
+    if tuning:
+        chosen = "per client" if isinstance(tuning["chosen"], dict) else f"{tuning['chosen']:g}"
+        grid = f" and --lr-grid {','.join(f'{g:g}' for g in tuning['grid'])} (chosen: {chosen})"
     return (f"  no training flags: trained with --patience {extra.get('patience') or DEFAULT_PATIENCE}{grid}, on "
             "the data's default protocol; give any training flag to set the protocol yourself")
 

@@ -125,8 +125,8 @@ def test_estimate_weights_and_options():
 
 
 def test_the_sum_likelihood_recovers_planted_groups_the_default_mean_merges():
-    """learners-personalized.md, Methods: ``p(D_i | φ_j) ∝ exp(−Σ_x ℓ)`` with ``likelihood="sum"``; the default mean
-    (a temperature of ``n_i``, chosen on held-out federations) merges two of the planted groups here."""
+    """learners-personalized.md, Methods: ``p(D_i | φ_j) ∝ exp(−Σ_x ℓ)`` with ``likelihood="sum"``; the default
+    mean (a temperature of ``n_i``, chosen on held-out federations) merges two of the planted groups here."""
     fed = blobs(sizes=(30,) * 9, groups=((0, 1, 2), (3, 4, 5), (6, 7, 8)), seed=1)
     full = dict(kw(40, (), batch_size=None, lr=0.05), seed=0)   # full batch: 40 steps
     planted = {0b000000111, 0b000111000, 0b111000000}

@@ -19,8 +19,8 @@ from coalitions.learners.experiments.report import fmt_stat, report_markdown  # 
 from coalitions.learners.experiments.results import RESULTS_FORMAT, read_results  # noqa: E402
 from coalitions.learners.experiments.runner import summarize  # noqa: E402
 
-COLUMNS = ["Local", "FedAvg", "SPO", "CE (ours)", "CE (paper)", "CE", "FedAMP", "HeurFedAMP", "FedeRiCo (mean)", "FedeRiCo (sum)",
-           "SuPerFed-MM"]
+COLUMNS = ["Local", "FedAvg", "SPO", "CE (ours)", "CE (paper)", "CE", "FedAMP", "HeurFedAMP", "FedeRiCo (mean)",
+           "FedeRiCo (sum)", "SuPerFed-MM"]
 #: The statistics cover the columns with per-sample test outputs: not SPO's models in its own CE.
 STAT_COLUMNS = [c for c in COLUMNS if c != "CE (ours)"]
 

@@ -55,8 +55,8 @@ class Variant:
 
 #: FedeRiCo's two loss scales (the paper does not say which, so both are reported, named;
 #: docs/learners-personalized.md): the mean is the default (``benchmarks/federico_scale.py`` on held-out
-#: federations), the sum the data's negative log-likelihood.  A report run before the two columns existed has one column ``federico``, trained with the
-#: default of its day (the sum; docs/results.md names it).
+#: federations), the sum the data's negative log-likelihood.  A report run before the two columns existed has
+#: one column ``federico``, trained with the default of its day (the sum; docs/results.md names it).
 VARIANTS = {
     "federico-mean": Variant("federico", {"likelihood": "mean"}, "FedeRiCo (mean)"),
     "federico-sum": Variant("federico", {"likelihood": "sum"}, "FedeRiCo (sum)"),
@@ -75,6 +75,8 @@ def method_of(column: str) -> str:
 def _variant_options(column: str) -> dict:
     """The options column ``column`` fixes (none for a registered method's own column)."""
     return dict(VARIANTS[column].options) if column in VARIANTS else {}
+
+
 #: The baselines of the paper's tables (docs/learners-baselines.md).  FedPer and LG-FedAvg split a
 #: model into body and output layer: with a logistic model there is no body (FedPer is Local,
 #: LG-FedAvg is FedAvg), so the logistic experiments leave them out.

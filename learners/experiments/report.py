@@ -355,8 +355,8 @@ def ce_minus_local(reg: dict, brief: bool = False) -> str:
             f"better, i.e. {sign}): {_g(t['mean_difference'])}{bounds}")
     if brief or not t.get("primary"):   # brief: the tables after the first, which states the primary test in full
         return text + f"; verdict: {t['direction']}" + (" (the primary test)." if t.get("primary") else ".")
-    text = (f"**Primary test**, fixed before the runs: the primary game's CE (column {col}) against Local, paired t-test "
-            f"over the seeds at α = {seed.get('alpha', 0.05):g}, outside the Holm family. " + text
+    text = (f"**Primary test**, fixed before the runs: the primary game's CE (column {col}) against Local, paired "
+            f"t-test over the seeds at α = {seed.get('alpha', 0.05):g}, outside the Holm family. " + text
             + f", p = {_p(t['p'])}; verdict: **{t['direction']}**")
     if t.get("detectable") is not None and t["direction"] in ("inconclusive", "better", "worse"):
         text += (f" (with the observed spread of the seed differences it detects a true difference of "
@@ -590,8 +590,9 @@ def _utility_section(reg: dict) -> list[str]:
     sentence = ce_minus_local(reg)
     return ([f"### Test {reg['metric']} per client ({_better(reg['metric'])}; {spread})", "",
              "CE: each client's model in the exact equilibrium. The learners' figures are their own "
-             "personalised models.", ""] + (["CE (ours): SPO's hypernetwork read at the coalitions of SPO's own CE.", ""]
-                                             if "CE (ours)" in cols else [])
+             "personalised models.", ""]
+            + (["CE (ours): SPO's hypernetwork read at the coalitions of SPO's own CE.", ""] if "CE (ours)" in cols
+               else [])
             + (["CE (paper): SPO's CE by the paper's definition, models trained on its coalitions (the exact game's "
                 "models of those coalitions, so that it differs from CE by the partition alone).", ""]
                if "CE (paper)" in cols else [])

@@ -205,7 +205,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, quick: bool = False, dev
                 run.methods[m] = _method_summary(est, game, eq)
                 if m == "spo":
                     run.methods[m].ce_ours = ce_ours(est)
-                    if game is not None and eq is not None:   # the paper's CE: the exact game's models of its coalitions
+                    if game is not None and eq is not None:   # the paper's CE: the exact game's models of them
                         run.methods[m].ce_paper = ce_paper(est, game, test_game, eq.semantics)
                 if seed != seeds[0]:
                     run.methods[m].estimate = None

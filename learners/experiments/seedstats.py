@@ -36,8 +36,8 @@ from coalitions.learners.experiments.statistics import (
     seed_interval,
 )
 
-__all__ = ["seed_statistics", "primary_column", "distinct_test_rows", "column_values", "exact_supports", "refresh_results", "MAJORITY", "LEVEL", "N_BOOT",
-           "ALPHA"]
+__all__ = ["seed_statistics", "primary_column", "distinct_test_rows", "column_values", "exact_supports",
+           "refresh_results", "MAJORITY", "LEVEL", "N_BOOT", "ALPHA"]
 
 #: The report's column of the majority-class baseline (classification by accuracy).
 MAJORITY = "Majority class"
@@ -138,7 +138,8 @@ def column_values(reg: dict) -> dict[str, np.ndarray]:
     """``{column: (clients, seeds)}`` test metric of every column of a regime of ``results.json``.
 
     The learners by their label, ``CE (ours)`` (SPO's models in SPO's CE), ``CE (paper)`` (the exact
-    game's models of SPO's coalitions), ``CE`` (the exact game's), as :func:`~coalitions.learners.experiments.runner.summarize` orders them.
+    game's models of SPO's coalitions), ``CE`` and ``CE (loss game)`` (the exact games'), as
+    :func:`~coalitions.learners.experiments.runner.summarize` orders them.
     """
     clients = reg["clients"]
     runs = reg["runs"]

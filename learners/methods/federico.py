@@ -10,9 +10,10 @@ explains its data.  Each round ``t``:
    samples ``K`` other clients uniformly, otherwise it takes the ``K`` others
    with the highest posterior ``w_ij`` (ties to the lower index).
 2. **E-step**: for the sampled ``j`` and itself, ``ℓ_ij = ℓ(φ_j; D_i)``, the loss of
-   model ``j`` on client ``i``'s whole training split, ``p(D_i | φ_j) ∝ exp(−ℓ_ij)``: the *mean* of the per-sample losses
-   (``likelihood="mean"``, the default, chosen on held-out federations: docs/learners-personalized.md#methods)
-   or their *sum* (``"sum"``, the data's negative log-likelihood, ``n_i`` times sharper), and
+   model ``j`` on client ``i``'s whole training split, ``p(D_i | φ_j) ∝ exp(−ℓ_ij)``:
+   the *mean* of the per-sample losses (``likelihood="mean"``, the default, chosen on held-out
+   federations: docs/learners-personalized.md#methods) or their *sum* (``"sum"``, the data's
+   negative log-likelihood, ``n_i`` times sharper), and
    ``L̂_ij ← (1 − β)·L̂_ij + β·ℓ_ij``;
    then, by default (``accumulate=False``), the prior stays uniform and
    ``w_i· = softmax(−L̂_i·)``: the paper's §3.3 and §4.4, where the EMA *replaces*
