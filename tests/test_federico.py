@@ -11,7 +11,7 @@ from learner_fixtures import blobs, regression, sgd_protocol
 
 from coalitions.errors import InputError
 from coalitions.learners.methods.federico import FedeRiCo, data_weights, posterior, sample_neighbours
-from coalitions.learners.training.engine import stack_select
+from coalitions.learners.training.engine import flatten, stack_select
 from coalitions.params import ParameterError
 
 
@@ -135,3 +135,17 @@ def test_the_sum_likelihood_recovers_planted_groups_the_default_mean_merges():
     assert default.likelihood == "mean" and set(default.estimate_.masks) != planted
     with pytest.raises(ParameterError, match="likelihood"):
         FedeRiCo(likelihood="median", **full).fit(fed)
+
+
+def test_each_client_starts_from_its_own_model_so_the_posterior_can_leave_uniform():
+    """EM's components must start apart: with one shared draw (as the other learners start their clients) every
+    model took the same update for ever and the posterior stayed exactly uniform, on heart's four hospitals too."""
+    sizes = (12, 9, 15, 10)
+    fed = blobs(sizes=sizes)
+    m = FedeRiCo(neighbours=3, **kw(3, sizes))
+    m.prepare(fed, torch.device("cpu"))
+    phi = m._init_params(torch.Generator().manual_seed(0), torch.device("cpu"), fed.n)
+    rows = flatten(phi)
+    assert all(not torch.equal(rows[i], rows[j]) for i in range(fed.n) for j in range(i))
+    fitted = m.fit(fed)   # every client samples every other (K = N - 1): nothing but the start breaks the symmetry
+    assert not np.allclose(fitted.posterior_, 1 / fed.n, rtol=0, atol=1e-9)
