@@ -593,8 +593,10 @@ def _utility_section(reg: dict) -> list[str]:
              "personalised models.", ""]
             + (["CE (ours): SPO's hypernetwork read at the coalitions of SPO's own CE.", ""] if "CE (ours)" in cols
                else [])
-            + (["CE (paper): SPO's CE by the paper's definition, models trained on its coalitions (the exact game's "
-                "models of those coalitions, so that it differs from CE by the partition alone).", ""]
+            + (["CE (paper): SPO's CE with trained models, as the paper scores its CE: each client scored by the "
+                "exact game's model it uses in SPO's partition, as CE scores the exact CE (its coalition's, or under "
+                "personalized payoffs a sub-coalition's where that serves it better), so that it differs from CE by "
+                "the partition alone.", ""]
                if "CE (paper)" in cols else [])
             + _table(["client"] + cols, rows) + [""] + ([sentence, ""] if sentence else []))
 
