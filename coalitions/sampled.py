@@ -331,7 +331,8 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
     distribution : str
         The D of the candidates' draws (:mod:`coalitions.pac`).
     exact_inner_up_to : int
-        Blocks of at most this many clients have every sub-coalition checked.
+        Blocks of at most this many clients have every sub-coalition checked (where their
+        ``2^|K| − 2`` sub-coalitions fit in ``ledger.limit``; else as a larger block).
     inner_draws : int
         Sub-coalitions drawn for a larger block besides its ``|K|`` leave-one-out ones (default
         none: the search re-checks a block every time it changes, the certificate draws once).
@@ -362,7 +363,7 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
             size = int(popcount(np.array([k]))[0])
             if size < 2:
                 continue
-            if size <= exact_inner_up_to:
+            if size <= exact_inner_up_to and (1 << size) - 2 <= ledger.limit:   # listed only where they can fit
                 subs = proper_subsets(k)
             else:
                 leave_one = np.array([k & ~(1 << j) for j in members(k)], dtype=np.int64)

@@ -178,8 +178,11 @@ def certify_sampled(ledger: Ledger, partition: tuple[int, ...], rules: Rules, rn
     inner = []
     for blk in sorted((b for b in partition if popcount(np.array([b]))[0] >= 2),
                       key=lambda b: (int(popcount(np.array([b]))[0]), b)):
-        subs = proper_subsets(blk)
-        if len(ledger.unused(subs.tolist())) <= ledger.room():
+        size = int(popcount(np.array([blk]))[0])
+        # 2^|K| − 2 sub-coalitions, of which at most ``ledger.count`` were used: counted before any is listed,
+        # so a block too large to check exhaustively (a 50-client one: 10^15) is never enumerated
+        if (1 << size) - 2 <= ledger.room() + ledger.count and \
+                len(ledger.unused((subs := proper_subsets(blk)).tolist())) <= ledger.room():
             how = "exhaustive"
         else:
             how = "sampled"
@@ -188,7 +191,7 @@ def certify_sampled(ledger: Ledger, partition: tuple[int, ...], rules: Rules, rn
         bad = got[inner_violations(ledger.cache, blk, got, rules)] if got.size else got
         if how == "exhaustive" and got.size < subs.size:
             how = "sampled"
-        inner.append(InnerCheck(blk, how, int(got.size), (1 << int(popcount(np.array([blk]))[0])) - 2,
+        inner.append(InnerCheck(blk, how, int(got.size), (1 << size) - 2,
                                 int(bad.size), tuple(int(b) for b in bad[:max_witnesses])))
     return SampledCertificate(epsilon=eps, delta=delta, requested_epsilon=requested_epsilon, m=count,
                               blocking_draws=k, distinct=int(distinct.size), outer_method=method, blockers=blockers,

@@ -346,3 +346,26 @@ def test_a_second_run_with_a_larger_budget_starts_where_the_first_stopped():
     assert longer.search.stopped == "stable" and longer.trained < longer.trainings
     assert longer.trained + short.trained == cache.trainings == len(src.asked) == len(set(src.asked))
     assert longer == co.sample_ce(PlantedSource((5, 5, 4), seed=6), budget=1500, epsilon=0.01, delta=0.05, seed=3)
+
+
+def test_a_block_too_large_to_check_exhaustively_is_never_enumerated(monkeypatch):
+    # a 50-client grand coalition has 2^50 − 2 sub-coalitions: listing them before asking whether
+    # they fit in the budget grew to 24 GB; only blocks whose sub-coalitions can fit are listed now
+    import coalitions.sampled as sampled
+    import coalitions.sampled_certificate as certificate
+
+    budget = 600
+    real = sampled.proper_subsets
+
+    def guarded(block):
+        assert (1 << int(sampled.popcount(np.array([block]))[0])) - 2 <= budget, "enumerated a block that cannot fit"
+        return real(block)
+
+    monkeypatch.setattr(sampled, "proper_subsets", guarded)
+    monkeypatch.setattr(certificate, "proper_subsets", guarded)
+    src = PlantedSource((30, 3, 1), seed=2)
+    start = [list(src.clients[:30]), list(src.clients[30:33]), [src.clients[33]]]
+    r = co.sample_ce(src, budget=budget, epsilon=0.02, delta=0.05, start=start, seed=0, exact_inner_up_to=40)
+    how = {len(r.names(c.block)): c.method for c in r.certificate.inner}
+    assert how[30] == "sampled" and how[3] == "exhaustive"
+    assert r.trainings <= budget
