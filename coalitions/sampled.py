@@ -20,7 +20,7 @@ The search (:func:`search`) starts from a partition, checks each block's inner a
 block its leave-one-out sub-coalitions, plus ``inner_draws`` drawn ones if asked) and splits a block that fails; then it looks for a blocking coalition where
 one is likely — the edges of a given benefit graph (``P(i) ∪ {j}`` and ``P(i) ∪ P(j)`` for
 ``j → i``), each block with one client added, the unions of two blocks, each block less
-one client, then ``N`` draws from the certificate's distribution — measuring the
+one client, each client alone, then ``N`` draws from the certificate's distribution — measuring the
 candidates in batches.  Before training new candidates it checks every coalition measured
 so far against the current partition (free: a coalition that did not block an earlier
 partition may block this one).  On blocking coalitions it forms the strongest one (highest
@@ -250,6 +250,7 @@ def _candidates(partition: tuple[int, ...], n: int, edges: Sequence[tuple[int, i
         groups[2] += [k | (1 << j) for j in range(n) if not k >> j & 1]
         if popcount(np.array([k]))[0] > 1:
             groups[2] += [k & ~(1 << j) for j in members(k)]
+    groups[2] += [1 << i for i in range(n)]   # individual rationality: the certificate checks it, so must the search
     if n >= 2:
         groups[3] += [int(m) for m in draw_coalitions(rng, n, n, distribution, partition)]
     for g in groups[1:3]:

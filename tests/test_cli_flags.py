@@ -4,6 +4,7 @@ import builtins
 import math
 
 import pytest
+from conftest import one_line
 
 from coalitions import cli
 from coalitions.learners.data.datasets import LOADERS, OPTIONS, loader_options
@@ -172,3 +173,25 @@ def test_a_budget_no_machine_could_run_is_refused_before_anything_runs(capsys, t
     with pytest.raises(ParameterError, match=flag.lstrip("-").replace("-", "_")):
         TrainingProtocol(**{flag.lstrip("-").replace("-", "_"): MAX_STEPS + 1})
     TrainingProtocol(steps=MAX_STEPS)   # the bound itself is a valid (if long) budget
+
+
+@pytest.mark.parametrize("method, flag, value, fragment", [
+    ("spo", "--search-steps", 10**20, "--search-steps must be an integer in [0, 1e+09]"),
+    ("spo", "--directions", 10**14, "--directions must be an integer in [1, 1e+09]"),
+    ("fedamp", "--amp-local-steps", 10**22, "--amp-local-steps must be an integer in [1, 1e+09]"),
+    ("pfedme", "--inner-steps", 10**17, "--inner-steps must be an integer in [1, 1e+09]"),
+    ("spo", "--layers", 100_000, "SPO's hypernetwork (--hypernet-hidden 200, --embed 64, --layers 100000)"),
+    ("spo", "--starts", 10**9, "SPO's direction search"),
+    ("spo", "--directions", 10**8, "SPO's training step (--directions 100000000"),
+    ("pfedhn", "--client-embed", 10**9, "pFedHN's hypernetwork (--client-embed 1000000000"),
+])
+def test_a_method_option_sized_beyond_the_machine_is_refused_before_it_allocates(capsys, tmp_path, method, flag,
+                                                                                 value, fragment):
+    """Issue 35: SPO's and the methods' own integer options had no bound (``--search-steps 1e20`` ran; a
+    ``--hypernet-hidden``, ``--directions`` or ``--starts`` too large for memory ended in a torch traceback or
+    the OOM killer). Counts stop at ``MAX_STEPS``; the networks and batches they size are checked against
+    memory before they are built (one line, exit 2)."""
+    rc = cli.main(["learn", "synthetic", "--method", method, *SMALL, flag, str(value), "-o", str(tmp_path / "e")])
+    line = one_line(capsys.readouterr().err)
+    assert rc == 2 and fragment in line, line
+    assert not (tmp_path / "e").exists()

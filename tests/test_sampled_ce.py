@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import coalitions as co
 from coalitions import io as cio
 from coalitions.axioms import outer_agreement
+from coalitions.bitmask import popcount
 from coalitions.brute_force import equilibrium_masks
 from coalitions.lazy import GameSource, Measurement
 from coalitions.lazy_analytic import MeanEstimationSource, PlantedSource
@@ -369,3 +370,18 @@ def test_a_block_too_large_to_check_exhaustively_is_never_enumerated(monkeypatch
     how = {len(r.names(c.block)): c.method for c in r.certificate.inner}
     assert how[30] == "sampled" and how[3] == "exhaustive"
     assert r.trainings <= budget
+
+
+def test_the_search_checks_each_client_alone_as_the_certificate_does():
+    # client 0 is best alone; the others gain from every member, 0 included, so no leave-one-out
+    # split of the grand coalition frees it, and the draws (sizes 2..N) never hold a singleton:
+    # the search must ask each client alone, or it calls "stable" what the certificate then refuses
+    n = 6
+    masks = np.arange(1 << n)
+    size = popcount(masks).astype(float)
+    values = np.where((masks[None, :] >> np.arange(n)[:, None]) & 1, size[None, :], np.nan)
+    values[0] = np.where(masks & 1, np.where(masks == 1, 10.0, 0.0), np.nan)
+    game = co.Game([f"c{i}" for i in range(n)], values)
+    r = co.sample_ce(GameSource(game), budget=200, epsilon=0.05, delta=0.05, start=[list(game.clients)], seed=0)
+    assert r.search.stopped == "stable" and r.blocks() == [["c0"], ["c1", "c2", "c3", "c4", "c5"]]
+    assert r.holds

@@ -292,7 +292,7 @@ def test_epo_training_and_logistic_target():
 @pytest.mark.parametrize("kw, words", [
     (dict(rule="majority"), "^rule must be one of"),
     (dict(protocol={"steps": 5}), "^protocol must be a TrainingProtocol or None, got dict"),
-    (dict(starts=1), "^starts must be an integer >= 2"),
+    (dict(starts=1), "^starts must be an integer in \\[2, 1e\\+09\\]"),
     (dict(lr=0.0), "^lr must be a number > 0"),
     (dict(threshold=math.nan), "^threshold must be a number"),
     (dict(device="tpu"), "^device must be one of"),

@@ -51,7 +51,7 @@ import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner, unflatten
 from coalitions.learners.training.engine import flatten
-from coalitions.params import check_param
+from coalitions.params import MAX_STEPS, check_param
 
 __all__ = ["FedAMP", "FedAMPHeuristic", "attention_plain", "attention_heuristic", "proximal_loss",
            "affinity_plain", "affinity_heuristic", "local_epochs_for", "squared_distances", "GRAPHS", "DISTANCES"]
@@ -235,7 +235,7 @@ class FedAMP(PersonalizedLearner):
         check_param("alpha_k", self.alpha_k, "number", low=0)
         check_param("lam", self.lam, "number", low=0)
         check_param("sigma", self.sigma, "number", low=0, low_open=True)
-        check_param("local_steps", self.local_steps, "int", low=1)
+        check_param("local_steps", self.local_steps, "int", low=1, high=MAX_STEPS)
         check_param("graph", self.graph, "choice", choices=GRAPHS)
         # HeurFedAMP reads cosines and has no `distance` (its check runs through here).
         check_param("distance", getattr(self, "distance", "sum"), "choice", choices=DISTANCES)

@@ -66,7 +66,7 @@ import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.training.engine import Padded, epoch_plan, stack_select
-from coalitions.params import check_param
+from coalitions.params import MAX_STEPS, check_param
 
 __all__ = ["FedeRiCo", "posterior", "sample_neighbours", "data_weights", "WEIGHTS", "LIKELIHOODS"]
 
@@ -189,7 +189,7 @@ class FedeRiCo(PersonalizedLearner):
 
     def check_params(self):
         super().check_params()
-        check_param("neighbours", self.neighbours, "int", low=0)
+        check_param("neighbours", self.neighbours, "int", low=0, high=MAX_STEPS)
         check_param("eps", self.eps, "number", low=0, high=1)
         check_param("beta", self.beta, "number", low=0, high=1)
         check_param("weights", self.weights, "choice", choices=WEIGHTS)

@@ -46,7 +46,8 @@ import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner, unflatten
 from coalitions.learners.training.engine import Adam, flatten
-from coalitions.params import check_param
+from coalitions.learners.training.models import check_trainable
+from coalitions.params import MAX_STEPS, check_param
 
 __all__ = ["PFedHN", "generate", "hypernet_surrogate"]
 
@@ -96,14 +97,16 @@ class PFedHN(PersonalizedLearner):
 
     def check_params(self):
         super().check_params()
-        check_param("embed", self.embed, "int", low=1)
-        check_param("hn_hidden", self.hn_hidden, "int", low=1)
+        check_param("embed", self.embed, "int", low=1, high=MAX_STEPS)
+        check_param("hn_hidden", self.hn_hidden, "int", low=1, high=MAX_STEPS)
         check_param("hn_lr", self.hn_lr, "number", low=0, low_open=True)
 
     def init_state(self, fed, gen, device):
-        target = self._init_params(gen, device, 1)
         e, H = int(self.embed), int(self.hn_hidden)
-        P = flatten(target).shape[1]
+        P = self.spec_.n_params
+        check_trainable(fed.n * e + (e + 1) * H + (H + 1) * H + (H + 1) * P,
+                        f"pFedHN's hypernetwork (--client-embed {e}, --hn-hidden {H})")
+        target = self._init_params(gen, device, 1)
 
         def u(shape, bound):
             return ((2 * torch.rand(shape, generator=gen, dtype=torch.float64) - 1) * bound).float().to(device)

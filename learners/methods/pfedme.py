@@ -48,7 +48,7 @@ from coalitions.learners.methods.base import PersonalizedLearner
 from coalitions.learners.methods.baselines import average_step, broadcast
 from coalitions.learners.methods.fedprox import proximal_term
 from coalitions.learners.training.engine import epoch_plan, skip_schedule
-from coalitions.params import check_param
+from coalitions.params import MAX_STEPS, check_param
 
 __all__ = ["PFedMe"]
 
@@ -106,7 +106,7 @@ class PFedMe(PersonalizedLearner):
         check_param("lam", self.lam, "number", low=0, low_open=True)
         check_param("beta", self.beta, "number", low=0, low_open=True, high=2)
         check_param("inner_lr", self.inner_lr, "number", low=0, low_open=True)
-        check_param("inner_steps", self.inner_steps, "int", low=1)
+        check_param("inner_steps", self.inner_steps, "int", low=1, high=MAX_STEPS)
         check_param("inner_tol", self.inner_tol, "number", low=0, low_open=True)
 
     def fit(self, federation):

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from coalitions.errors import InputError
 from coalitions.params import check_param
 
-__all__ = ["ModelSpec", "make_model", "KINDS", "stacked_forward", "split_params", "merge_params", "HeadsSpec",
+__all__ = ["ModelSpec", "check_trainable", "TRAINED_PARAM_BYTES", "make_model", "KINDS", "stacked_forward", "split_params", "merge_params", "HeadsSpec",
            "with_heads", "features", "stacked_personal_forward", "member_personal_outputs", "personal_init"]
 
 KINDS = ("linear", "logistic", "mlp", "cnn")
@@ -117,6 +117,22 @@ class ModelSpec:
     def module(self) -> torch.nn.Module:
         """An ``nn.Module`` computing ``forward`` (for ``torch.func.functional_call``)."""
         return _Module(self)
+
+
+#: Bytes a trained float32 parameter holds: itself, its gradient and Adam's two moments.
+TRAINED_PARAM_BYTES = 16
+
+
+def check_trainable(n_params: int, what: str) -> None:
+    """Refuse, before building it, a network of ``n_params`` parameters that cannot be trained in memory.
+
+    ``what`` names it and the options that sized it, for the one-line message
+    (:func:`coalitions.resources.check_memory`); each parameter costs
+    :data:`TRAINED_PARAM_BYTES`.
+    """
+    from coalitions.resources import check_memory
+
+    check_memory(TRAINED_PARAM_BYTES * int(n_params), f"{what} of {int(n_params):,} parameters")
 
 
 def _check_room(shapes: dict, n_models: int, kind: str) -> None:

@@ -22,15 +22,16 @@ from coalitions.learners.methods.spo.heads import HeadsDirectionSearch, head_pen
 from coalitions.learners.methods.spo.hypernetwork import HEADS, ParetoHypernetwork
 from coalitions.learners.methods.spo.oracle import RULES, SPOOracle
 from coalitions.learners.methods.spo.paper import PaperSearch
-from coalitions.learners.methods.spo.search import DirectionSearch
+from coalitions.learners.methods.spo.search import DirectionSearch, check_search_memory
 from coalitions.learners.methods.spo.simplex import sample_directions
 from coalitions.learners.training.engine import Padded, resolve_device
 from coalitions.learners.training.models import make_model
 from coalitions.learners.training.protocol import TrainingProtocol, protocol_with
 from coalitions.learners.training.threads import applied, step_macs
-from coalitions.params import ParameterError, check_param
+from coalitions.params import MAX_STEPS, ParameterError, check_param
 from coalitions.partition import canonical
 from coalitions.peeling import Peeling, peel_oracle
+from coalitions.resources import check_memory
 from coalitions.sensitivity import SensitivityRow, default_thresholds
 
 __all__ = ["SPO", "VARIANTS", "PROTOCOL_FIELDS"]
@@ -279,7 +280,8 @@ class SPO(Learner):
     def check_params(self) -> None:
         for k, lo in dict(hidden=1, embed=1, layers=0, directions=1, search_steps=0, starts=2,
                           line_search=1, seed=0, target_hidden=1, front_steps=1, direction_steps=0).items():
-            check_param(k, getattr(self, k), "int", low=lo)
+            # counts and widths stop at MAX_STEPS; memory is checked where they size a tensor
+            check_param(k, getattr(self, k), "int", low=lo, high=None if k == "seed" else MAX_STEPS)
         check_param("momentum", self.momentum, "number", low=0, high=1)
         check_param("variant", self.variant, "choice", choices=VARIANTS)
         if self.variant == "paper" and (self.heads != "shared" or self.epo):
@@ -369,6 +371,8 @@ class SPO(Learner):
         self.tune_ = self.val_ if fed.tuning is None else Padded(fed, "tuning", self.device_)
         self.test_ = Padded(fed, "test", self.device_)
         self.hypernet_ = self._new_hypernet(fed)
+        # a search batch holds at most one row per client, with at most one warm start besides ``starts``
+        check_search_memory(fed.n, fed.n, max(int(self.starts), 3), int(self.line_search), self.spec_.n_params)
         self.epo_fallbacks_ = 0
         if self.variant == "paper":
             return self._fit_paper(fed, t0)
@@ -575,6 +579,14 @@ class SPO(Learner):
                                                   self.alpha, self.faces), dtype=torch.float32, device=dev)
         self.val_loss_steps_ = []
         self.val_loss_clients_ = []
+        # decided before the first step: per direction, the generated parameters, the hypernetwork's
+        # activations and the target's on every client's batch, each kept for the backward pass with its
+        # temporaries: 16 bytes a value (measured: synthetic, 200,000 directions, peak 5.4 GB, this 5.6 GB)
+        rows = int(self.train_.sizes.max()) if batch is None else int(batch)
+        width = max(int(s[-1]) for s in self.spec_.shapes.values())
+        check_memory(16 * int(self.directions) * (sum(net.sizes) + self.hidden * max(self.layers, 1) + self.embed
+                                                  + fed.n * rows * width),
+                     f"SPO's training step (--directions {self.directions}, {fed.n} clients × {rows} rows)")
         for step in range(steps):
             D = torch.as_tensor(sample_directions(rng, fed.n, self.directions, self.alpha, self.faces),
                                 dtype=torch.float32, device=dev)

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from coalitions.learners.training.models import ModelSpec
+from coalitions.learners.training.models import ModelSpec, check_trainable
 
 __all__ = ["ParetoHypernetwork", "HEADS"]
 
@@ -53,6 +53,11 @@ class ParetoHypernetwork(torch.nn.Module):
         self.shapes = tuple(tuple(spec.shapes[k]) for k in self.names)
         self.sizes: tuple[int, ...] = tuple(math.prod(s) for s in self.shapes)
         n_in = n_clients if log_eps is None else 2 * n_clients
+        heads_size = sum(math.prod(spec.shapes[k]) for k in spec.head) if self.personal else 0
+        inner = (embed + 1) * hidden + (layers - 1) * (hidden + 1) * hidden if layers else 0
+        last = hidden if layers else embed
+        check_trainable((n_in + 1) * embed + inner + (last + 1) * sum(self.sizes) + n_clients * heads_size,
+                        f"SPO's hypernetwork (--hypernet-hidden {hidden}, --embed {embed}, --layers {layers})")
         mods: list[torch.nn.Module] = [torch.nn.Linear(n_in, embed)]
         width = embed
         for _ in range(layers):

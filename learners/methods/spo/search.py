@@ -28,8 +28,19 @@ from coalitions.learners.methods.spo.hypernetwork import ParetoHypernetwork
 from coalitions.learners.methods.spo.simplex import project_simplex
 from coalitions.learners.training.engine import Padded
 from coalitions.learners.training.models import ModelSpec
+from coalitions.resources import check_memory
 
-__all__ = ["DirectionSearch"]
+__all__ = ["DirectionSearch", "check_search_memory"]
+
+
+def check_search_memory(rows: int, n: int, starts: int, line_search: int, n_params: int) -> None:
+    """Refuse a direction search of ``rows`` rows that cannot run in memory (before anything is drawn).
+
+    It holds each row's ``starts`` points and their ``line_search`` candidates (float64 and float32
+    copies, 12 bytes a coordinate), and its gradient pass keeps every point's generated parameters.
+    """
+    check_memory(rows * starts * (12 * n * (line_search + 2) + 8 * n_params),
+                 f"SPO's direction search ({rows} rows × --starts {starts} × --line-search {line_search})")
 
 
 class DirectionSearch:
@@ -138,6 +149,8 @@ class DirectionSearch:
         """
         dev = self.device
         B, n = face.shape
+        K = max(int(self.starts), 2 + (warm is not None))
+        check_search_memory(B, n, K, int(self.line_search), self.spec.n_params)
         faceg = face.to(dev)
         tg = targets.to(dev)
         ent = [int(self.seed)] + [x if isinstance(x, int) else sum(map(ord, x)) for x in seed_key]
@@ -154,7 +167,7 @@ class DirectionSearch:
         while len(starts) < self.starts:
             draw = rng.gamma(1.0, size=(B, n)) * fnp
             starts.append(draw / draw.sum(1, keepdims=True))
-        K = len(starts)
+        assert len(starts) == K
         d = torch.as_tensor(np.stack(starts, axis=1).reshape(B * K, n), dtype=torch.float32, device=dev)
         fk = faceg.repeat_interleave(K, dim=0)
         tk = tg.repeat_interleave(K)
