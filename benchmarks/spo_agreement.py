@@ -56,14 +56,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import coalitions as co  # noqa: E402
 from coalitions.bitmask import members  # noqa: E402
 from coalitions.compare import compare  # noqa: E402
+from coalitions.learners.methods.spo.paper import PAPER_PROTOCOL, PAPER_SETTINGS  # noqa: E402
 
 #: The paper's code's regime I (docs/learners-data.md).
 DATA = dict(samples=10, rho=0.1, noise=0.01)
 #: --quick: a tiny network and budget, one seed (checks that the script runs to its end).
 QUICK = {"ours": dict(steps=40, directions=8, hidden=16, embed=8, layers=1, search_steps=5, starts=2, line_search=4),
          "paper": dict(steps=10, hidden=8)}
-#: The paper's code on synthetic: hypernetwork 100 wide, 2 layers, SGD 0.01 (momentum 0.5), full batch.
-PAPER = dict(variant="paper", hidden=100, layers=2, lr=0.01, momentum=0.5, batch_size=None, steps=10000)
+#: The paper's code on synthetic: hypernetwork 100 wide, 2 layers, SGD 0.01 (momentum 0.5), full batch, 10,000
+#: front steps (what ``--variant paper`` takes by default; the rule is each arm's own).
+PAPER = {"variant": "paper", **{k: v for k, v in PAPER_SETTINGS.items() if k != "rule"}, **PAPER_PROTOCOL}
 #: SPO's training settings here unless ``--params`` or a variant changes them: 3000 hypernetwork steps of 256
 #: samples per client, the estimator's defaults when docs/learners-spo.md measured this benchmark.
 BUDGET = dict(steps=3000, batch_size=256)

@@ -90,7 +90,10 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
     for name, rec in e.extra.get("rules", {}).items():  # SPO: the paper's ratio rule beside elimination
         click.echo(f"  {name} rule{' (used)' if rec['used'] else ''}: {rec['label']}; equilibrium "
                    f"{' | '.join(','.join(b) for b in rec['partition'])}", err=True)
-    if run.defaulted:
+    if run.paper_defaults:
+        click.echo("  --variant paper: the authors' settings where not given: " + " ".join(
+            f"--{k.replace('_', '-')} {'full' if v is None else v}" for k, v in run.paper_defaults.items()), err=True)
+    elif run.defaulted:
         click.echo(_defaults_line(e.extra), err=True)
     budget = _budget_line(e.extra, method)
     if budget:

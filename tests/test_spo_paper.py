@@ -244,3 +244,26 @@ def test_learn_command_runs_the_paper_variant(tmp_path, capsys):
     assert e.config["variant"] == "paper" and e.config["front_steps"] == 5 and e.extra["training"]["variant"] == "paper"
     assert main(args[:-2] + ["--variant", "theirs", "-o", str(out)]) == 2
     assert "--variant" in capsys.readouterr().err
+
+
+def test_variant_paper_alone_takes_the_authors_settings_and_given_flags_win(capsys, tmp_path):
+    """Issue 33 item 8: ``learn --method spo --variant paper`` ran a 200×3 network under elimination (and, with no
+    training flag, was refused for the patience the other defaults add); it now runs the code's settings."""
+    from conftest import run
+
+    from coalitions.learners.methods.learning import Learning
+    from coalitions.learners.methods.spo.paper import PAPER_PROTOCOL, PAPER_SETTINGS
+
+    alone = Learning("spo", {"variant": "paper"}, {})
+    p = alone.estimator.get_params()
+    assert {k: p[k] for k in PAPER_SETTINGS} == PAPER_SETTINGS
+    assert alone._fields == PAPER_PROTOCOL and alone.defaulted
+    mine = Learning("spo", {"variant": "paper", "layers": 3, "rule": "elimination"}, {"steps": 20})
+    p = mine.estimator.get_params()
+    assert (p["layers"], p["rule"], p["hidden"]) == (3, "elimination", 100)
+    assert mine._fields == {"steps": 20, "batch_size": None}
+    assert Learning("spo", {}, {}).paper_defaults == {}   # ours keeps its own defaults
+    rc, _, err = run(capsys, "learn", "synthetic", "--samples", "10", "--seed", "0", "--method", "spo",
+                     "--variant", "paper", "--steps", "10", "-o", tmp_path / "p.json")
+    assert rc == 0 and "--variant paper: the authors' settings where not given: --hypernet-hidden 100" in err
+    assert "--steps" not in err.splitlines()[-1] and "no training flags" not in err

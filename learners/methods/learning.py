@@ -17,7 +17,11 @@ The command line gives a method name, the method's own options and its training 
   ``--mlp-hidden``, ``--weight-decay``: its hypernetwork's rate, its target model and ridge) go
   to the estimator, those it reads from the protocol (:attr:`SPO.protocol_fields
   <coalitions.learners.methods.spo.estimator.SPO.protocol_fields>`) make its protocol, and any
-  other is refused, naming the flags it takes.
+  other is refused, naming the flags it takes;
+* SPO's ``--variant paper`` takes **the authors' settings** wherever their flags are not given
+  (:data:`~coalitions.learners.methods.spo.paper.PAPER_SETTINGS`: a 100-wide hypernetwork of two
+  layers, SGD at 0.01 with momentum 0.5, the ratio rule; ``PAPER_PROTOCOL``: 10,000 full-batch
+  front steps, no early stopping), so that the variant alone runs the code as its authors do.
 
 The estimator is built (and its options checked) when the run is made, before any data is read;
 :meth:`Learning.fit` trains it on a federation.
@@ -56,7 +60,12 @@ class Learning:
     estimator : Learner
         The estimator; after :meth:`fit`, the fitted one (with a grid: the one at the chosen rate).
     defaulted : bool
-        No training flag was given: the run stops on its validation loss (and tunes its rate) by default.
+        No training flag was given: the run stops on its validation loss (and tunes its rate) by default
+        (SPO's ``--variant paper`` excepted: it runs the code's fixed schedule).
+    paper : bool
+        SPO's ``--variant paper``: the authors' settings fill every flag of theirs not given.
+    paper_defaults : dict
+        Those settings, by flag key (``hypernet_hidden``, ``layers``, ``rule``, ``steps``, …).
 
     Raises
     ------
@@ -70,6 +79,11 @@ class Learning:
 
         self.method, self.options, self.training = method, dict(options), dict(training)
         self.defaulted = not self.training
+        self.paper = method == "spo" and self.options.get("variant") == "paper"
+        #: The authors' settings ``--variant paper`` took, by flag key (those not given).
+        self.paper_defaults: dict = _paper_defaults(self.options, self.training) if self.paper else {}
+        for key, value in self.paper_defaults.items():
+            (self.training if key in ("steps", "batch_size") else self.options)[key] = value
         self.device, self.seed, self._progress = device, seed, progress
         if method not in METHODS:   # create's message
             create(method, {})
@@ -107,12 +121,23 @@ class Learning:
 
             self.estimator, tuning = fit_on_grid(make, protocol, fed)   # the rule reproduce follows
         else:   # SPO: the default protocol of the data with the flags it reads changed
-            fields = {"patience": DEFAULT_PATIENCE} if self.defaulted else self._fields
+            # the paper's variant runs the code's fixed schedule (its protocol fields in ``_fields``)
+            fields = {"patience": DEFAULT_PATIENCE} if self.defaulted and not self.paper else self._fields
             self.estimator.set_params(protocol=protocol_with(fed.task, fed.input_shape, fields)).fit(fed)
         e = self.estimator.estimate_
         if tuning is not None:
             e = dataclasses.replace(e, extra={**e.extra, "lr_tuning": tuning})
         return e
+
+
+def _paper_defaults(options: dict, training: dict) -> dict:
+    """The authors' settings (:data:`~coalitions.learners.methods.spo.paper.PAPER_SETTINGS`, ``PAPER_PROTOCOL``)
+    that SPO's ``--variant paper`` run was not given, by flag key."""
+    from coalitions.learners.methods.spo.paper import PAPER_PROTOCOL, PAPER_SETTINGS
+
+    key_of = {o.arg: o.key for o in METHODS["spo"].options}
+    wanted = {key_of.get(arg, arg): value for arg, value in {**PAPER_SETTINGS, **PAPER_PROTOCOL}.items()}
+    return {k: v for k, v in wanted.items() if k not in options and k not in training}
 
 
 def _split_flags(method: str, cls, training: dict) -> tuple[dict, dict]:

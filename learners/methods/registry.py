@@ -219,8 +219,8 @@ register(Method(
         Option("variant", "variant", "choice", "ours",
                "ours: one hypernetwork, sampled directions, projected-gradient search; paper: the paper's code, "
                "one hypernetwork per searched client and face trained by EPO at the searched direction "
-               "(there --steps counts its front steps; the code: --steps 10000 --hypernet-hidden 100 --layers 2 "
-               "--rule ratio).", ("ours", "paper")),
+               "(there --steps counts its front steps); it takes the code's settings where their flags are not given: "
+               "--hypernet-hidden 100 --layers 2 --rule ratio --steps 10000 --batch-size full.", ("ours", "paper")),
         Option("front-steps", "front_steps", "int", 5, "--variant paper: front steps per round."),
         Option("direction-steps", "direction_steps", "int", 1, "--variant paper: direction steps per round."),
         Option("direction-lr", "direction_lr", "float", 0.01, "--variant paper: the direction's gradient step."),

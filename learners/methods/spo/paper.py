@@ -44,7 +44,16 @@ from coalitions.learners.methods.spo.epo import epo_lp_batch
 from coalitions.learners.training.engine import Padded
 from coalitions.learners.training.models import ModelSpec
 
-__all__ = ["PaperSearch", "clamp_direction", "alternation"]
+__all__ = ["PaperSearch", "clamp_direction", "alternation", "PAPER_SETTINGS", "PAPER_PROTOCOL"]
+
+#: The authors' code's own settings, which ``--variant paper`` takes wherever its flags are not given
+#: (``coalitions learn``, :class:`~coalitions.learners.methods.learning.Learning`): the hypernetwork
+#: ``Linear(k, 100)`` and two layers, SGD at 0.01 with momentum 0.5, the ratio rule
+#: (:class:`~coalitions.learners.methods.spo.estimator.SPO`'s keywords).
+PAPER_SETTINGS = {"hidden": 100, "layers": 2, "lr": 0.01, "momentum": 0.5, "rule": "ratio"}
+#: The code's schedule as a protocol's fields: 2000 rounds of 5 front steps, each on the whole training set,
+#: no early stopping and no rate grid.
+PAPER_PROTOCOL = {"steps": 10_000, "batch_size": None}
 
 
 def clamp_direction(d: torch.Tensor, face: torch.Tensor) -> torch.Tensor:
