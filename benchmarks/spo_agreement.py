@@ -128,6 +128,62 @@ def _score(oracle, names, game, exact) -> dict:
             "partition": " | ".join(",".join(b) for b in r["partition_learned"])}
 
 
+#: The constant answer: the planted groups, every client's collaborators the rest of its group, on every seed
+#: (no data read). Any method's agreement is read beside it.
+CONSTANT = "constant 0,1,2 | 3,4,5"
+
+
+def constant_arm(names, game, exact, z: float | None = None) -> dict:
+    """:data:`CONSTANT` scored against the exact game like any arm (``z``: its comparisons' level, as in ``exact``)."""
+    from coalitions.graph import BenefitGraph
+
+    n = len(names)
+    groups = ((1 << (n // 2)) - 1, ((1 << n) - 1) ^ ((1 << (n // 2)) - 1))
+    ocs = tuple((i, next(g for g in groups if g >> i & 1) & ~(1 << i)) for i in range(n))
+    est = SimpleNamespace(clients=tuple(names), benefit_graph=BenefitGraph(tuple(names), (1 << n) - 1, ocs),
+                          partition=groups)
+    r = compare(est, game, exact=exact, z=z)
+    return {"f1": float(r["edge_f1"]), "bg": bool(r["edge_f1"] == 1.0 and r["ocs_exact"] == 1.0),
+            "ce": bool(r["same_partition"]), "edges": r["edges_learned"],
+            "partition": " | ".join(",".join(b) for b in r["partition_learned"])}
+
+
+def _text(exact) -> str:
+    return " | ".join(",".join(b) for b in sorted(exact.blocks()))
+
+
+def exact_game(seed: int):
+    """Seed ``seed``'s federation, its exact game (closed-form least squares on every subset) and CE."""
+    from coalitions.learners.data.datasets import load
+    from coalitions.learners.exact import ExhaustiveOracle
+
+    fed = load("synthetic", seed=seed, **DATA)
+    oracle = ExhaustiveOracle().fit(fed)
+    return fed, oracle, oracle.game_, co.solve(oracle.game_)
+
+
+def with_constant(rows: list[dict]) -> list[dict]:
+    """``rows`` with the :data:`CONSTANT` arm, computed from each seed's exact game where a run predates it.
+
+    It is scored against the reference the run's arms were: the exact CEs the rows record are the
+    game's at the default level (noise-aware, z = 1.96 on the oracle's replicates) or, for runs made
+    before that default, at z = 0 (point values) — then on every seed, checked.
+    """
+    todo = [r for r in rows if CONSTANT not in r]
+    games = {r["seed"]: exact_game(r["seed"]) for r in todo}
+    z = None if all(_text(games[r["seed"]][3]) == r["exact"] for r in todo) else 0.0
+    for r in todo:
+        fed, _, game, exact = games[r["seed"]]
+        if z is not None:
+            exact = co.solve(game, z=z)
+            if _text(exact) != r["exact"]:
+                raise SystemExit(f"spo_agreement: seed {r['seed']}: the row's exact CE {r['exact']} is the game's "
+                                 "neither at its default level nor at z = 0 (made under another protocol?)")
+        r[CONSTANT] = constant_arm(fed.names, game, exact, z)
+        r["reference z"] = "default" if z is None else 0.0
+    return rows
+
+
 def front_error(spo, perfect_search, n: int) -> np.ndarray:
     """Relative error of the best validation loss on every face ``S ∋ i``: hypernetwork vs perfect front."""
     import torch
@@ -159,17 +215,13 @@ def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool 
     The fit concludes with the ratio rule (``BG(all)``'s searches, which every rule needs); each
     rule then reads the same cached searches (:meth:`SPOOracle.with_rule`), elimination adding its own.
     """
-    from coalitions.learners.data.datasets import load
-    from coalitions.learners.exact import ExhaustiveOracle
     from coalitions.learners.methods.spo import SPO, DirectionSearch, SPOOracle
     from coalitions.learners.methods.spo.exact_front import ExactParetoFront, pooled_front_game
 
-    fed = load("synthetic", seed=seed, **DATA)
-    oracle = ExhaustiveOracle().fit(fed)
-    game = oracle.game_
-    exact = co.solve(game)
+    fed, oracle, game, exact = exact_game(seed)
     t = time.perf_counter()
-    out: dict = {"seed": seed, "exact": " | ".join(",".join(b) for b in sorted(exact.blocks()))}
+    out: dict = {"seed": seed, "exact": _text(exact),
+                 CONSTANT: constant_arm(fed.names, game, exact)}
     if variant == "none":   # the controls alone
         out["fit_s"] = 0.0
         spo = SPO(device="cpu", seed=seed)
@@ -282,7 +334,9 @@ def merge(runs: list[list[dict]]) -> list[dict]:
 def report(rows: list[dict]) -> None:
     """The agreement table (every arm present) and the paired tests."""
     arms = [k for k in rows[0] if isinstance(rows[0][k], dict) and "ce" in rows[0][k]]
-    print(f"\nagreement with the exact game over seeds {rows[0]['seed']}..{rows[-1]['seed']} ({len(rows)}):")
+    level = {str(r.get("reference z", "default")) for r in rows}
+    print(f"\nagreement with the exact game over seeds {rows[0]['seed']}..{rows[-1]['seed']} ({len(rows)}; the exact "
+          f"game's comparisons at {'z = 0, point values' if level == {'0.0'} else 'its default level'}):")
     for k in arms:
         print(summary(k, rows, k))
     if "front_err" in rows[0]:
@@ -298,6 +352,9 @@ def report(rows: list[dict]) -> None:
     for a_i, a in enumerate(learned):
         for b in learned[a_i + 1:]:
             print(paired("", rows, a, b))
+    for a in learned:   # does the method beat answering the planted groups without looking?
+        if CONSTANT in rows[0]:
+            print(paired(" (the method against the constant answer)", rows, a, CONSTANT))
     controls = [("perfect front, search, elimination", "ours elimination", " (what the front's error costs)"),
                 ("perfect front, search, elimination, l2 -> 0", "perfect front, search, elimination",
                  " (what the ridge costs the searched front)"),
@@ -336,7 +393,7 @@ def main(argv=None) -> int:
             except (OSError, ValueError, KeyError) as e:
                 print(f"spo_agreement: cannot read --combine file {f}: {e}", file=sys.stderr)
                 return 2
-        report(merge(runs))
+        report(with_constant(merge(runs)))
         return 0
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if not variants or set(variants) - {"ours", "paper", "none"} or ("none" in variants and len(variants) > 1):
