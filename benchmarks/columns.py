@@ -61,6 +61,7 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=None, help="override the protocol's step budget")
     ap.add_argument("--patience", type=int, default=None, help="override the protocol's patience (rounds)")
     ap.add_argument("--local-steps", type=int, default=None, help="override the protocol's local steps per round")
+    ap.add_argument("--lr-grid", default=None, help="override the protocol's rate grid, e.g. 0.015,0.05,0.15")
     ap.add_argument("--quick", action="store_true", help="heart, local and fedavg, seed 0 (what CI runs)")
     args = ap.parse_args(argv)
     if args.quick or args.experiment is None:
@@ -75,8 +76,9 @@ def main(argv=None) -> None:
     before = before_means(args.before, regime.name, seeds) if args.before else {}
     quick = bool(args.quick_settings or args.quick)
     p = exp.protocol_for(quick, regime)
-    changes = {k: v for k, v in (("steps", args.steps), ("patience", args.patience), ("local_steps", args.local_steps))
-               if v is not None}
+    grid = tuple(float(x) for x in args.lr_grid.split(",")) if args.lr_grid else None
+    changes = {k: v for k, v in (("steps", args.steps), ("patience", args.patience), ("local_steps", args.local_steps),
+                                 ("lr_grid", grid)) if v is not None}
     p = p.with_(**changes)
     print(f"{exp.name} ({regime.name}), seeds {seeds}: {p.optimizer} lr {p.lr} grid {p.lr_grid} steps {p.steps} "
           f"batch {p.batch_size} patience {p.patience} local steps {p.local_steps} model {p.model}")
@@ -90,7 +92,7 @@ def main(argv=None) -> None:
             if changes and "protocol" in opts:
                 opts["protocol"] = opts["protocol"].with_(**changes)
             elif changes:   # SPO: its steps and patience (no rounds)
-                opts.update({k: v for k, v in changes.items() if k != "local_steps"})
+                opts.update({k: v for k, v in changes.items() if k not in ("local_steps", "lr_grid")})
             est = compute_piece(fed, exp, m, opts, pair.init, "cpu")
             stop = (est.extra or {}).get("stopping") or {}
             rows.append((stop.get("lr"), stop.get("stopped_at"), stop.get("hit_max"),
