@@ -56,19 +56,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import coalitions as co  # noqa: E402
 from coalitions.bitmask import members  # noqa: E402
 from coalitions.compare import compare  # noqa: E402
-from coalitions.learners.methods.spo.paper import PAPER_PROTOCOL, PAPER_SETTINGS  # noqa: E402
+from coalitions.learners.methods.spo.paper import (  # noqa: E402
+    PAPER_PROTOCOL,
+    PAPER_SETTINGS,
+    README_PROTOCOL,
+    README_SETTINGS,
+)
 
 #: The paper's code's regime I (docs/learners-data.md).
 DATA = dict(samples=10, rho=0.1, noise=0.01)
 #: --quick: a tiny network and budget, one seed (checks that the script runs to its end).
 QUICK = {"ours": dict(steps=40, directions=8, hidden=16, embed=8, layers=1, search_steps=5, starts=2, line_search=4),
-         "paper": dict(steps=10, hidden=8)}
+         "paper": dict(steps=10, hidden=8), "readme": dict(steps=20, hidden=8, direction_steps=5)}
 #: The paper's code on synthetic: hypernetwork 100 wide, 2 layers, SGD 0.01 (momentum 0.5), full batch, 10,000
 #: front steps (what ``--variant paper`` takes by default; the rule is each arm's own).
 PAPER = {"variant": "paper", **{k: v for k, v in PAPER_SETTINGS.items() if k != "rule"}, **PAPER_PROTOCOL}
+#: The authors' README for synthetic: the front first (1,000 linear-scalarisation steps at rays drawn from
+#: Dir(1/N)), then 200 direction steps; an affine hypernetwork (``--n_hidden 1``).
+README = {"variant": "readme", **{k: v for k, v in README_SETTINGS.items() if k != "rule"}, **README_PROTOCOL}
+#: Each variant's settings over SPO's defaults.
+PRESETS = {"ours": {}, "paper": PAPER, "readme": README}
 #: SPO's training settings here unless ``--params`` or a variant changes them: 3000 hypernetwork steps of 256
 #: samples per client, the estimator's defaults when docs/learners-spo.md measured this benchmark.
 BUDGET = dict(steps=3000, batch_size=256)
+#: The level of the exact game's comparisons, the reference every arm is scored against (``--reference-z``):
+#: None, the game's default (z = 1.96 on the oracle's replicates); 0.0, point values (the committed runs').
+REFERENCE_Z: float | None = None
 #: The arms of one variant's fit: the two rules on the same searches.
 RULE_NAMES = ("elimination", "ratio")
 
@@ -122,7 +135,7 @@ def _as_estimate(oracle, names):
 
 
 def _score(oracle, names, game, exact) -> dict:
-    r = compare(_as_estimate(oracle, names), game, exact=exact)
+    r = compare(_as_estimate(oracle, names), game, exact=exact, z=REFERENCE_Z)
     return {"f1": float(r["edge_f1"]), "bg": bool(r["edge_f1"] == 1.0 and r["ocs_exact"] == 1.0),
             "ce": bool(r["same_partition"]), "edges": r["edges_learned"],
             "partition": " | ".join(",".join(b) for b in r["partition_learned"])}
@@ -159,7 +172,7 @@ def exact_game(seed: int):
 
     fed = load("synthetic", seed=seed, **DATA)
     oracle = ExhaustiveOracle().fit(fed)
-    return fed, oracle, oracle.game_, co.solve(oracle.game_)
+    return fed, oracle, oracle.game_, co.solve(oracle.game_, z=REFERENCE_Z)
 
 
 def with_constant(rows: list[dict]) -> list[dict]:
@@ -221,13 +234,14 @@ def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool 
     fed, oracle, game, exact = exact_game(seed)
     t = time.perf_counter()
     out: dict = {"seed": seed, "exact": _text(exact),
-                 CONSTANT: constant_arm(fed.names, game, exact)}
+                 CONSTANT: constant_arm(fed.names, game, exact, REFERENCE_Z),
+                 "reference z": "default" if REFERENCE_Z is None else REFERENCE_Z}
     if variant == "none":   # the controls alone
         out["fit_s"] = 0.0
         spo = SPO(device="cpu", seed=seed)
         rules = ()
     else:
-        spo = SPO(device="cpu", seed=seed, **spo_options({**(PAPER if variant == "paper" else {}), "rule": "ratio",
+        spo = SPO(device="cpu", seed=seed, **spo_options({**PRESETS[variant], "rule": "ratio",
                                                           **params})).fit(fed)
         out["fit_s"] = time.perf_counter() - t
     for rule in rules:
@@ -236,7 +250,7 @@ def run_seed(seed: int, variant: str, params: dict, controls: bool, front: bool 
         out[f"{variant} {rule}"] = _score(learned, fed.names, game, exact)
         out[f"{variant} {rule} score_s"] = time.perf_counter() - t
     if controls:
-        ref = spo if variant != "paper" else SPO(device="cpu", seed=seed)
+        ref = spo if variant == "ours" else SPO(device="cpu", seed=seed)
         l2 = 1e-2  # SPO's ridge on regression (ours' default)
         ps = DirectionSearch(ExactParetoFront(fed, l2), make_spec(fed), _loss(fed), _padded(fed, "val"), "cpu", seed,
                              ref.search_steps, ref.starts, ref.line_search)
@@ -285,7 +299,7 @@ def _score_game(g, game, exact) -> dict:
 
     est = SimpleNamespace(clients=tuple(g.clients), benefit_graph=ExactOracle(g).benefit_graph((1 << g.n) - 1),
                           partition=co.solve(g).masks)
-    r = compare(est, game, exact=exact)
+    r = compare(est, game, exact=exact, z=REFERENCE_Z)
     return {"f1": float(r["edge_f1"]), "bg": bool(r["edge_f1"] == 1.0 and r["ocs_exact"] == 1.0),
             "ce": bool(r["same_partition"]), "edges": r["edges_learned"],
             "partition": " | ".join(",".join(b) for b in r["partition_learned"])}
@@ -347,7 +361,7 @@ def report(rows: list[dict]) -> None:
     if "pooled_max_rel_diff" in rows[0]:
         print(f"  pooled front at l2 -> 0 vs the exact game: largest relative difference of any v_i(S) "
               f"{max(r['pooled_max_rel_diff'] for r in rows):.1e}")
-    learned = [k for k in arms if k.split()[0] in ("ours", "paper")]
+    learned = [k for k in arms if k.split()[0] in PRESETS]
     print("\npaired comparisons over the same seeds (exact McNemar on the discordant seeds; Wilcoxon on F1):")
     for a_i, a in enumerate(learned):
         for b in learned[a_i + 1:]:
@@ -371,13 +385,16 @@ def report(rows: list[dict]) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0-19", help="e.g. 0-19 or 100-119 or 0,3,9")
-    ap.add_argument("--variants", default="ours,paper", help="comma-separated: ours, paper")
+    ap.add_argument("--variants", default="ours,paper", help="comma-separated: ours, paper, readme")
     ap.add_argument("--params", default="{}", help="SPO parameters for every variant (JSON), over its defaults")
     ap.add_argument("--paper-steps", type=int, default=PAPER["steps"],
                     help="front steps of each of the paper variant's hypernetworks (the code: 10000)")
     ap.add_argument("--rules", default="elimination,ratio", help="comma-separated: elimination, ratio")
     ap.add_argument("--controls", action="store_true", help="also the perfect-front controls (no training)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--reference-z", type=float, default=None,
+                    help="level of the exact game's comparisons [its default, 1.96]; 0: point values, as the runs "
+                         "in docs/learners-spo-runs were scored")
     ap.add_argument("--front-error", action="store_true",
                     help="with --controls: the ours front's error on every face (192 searches per seed: slow)")
     ap.add_argument("--per-seed", action="store_true", help="print one line per seed and arm")
@@ -396,8 +413,8 @@ def main(argv=None) -> int:
         report(with_constant(merge(runs)))
         return 0
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if not variants or set(variants) - {"ours", "paper", "none"} or ("none" in variants and len(variants) > 1):
-        print(f"spo_agreement: --variants takes ours and/or paper, or none (the controls alone), "
+    if not variants or set(variants) - {*PRESETS, "none"} or ("none" in variants and len(variants) > 1):
+        print(f"spo_agreement: --variants takes ours, paper and/or readme, or none (the controls alone), "
               f"got {args.variants!r}", file=sys.stderr)
         return 2
     rules = tuple(r.strip() for r in args.rules.split(",") if r.strip())
@@ -405,6 +422,8 @@ def main(argv=None) -> int:
         print(f"spo_agreement: --rules takes elimination and/or ratio, got {args.rules!r}", file=sys.stderr)
         return 2
     warnings.filterwarnings("ignore")
+    global REFERENCE_Z
+    REFERENCE_Z = args.reference_z
     import torch
 
     torch.set_num_threads(args.threads)
@@ -428,7 +447,8 @@ def main(argv=None) -> int:
                   + "; ".join(f"{v} fit {row[f'{v} fit_s']:.0f} s" for v in variants) + "; "
                   + "; ".join(f"{k}: F1 {row[k]['f1']:.2f} CE {row[k]['partition']}" for k in keys), flush=True)
         if args.json:
-            head = json.dumps({"data": DATA, "variants": variants, "paper_steps": args.paper_steps})[:-1]
+            head = json.dumps({"data": DATA, "variants": variants, "paper_steps": args.paper_steps,
+                               "reference_z": REFERENCE_Z})[:-1]
             Path(args.json).write_text(head + ', "rows": [\n' + ",\n".join(json.dumps(r, separators=(",", ":"))
                                                                            for r in rows) + "\n]}\n")
     for v in variants:

@@ -91,7 +91,7 @@ def learn(dataset, method, device, threads, output, sensitivity, **opts):
         click.echo(f"  {name} rule{' (used)' if rec['used'] else ''}: {rec['label']}; equilibrium "
                    f"{' | '.join(','.join(b) for b in rec['partition'])}", err=True)
     if run.paper_defaults:
-        click.echo("  --variant paper: the authors' settings where not given: " + " ".join(
+        click.echo(f"  --variant {given['variant']}: the authors' settings where not given: " + " ".join(
             f"--{k.replace('_', '-')} {'full' if v is None else v}" for k, v in run.paper_defaults.items()), err=True)
     elif run.defaulted:
         click.echo(_defaults_line(e.extra), err=True)

@@ -63,7 +63,7 @@ class Learning:
         No training flag was given: the run stops on its validation loss (and tunes its rate) by default
         (SPO's ``--variant paper`` excepted: it runs the code's fixed schedule).
     paper : bool
-        SPO's ``--variant paper``: the authors' settings fill every flag of theirs not given.
+        SPO's ``--variant paper`` (or ``readme``): the authors' settings fill every flag of theirs not given.
     paper_defaults : dict
         Those settings, by flag key (``hypernet_hidden``, ``layers``, ``rule``, ``steps``, …).
 
@@ -79,7 +79,7 @@ class Learning:
 
         self.method, self.options, self.training = method, dict(options), dict(training)
         self.defaulted = not self.training
-        self.paper = method == "spo" and self.options.get("variant") == "paper"
+        self.paper = method == "spo" and self.options.get("variant") in ("paper", "readme")
         #: The authors' settings ``--variant paper`` took, by flag key (those not given).
         self.paper_defaults: dict = _paper_defaults(self.options, self.training) if self.paper else {}
         for key, value in self.paper_defaults.items():
@@ -131,12 +131,14 @@ class Learning:
 
 
 def _paper_defaults(options: dict, training: dict) -> dict:
-    """The authors' settings (:data:`~coalitions.learners.methods.spo.paper.PAPER_SETTINGS`, ``PAPER_PROTOCOL``)
-    that SPO's ``--variant paper`` run was not given, by flag key."""
-    from coalitions.learners.methods.spo.paper import PAPER_PROTOCOL, PAPER_SETTINGS
+    """The authors' settings (:data:`~coalitions.learners.methods.spo.paper.PAPER_SETTINGS` and ``PAPER_PROTOCOL``,
+    or ``README_*`` for ``--variant readme``) that the run was not given, by flag key."""
+    from coalitions.learners.methods.spo import paper
 
     key_of = {o.arg: o.key for o in METHODS["spo"].options}
-    wanted = {key_of.get(arg, arg): value for arg, value in {**PAPER_SETTINGS, **PAPER_PROTOCOL}.items()}
+    settings, protocol = ((paper.README_SETTINGS, paper.README_PROTOCOL) if options.get("variant") == "readme" else
+                          (paper.PAPER_SETTINGS, paper.PAPER_PROTOCOL))
+    wanted = {key_of.get(arg, arg): value for arg, value in {**settings, **protocol}.items()}
     return {k: v for k, v in wanted.items() if k not in options and k not in training}
 
 

@@ -75,7 +75,10 @@ the oracle.
 procedure of the paper's public code instead (:mod:`.paper`): for every searched client and
 face a fresh hypernetwork, trained by EPO at the direction being searched, 5 front steps
 alternating with 1 direction step, directions clamped to ``[1/(3k), 1 − 1/(3k)]``; the same
-oracle and rules read its results.  ``docs/learners-spo.md`` compares the two.
+oracle and rules read its results.  ``variant="readme"`` runs the procedure of the authors'
+README for synthetic on the same per-search networks: the front first, by linear
+scalarisation at a direction drawn from ``Dir(1/k)`` every step, then the direction steps.
+``docs/learners-spo.md`` compares them.
 
 The package, one piece a module: :mod:`.simplex` (projection onto a face, training
 directions), :mod:`.epo` (the EPO linear program), :mod:`.hypernetwork`

@@ -48,7 +48,9 @@ PROTOCOL_FIELDS = ("steps", "batch_size", "patience", "lr_grid", "tune_split")
 #: Training steps between two evaluations of the validation loss (history and early stopping).
 EVAL_EVERY = 50
 #: How the front is learned and searched: this project's one hypernetwork, or the paper's code's procedure.
-VARIANTS = ("ours", "paper")
+VARIANTS = ("ours", "paper", "readme")
+#: The variants that train one hypernetwork per searched client and face (:mod:`.paper`).
+PER_SEARCH = ("paper", "readme")
 
 
 def fused_adam(params: list, lr: float) -> torch.optim.Adam:
@@ -127,7 +129,7 @@ class SPO(Learner):
         ``"mlp"`` or ``"cnn"`` (images) for a target with a body.
     target_hidden : int
         Hidden units of an ``"mlp"`` target.
-    variant : {"ours", "paper"}
+    variant : {"ours", "paper", "readme"}
         ``"ours"``: one hypernetwork for the whole simplex, trained on sampled directions, then
         the projected-gradient search (package docstring).  ``"paper"``: the paper's public code
         (:mod:`.paper`): for every searched (client, face) a fresh hypernetwork trained with EPO
@@ -138,7 +140,12 @@ class SPO(Learner):
         protocol must have neither ``patience`` nor ``lr_grid``: the code's schedule is fixed), ``lr`` SGD's learning rate with ``momentum``, and ``hidden``/``layers``
         its width and number of hidden layers (the code: 100 and 2); ``embed``, ``directions``,
         ``alpha``, ``faces``, ``log_loss``, ``l2``, ``log_eps``, ``epo``, ``search_steps``,
-        ``starts``, ``line_search`` and ``heads`` belong to ``"ours"`` only.
+        ``starts``, ``line_search`` and ``heads`` belong to ``"ours"`` only.  ``"readme"``: the
+        procedure of the authors' README for synthetic, on the same per-search networks: the front
+        first, ``protocol.steps`` steps of linear scalarisation each at a direction drawn from
+        ``Dir(1/k)`` on the face, then ``direction_steps`` direction steps from the last
+        direction drawn, once (``--sample_ray --solver_type linear --total_epoch 1``; the
+        README: 1,000 and 200 steps, ``layers=1``, an affine hypernetwork).
     protocol : TrainingProtocol or None
         The comparison's training protocol (docs/learners-protocol.md), SPO's only source of
         its training settings (:data:`PROTOCOL_FIELDS`):
@@ -161,7 +168,8 @@ class SPO(Learner):
         ``protocol_with(fed.task, tuple(fed.input_shape))`` (what ``coalitions learn`` gives
         without training flags), resolved at fit time (``protocol_``).
     front_steps, direction_steps : int
-        ``variant="paper"``: the alternation (the code's 5 and 1).
+        ``variant="paper"``: the alternation (the code's 5 and 1); ``variant="readme"`` takes
+        ``direction_steps`` after its whole front (the README's 200).
     direction_lr : float
         ``variant="paper"``: the direction's gradient step (the code's ``lr_prefer``, 0.01).
     momentum : float
@@ -257,7 +265,7 @@ class SPO(Learner):
     protocol: TrainingProtocol | None
     protocol_: TrainingProtocol
     oracle_: SPOOracle
-    hypernet_: ParetoHypernetwork | None   # None under variant="paper" (one network per search)
+    hypernet_: ParetoHypernetwork | None   # None under variant="paper" or "readme" (one network per search)
     weights_: np.ndarray   # always a matrix after fit: each client's best direction, as weights
     best_val_: float
     stopped_at_: int
@@ -284,9 +292,9 @@ class SPO(Learner):
             check_param(k, getattr(self, k), "int", low=lo, high=None if k == "seed" else MAX_STEPS)
         check_param("momentum", self.momentum, "number", low=0, high=1)
         check_param("variant", self.variant, "choice", choices=VARIANTS)
-        if self.variant == "paper" and (self.heads != "shared" or self.epo):
-            raise ParameterError("variant", "{name} paper takes neither heads personal nor epo (it always "
-                                            "weighs by EPO, one shared target model per hypernetwork)")
+        if self.variant in PER_SEARCH and (self.heads != "shared" or self.epo):
+            raise ParameterError("variant", f"{{name}} {self.variant} takes neither heads personal nor epo (it "
+                                            "weighs by its own rule, one shared target model per hypernetwork)")
         for k in ("lr", "alpha", "direction_lr"):
             check_param(k, getattr(self, k), "number", low=0, low_open=True)
         check_param("faces", self.faces, "number", low=0, high=1)
@@ -316,9 +324,9 @@ class SPO(Learner):
 
     def _check_variant_protocol(self, protocol: TrainingProtocol) -> None:
         """The paper's variant runs the code's fixed schedule: refuse a protocol with patience or a rate grid."""
-        if self.variant == "paper" and (protocol.patience is not None or protocol.lr_grid is not None):
-            raise ParameterError("variant", "{name} paper runs the code's fixed schedule: a protocol without "
-                                            "patience or lr_grid")
+        if self.variant in PER_SEARCH and (protocol.patience is not None or protocol.lr_grid is not None):
+            raise ParameterError("variant", f"{{name}} {self.variant} runs the code's fixed schedule: a protocol "
+                                            "without patience or lr_grid")
 
     def protocol_for(self, fed: Federation) -> TrainingProtocol:
         """The protocol a fit on ``fed`` trains with: ``protocol``, or the default of ``fed``'s task and input shape.
@@ -374,7 +382,7 @@ class SPO(Learner):
         # a search batch holds at most one row per client, with at most one warm start besides ``starts``
         check_search_memory(fed.n, fed.n, max(int(self.starts), 3), int(self.line_search), self.spec_.n_params)
         self.epo_fallbacks_ = 0
-        if self.variant == "paper":
+        if self.variant in PER_SEARCH:
             return self._fit_paper(fed, t0)
         t_train = time.perf_counter()
         self._train_tuned(fed)
@@ -413,15 +421,18 @@ class SPO(Learner):
          self.stopped_at_, self.hit_max_) = best
 
     def _fit_paper(self, fed: Federation, t0: float) -> SPO:
-        """The paper's variant: no shared hypernetwork; every search trains its own (:mod:`.paper`)."""
+        """The paper's and the README's variants: no shared hypernetwork; every search trains its own (:mod:`.paper`)."""
         self.hypernet_ = None
         self.history_ = []
         self.val_loss_steps_, self.val_loss_clients_ = [], []
+        readme = self.variant == "readme"   # the front once, at sampled rays, then the direction steps
+        front = self.protocol_.steps if readme else self.front_steps
         search = PaperSearch(self.spec_, self.loss_, self.train_, self.val_, self.device_, self.seed,
-                             rounds=max(1, self.protocol_.steps // self.front_steps), front_steps=self.front_steps,
-                             direction_steps=self.direction_steps, lr=self.lr, momentum=self.momentum,
-                             direction_lr=self.direction_lr, hidden=self.hidden, layers=self.layers,
-                             batch_size=self.protocol_.batch_size)
+                             rounds=1 if readme else max(1, self.protocol_.steps // self.front_steps),
+                             front_steps=front, direction_steps=self.direction_steps, lr=self.lr,
+                             momentum=self.momentum, direction_lr=self.direction_lr, hidden=self.hidden,
+                             layers=self.layers, batch_size=self.protocol_.batch_size,
+                             solver="linear" if readme else "epo", sample_rays=readme)
         self._conclude(fed, lambda: search, t0, 0.0)
         self.epo_fallbacks_ = search.epo_fallbacks_
         return self
@@ -491,7 +502,7 @@ class SPO(Learner):
                 "mean": [float(np.mean(v)) for v in self.val_loss_clients_],
                 "clients": {c: [float(v[i]) for v in self.val_loss_clients_] for i, c in enumerate(names)}},
             "epo_fallbacks": self.epo_fallbacks_,
-            "training": ({"variant": "paper"} if self.variant == "paper" else
+            "training": ({"variant": self.variant} if self.variant in PER_SEARCH else
                          {"variant": self.variant, "lr": self.lr_, "stopped_at": self.stopped_at_,
                           "best_step": self.best_step_, "hit_max": self.hit_max_, "max_steps": self.protocol_.steps,
                           "patience": self.protocol_.patience,
@@ -672,7 +683,7 @@ class SPO(Learner):
 
     # -- evaluation
     def _scores(self, D: np.ndarray, split: Padded) -> list[np.ndarray]:
-        if self.variant == "paper":
+        if self.variant in PER_SEARCH:
             return self.search_.scores(D, split)
         with torch.no_grad():
             params = self._hypernet()(torch.as_tensor(D, dtype=torch.float32, device=self.device_))
@@ -707,10 +718,11 @@ class SPO(Learner):
         """The target model's parameters at direction(s) ``d`` (numpy, (B, N) or (N,)).
 
         With personal heads: the generated body only (the heads are ``hypernet_.client_heads``).
-        Not for ``variant="paper"``, which has one hypernetwork per searched client and face.
+        Not for ``variant="paper"`` or ``"readme"``, which have one hypernetwork per searched client and face.
         """
         if self.hypernet_ is None:
-            raise InputError("spo: variant paper has no single hypernetwork (one per searched client and face)")
+            raise InputError(f"spo: variant {self.variant} has no single hypernetwork (one per searched client "
+                             "and face)")
         d = np.atleast_2d(np.asarray(d, dtype=np.float64))
         with torch.no_grad():
             p = self._hypernet()(torch.as_tensor(d, dtype=torch.float32, device=self.device_))

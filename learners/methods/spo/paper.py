@@ -44,7 +44,12 @@ from coalitions.learners.methods.spo.epo import epo_lp_batch
 from coalitions.learners.training.engine import Padded
 from coalitions.learners.training.models import ModelSpec
 
-__all__ = ["PaperSearch", "clamp_direction", "alternation", "PAPER_SETTINGS", "PAPER_PROTOCOL"]
+__all__ = ["PaperSearch", "clamp_direction", "alternation", "PAPER_SETTINGS", "PAPER_PROTOCOL", "README_SETTINGS",
+           "README_PROTOCOL", "SOLVERS"]
+
+#: How a front step weighs the clients' losses: ``"epo"``, ``k·α`` from EPO's program at the direction
+#: (the code's default ``--solver_type epo``); ``"linear"``, the direction itself (linear scalarisation).
+SOLVERS = ("epo", "linear")
 
 #: The authors' code's own settings, which ``--variant paper`` takes wherever its flags are not given
 #: (``coalitions learn``, :class:`~coalitions.learners.methods.learning.Learning`): the hypernetwork
@@ -54,6 +59,12 @@ PAPER_SETTINGS = {"hidden": 100, "layers": 2, "lr": 0.01, "momentum": 0.5, "rule
 #: The code's schedule as a protocol's fields: 2000 rounds of 5 front steps, each on the whole training set,
 #: no early stopping and no rate grid.
 PAPER_PROTOCOL = {"steps": 10_000, "batch_size": None}
+#: The procedure of the authors' README for synthetic (``variant="readme"``): the front first, trained by
+#: linear scalarisation at a direction drawn from ``Dir(1/k)`` every step (``--sample_ray --solver_type linear``),
+#: then 200 direction steps from the last direction drawn; the hypernetwork ``--n_hidden 1``, affine.
+README_SETTINGS = {"hidden": 100, "layers": 1, "lr": 0.01, "momentum": 0.5, "rule": "ratio", "direction_steps": 200}
+#: The README's front: ``--total_hnet_epoch 1000`` full-batch steps, once (``--total_epoch 1``).
+README_PROTOCOL = {"steps": 1000, "batch_size": None}
 
 
 def clamp_direction(d: torch.Tensor, face: torch.Tensor) -> torch.Tensor:
@@ -72,6 +83,18 @@ def clamp_direction(d: torch.Tensor, face: torch.Tensor) -> torch.Tensor:
 def alternation(rounds: int, front_steps: int, direction_steps: int) -> list[str]:
     """The schedule of one training run: ``"front"`` and ``"direction"`` steps in order."""
     return (["front"] * front_steps + ["direction"] * direction_steps) * rounds
+
+
+def _dirichlet_on_faces(rng: np.random.Generator, faces: np.ndarray) -> np.ndarray:
+    """One direction per row drawn from ``Dir(1/k)`` on the row's face (``k`` its size); 0 off it.
+
+    Drawn as normalised ``Gamma(1/k)`` variables (numpy's own Dirichlet loses mass below 1e-300 for such
+    small concentrations, and a row whose every draw underflows keeps the barycentre).
+    """
+    k = faces.sum(1, keepdims=True)
+    g = rng.gamma(np.where(faces, 1.0 / np.maximum(k, 1), 1.0)) * faces
+    total = g.sum(1, keepdims=True)
+    return np.where(total > 0, g / np.where(total > 0, total, 1.0), faces / np.maximum(k, 1))
 
 
 class PaperSearch:
@@ -100,6 +123,12 @@ class PaperSearch:
     batch_size : int or None
         Training samples per client per front step (``None``: full batch, as the code on
         ``synthetic`` and ``adult``).
+    solver : {"epo", "linear"}
+        How a front step weighs the losses (:data:`SOLVERS`).
+    sample_rays : bool
+        Each front step evaluates and weighs at a direction drawn from ``Dir(1/k)`` on the row's
+        face instead of the searched one, and the direction steps start from the last one drawn
+        (the code's ``--sample_ray``, which overwrites its input ray with each draw).
     progress : callable, optional
         ``progress(done, total)`` after each round.
 
@@ -114,7 +143,11 @@ class PaperSearch:
     def __init__(self, spec: ModelSpec, loss: Callable, train: Padded, val: Padded, device, seed: int,
                  rounds: int = 2000, front_steps: int = 5, direction_steps: int = 1, lr: float = 0.01,
                  momentum: float = 0.5, direction_lr: float = 0.01, hidden: int = 100, layers: int = 2,
-                 batch_size: int | None = None, progress: Callable | None = None):
+                 batch_size: int | None = None, solver: str = "epo", sample_rays: bool = False,
+                 progress: Callable | None = None):
+        if solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+        self.solver, self.sample_rays = solver, bool(sample_rays)
         self.spec, self.loss, self.train, self.val, self.device = spec, loss, train, val, device
         self.seed, self.rounds, self.front_steps, self.direction_steps = seed, rounds, front_steps, direction_steps
         self.lr, self.momentum, self.direction_lr = lr, momentum, direction_lr
@@ -192,8 +225,12 @@ class PaperSearch:
         for rnd in range(self.rounds):
             for _ in range(self.front_steps):
                 X, y, m = self.train.sample(self.batch_size, rng)
+                if self.sample_rays:   # the code's input ray overwritten by a Dir(1/k) draw on the face
+                    draw = _dirichlet_on_faces(rng, fnp)
+                    d = torch.as_tensor(draw, dtype=torch.float32, device=dev)
                 L = losses_fn(hp, d, X, y, m)                         # (B, N)
-                weights = self._epo_weights(hp, d, X, y, m, L.detach(), fnp, jac_fn)
+                weights = (d if self.solver == "linear" else
+                           self._epo_weights(hp, d, X, y, m, L.detach(), fnp, jac_fn))
                 opt.zero_grad(set_to_none=True)
                 (weights * L).sum().backward()
                 opt.step()
