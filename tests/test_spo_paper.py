@@ -267,3 +267,50 @@ def test_variant_paper_alone_takes_the_authors_settings_and_given_flags_win(caps
                      "--variant", "paper", "--steps", "10", "-o", tmp_path / "p.json")
     assert rc == 0 and "--variant paper: the authors' settings where not given: --hypernet-hidden 100" in err
     assert "--steps" not in err.splitlines()[-1] and "no training flags" not in err
+
+
+# --------------------------------------------------------------------------- the README's procedure
+def test_rays_drawn_on_faces_are_directions_of_the_face():
+    from coalitions.learners.methods.spo.paper import _dirichlet_on_faces
+
+    rng = np.random.default_rng(0)
+    faces = rng.random((500, 6)) < 0.5
+    faces[:, 0] = True
+    d = _dirichlet_on_faces(rng, faces)
+    assert np.allclose(d.sum(1), 1) and np.all(d[~faces] == 0) and np.all(d >= 0)
+    # Dir(1/k) is sparse: a draw's largest share has median 0.69 here, against 0.44 under Dir(1) on 5 clients
+    assert np.median(d.max(1)[faces.sum(1) >= 4]) > 0.6
+
+
+def test_the_readme_procedure_weighs_by_sampled_rays_then_searches_from_the_last(fed, monkeypatch):
+    """``variant="readme"``: front steps by linear scalarisation at a ray drawn each step (no EPO program),
+    then the direction steps, starting from the last ray drawn (the code overwrites its input ray)."""
+    import coalitions.learners.methods.spo.paper as paper
+
+    s = _search(fed, rounds=1, front_steps=4, direction_steps=0, solver="linear", sample_rays=True)
+    monkeypatch.setattr(s, "_epo_weights", lambda *a: pytest.fail("the linear solver solved an EPO program"))
+    drawn = []
+    real = paper._dirichlet_on_faces
+    monkeypatch.setattr(paper, "_dirichlet_on_faces", lambda rng, f: drawn.append(real(rng, f)) or drawn[-1])
+    face = torch.ones((2, fed.n), dtype=torch.bool)
+    d, _ = s(torch.tensor([0, 4]), face, ("t",))
+    assert len(drawn) == 4
+    np.testing.assert_allclose(d, drawn[-1], atol=1e-6)   # no direction step: where the last ray left it
+    with pytest.raises(ValueError, match="solver"):
+        _search(fed, solver="mgda")
+
+
+def test_variant_readme_runs_on_the_readme_settings(capsys, tmp_path):
+    from conftest import run
+
+    from coalitions.learners.methods.learning import Learning
+    from coalitions.learners.methods.spo.paper import README_PROTOCOL, README_SETTINGS
+
+    r = Learning("spo", {"variant": "readme"}, {})
+    p = r.estimator.get_params()
+    assert {k: p[k] for k in README_SETTINGS} == README_SETTINGS and r._fields == README_PROTOCOL
+    rc, _, err = run(capsys, "learn", "synthetic", "--samples", "10", "--seed", "0", "--method", "spo",
+                     "--variant", "readme", "--steps", "20", "--direction-steps", "3", "-o", tmp_path / "r.json")
+    assert rc == 0 and "--variant readme: the authors' settings where not given: --hypernet-hidden 100 --layers 1" in err
+    e = co.read_estimate(tmp_path / "r.json")
+    assert e.extra["training"] == {"variant": "readme"}
