@@ -134,7 +134,7 @@ def test_benchmark_quick_run_writes_json_that_combine_reads(tmp_path, capsys):
     first = capsys.readouterr().out
     assert "paper ratio" in first and "perfect front, pooled d_S, l2 -> 0" in first
     assert b.main(["--combine", str(out)]) == 0
-    assert "agreement with the exact game over seeds 0..0 (1)" in capsys.readouterr().out
+    assert "agreement with the exact game over seeds 0..0 (1; " in capsys.readouterr().out
     assert b.main(["--variants", "theirs"]) == 2
     assert b.main(["--combine", str(tmp_path / "missing.json")]) == 2
     assert "--combine" in capsys.readouterr().err

@@ -52,7 +52,7 @@ __all__ = ["PaperSearch", "clamp_direction", "alternation", "PAPER_SETTINGS", "P
 SOLVERS = ("epo", "linear")
 
 #: The authors' code's own settings, which ``--variant paper`` takes wherever its flags are not given
-#: (``coalitions learn``, :class:`~coalitions.learners.methods.learning.Learning`): the hypernetwork
+#: (``coalitions learn``, ``coalitions.learners.methods.learning.Learning``): the hypernetwork
 #: ``Linear(k, 100)`` and two layers, SGD at 0.01 with momentum 0.5, the ratio rule
 #: (:class:`~coalitions.learners.methods.spo.estimator.SPO`'s keywords).
 PAPER_SETTINGS = {"hidden": 100, "layers": 2, "lr": 0.01, "momentum": 0.5, "rule": "ratio"}
