@@ -96,7 +96,8 @@ class EarlyStop:
         return int(self.rule.stopped_at[0])
 
     def update_clients(self, per_client) -> np.ndarray:
-        """One evaluation of the clients' losses, read as their mean: which clients' models are now the best (all or none)."""
+        """One evaluation of the clients' losses, read as their mean: which clients' models are now the best
+        (all or none)."""
         return np.full(len(per_client), self.update(float(np.mean(per_client))))
 
     def best_rounds(self, n: int) -> list[int]:

@@ -134,7 +134,7 @@ class Patience:
         return not bool(self.active.any())
 
     def state_dict(self) -> dict:
-        """The record as tensors (``active`` as int64, for a checkpoint's arrays); :meth:`load_state_dict` restores it."""
+        """The record as tensors (``active`` as int64, a checkpoint's array); :meth:`load_state_dict` restores it."""
         return {"best": self.best, "bad": self.bad, "active": self.active.to(self.bad.dtype),
                 "stopped_at": self.stopped_at, "best_step": self.best_step}
 
