@@ -29,7 +29,7 @@ Examples
 
 from __future__ import annotations
 
-import math
+from coalitions.learners.training.stopping import Patience
 
 __all__ = ["SubsetEarlyStop", "pooled_validation_loss"]
 
@@ -47,50 +47,63 @@ def pooled_validation_loss(per_client, member, n_val):
 
 
 class SubsetEarlyStop:
-    """Patience per stacked model (module docstring); ``update`` returns which models still train."""
+    """Patience per stacked model (module docstring); ``update`` returns which models still train.
+
+    The rule of :class:`~coalitions.learners.training.stopping.Patience` with one track per model,
+    on the models' device, counted in local steps; besides it, every model's parameters at its
+    best evaluation.
+    """
 
     def __init__(self, patience: int, n_models: int, device=None):
-        import torch
-
-        self.patience = int(patience)
-        self.best = torch.full((n_models,), math.inf, dtype=torch.float64, device=device)
-        self.bad = torch.zeros(n_models, dtype=torch.int64, device=device)
-        self.active = torch.ones(n_models, dtype=torch.bool, device=device)
-        self.stopped_at = torch.zeros(n_models, dtype=torch.int64, device=device)
-        self.best_step = torch.zeros(n_models, dtype=torch.int64, device=device)
+        self.rule = Patience(int(patience), tracks=n_models, device=device)
+        self.patience = self.rule.patience
         self._best: dict = {}
+
+    @property
+    def best(self):
+        """Each model's lowest pooled loss so far, float64 ``(M,)``."""
+        return self.rule.best
+
+    @property
+    def bad(self):
+        """Evaluations since each model's last improvement, int64 ``(M,)``."""
+        return self.rule.bad
+
+    @property
+    def active(self):
+        """Which models still train, bool ``(M,)``."""
+        return self.rule.active
+
+    @property
+    def stopped_at(self):
+        """The step of each model's last evaluation while it trained (where it stopped), int64 ``(M,)``."""
+        return self.rule.stopped_at
+
+    @property
+    def best_step(self):
+        """The step of each model's best evaluation (the parameters it keeps), int64 ``(M,)``."""
+        return self.rule.best_step
 
     def update(self, loss, params: dict, step: int):
         """Record evaluation ``loss`` ``(M,)`` at ``step`` of the ``params`` just reached; the models still active."""
         import torch
 
-        loss = loss.to(self.best.dtype)
-        improved = self.active & (loss < self.best)
-        self.best = torch.where(improved, loss, self.best)
-        self.best_step = torch.where(improved, torch.full_like(self.best_step, step), self.best_step)
-        self.bad = torch.where(improved, torch.zeros_like(self.bad), self.bad + self.active.to(self.bad.dtype))
+        improved = self.rule.update(loss, step)
         for k, v in params.items():
             kept = self._best.get(k)
             if kept is None:
                 self._best[k] = v.detach().clone()
             else:   # an elementwise select, not a boolean index (which scatters across a product-major layout)
                 self._best[k] = torch.where(improved.view(-1, *([1] * (v.dim() - 1))), v.detach(), kept)
-        self.stopped_at = torch.where(self.active, torch.full_like(self.stopped_at, step), self.stopped_at)
-        self.active = self.active & (self.bad < self.patience)
-        return self.active
+        return self.rule.active
 
     def state_dict(self) -> dict:
         """The record as tensors (a checkpoint holds it; :meth:`load_state_dict` restores it)."""
-        return {"best": self.best, "bad": self.bad, "active": self.active.to(self.bad.dtype),
-                "stopped_at": self.stopped_at, "best_step": self.best_step, "kept": dict(self._best)}
+        return {**self.rule.state_dict(), "kept": dict(self._best)}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from :meth:`state_dict`'s content."""
-        import torch
-
-        self.best, self.bad = state["best"], state["bad"]
-        self.stopped_at, self.best_step = state["stopped_at"], state["best_step"]
-        self.active = state["active"].to(torch.bool)
+        self.rule.load_state_dict(state)
         self._best = dict(state["kept"])
 
     def best_params(self, params: dict) -> dict:

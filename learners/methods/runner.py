@@ -31,6 +31,7 @@ from coalitions.learners.data.federation import Federation
 from coalitions.learners.training.checkpoint import federation_arrays, fingerprint, load_state, save_state
 from coalitions.learners.training.engine import Engine, Padded
 from coalitions.learners.training.protocol import TrainingProtocol
+from coalitions.learners.training.stopping import Patience
 
 __all__ = ["EarlyStop", "ClientsEarlyStop", "RoundBudget", "RoundRunner", "NOT_RESULT", "takes_info"]
 
@@ -53,10 +54,10 @@ def takes_info(callback: Callable[..., Any]) -> bool:
 class EarlyStop:
     """Patience on a validation loss evaluated once per round (docs/learners-personalized.md#early-stopping-patience).
 
-    ``update(loss)`` returns whether ``loss`` is the best so far (strictly lower);
-    ``stopped`` turns true once ``patience`` consecutive evaluations have not
-    improved on the best.  ``patience=None`` never stops.  ``history`` replays
-    the evaluations of a resumed run.
+    The rule of :class:`~coalitions.learners.training.stopping.Patience` on one track, counted
+    in rounds: ``update(loss)`` returns whether ``loss`` is the best so far (strictly lower);
+    ``stopped`` turns true once ``patience`` consecutive evaluations have not improved on the
+    best.  ``patience=None`` never stops.  ``history`` replays the evaluations of a resumed run.
 
     Examples
     --------
@@ -66,23 +67,37 @@ class EarlyStop:
     """
 
     def __init__(self, patience: int | None, history=()):
-        self.patience, self.best, self.best_round, self.bad, self.stopped = patience, math.inf, 0, 0, False
-        self.round = 0
+        self.rule = Patience(patience)
+        self.patience = self.rule.patience
         for v in history:
             self.update(v)
 
     def update(self, loss: float) -> bool:
-        self.round += 1
-        if loss < self.best:
-            self.best, self.best_round, self.bad = float(loss), self.round, 0
-            return True
-        self.bad += 1
-        if self.patience is not None and self.bad >= self.patience:
-            self.stopped = True
-        return False
+        """Record one round's loss; whether it is the best so far."""
+        return bool(self.rule.update(loss)[0])
+
+    @property
+    def stopped(self) -> bool:
+        return self.rule.stopped
+
+    @property
+    def best(self) -> float:
+        """The lowest loss so far (``inf`` before any)."""
+        return float(self.rule.best[0])
+
+    @property
+    def best_round(self) -> int:
+        """The round of the lowest loss (0 before any)."""
+        return int(self.rule.best_step[0])
+
+    @property
+    def round(self) -> int:
+        """The last round evaluated before the stop."""
+        return int(self.rule.stopped_at[0])
 
     def update_clients(self, per_client) -> np.ndarray:
-        """One evaluation of the clients' losses, read as their mean: which clients' models are now the best (all or none)."""
+        """One evaluation of the clients' losses, read as their mean: which clients' models are now the best
+        (all or none)."""
         return np.full(len(per_client), self.update(float(np.mean(per_client))))
 
     def best_rounds(self, n: int) -> list[int]:
@@ -99,9 +114,10 @@ class ClientsEarlyStop:
 
     Client ``i``'s models are scored after every round by its own tuning loss; it stops when that
     loss has not improved for ``patience`` evaluations and keeps its best round, as the exhaustive
-    game's model of ``{i}`` does (:mod:`coalitions.learners.game.stopping`).  ``update_clients``
-    returns which clients improved (a stopped client never does); ``stopped`` is true once every
-    client has stopped.  ``history`` (rounds × clients) replays a resumed run.
+    game's model of ``{i}`` does (:mod:`coalitions.learners.game.stopping`): the rule of
+    :class:`~coalitions.learners.training.stopping.Patience` with one track per client.
+    ``update_clients`` returns which clients improved (a stopped client never does); ``stopped``
+    is true once every client has stopped.  ``history`` (rounds × clients) replays a resumed run.
 
     Examples
     --------
@@ -113,26 +129,25 @@ class ClientsEarlyStop:
     """
 
     def __init__(self, patience: int | None, n: int, history=()):
-        self.clients = [EarlyStop(patience) for _ in range(n)]
+        self.rule = Patience(patience, tracks=n)
         for row in history:
             self.update_clients(row)
 
     def update_clients(self, per_client) -> np.ndarray:
         """Record one evaluation of every client's loss; which clients' models are now their best."""
-        return np.array([False if s.stopped else s.update(float(v)) for s, v in zip(self.clients, per_client,
-                                                                                     strict=True)])
+        return self.rule.update(np.asarray(per_client, dtype=np.float64)).numpy()
 
     @property
     def stopped(self) -> bool:
-        return all(s.stopped for s in self.clients)
+        return self.rule.stopped
 
     def best_rounds(self, n: int) -> list[int]:
         """The round each client keeps."""
-        return [s.best_round for s in self.clients]
+        return [int(r) for r in self.rule.best_step.tolist()]
 
     def stop_rounds(self, n: int) -> list[int]:
         """The round each client stopped at (its last evaluation)."""
-        return [s.round for s in self.clients]
+        return [int(r) for r in self.rule.stopped_at.tolist()]
 
 
 # --------------------------------------------------------------------------- the budget

@@ -27,6 +27,7 @@ from coalitions.learners.methods.spo.simplex import sample_directions
 from coalitions.learners.training.engine import Padded, resolve_device
 from coalitions.learners.training.models import make_model
 from coalitions.learners.training.protocol import TrainingProtocol, protocol_with
+from coalitions.learners.training.stopping import Patience
 from coalitions.learners.training.threads import applied, step_macs
 from coalitions.params import MAX_STEPS, ParameterError, check_param
 from coalitions.partition import canonical
@@ -580,7 +581,7 @@ class SPO(Learner):
         self.lr_ = float(self.lr if lr is None else lr)
         opt = fused_adam(list(net.parameters()), self.lr_)
         self.best_val_, self.best_step_, self.stopped_at_, self.hit_max_ = math.inf, steps, steps, True
-        best_state, bad = None, 0
+        best_state, stop = None, Patience(patience)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1))))
         history, running = [], []
@@ -629,16 +630,15 @@ class SPO(Learner):
                 if self.progress is not None:
                     self.progress(step + 1, steps)
                 mean_val = float(np.mean(self.val_loss_clients_[-1]))
+                improved = bool(stop.update(mean_val, step + 1)[0])
                 if patience is None:
                     self.best_val_, self.best_step_ = mean_val, step + 1   # no early stopping: the last is kept
-                elif mean_val < self.best_val_:
-                    self.best_val_, self.best_step_, bad = mean_val, step + 1, 0
+                elif improved:
+                    self.best_val_, self.best_step_ = mean_val, step + 1
                     best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-                else:
-                    bad += 1
-                    if bad >= patience:
-                        self.stopped_at_, self.hit_max_ = step + 1, False
-                        break
+                elif stop.stopped:
+                    self.stopped_at_, self.hit_max_ = step + 1, False
+                    break
         if best_state is not None:
             net.load_state_dict(best_state)
         return history
