@@ -11,7 +11,14 @@ For each seed (default 0–19; SPO's defaults were chosen on seeds it does not r
   hypernetwork per searched client and face, EPO at the searched direction, 5 front steps
   alternating with 1 direction step, directions clamped to ``[1/(3k), 1 − 1/(3k)]``
   (``PAPER``: the code's network, 100 wide and 2 layers; ``--paper-steps`` front steps per
-  hypernetwork, the code's 10,000 by default).
+  hypernetwork, the code's 10,000 by default);
+* ``readme``: the authors' README for synthetic (``README``): on the same per-search networks,
+  the front first (1,000 linear-scalarisation steps at rays drawn from ``Dir(1/N)``), then 200
+  direction steps; an affine hypernetwork.
+
+Every arm is scored beside the **constant answer** ``0,1,2 | 3,4,5`` (no data read), against
+the exact game at its default level (``--reference-z``: 0 for point values, as the committed
+runs in docs/learners-spo-runs were scored).
 
 Each fit is read by both **rules** (elimination, and the paper's ratio ``d_j / d_i ≥ 0.7``) on
 the same searches, and scored against the exact ``BG(all)`` and CE
