@@ -7,7 +7,9 @@ the rate whose model has the lowest *pooled validation loss* over its members,
 ``Σ_{i∈S} n_i^val·L_i(S) / Σ_{i∈S} n_i^val`` (its training objective's loss on its members'
 validation data; ties go to the earlier rate; test data are never read): the exact game's
 column tunes its rate by the rule every learner column follows
-(:func:`coalitions.learners.training.tuning.tune_lr`), one choice per subset model.
+(:class:`coalitions.learners.training.tuning.RateChoice`), one choice per subset model.  A model
+whose pooled loss is NaN or ``+inf`` at every rate keeps no rate (``"lr"`` NaN) and the first
+rate's scores.
 
 Data roles (:mod:`coalitions.learners.data.roles`).  "Validation" above is the clients'
 *tuning* rows (:attr:`~coalitions.learners.data.federation.Client.tuning`): under a protocol with a
@@ -29,6 +31,7 @@ from coalitions.learners.game.bootstrap import rescore
 from coalitions.learners.game.masks import membership
 from coalitions.learners.game.personal import _scores_personal, train_subsets_personal
 from coalitions.learners.game.shared import _scores, train_subsets
+from coalitions.learners.training.tuning import RateChoice
 
 
 class ChunkTrainer:
@@ -143,8 +146,8 @@ class ChunkTrainer:
         reads = "tune_loss" if self.separate else "val_loss"   # the rate reads the tuning rows only
         member = membership(ms, self.fed.n)
         best: dict = {}
-        best_loss = np.full(len(ms), np.inf)
-        chosen = np.full(len(ms), np.nan)
+        # the rule every tuned place follows; here NaN or +inf at every rate keeps no rate (lr NaN, the first rate's model)
+        choice = RateChoice(finite_only=False, first=False)
         for k, rate in enumerate(grid):
             tick = None if progress is None else (lambda ep, k=k: progress(k * epochs + ep))
             out = self._train_and_score(ms, tick, self.protocol.with_(lr=rate, lr_grid=None),
@@ -152,18 +155,16 @@ class ChunkTrainer:
             weights = member.T * n_tune[:, None]                              # (N, len(ms)) members' tuning rows
             losses = out.pop(reads) if self.separate else out[reads]
             pooled = np.nansum(losses * weights, axis=0) / weights.sum(axis=0)
-            better = pooled < best_loss                                       # strict: ties keep the earlier rate
+            better = choice.offer(pooled)                                     # strict: ties keep the earlier rate
             if not best:
                 best = out
             else:
                 for key, block in out.items():
                     best[key][..., better] = block[..., better]
-            best_loss = np.where(better, pooled, best_loss)
-            chosen[better] = rate
         if not self.cfg.get("loss_game"):
             best.pop("val_loss", None)
             best.pop("replicates_loss", None)
-        best["lr"] = chosen
+        best["lr"] = choice.rates(grid)
         return best
 
     def train(self, ms, protocol, progress: Callable[[int], None] | None = None):

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner, default_model
+from coalitions.learners.training.tuning import choose_rate
 
 __all__ = ["Local", "FedAvg", "weighted_average", "broadcast", "average_step"]
 
@@ -129,10 +130,8 @@ class Local(PersonalizedLearner):
 
     def _per_client(self, fits: list, protocol) -> Local:
         """Become the fit whose client ``i`` is client ``i`` of the fit at its chosen rate (the lowest kept tuning loss)."""
-        n = fits[0].federation_.n
         kept = np.array([f.best_val_loss_clients_ for f in fits])            # (rates, clients)
-        kept_or_inf = np.where(np.isfinite(kept), kept, np.inf)
-        pick = [int(np.argmin(kept_or_inf[:, i])) for i in range(n)]      # argmin: ties to the earlier rate
+        pick = [int(k) for k in choose_rate(kept)]   # the lowest, ties to the earlier rate, non-finite never wins
         first = fits[0]
         self.__dict__.update({k: copy.copy(v) for k, v in vars(first).items() if k.endswith("_")})
         self._forget_estimate()

@@ -29,6 +29,7 @@ from coalitions.learners.training.models import make_model
 from coalitions.learners.training.protocol import TrainingProtocol, protocol_with
 from coalitions.learners.training.stopping import Patience
 from coalitions.learners.training.threads import applied, step_macs
+from coalitions.learners.training.tuning import RateChoice
 from coalitions.params import MAX_STEPS, ParameterError, check_param
 from coalitions.partition import canonical
 from coalitions.peeling import Peeling, peel_oracle
@@ -407,6 +408,8 @@ class SPO(Learner):
         """Train at every rate of ``lr_grid`` (or at ``lr``) and keep the run with the lowest validation loss."""
         grid = [float(self.lr)] if self.protocol_.lr_grid is None else [float(r) for r in self.protocol_.lr_grid]
         best = None
+        # the rule every tuned place follows (training/tuning.py); here a NaN loss at the first rate is kept
+        choice = RateChoice(finite_only=False)
         self.lr_losses_: dict[float, float] = {}
         for k, rate in enumerate(grid):
             if k:
@@ -415,7 +418,7 @@ class SPO(Learner):
             self.lr_losses_[rate] = self.best_val_
             run = (self.best_val_, rate, self.hypernet_, history, self.val_loss_steps_, self.val_loss_clients_,
                    self.stopped_at_, self.hit_max_)
-            if best is None or run[0] < best[0]:
+            if choice.offer(self.best_val_):
                 best = run
         assert best is not None
         (_, self.lr_, self.hypernet_, self.history_, self.val_loss_steps_, self.val_loss_clients_,
