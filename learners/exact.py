@@ -598,6 +598,9 @@ class ExhaustiveOracle(EstimatorMixin):
                 scores = trainer.scores(ms, p, part)
             else:   # every model at the rate fit() kept for it: the lowest pooled validation loss (ChunkTrainer)
                 chosen = trainer(ms)["lr"]
+                # a model whose loss was NaN or +inf at every rate records no rate (NaN) and keeps the first
+                # rate's model (ChunkTrainer): its outputs are that model's, not zeros
+                chosen = np.where(np.isnan(chosen), trainer.grid[0], chosen)
                 scores = None
                 for rate in trainer.grid:
                     at = chosen == rate

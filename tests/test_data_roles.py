@@ -289,3 +289,23 @@ def test_federated_runs_refuse_a_tuning_split():
         check_training({"tune_split": 0.2})
     with pytest.raises(InputError, match="tune_split"):
         inprocess_game(binary(), LOGISTIC.with_(tune_split=0.2))
+
+
+def test_a_subset_model_that_kept_no_rate_gives_the_first_rates_outputs(monkeypatch):
+    """A model whose pooled loss is NaN or +inf at every rate records no rate (NaN) and keeps the first rate's
+    model; ``subset_outputs`` returned zeros for it (its rate matched no rate of the grid)."""
+    from coalitions.learners.game.chunks import ChunkTrainer
+
+    fed = load("heart", seed=1)
+    p = LOGISTIC.with_(steps=8, lr=1.5, patience=2, lr_grid=(0.15, 1.5), tune_split=0.2)
+    masks = [0b0001, 0b0110]
+    first = ExhaustiveOracle(protocol=p.with_(lr=0.15, lr_grid=None), device="cpu").subset_outputs(fed, masks, "val")
+    real = ChunkTrainer.__call__
+    monkeypatch.setattr(ChunkTrainer, "__call__", lambda self, ms, progress=None: {
+        **real(self, ms, progress), "lr": np.full(len(ms), np.nan)})
+    got = ExhaustiveOracle(protocol=p, device="cpu").subset_outputs(fed, masks, "val")
+    for row, want in zip(got, first, strict=True):
+        for out, ref in zip(row, want, strict=True):
+            if ref is not None:
+                np.testing.assert_allclose(out, ref, atol=1e-6)
+                assert np.abs(out).max() > 0
