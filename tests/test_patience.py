@@ -104,7 +104,8 @@ def test_a_stopped_rule_keeps_its_record_and_its_state_round_trips():
     again = Patience(2, tracks=3)
     again.load_state_dict({k: v.clone() for k, v in rule.state_dict().items()})
     assert rule.state_dict()["active"].dtype == torch.int64
-    assert rule.update([1.0, 0.0, 0.5]).tolist() == again.update([1.0, 0.0, 0.5], step=5).tolist() == [False, False, True]
+    assert (rule.update([1.0, 0.0, 0.5]).tolist() == again.update([1.0, 0.0, 0.5], step=5).tolist()
+            == [False, False, True])
     assert all(torch.equal(v, again.state_dict()[k]) for k, v in rule.state_dict().items())
 
 

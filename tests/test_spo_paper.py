@@ -311,6 +311,7 @@ def test_variant_readme_runs_on_the_readme_settings(capsys, tmp_path):
     assert {k: p[k] for k in README_SETTINGS} == README_SETTINGS and r._fields == README_PROTOCOL
     rc, _, err = run(capsys, "learn", "synthetic", "--samples", "10", "--seed", "0", "--method", "spo",
                      "--variant", "readme", "--steps", "20", "--direction-steps", "3", "-o", tmp_path / "r.json")
-    assert rc == 0 and "--variant readme: the authors' settings where not given: --hypernet-hidden 100 --layers 1" in err
+    assert rc == 0
+    assert "--variant readme: the authors' settings where not given: --hypernet-hidden 100 --layers 1" in err
     e = co.read_estimate(tmp_path / "r.json")
     assert e.extra["training"] == {"variant": "readme"}

@@ -146,7 +146,8 @@ class ChunkTrainer:
         reads = "tune_loss" if self.separate else "val_loss"   # the rate reads the tuning rows only
         member = membership(ms, self.fed.n)
         best: dict = {}
-        # the rule every tuned place follows; here NaN or +inf at every rate keeps no rate (lr NaN, the first rate's model)
+        # the rule every tuned place follows; here NaN or +inf at every rate keeps no rate (lr NaN) and the
+        # first rate's model
         choice = RateChoice(finite_only=False, first=False)
         for k, rate in enumerate(grid):
             tick = None if progress is None else (lambda ep, k=k: progress(k * epochs + ep))

@@ -220,9 +220,10 @@ register(Method(
                "ours: one hypernetwork, sampled directions, projected-gradient search; paper: the paper's code, "
                "one hypernetwork per searched client and face trained by EPO at the searched direction "
                "(there --steps counts its front steps); it takes the code's settings where their flags are not given: "
-               "--hypernet-hidden 100 --layers 2 --rule ratio --steps 10000 --batch-size full; readme: the authors' README "
-               "for synthetic, the front first by linear scalarisation at sampled rays, then --direction-steps "
-               "(its settings likewise: --layers 1 --steps 1000 --direction-steps 200).", ("ours", "paper", "readme")),
+               "--hypernet-hidden 100 --layers 2 --rule ratio --steps 10000 --batch-size full; readme: the authors' "
+               "README for synthetic, the front first by linear scalarisation at sampled rays, then "
+               "--direction-steps (its settings likewise: --layers 1 --steps 1000 --direction-steps 200).",
+               ("ours", "paper", "readme")),
         Option("front-steps", "front_steps", "int", 5, "--variant paper: front steps per round."),
         Option("direction-steps", "direction_steps", "int", 1, "--variant paper: direction steps per round."),
         Option("direction-lr", "direction_lr", "float", 0.01, "--variant paper: the direction's gradient step."),

@@ -50,8 +50,8 @@ import torch.nn.functional as F
 from coalitions.errors import InputError
 from coalitions.params import check_param
 
-__all__ = ["ModelSpec", "check_trainable", "TRAINED_PARAM_BYTES", "make_model", "KINDS", "stacked_forward", "split_params", "merge_params", "HeadsSpec",
-           "with_heads", "features", "stacked_personal_forward", "member_personal_outputs", "personal_init"]
+__all__ = ["ModelSpec", "check_trainable", "TRAINED_PARAM_BYTES", "make_model", "KINDS", "stacked_forward",
+           "split_params", "merge_params", "HeadsSpec", "with_heads", "features", "stacked_personal_forward", "member_personal_outputs", "personal_init"]
 
 KINDS = ("linear", "logistic", "mlp", "cnn")
 

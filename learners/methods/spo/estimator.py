@@ -425,7 +425,7 @@ class SPO(Learner):
          self.stopped_at_, self.hit_max_) = best
 
     def _fit_paper(self, fed: Federation, t0: float) -> SPO:
-        """The paper's and the README's variants: no shared hypernetwork; every search trains its own (:mod:`.paper`)."""
+        """The paper's and the README's variants: no shared hypernetwork; each search trains its own (:mod:`.paper`)."""
         self.hypernet_ = None
         self.history_ = []
         self.val_loss_steps_, self.val_loss_clients_ = [], []

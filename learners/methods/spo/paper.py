@@ -88,8 +88,9 @@ def alternation(rounds: int, front_steps: int, direction_steps: int) -> list[str
 def _dirichlet_on_faces(rng: np.random.Generator, faces: np.ndarray) -> np.ndarray:
     """One direction per row drawn from ``Dir(1/k)`` on the row's face (``k`` its size); 0 off it.
 
-    Drawn as normalised ``Gamma(1/k)`` variables (numpy's own Dirichlet loses mass below 1e-300 for such
-    small concentrations, and a row whose every draw underflows keeps the barycentre).
+    Drawn as normalised ``Gamma(1/k)`` variables, since each row has its own face and ``k`` (numpy's
+    ``dirichlet`` takes one concentration vector for all rows); a row whose draws all underflow to 0
+    keeps the barycentre.
     """
     k = faces.sum(1, keepdims=True)
     g = rng.gamma(np.where(faces, 1.0 / np.maximum(k, 1), 1.0)) * faces
