@@ -365,7 +365,7 @@ def _checked_reply(rep, name: str, phase: str, shape: tuple, need_grad: bool, me
     ``utility`` reply the site's validation and test metric.
     """
     from coalitions.learners.federated.replies import BadReply, check_arrays, check_losses, check_metrics, reply_json
-    from coalitions.learners.federated.server import _arrays
+    from coalitions.learners.federated.transport import reply_arrays
 
     if "result" not in rep.content.config_records or "json" not in rep.content["result"]:
         raise BadReply(name, "its reply holds no result record")
@@ -377,7 +377,7 @@ def _checked_reply(rep, name: str, phase: str, shape: tuple, need_grad: bool, me
     if rec.get("array-keys") != keys:
         raise BadReply(name, f"its {phase} reply holds {rec.get('array-keys')!r}, expected {keys}")
     B, P = shape
-    arrays = check_arrays(_arrays(rep, "arrays", name, None), [(B,), (B, P)][:len(keys)], name, phase,
+    arrays = check_arrays(reply_arrays(rep, "arrays", name, None), [(B,), (B, P)][:len(keys)], name, phase,
                           dtype=np.float64)
     check_losses(arrays[0], name, f"{phase} values")
     return dict(zip(keys, arrays, strict=True))
@@ -390,12 +390,12 @@ def run_spo(grid, settings, log=print):
     import flwr
     from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-    from coalitions.learners.federated.server import _check_sites, _Link
+    from coalitions.learners.federated.transport import Link, check_sites
 
     t0 = time.perf_counter()
-    link = _Link(grid, settings, log)
+    link = Link(grid, settings, log)
     link.discover(settings.sites, time.monotonic() + settings.wait_s)
-    sites = _check_sites(link.descriptions, link.nodes)
+    sites = check_sites(link.descriptions, link.nodes)
     names = [d["name"] for d in sites]
     params = spo_params(settings.seed, settings.method_options)
     # the run's protocol (the sites' task's default with the training flags given), as every method over Flower
@@ -406,7 +406,7 @@ def run_spo(grid, settings, log=print):
         counter["exchanges"] += 1
         contents = {}
         for j, arrays in rows.items():
-            cfg = {**link._data_config(), "method": "spo", "phase": phase, "model": learner.model_, **extra}
+            cfg = {**link.data_config(), "method": "spo", "phase": phase, "model": learner.model_, **extra}
             contents[names[j]] = RecordDict({"config": ConfigRecord(cfg),
                                              "arrays": ArrayRecord([np.asarray(a) for a in arrays.values()]),
                                              "keys": ConfigRecord({"keys": list(arrays)})})

@@ -169,13 +169,13 @@ class StepStrategy(PersonalStrategy):
 
     def _arrays(self, rep, key: str, rows: int = 1, names=None) -> dict:
         """Upload ``key`` of a reply as ``{name: (1, ...)}``, checked against the method's :meth:`record_shapes`."""
-        from coalitions.learners.federated.server import _arrays
+        from coalitions.learners.federated.transport import reply_arrays
 
         if key not in self.learner.up:
             raise BadReply(self._name(rep), f"its reply holds a record {key!r}, expected {list(self.learner.up)}")
         shapes = self.learner.record_shapes(key)
         name = self._name(rep)
-        arrays = check_arrays(_arrays(rep, key, name, rep.metadata.src_node_id),
+        arrays = check_arrays(reply_arrays(rep, key, name, rep.metadata.src_node_id),
                               [(rows, *s) for s in shapes.values()], name, key)
         return dict(zip(shapes, arrays, strict=True))
 

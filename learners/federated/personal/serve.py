@@ -30,19 +30,19 @@ def run_personal(grid, settings, method: str, params: dict | None = None, log=pr
     import flwr
     from flwr.app import ArrayRecord
 
-    from coalitions.learners.federated.server import _check_sites, _Link
+    from coalitions.learners.federated.transport import Link, check_sites
 
     t0 = time.perf_counter()
     if params is not None and params.get("refit"):
         raise InputError(f"--method {method}: refit trains the method again on every set peeling asks about; "
                          "it is not offered over Flower")
-    link = _Link(grid, settings, log)
+    link = Link(grid, settings, log)
     link.discover(settings.sites, time.monotonic() + settings.wait_s)
-    sites = _check_sites(link.descriptions, link.nodes)
+    sites = check_sites(link.descriptions, link.nodes)
     if params is None:
         params = method_params(settings.protocol_for(sites[0]["task"]), settings.seed, settings.method_options)
     learner = server_learner(method, params, sites, settings.dataset, settings.data_options)
-    strategy = STRATEGIES[method](method, learner, sites, dict(link.nodes), link._data_config(), log=log)
+    strategy = STRATEGIES[method](method, learner, sites, dict(link.nodes), link.data_config(), log=log)
     strategy.start(grid, ArrayRecord(), num_rounds=strategy.exchanges(),
                    timeout=settings.round_timeout_s or 3600.0)
     if len(strategy.utilities["val"]) != len(sites):

@@ -105,7 +105,7 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
     def _message(self, i: int, kind: str, r: int, arrays: dict, grid, extra: dict | None = None):
         from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
-        from coalitions.learners.federated.server import _bytes
+        from coalitions.learners.federated.transport import record_bytes
 
         cfg = {**self.data_config, "method": self.method, "params": json.dumps(learner_params(self.learner)),
                "round": int(r), "site-index": int(i), "sizes": [int(s) for s in self.sizes],
@@ -117,12 +117,12 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         content = RecordDict({"config": ConfigRecord(cfg)})
         for key, arr in arrays.items():
             content[key] = ArrayRecord([np.asarray(v) for v in arr.values()])
-        self.sent += _bytes(content)
+        self.sent += record_bytes(content)
         self.messages += 1
         return Message(content, dst_node_id=self.nodes[self.names[i]], message_type=kind)
 
     def _replies(self, replies, kind: str) -> list:
-        from coalitions.learners.federated.server import _bytes
+        from coalitions.learners.federated.transport import record_bytes
 
         by_node = {}
         for rep in replies:
@@ -131,7 +131,7 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
             if rep.has_error():
                 reason = str(rep.error.reason).strip().splitlines()[-1] if rep.error.reason else ""
                 raise InputError(f"site {site}: {kind} failed ({reason})")
-            self.received += _bytes(rep.content)
+            self.received += record_bytes(rep.content)
             self.messages += 1
             by_node[src] = rep
         missing = [n for n in self.names if self.nodes[n] not in by_node]
@@ -149,19 +149,19 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         ``names``: the parameters the record holds (default: all of the model's).
         """
         from coalitions.learners.federated.replies import check_arrays
-        from coalitions.learners.federated.server import _arrays
+        from coalitions.learners.federated.transport import reply_arrays
 
         shapes = self.learner.spec_.shapes
         names = list(shapes) if names is None else list(names)
         name = self._name(rep)
-        arrays = check_arrays(_arrays(rep, key, name, rep.metadata.src_node_id),
+        arrays = check_arrays(reply_arrays(rep, key, name, rep.metadata.src_node_id),
                               [(rows, *shapes[n]) for n in names], name, key)
         return dict(zip(names, arrays, strict=True))
 
     def _metrics(self, rep):
-        from coalitions.learners.federated.server import _record
+        from coalitions.learners.federated.transport import reply_record
 
-        return _record(rep, "metrics", self._name(rep), rep.metadata.src_node_id, "metric_records")
+        return reply_record(rep, "metrics", self._name(rep), rep.metadata.src_node_id, "metric_records")
 
     # -- Flower's strategy API
     def configure_train(self, server_round, arrays, config, grid):
