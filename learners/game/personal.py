@@ -10,7 +10,8 @@ from collections.abc import Callable
 import numpy as np
 
 from coalitions.learners.game.masks import membership
-from coalitions.learners.game.stepper import SubsetStepper, decay_gradient
+from coalitions.learners.game.stepper import SubsetStepper
+from coalitions.learners.training.decay import decay_gradient, decayed_names
 
 
 def scaled_gradient(x, scale):
@@ -91,8 +92,8 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
     sizes = torch.bincount(owner, minlength=n_clients).to(dtype)                  # n_i
     share = W * sizes / (W @ sizes).clamp(min=1)[:, None]                         # (M, N): n_i / n_S
     params = stack_init(init, M, product_major(spec) if spec.body else ())   # the first layer product-major (no copy per step)
-    body_decay = [k for k in spec.body if init[k].dim() >= 2]
-    head_decay = [k for k in spec.head if init[k].dim() >= 3]    # a head weight: (N, f, k)
+    body_decay = decayed_names({k: init[k].shape for k in spec.body})
+    head_decay = decayed_names({k: init[k].shape for k in spec.head}, stacked=1)    # a head weight: (N, f, k)
     n = X.shape[0]
     bs = n if batch_size is None else max(1, min(int(batch_size), n))
     steps_per_epoch = math.ceil(n / bs)

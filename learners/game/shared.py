@@ -10,7 +10,8 @@ from collections.abc import Callable
 import numpy as np
 
 from coalitions.learners.game.masks import membership
-from coalitions.learners.game.stepper import SubsetStepper, decay_gradient
+from coalitions.learners.game.stepper import SubsetStepper
+from coalitions.learners.training.decay import decay_gradient, decayed_names
 
 
 def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
@@ -67,7 +68,7 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
     W = torch.as_tensor(membership(masks, n_clients), device=device).to(dtype)   # (M, N) membership
     onehot = torch.nn.functional.one_hot(owner, n_clients).to(W.dtype)
     params = stack_init(init, M, product_major(spec))   # the first layer product-major (no copy per step)
-    decay = [k for k, v in init.items() if v.dim() >= 2]
+    decay = decayed_names({k: v.shape for k, v in init.items()})
     n = X.shape[0]
     bs = n if batch_size is None else max(1, min(int(batch_size), n))
     steps_per_epoch = math.ceil(n / bs)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from coalitions.learners.training.decay import with_decay
+
 
 class SubsetStepper:
     """The optimiser of a stacked subset training (:func:`train_subsets`, :func:`train_subsets_personal`).
@@ -35,8 +37,9 @@ class SubsetStepper:
         ``active`` (bool ``(M,)``, protocol only): the models that move; the others keep their
         parameters and optimiser state (early stopping, :mod:`coalitions.learners.game.stopping`).
         ``decay``: gradients added to the loss's, parameter by parameter (the weight decay's
-        ``l2·W``, :func:`decay_gradient`, which autograd would otherwise derive through a square,
-        a sum and their backward passes over every weight: the same bits, fewer passes).
+        ``l2·W``, :func:`~coalitions.learners.training.decay.decay_gradient`, which autograd would
+        otherwise derive through a square, a sum and their backward passes over every weight: the
+        same bits, fewer passes).
         """
         import torch
 
@@ -49,9 +52,8 @@ class SubsetStepper:
             self.opt.step()
             self.sched.step()
             return params
-        grads = dict(zip(params, torch.autograd.grad(loss, list(params.values())), strict=True))
-        for k, d in (decay or {}).items():
-            grads[k] = grads[k] + d
+        grads = with_decay(dict(zip(params, torch.autograd.grad(loss, list(params.values())), strict=True)),
+                           decay or {})
         if self.stacked.in_place:   # Adam: the parameters and moments are updated where they lie (same bits)
             with torch.no_grad():
                 self.stacked.step_({k: v.detach() for k, v in params.items()}, grads, self.state,
@@ -62,25 +64,3 @@ class SubsetStepper:
                                                 self.every if active is None else active)
         return {k: v.requires_grad_(True) for k, v in new.items()}
 
-
-def decay_gradient(params: dict, names, l2: float, member=None) -> dict:
-    """The gradient of ``(l2/2)·‖W‖²`` for each stacked weight ``W = params[k]``, ``k`` in ``names``: ``l2·W``.
-
-    With ``member`` (``(M, N)`` 0/1) the weights are personal heads ``(M, N, ...)`` and only a
-    member's head is decayed (``member[m, i]·l2·W[m, i]``).  Autograd's derivative of the same term,
-    ``(l2/2)·2W``, is this product exactly (the factor 2 is exact in binary floating point), so a
-    trainer that adds these to its loss's gradient steps to the same bits as one that adds the
-    term to its loss (``tests/test_stepper.py``).
-    """
-    import torch
-
-    if not l2:
-        return {}
-    out = {}
-    with torch.no_grad():
-        for k in names:
-            d = torch.mul(params[k].detach(), l2)
-            if member is not None:
-                d = d * member.view(*member.shape, *([1] * (d.dim() - 2)))
-            out[k] = d
-    return out

@@ -200,15 +200,17 @@ def epoch_plan(sizes: np.ndarray, batch_size: int | None, rng: Draws):
 
 # --------------------------------------------------------------------------- optimisers
 class SGD:
-    """Stacked SGD with momentum and weight decay (PyTorch's update rule).
+    """Stacked SGD with momentum (PyTorch's update rule).
 
-    ``g ← ∇ + wd·p``; with momentum ``b ← μ·b + g`` (``b = g`` on the first
-    step) and ``p ← p − lr·b``.  Models whose ``active`` flag is False keep
-    their parameters and momentum.
+    With momentum ``b ← μ·b + g`` (``b = g`` on the first step) and
+    ``p ← p − lr·b``.  Models whose ``active`` flag is False keep their
+    parameters and momentum.  No weight decay: it belongs to the objective,
+    on the weights only (:mod:`coalitions.learners.training.decay`, whose
+    gradient a caller adds to ``grads``).
     """
 
-    def __init__(self, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
-        self.lr, self.momentum, self.weight_decay = float(lr), float(momentum), float(weight_decay)
+    def __init__(self, lr: float, momentum: float = 0.0):
+        self.lr, self.momentum = float(lr), float(momentum)
 
     def init(self, params: dict) -> dict:
         m = next(iter(params.values())).shape[0]
@@ -223,7 +225,7 @@ class SGD:
         first = state["t"] == 0
         for k, p in params.items():
             a = active.view(-1, *([1] * (p.dim() - 1)))
-            g = grads[k] + self.weight_decay * p if self.weight_decay else grads[k]
+            g = grads[k]
             if self.momentum:
                 f = first.view(-1, *([1] * (p.dim() - 1)))
                 b = torch.where(f, g, self.momentum * state["buf"][k] + g)
@@ -240,11 +242,12 @@ class Adam:
     """Stacked Adam (Kingma & Ba; PyTorch's defaults ``β = (0.9, 0.999)``, ``ε = 1e-8``).
 
     Each model has its own step count, so bias correction is exact for clients
-    that skipped steps (inactive models keep parameters and moments).
+    that skipped steps (inactive models keep parameters and moments).  No weight
+    decay, as :class:`SGD`.
     """
 
-    def __init__(self, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
-        self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(betas), float(eps), float(weight_decay)
+    def __init__(self, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.lr, self.betas, self.eps = float(lr), tuple(betas), float(eps)
 
     def init(self, params: dict) -> dict:
         m = next(iter(params.values())).shape[0]
@@ -261,7 +264,7 @@ class Adam:
         for k, p in params.items():
             shape = (-1, *([1] * (p.dim() - 1)))
             a = active.view(shape)
-            g = grads[k] + self.weight_decay * p if self.weight_decay else grads[k]
+            g = grads[k]
             m = b1 * state["m"][k] + (1 - b1) * g
             v = b2 * state["v"][k] + (1 - b2) * g * g
             upd = (m / c1.view(shape)) / ((v / c2.view(shape)).sqrt() + self.eps)
@@ -295,8 +298,6 @@ class Adam:
             p, m, v = (p_all, m_all, v_all) if rows is None else (p_all[rows], m_all[rows], v_all[rows])
             if rows is not None:
                 g = g[rows]
-            if self.weight_decay:
-                g = g + self.weight_decay * p
             shape = (-1, *([1] * (p.dim() - 1)))
             # blocks along the axis whose slices are contiguous in memory: the models (axis 0), or
             # the input axis of a product-major first layer (models.stack_init)
@@ -325,12 +326,12 @@ class Adam:
 BLOCK = 1 << 18
 
 
-def make_optimizer(name: str, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
+def make_optimizer(name: str, lr: float, momentum: float = 0.0):
     """``"sgd"`` (with ``momentum``) or ``"adam"``."""
     check_param("optimizer", name, "choice", choices=("sgd", "adam"))
     if name == "sgd":
-        return SGD(lr, momentum, weight_decay)
-    return Adam(lr, weight_decay=weight_decay)
+        return SGD(lr, momentum)
+    return Adam(lr)
 
 
 # --------------------------------------------------------------------------- the engine

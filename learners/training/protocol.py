@@ -66,7 +66,7 @@ from coalitions.params import MAX_STEPS, ParameterError, check_param
 
 __all__ = ["TrainingProtocol", "OPTIMIZERS", "SCHEDULES", "DEFAULT_PROTOCOLS", "default_protocol", "lr_factor",
            "DEFAULT_PATIENCE", "GRID_FACTORS", "MAX_STEPS", "rate_grid", "tuned",
-           "Scheduled", "decayed", "default_kind", "protocol_with", "FLAG_FIELDS"]
+           "Scheduled", "default_kind", "protocol_with", "FLAG_FIELDS"]
 
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("cosine", "constant")
@@ -365,8 +365,8 @@ class Scheduled:
 
         self.protocol = protocol
         self.total = int(total)
-        # weight decay enters the loss (weights only, as in the exhaustive oracle), not the update
-        self.inner = make_optimizer(protocol.optimizer, protocol.lr, protocol.momentum, 0.0)
+        # weight decay enters the objective (weights only: training.decay), never the optimiser
+        self.inner = make_optimizer(protocol.optimizer, protocol.lr, protocol.momentum)
 
     def init(self, params: dict) -> dict:
         import torch
@@ -393,9 +393,3 @@ class Scheduled:
         self.inner.step_(params, grads, state, active)
         state["schedule_step"] = state["schedule_step"] + 1
 
-
-def decayed(params: dict, weight_decay: float, names) -> object:
-    """``weight_decay/2·Σ‖p‖²`` over the parameters ``names`` (one model's weights; 0 when off)."""
-    if not weight_decay or not names:
-        return 0.0
-    return 0.5 * weight_decay * sum((params[k] ** 2).sum() for k in names)

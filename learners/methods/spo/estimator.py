@@ -24,6 +24,7 @@ from coalitions.learners.methods.spo.oracle import RULES, SPOOracle
 from coalitions.learners.methods.spo.paper import PaperSearch
 from coalitions.learners.methods.spo.search import DirectionSearch, check_search_memory
 from coalitions.learners.methods.spo.simplex import sample_directions
+from coalitions.learners.training.decay import decay_penalty, decayed_names
 from coalitions.learners.training.engine import Padded, resolve_device
 from coalitions.learners.training.models import make_model
 from coalitions.learners.training.protocol import TrainingProtocol, protocol_with
@@ -373,7 +374,7 @@ class SPO(Learner):
         self.model_ = self.model or default_model(fed, images="logistic")
         self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs, hidden=self.target_hidden)
         self.l2_ = float(self.l2) if self.l2 is not None else (1e-2 if fed.task == "regression" else 1e-3)
-        self._decay = tuple(k for k, s in self.spec_.shapes.items() if len(s) > 1)
+        self._decay = decayed_names(self.spec_.shapes)
         self.loss_ = loss_function(fed.task)
         self.train_ = Padded(fed, "train", self.device_)
         self.val_ = Padded(fed, "val", self.device_)
@@ -614,8 +615,7 @@ class SPO(Learner):
                 weights = self._epo_weights(D, X, y, m, L) if self.epo else D
                 f = (weights * L).sum(dim=1)
             if self.l2_ > 0 and not net.personal:
-                f = f + 0.5 * self.l2_ * sum((v ** 2).flatten(1).sum(1) for k, v in params.items()
-                                            if k in self._decay)
+                f = f + decay_penalty(params, self._decay, self.l2_, stacked=1)
             loss = torch.log(f).mean() if self.log_loss else f.mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -656,7 +656,7 @@ class SPO(Learner):
         f = (D * L).sum(dim=1)
         if self.l2_ > 0:
             f = f + self.l2_ * head_penalty(self.spec_, heads, D, scale)
-            f = f + 0.5 * self.l2_ * sum((v ** 2).flatten(1).sum(1) for k, v in body.items() if k in self._decay)
+            f = f + decay_penalty(body, self._decay, self.l2_, stacked=1)
         if scale is not None:
             scale[0] = f.detach()
         return f, L
