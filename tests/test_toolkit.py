@@ -1,4 +1,4 @@
-"""The training toolkit's single definitions: which parameters decay and the decay term.
+"""The training toolkit's single definitions: which parameters decay, the decay term, the optimiser, the schedule.
 
 Each former place had its own expression of these; the toolkit's must give exactly what each of them
 gave (the same names, the same bits), and no module of the learners may write its own again.
@@ -6,6 +6,7 @@ gave (the same names, the same bits), and no module of the learners may write it
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from coalitions.learners.training.decay import decay_gradient, decay_penalty, decayed_names, with_decay  # noqa: E402
+from coalitions.learners.training.engine import Adam, make_optimizer  # noqa: E402
 from coalitions.learners.training.models import make_model, personal_init  # noqa: E402
+from coalitions.learners.training.protocol import lr_factor, make_schedule  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,11 +75,48 @@ def test_the_gradient_form_is_the_penaltys_derivative_and_the_former_updates():
     assert decay_gradient(params, names, 0.0) == {} and with_decay(grads, {}) == grads
 
 
+def test_the_optimisers_never_decay():
+    for opt in (make_optimizer("sgd", 0.1, 0.9), make_optimizer("adam", 0.1)):
+        assert not hasattr(opt, "weight_decay")
+    p = [torch.nn.Parameter(torch.zeros(2))]
+    assert all(g["weight_decay"] == 0 for g in make_optimizer("adam", 0.1, params=p, fused=True).param_groups)
+    assert isinstance(make_optimizer("adam", 0.1), Adam)
+    assert isinstance(make_optimizer("sgd", 0.1, 0.5, params=p), torch.optim.SGD)
+
+
+@pytest.mark.parametrize("steps", [1, 3, 12, 100, 1000])
+def test_spos_floor_is_a_setting_of_the_one_schedule(steps):
+    """SPO's former rate law, ``0.01 + 0.99·½(1 + cos(π·t/T))``, and the plain cosine, to the bit."""
+    p = [torch.nn.Parameter(torch.zeros(1))]
+    opt = make_optimizer("adam", 0.02, params=p)
+    sched = make_schedule(opt, "cosine", steps, floor=0.01)
+    for t in range(steps + 3):
+        former = 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * min(t, steps) / max(steps, 1)))
+        assert lr_factor("cosine", t, steps, 0.01) == former
+        assert lr_factor("cosine", t, steps) == 0.5 * (1.0 + math.cos(math.pi * min(t, steps) / max(steps, 1)))
+        assert opt.param_groups[0]["lr"] == 0.02 * former
+        opt.step()
+        sched.step()
+
+
+def test_the_recursive_cosine_is_pytorchs():
+    p, q = [torch.nn.Parameter(torch.zeros(1))], [torch.nn.Parameter(torch.zeros(1))]
+    a, b = make_optimizer("adam", 0.02, params=p), torch.optim.Adam(q, lr=0.02)
+    sa, sb = make_schedule(a, "cosine", 12, recursive=True), torch.optim.lr_scheduler.CosineAnnealingLR(b, T_max=12)
+    for _ in range(15):
+        assert a.param_groups[0]["lr"] == b.param_groups[0]["lr"]
+        a.step(), b.step(), sa.step(), sb.step()
+    with pytest.raises(Exception, match="recursive"):
+        make_schedule(a, "cosine", 12, floor=0.01, recursive=True)
+
+
 #: Expressions each idea used to be written with, outside the toolkit's modules.
 FORMER = {
     "which parameters decay": r"len\((s|shape)\) (>=|>) [12]|dim\(\) >= 3",
     "the decay penalty": r"0\.5 \* (self\.)?(l2_?|weight_decay|wd)\b",
     "the decay gradient": r"(weight_decay|decay|wd|l2)\)? ?\* ?(p\b|phi\[|v\.detach)|torch\.mul\(params",
+    "an optimiser": r"torch\.optim\.(Adam|SGD)\(|[^_a-zA-Z.](Adam|SGD)\((float|lr)",
+    "a schedule": r"lr_scheduler\.|math\.cos\(math\.pi",
 }
 TOOLKIT = {"learners/training/decay.py", "learners/training/engine.py", "learners/training/protocol.py",
            "learners/training/threads.py"}   # threads.py counts the weights' size for its thread rule

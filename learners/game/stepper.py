@@ -10,7 +10,9 @@ class SubsetStepper:
     """The optimiser of a stacked subset training (:func:`train_subsets`, :func:`train_subsets_personal`).
 
     Without a protocol: PyTorch's Adam on all stacked parameters with a cosine-decayed learning
-    rate over ``total`` steps.  With one: the protocol's stacked optimiser and schedule
+    rate over ``total`` steps (PyTorch's recursive form of the cosine,
+    :func:`~coalitions.learners.training.engine.make_schedule` ``recursive=True``: the numbers these
+    trainers have always given).  With one: the protocol's stacked optimiser and schedule
     (:class:`~coalitions.learners.training.protocol.Scheduled`), the update Local applies; Adam's
     step runs in place (:meth:`~coalitions.learners.training.engine.Adam.step_`), the same bits
     without a new set of parameter-sized tensors per step.
@@ -21,8 +23,11 @@ class SubsetStepper:
 
         self.protocol = protocol
         if protocol is None:
-            self.opt = torch.optim.Adam(list(params.values()), lr=lr)
-            self.sched = torch.optim.lr_scheduler.CosineAnnealingLR(self.opt, T_max=max(1, total))
+            from coalitions.learners.training.engine import make_optimizer
+            from coalitions.learners.training.protocol import make_schedule
+
+            self.opt = make_optimizer("adam", lr, params=params.values())
+            self.sched = make_schedule(self.opt, "cosine", total, recursive=True)
         else:
             from coalitions.learners.training.protocol import Scheduled
 

@@ -47,7 +47,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -326,12 +326,45 @@ class Adam:
 BLOCK = 1 << 18
 
 
-def make_optimizer(name: str, lr: float, momentum: float = 0.0):
-    """``"sgd"`` (with ``momentum``) or ``"adam"``."""
+def make_optimizer(name: str, lr: float, momentum: float = 0.0, params: Iterable[torch.Tensor] | None = None,
+                   fused: bool = False):
+    """The one place an optimiser is built: ``"sgd"`` (with ``momentum``) or ``"adam"``.
+
+    Parameters
+    ----------
+    name : {"sgd", "adam"}
+    lr : float
+        The learning rate (the peak rate under a schedule: :func:`make_schedule`,
+        :class:`~coalitions.learners.training.protocol.Scheduled`).
+    momentum : float
+        SGD's momentum (Adam has none).
+    params : iterable of torch.Tensor, optional
+        ``None``: the stacked optimiser of this module (:class:`SGD`, :class:`Adam`), one
+        state per model of a stacked dict.  Given: PyTorch's optimiser of the same rule
+        over these tensors (a network trained as one, whose ``.grad`` autograd fills: SPO's
+        hypernetwork, the protocol-less subset trainers).  Neither decays: weight decay
+        belongs to the objective (:mod:`coalitions.learners.training.decay`).
+    fused : bool
+        With ``params`` and Adam: PyTorch's fused kernel (one pass over the parameters per
+        step) where it has one, else its default Adam.  The fused kernel computes the same
+        update, rounded differently in the last bit (as does the stacked :class:`Adam`, whose
+        operations are PyTorch's in another order), so each trainer keeps the form it has.
+    """
     check_param("optimizer", name, "choice", choices=("sgd", "adam"))
+    if params is not None:
+        params = list(params)
+        if name == "sgd":
+            return torch.optim.SGD(params, lr=lr, momentum=momentum)
+        if fused:
+            try:
+                return torch.optim.Adam(params, lr=lr, fused=True)
+            except (RuntimeError, TypeError, ValueError):   # an older PyTorch, or a device without the kernel
+                pass
+        return torch.optim.Adam(params, lr=lr)
     if name == "sgd":
         return SGD(lr, momentum)
     return Adam(lr)
+
 
 
 # --------------------------------------------------------------------------- the engine

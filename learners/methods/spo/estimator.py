@@ -25,9 +25,9 @@ from coalitions.learners.methods.spo.paper import PaperSearch
 from coalitions.learners.methods.spo.search import DirectionSearch, check_search_memory
 from coalitions.learners.methods.spo.simplex import sample_directions
 from coalitions.learners.training.decay import decay_penalty, decayed_names
-from coalitions.learners.training.engine import Padded, resolve_device
+from coalitions.learners.training.engine import Padded, make_optimizer, resolve_device
 from coalitions.learners.training.models import make_model
-from coalitions.learners.training.protocol import TrainingProtocol, protocol_with
+from coalitions.learners.training.protocol import TrainingProtocol, make_schedule, protocol_with
 from coalitions.learners.training.stopping import Patience
 from coalitions.learners.training.threads import applied, step_macs
 from coalitions.learners.training.tuning import RateChoice
@@ -56,18 +56,9 @@ VARIANTS = ("ours", "paper", "readme")
 PER_SEARCH = ("paper", "readme")
 
 
-def fused_adam(params: list, lr: float) -> torch.optim.Adam:
-    """Adam with PyTorch's fused kernel (one pass over the parameters per step) where it has one, else Adam.
-
-    The hypernetwork's output layer holds nearly all its parameters (fashion: 2.5 M); PyTorch's
-    default CPU Adam makes some ten passes over them per step, and took 60 % of SPO's training
-    there (``benchmarks/spo_cost.py``).  The fused kernel (CPU from PyTorch 2.4) computes the same
-    update, rounded differently in the last bit.
-    """
-    try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except (RuntimeError, TypeError, ValueError):   # an older PyTorch, or a device without the kernel
-        return torch.optim.Adam(params, lr=lr)
+#: The share of SPO's rate its cosine schedule keeps at the end of ``protocol.steps``
+#: (:func:`~coalitions.learners.training.protocol.lr_factor`'s ``floor``).
+LR_FLOOR = 0.01
 
 
 _SPO = TypeVar("_SPO", bound="SPO")   # _conclude returns the instance it was called on (FederatedSPO too)
@@ -583,11 +574,13 @@ class SPO(Learner):
         dev = self.device_
         rng = np.random.default_rng(self.seed)
         self.lr_ = float(self.lr if lr is None else lr)
-        opt = fused_adam(list(net.parameters()), self.lr_)
+        # PyTorch's fused Adam (one pass over the parameters per step, where it has the kernel): the hypernetwork's
+        # output layer holds nearly all its parameters (fashion: 2.5 M), and the default CPU Adam's some ten passes
+        # over them took 60 % of SPO's training there (benchmarks/spo_cost.py)
+        opt = make_optimizer("adam", self.lr_, params=net.parameters(), fused=True)
         self.best_val_, self.best_step_, self.stopped_at_, self.hit_max_ = math.inf, steps, steps, True
         best_state, stop = None, Patience(patience)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1))))
+        sched = make_schedule(opt, "cosine", steps, floor=LR_FLOOR)
         history, running = [], []
         # validation loss per evaluation: each client's validation loss under h(d) for 16 fixed
         # directions, weighted by its share d_j (the training objective's terms, on validation data)
