@@ -1,7 +1,25 @@
-"""The optimiser step shared by the two stacked subset trainers.
+"""The one stacked subset trainer and its optimiser step, whatever the heads.
+
+:func:`train_stacked` trains one model per subset, all at once, with a pluggable *head objective*:
+one output layer per subset (:class:`~coalitions.learners.game.shared.SharedHead`) or one per
+member (:class:`~coalitions.learners.game.personal.PersonalHeads`).  The loop (the shared batch
+order, the optimiser and its schedule, early stopping, progress) is the same for both; the
+objective says what one step minimises.
+
+A head objective has
+
+* ``params``: the stacked initial parameters ``(M, ...)``;
+* ``rows(idx)``: the sample indices of a minibatch drawn from the shared order, as it reads them;
+* ``objective(params, idx)`` (its ``__call__``): each model's objective ``(M,)`` on the rows
+  ``idx`` (``None``: every sample, full batch), the weight decay left out;
+* ``decay(params, l2)``: the weight decay's gradient per weight
+  (:func:`~coalitions.learners.training.decay.decay_gradient`), added to the objective's.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 from coalitions.learners.training.decay import with_decay
 
@@ -69,3 +87,54 @@ class SubsetStepper:
                                                 self.every if active is None else active)
         return {k: v.requires_grad_(True) for k, v in new.items()}
 
+
+
+def train_stacked(objective, n: int, *, epochs: int, lr: float, l2: float = 0.0, batch_size: int | None = None,
+                  seed: int = 0, progress: Callable[[int], None] | None = None, protocol=None, early=None,
+                  device=None) -> dict:
+    """Train the stacked models of a head ``objective`` (module docstring) on ``n`` samples; returns their parameters.
+
+    Parameters
+    ----------
+    objective : SharedHead or PersonalHeads
+        The head objective; its ``params`` are the starting point.
+    n : int
+        Training samples of all clients together.
+    epochs, lr, l2, batch_size, seed, progress, protocol, early
+        As :func:`~coalitions.learners.game.shared.train_subsets`: ``epochs`` passes over the
+        ``n`` samples, full batch when ``batch_size`` is None, else one random order per epoch
+        drawn from ``seed`` (the same for every chunk and either head); the optimiser
+        :class:`SubsetStepper`; ``early`` the early stop evaluated after every epoch.
+    device : torch.device, optional
+        Where the batch order is put (the training data's device).
+
+    Returns
+    -------
+    dict of str -> torch.Tensor
+        Trained stacked parameters (detached; each model's best under ``early``).
+    """
+    import torch
+
+    params = objective.params
+    bs = n if batch_size is None else max(1, min(int(batch_size), n))
+    steps_per_epoch = math.ceil(n / bs)
+    stepper = SubsetStepper(params, lr, epochs * steps_per_epoch, protocol)
+    gen = torch.Generator().manual_seed(int(seed))
+    active = None
+    for epoch in range(epochs):
+        order = None if batch_size is None else torch.randperm(n, generator=gen).to(device)
+        for b in range(steps_per_epoch):
+            idx = None if order is None else objective.rows(order[b * bs:(b + 1) * bs])
+            per_model = objective(params, idx)
+            # + the weight decay, entered as its gradient
+            params = stepper.step(params, per_model.sum(), active, objective.decay(params, l2))
+        if progress is not None:
+            progress(epoch + 1)
+        if early is not None:
+            with torch.no_grad():
+                active = early[0].update(early[1](params), params, (epoch + 1) * steps_per_epoch)
+            if not bool(active.any()):
+                break
+    if early is not None:
+        params = early[0].best_params(params)
+    return {k: v.detach() for k, v in params.items()}
