@@ -129,3 +129,16 @@ def test_no_learner_module_writes_its_own(idea):
              if str(path.relative_to(ROOT)) not in TOOLKIT
              for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert found == [], f"{idea} written outside the toolkit: {found}"
+
+
+def test_one_subset_training_loop_for_both_heads():
+    """The shared and personal heads are objectives of one loop (game/stepper.py), not two loops."""
+    from coalitions.learners.game import personal, shared, stepper
+
+    loops = [f"{path.relative_to(ROOT)}:{i}" for path in sorted((ROOT / "learners").rglob("*.py"))
+             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if "SubsetStepper(params" in line]
+    assert len(loops) == 1 and loops[0].startswith("learners/game/stepper.py:"), loops
+    for head in (shared.SharedHead, personal.PersonalHeads):
+        assert all(callable(getattr(head, name)) for name in ("rows", "decay", "__call__"))
+    assert stepper.train_stacked.__module__ == "coalitions.learners.game.stepper"
