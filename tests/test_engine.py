@@ -11,6 +11,7 @@ from learner_fixtures import blobs, sgd_protocol
 
 from coalitions.errors import InputError
 from coalitions.learners.methods.baselines import Local
+from coalitions.learners.training.decay import decay_gradient, with_decay
 from coalitions.learners.training.engine import (
     SGD,
     Adam,
@@ -49,9 +50,10 @@ def test_masked_mean_ignores_padding():
 def test_optimisers_match_torch_and_respect_inactive():
     torch.manual_seed(0)
     p0 = {"w": torch.randn(2, 3), "b": torch.randn(2)}
-    for ours, make in ((SGD(0.1, momentum=0.9, weight_decay=0.01),
-                        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01)),
-                       (Adam(0.01), lambda ps: torch.optim.Adam(ps, lr=0.01))):
+    # PyTorch's coupled weight decay on every parameter is the decay's gradient added to the loss's
+    for ours, wd, make in ((SGD(0.1, momentum=0.9), 0.01,
+                            lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01)),
+                           (Adam(0.01), 0.0, lambda ps: torch.optim.Adam(ps, lr=0.01))):
         params, state = {k: v.clone() for k, v in p0.items()}, None
         state = ours.init(params)
         ref = [torch.nn.Parameter(p0[k][0].clone()) for k in ("w", "b")]
@@ -60,7 +62,7 @@ def test_optimisers_match_torch_and_respect_inactive():
             g = {"w": torch.randn(2, 3), "b": torch.randn(2)}
             active = torch.tensor([True, step % 2 == 0])
             frozen = {k: v[1].clone() for k, v in params.items()}
-            params, state = ours.step(params, g, state, active)
+            params, state = ours.step(params, with_decay(g, decay_gradient(params, ("w", "b"), wd)), state, active)
             ref[0].grad, ref[1].grad = g["w"][0].clone(), g["b"][0].clone()
             opt.step()
             if step % 2 == 1:   # model 1 inactive: untouched

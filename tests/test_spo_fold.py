@@ -18,12 +18,11 @@ import torch
 from coalitions.learners.data.datasets import load
 from coalitions.learners.data.metrics import loss_function
 from coalitions.learners.methods.spo import SPO
-from coalitions.learners.methods.spo.estimator import fused_adam
 from coalitions.learners.methods.spo.fold import fold_pays
 from coalitions.learners.methods.spo.heads import HeadsDirectionSearch, personal_loss_matrix
 from coalitions.learners.methods.spo.hypernetwork import ParetoHypernetwork
 from coalitions.learners.methods.spo.search import DirectionSearch
-from coalitions.learners.training.engine import Padded
+from coalitions.learners.training.engine import Padded, make_optimizer
 from coalitions.learners.training.models import make_model
 from coalitions.learners.training.protocol import TrainingProtocol
 
@@ -126,7 +125,7 @@ def test_fused_adam_takes_the_plain_adams_steps():
     torch.manual_seed(0)
     a, b = torch.nn.Linear(8, 300), torch.nn.Linear(8, 300)
     b.load_state_dict(a.state_dict())
-    oa, ob = fused_adam(list(a.parameters()), 0.01), torch.optim.Adam(b.parameters(), lr=0.01)
+    oa, ob = make_optimizer("adam", 0.01, params=a.parameters(), fused=True), torch.optim.Adam(b.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(1)
     for _ in range(20):
         for pa, pb in zip(a.parameters(), b.parameters(), strict=True):

@@ -26,8 +26,8 @@ torch = pytest.importorskip("torch")
 from learner_fixtures import blobs, regression  # noqa: E402
 
 from coalitions.learners.exact import ChunkTrainer, ExhaustiveOracle, bootstrap_draws  # noqa: E402
-from coalitions.learners.game.stepper import decay_gradient  # noqa: E402
 from coalitions.learners.training import engine  # noqa: E402
+from coalitions.learners.training.decay import decay_gradient, with_decay  # noqa: E402
 from coalitions.learners.training.models import stack_init  # noqa: E402
 from coalitions.learners.training.protocol import TrainingProtocol  # noqa: E402
 from coalitions.learners.training.threads import using  # noqa: E402
@@ -106,12 +106,13 @@ def test_in_place_adam_is_the_functional_step_bit_for_bit(block, product, monkey
     gen = torch.Generator().manual_seed(0)
     init = {"w": torch.randn(6, 5, generator=gen), "b": torch.randn(5, generator=gen)}
     params = {k: v.detach() for k, v in stack_init(init, 4, ("w",) if product else ()).items()}
-    opt = engine.Adam(0.03, weight_decay=1e-2)
+    opt = engine.Adam(0.03)
     state_f, state_i = opt.init(params), opt.init(params)
     p_f = {k: v.clone() for k, v in params.items()}
     masks = [[True] * 4, [True, False, True, True], [False] * 4, [False, True, False, False], [True] * 4]
     for active in masks:
         grads = {k: torch.randn(v.shape, generator=gen) for k, v in params.items()}
+        grads = with_decay(grads, decay_gradient(params, params, 1e-2))   # the decay on every parameter, as before
         a = torch.tensor(active)
         p_f, state_f = opt.step(p_f, grads, state_f, a)
         opt.step_(params, grads, state_i, a)

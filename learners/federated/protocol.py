@@ -224,6 +224,7 @@ def local_round(spec, task: str, params: dict, X, y, protocol, round_index: int,
     import torch
 
     from coalitions.learners.data.metrics import loss_function
+    from coalitions.learners.training.decay import decay_gradient, decayed_names, with_decay
     from coalitions.learners.training.engine import epoch_plan
     from coalitions.learners.training.models import stacked_forward
 
@@ -231,7 +232,7 @@ def local_round(spec, task: str, params: dict, X, y, protocol, round_index: int,
     p = {k: torch.as_tensor(np.array(v, dtype=np.float32)) for k, v in params.items()}
     Xt = torch.as_tensor(np.array(X, dtype=np.float32))
     yt = torch.as_tensor(np.array(y))
-    weights = [k for k, shape in spec.shapes.items() if len(shape) >= 2]
+    weights = decayed_names(spec.shapes)
     batches: list = []
     if protocol.batch_size is None:
         batches = [None] * protocol.local_steps
@@ -248,8 +249,8 @@ def local_round(spec, task: str, params: dict, X, y, protocol, round_index: int,
         objective = loss(stacked_forward(spec, q, xb), yb).mean(dim=1).sum()
         grads = dict(zip(q, torch.autograd.grad(objective, list(q.values())), strict=True))
         with torch.no_grad():
-            p = {k: v.detach() - lr * (grads[k] + decay * v.detach() if k in weights and decay else grads[k])
-                 for k, v in q.items()}
+            grads = with_decay(grads, decay_gradient(q, weights, decay))
+            p = {k: v.detach() - lr * grads[k] for k, v in q.items()}
     return {k: v.numpy().astype(np.float32) for k, v in p.items()}
 
 

@@ -50,6 +50,7 @@ from coalitions.learners.federated.protocol import refuse_tuning_split
 from coalitions.learners.methods.spo import SPO
 from coalitions.learners.methods.spo.estimator import PROTOCOL_FIELDS
 from coalitions.learners.methods.spo.search import DirectionSearch
+from coalitions.learners.training.decay import decayed_names
 
 if TYPE_CHECKING:
     from coalitions.learners.training.engine import Padded
@@ -219,7 +220,7 @@ class FederatedSPO(SPO):
         self.model_ = self.model or default_model(fed, images="logistic")
         self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs)
         self.l2_ = float(self.l2) if self.l2 is not None else (1e-2 if task == "regression" else 1e-3)
-        self._decay = tuple(k for k, s in self.spec_.shapes.items() if len(s) > 1)
+        self._decay = decayed_names(self.spec_.shapes)
         self.loss_ = loss_function(task)
         self.train_ = index_split([d["n-train"] for d in sites])
         with torch.random.fork_rng(devices=[]):

@@ -4,13 +4,13 @@ FedPer's split, Arivazhagan et al. 2019; :mod:`coalitions.learners.exact`, "Pers
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 
 from coalitions.learners.game.masks import membership
-from coalitions.learners.game.stepper import SubsetStepper, decay_gradient
+from coalitions.learners.game.stepper import train_stacked
+from coalitions.learners.training.decay import decay_gradient, decayed_names
 
 
 def scaled_gradient(x, scale):
@@ -80,60 +80,77 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
     """
     import torch
 
-    from coalitions.learners.data.metrics import loss_function
-    from coalitions.learners.training.models import product_major, stack_init, stacked_personal_forward
-
-    loss = loss_function(task)
-    device = X.device
-    M = len(masks)
     dtype = next(iter(init.values())).dtype
-    W = torch.as_tensor(membership(masks, n_clients), device=device).to(dtype)   # (M, N) membership
-    sizes = torch.bincount(owner, minlength=n_clients).to(dtype)                  # n_i
-    share = W * sizes / (W @ sizes).clamp(min=1)[:, None]                         # (M, N): n_i / n_S
-    params = stack_init(init, M, product_major(spec) if spec.body else ())   # the first layer product-major (no copy per step)
-    body_decay = [k for k in spec.body if init[k].dim() >= 2]
-    head_decay = [k for k in spec.head if init[k].dim() >= 3]    # a head weight: (N, f, k)
-    n = X.shape[0]
-    bs = n if batch_size is None else max(1, min(int(batch_size), n))
-    steps_per_epoch = math.ceil(n / bs)
-    stepper = SubsetStepper(params, lr, epochs * steps_per_epoch, protocol)
-    gen = torch.Generator().manual_seed(int(seed))
-    active = None
-    for _epoch in range(epochs):
-        order = None if batch_size is None else torch.randperm(n, generator=gen).to(device)
-        for b in range(steps_per_epoch):
-            if order is None:
-                xb, yb, ob = X, y, owner
-            else:
-                idx = torch.sort(order[b * bs:(b + 1) * bs]).values   # grouped by client: owner is sorted
-                xb, yb, ob = X[idx], y[idx], owner[idx]
-            counts = torch.bincount(ob, minlength=n_clients)
-            present = (counts > 0).to(dtype)
-            # members with samples in the batch, weighted by their whole-data share (renormalised)
-            w = share * present
-            w = w / w.sum(1, keepdim=True).clamp(min=torch.finfo(dtype).tiny)
-            # each head's gradient scaled by 1/w_i: its own client's mean loss, not its share of the pooled one
-            scale = torch.where(w > 0, 1.0 / w.clamp(min=torch.finfo(dtype).tiny), torch.zeros_like(w))
-            seen = {k: (v if k not in spec.head else scaled_gradient(v, scale.view(*scale.shape, *([1] * (v.dim() - 2)))))
-                    for k, v in params.items()}
-            per_sample = loss(stacked_personal_forward(spec, seen, xb, counts.tolist()), yb)     # (M, b)
-            oh = torch.nn.functional.one_hot(ob, n_clients).to(dtype)
-            client_mean = (per_sample @ oh) / counts.clamp(min=1).to(dtype)                      # (M, N)
-            total = (w * client_mean).sum(1)
-            # + (l2/2)·‖W_body‖² + Σ_{i∈S} (l2/2)·‖W_head_i‖², entered as its gradient (a non-member's head: none)
-            decay = {**decay_gradient(params, body_decay, l2), **decay_gradient(params, head_decay, l2, W)}
-            params = stepper.step(params, total.sum(), active, decay)
-        if progress is not None:
-            progress(_epoch + 1)
-        if early is not None:
-            with torch.no_grad():
-                active = early[0].update(early[1](params), params, (_epoch + 1) * steps_per_epoch)
-            if not bool(active.any()):
-                break
-    if early is not None:
-        params = early[0].best_params(params)
-    return {k: v.detach() for k, v in params.items()}
+    W = torch.as_tensor(membership(masks, n_clients), device=X.device).to(dtype)   # (M, N) membership
+    return train_stacked(PersonalHeads(spec, task, X, y, owner, W, init), X.shape[0], epochs=epochs, lr=lr, l2=l2,
+                         batch_size=batch_size, seed=seed, progress=progress, protocol=protocol, early=early,
+                         device=X.device)
 
+
+class PersonalHeads:
+    """The head objective of one output layer per member (:func:`~coalitions.learners.game.stepper.train_stacked`).
+
+    The body of model ``S`` descends the pooled objective and each member's head its own
+    client's (:func:`train_subsets_personal`); the body's weights and each member's head weights
+    decay, a non-member's head not at all.
+
+    Parameters
+    ----------
+    spec, task, X, y, owner, init
+        As :func:`train_subsets_personal` (``X, y, owner`` grouped by client, ``init`` with a
+        client axis on each head parameter).
+    W : torch.Tensor (M, N)
+        Each model's membership (0/1, in the parameters' dtype).
+    """
+
+    def __init__(self, spec, task: str, X, y, owner, W, init: dict):
+        import torch
+
+        from coalitions.learners.data.metrics import loss_function
+        from coalitions.learners.training.models import product_major, stack_init
+
+        n_clients = W.shape[1]
+        self.spec, self.loss, self.X, self.y, self.owner, self.W = spec, loss_function(task), X, y, owner, W
+        self.n_clients, self.dtype = n_clients, W.dtype
+        sizes = torch.bincount(owner, minlength=n_clients).to(W.dtype)                   # n_i
+        self.share = W * sizes / (W @ sizes).clamp(min=1)[:, None]                       # (M, N): n_i / n_S
+        # the first layer product-major (no copy per step)
+        self.params = stack_init(init, W.shape[0], product_major(spec) if spec.body else ())
+        self.body_names = decayed_names({k: init[k].shape for k in spec.body})
+        self.head_names = decayed_names({k: init[k].shape for k in spec.head}, stacked=1)    # a head weight: (N, f, k)
+
+    def rows(self, idx):
+        """A minibatch's rows grouped by client (``owner`` is sorted), which changes no loss."""
+        import torch
+
+        return torch.sort(idx).values
+
+    def __call__(self, params: dict, idx):
+        """Each model's objective on the rows ``idx`` (all when ``None``), ``(M,)``: the members' mean losses
+        weighted by their data shares, each head seeing its own client's loss (:func:`scaled_gradient`)."""
+        import torch
+
+        from coalitions.learners.training.models import stacked_personal_forward
+
+        spec, dtype, n_clients = self.spec, self.dtype, self.n_clients
+        xb, yb, ob = (self.X, self.y, self.owner) if idx is None else (self.X[idx], self.y[idx], self.owner[idx])
+        counts = torch.bincount(ob, minlength=n_clients)
+        present = (counts > 0).to(dtype)
+        # members with samples in the batch, weighted by their whole-data share (renormalised)
+        w = self.share * present
+        w = w / w.sum(1, keepdim=True).clamp(min=torch.finfo(dtype).tiny)
+        # each head's gradient scaled by 1/w_i: its own client's mean loss, not its share of the pooled one
+        scale = torch.where(w > 0, 1.0 / w.clamp(min=torch.finfo(dtype).tiny), torch.zeros_like(w))
+        seen = {k: (v if k not in spec.head else scaled_gradient(v, scale.view(*scale.shape, *([1] * (v.dim() - 2)))))
+                for k, v in params.items()}
+        per_sample = self.loss(stacked_personal_forward(spec, seen, xb, counts.tolist()), yb)     # (M, b)
+        oh = torch.nn.functional.one_hot(ob, n_clients).to(dtype)
+        client_mean = (per_sample @ oh) / counts.clamp(min=1).to(dtype)                           # (M, N)
+        return (w * client_mean).sum(1)
+
+    def decay(self, params: dict, l2: float) -> dict:
+        """``l2·W`` for the body's weights and each member's head weights (a non-member's head: none)."""
+        return {**decay_gradient(params, self.body_names, l2), **decay_gradient(params, self.head_names, l2, self.W)}
 
 def _scores_personal(spec, params: dict, X, counts, batch: int = 4096) -> np.ndarray:
     """Outputs ``(M, n, k)`` of every stacked personal-head model on ``X`` grouped by client (``counts``)."""

@@ -4,13 +4,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 
 from coalitions.learners.game.masks import membership
-from coalitions.learners.game.stepper import SubsetStepper, decay_gradient
+from coalitions.learners.game.stepper import train_stacked
+from coalitions.learners.training.decay import decay_gradient, decayed_names
 
 
 def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dict, *, epochs: int,
@@ -57,47 +57,55 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
     """
     import torch
 
-    from coalitions.learners.data.metrics import loss_function
-    from coalitions.learners.training.models import product_major, stack_init
-
-    loss = loss_function(task)
-    device = X.device
-    M = len(masks)
     dtype = next(iter(init.values())).dtype
-    W = torch.as_tensor(membership(masks, n_clients), device=device).to(dtype)   # (M, N) membership
-    onehot = torch.nn.functional.one_hot(owner, n_clients).to(W.dtype)
-    params = stack_init(init, M, product_major(spec))   # the first layer product-major (no copy per step)
-    decay = [k for k, v in init.items() if v.dim() >= 2]
-    n = X.shape[0]
-    bs = n if batch_size is None else max(1, min(int(batch_size), n))
-    steps_per_epoch = math.ceil(n / bs)
-    stepper = SubsetStepper(params, lr, epochs * steps_per_epoch, protocol)
-    gen = torch.Generator().manual_seed(int(seed))
-    active = None
-    from coalitions.learners.training.models import stacked_forward
+    W = torch.as_tensor(membership(masks, n_clients), device=X.device).to(dtype)   # (M, N) membership
+    return train_stacked(SharedHead(spec, task, X, y, owner, W, init), X.shape[0], epochs=epochs, lr=lr, l2=l2,
+                         batch_size=batch_size, seed=seed, progress=progress, protocol=protocol, early=early,
+                         device=X.device)
 
-    for epoch in range(epochs):
-        order = None if batch_size is None else torch.randperm(n, generator=gen).to(device)
-        for b in range(steps_per_epoch):
-            idx = None if order is None else order[b * bs:(b + 1) * bs]
-            xb, yb, oh = (X, y, onehot) if idx is None else (X[idx], y[idx], onehot[idx])
-            per_sample = loss(stacked_forward(spec, params, xb), yb)  # (M, b)
-            per_client = per_sample @ oh                             # (M, N) loss sums
-            count = W @ oh.sum(0)                                    # member samples in batch
-            mean = (W * per_client).sum(1) / count.clamp(min=1)
-            # + (l2/2)·‖W‖² over the weights, entered as its gradient
-            params = stepper.step(params, mean.sum(), active, decay_gradient(params, decay, l2))
-        if progress is not None:
-            progress(epoch + 1)
-        if early is not None:
-            with torch.no_grad():
-                active = early[0].update(early[1](params), params, (epoch + 1) * steps_per_epoch)
-            if not bool(active.any()):
-                break
-    if early is not None:
-        params = early[0].best_params(params)
-    return {k: v.detach() for k, v in params.items()}
 
+class SharedHead:
+    """The head objective of one output layer per subset model (:func:`~coalitions.learners.game.stepper.train_stacked`).
+
+    Model ``S`` minimises the mean per-sample loss over its members' samples in the batch,
+    ``Σ_{i∈S} Σ_{x∈batch_i} ℓ(x) / Σ_{i∈S} |batch_i|``; its weights (not biases) decay.
+
+    Parameters
+    ----------
+    spec, task, X, y, owner, init
+        As :func:`train_subsets`.
+    W : torch.Tensor (M, N)
+        Each model's membership (0/1, in the parameters' dtype).
+    """
+
+    def __init__(self, spec, task: str, X, y, owner, W, init: dict):
+        import torch
+
+        from coalitions.learners.data.metrics import loss_function
+        from coalitions.learners.training.models import product_major, stack_init
+
+        self.spec, self.loss, self.X, self.y, self.W = spec, loss_function(task), X, y, W
+        self.onehot = torch.nn.functional.one_hot(owner, W.shape[1]).to(W.dtype)
+        self.params = stack_init(init, W.shape[0], product_major(spec))   # the first layer product-major (no copy per step)
+        self.names = decayed_names({k: v.shape for k, v in init.items()})
+
+    def rows(self, idx):
+        """A minibatch's rows as drawn."""
+        return idx
+
+    def __call__(self, params: dict, idx):
+        """Each model's mean loss over its members' samples among the rows ``idx`` (all when ``None``), ``(M,)``."""
+        from coalitions.learners.training.models import stacked_forward
+
+        xb, yb, oh = (self.X, self.y, self.onehot) if idx is None else (self.X[idx], self.y[idx], self.onehot[idx])
+        per_sample = self.loss(stacked_forward(self.spec, params, xb), yb)  # (M, b)
+        per_client = per_sample @ oh                                        # (M, N) loss sums
+        count = self.W @ oh.sum(0)                                          # member samples in batch
+        return (self.W * per_client).sum(1) / count.clamp(min=1)
+
+    def decay(self, params: dict, l2: float) -> dict:
+        """``l2·W`` for every weight: the gradient of ``(l2/2)·‖W‖²``."""
+        return decay_gradient(params, self.names, l2)
 
 def _scores(spec, params: dict, X, batch: int = 4096) -> np.ndarray:
     """Outputs ``(M, n, k)`` of every stacked model on ``X`` as float64 NumPy."""

@@ -67,9 +67,10 @@ from coalitions.learners.data.roles import data_roles, with_roles
 from coalitions.learners.estimator import EstimatorMixin
 from coalitions.learners.methods.readout import Readout, RefitOracle
 from coalitions.learners.methods.runner import ClientsEarlyStop, EarlyStop, RoundBudget, RoundRunner
+from coalitions.learners.training.decay import decay_penalty, decayed_names
 from coalitions.learners.training.engine import PATHS, Engine, Padded, resolve_device, train_epochs
 from coalitions.learners.training.models import make_model
-from coalitions.learners.training.protocol import Scheduled, TrainingProtocol, decayed, default_kind, protocol_with
+from coalitions.learners.training.protocol import Scheduled, TrainingProtocol, default_kind, protocol_with
 from coalitions.learners.training.threads import applied, step_macs
 from coalitions.oracles import WEIGHT_RULES
 from coalitions.params import ParameterError, check_param
@@ -394,8 +395,8 @@ class PersonalizedLearner(RoundBudget, Readout, Learner):
         return copy.deepcopy(state)
 
     def _decay_names(self) -> tuple[str, ...]:
-        """The weights (not biases) the protocol's weight decay applies to."""
-        return tuple(k for k, s in self.spec_.shapes.items() if len(s) >= 2)
+        """The weights (not biases) the protocol's weight decay applies to (:func:`decayed_names`)."""
+        return decayed_names(self.spec_.shapes)
 
     # -- the method: what subclasses provide
     @abstractmethod
@@ -480,7 +481,7 @@ class PersonalizedLearner(RoundBudget, Readout, Learner):
         wd, names = float(self.protocol_.weight_decay), self._decay_names()
 
         def with_decay(params, *args):
-            return loss(params, *args) + decayed(params, wd, [k for k in names if k in params])
+            return loss(params, *args) + decay_penalty(params, names, wd)
         return with_decay
 
     def _site_steps(self, state: dict, params: dict, loss: Callable, rng: np.random.Generator, *,

@@ -65,6 +65,7 @@ import numpy as np
 import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner
+from coalitions.learners.training.decay import decay_gradient, with_decay
 from coalitions.learners.training.engine import Padded, epoch_plan, stack_select
 from coalitions.params import MAX_STEPS, check_param
 
@@ -258,9 +259,8 @@ class FedeRiCo(PersonalizedLearner):
         """Model ``φ_j`` moves along ``Σ_i w_ij ∇ℓ(φ_j; batch_i)`` (Eq. 8), summed over the pairs; unused models wait."""
         n = next(iter(phi.values())).shape[0]
         summed = {name: torch.zeros_like(phi[name]).index_add_(0, mod_t, g) for name, g in grads.items()}
-        if self.protocol_.weight_decay:   # the protocol's decay, once per model
-            for name in self._decay_names():
-                summed[name] = summed[name] + float(self.protocol_.weight_decay) * phi[name]
+        # the protocol's decay, once per model
+        summed = with_decay(summed, decay_gradient(phi, self._decay_names(), float(self.protocol_.weight_decay)))
         used = torch.zeros(n, dtype=torch.bool, device=mod_t.device)
         used[mod_t[act_pair]] = True
         return opt.step(phi, summed, opt_state, used)

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner, unflatten
-from coalitions.learners.training.engine import Adam, flatten
+from coalitions.learners.training.engine import flatten, make_optimizer
 from coalitions.learners.training.models import check_trainable
 from coalitions.params import MAX_STEPS, check_param
 
@@ -116,7 +116,7 @@ class PFedHN(PersonalizedLearner):
                "w2": u((H, H), 1 / math.sqrt(H)), "b2": u((H,), 1 / math.sqrt(H)),
                "wo": u((H, P), 0.01 / math.sqrt(H)), "bo": flatten(target)[0].clone()}
         stacked = {k: v[None] for k, v in phi.items()}
-        return {"phi": stacked, "opt": Adam(float(self.hn_lr)).init(stacked), "theta": self._theta(stacked)}
+        return {"phi": stacked, "opt": make_optimizer("adam", float(self.hn_lr)).init(stacked), "theta": self._theta(stacked)}
 
     def server_finish(self, state):
         if "phi" in state:   # the server's hypernetwork (a Flower site holds its own θ_k only)
@@ -147,7 +147,7 @@ class PFedHN(PersonalizedLearner):
         live = {k: v[0].detach().requires_grad_(True) for k, v in phi.items()}
         hypernet_surrogate(live, delta).backward()
         grads = {k: live[k].grad[None] for k in live}
-        server = Adam(float(self.hn_lr))
+        server = make_optimizer("adam", float(self.hn_lr))
         one = torch.ones(1, dtype=torch.bool, device=delta.device)
         phi, ost = server.step(phi, grads, state["opt"], one)
         rest = {k: v for k, v in state.items() if k != "model"}

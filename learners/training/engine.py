@@ -47,7 +47,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -200,15 +200,17 @@ def epoch_plan(sizes: np.ndarray, batch_size: int | None, rng: Draws):
 
 # --------------------------------------------------------------------------- optimisers
 class SGD:
-    """Stacked SGD with momentum and weight decay (PyTorch's update rule).
+    """Stacked SGD with momentum (PyTorch's update rule).
 
-    ``g ← ∇ + wd·p``; with momentum ``b ← μ·b + g`` (``b = g`` on the first
-    step) and ``p ← p − lr·b``.  Models whose ``active`` flag is False keep
-    their parameters and momentum.
+    With momentum ``b ← μ·b + g`` (``b = g`` on the first step) and
+    ``p ← p − lr·b``.  Models whose ``active`` flag is False keep their
+    parameters and momentum.  No weight decay: it belongs to the objective,
+    on the weights only (:mod:`coalitions.learners.training.decay`, whose
+    gradient a caller adds to ``grads``).
     """
 
-    def __init__(self, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
-        self.lr, self.momentum, self.weight_decay = float(lr), float(momentum), float(weight_decay)
+    def __init__(self, lr: float, momentum: float = 0.0):
+        self.lr, self.momentum = float(lr), float(momentum)
 
     def init(self, params: dict) -> dict:
         m = next(iter(params.values())).shape[0]
@@ -223,7 +225,7 @@ class SGD:
         first = state["t"] == 0
         for k, p in params.items():
             a = active.view(-1, *([1] * (p.dim() - 1)))
-            g = grads[k] + self.weight_decay * p if self.weight_decay else grads[k]
+            g = grads[k]
             if self.momentum:
                 f = first.view(-1, *([1] * (p.dim() - 1)))
                 b = torch.where(f, g, self.momentum * state["buf"][k] + g)
@@ -240,11 +242,12 @@ class Adam:
     """Stacked Adam (Kingma & Ba; PyTorch's defaults ``β = (0.9, 0.999)``, ``ε = 1e-8``).
 
     Each model has its own step count, so bias correction is exact for clients
-    that skipped steps (inactive models keep parameters and moments).
+    that skipped steps (inactive models keep parameters and moments).  No weight
+    decay, as :class:`SGD`.
     """
 
-    def __init__(self, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
-        self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(betas), float(eps), float(weight_decay)
+    def __init__(self, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.lr, self.betas, self.eps = float(lr), tuple(betas), float(eps)
 
     def init(self, params: dict) -> dict:
         m = next(iter(params.values())).shape[0]
@@ -261,7 +264,7 @@ class Adam:
         for k, p in params.items():
             shape = (-1, *([1] * (p.dim() - 1)))
             a = active.view(shape)
-            g = grads[k] + self.weight_decay * p if self.weight_decay else grads[k]
+            g = grads[k]
             m = b1 * state["m"][k] + (1 - b1) * g
             v = b2 * state["v"][k] + (1 - b2) * g * g
             upd = (m / c1.view(shape)) / ((v / c2.view(shape)).sqrt() + self.eps)
@@ -295,8 +298,6 @@ class Adam:
             p, m, v = (p_all, m_all, v_all) if rows is None else (p_all[rows], m_all[rows], v_all[rows])
             if rows is not None:
                 g = g[rows]
-            if self.weight_decay:
-                g = g + self.weight_decay * p
             shape = (-1, *([1] * (p.dim() - 1)))
             # blocks along the axis whose slices are contiguous in memory: the models (axis 0), or
             # the input axis of a product-major first layer (models.stack_init)
@@ -325,12 +326,45 @@ class Adam:
 BLOCK = 1 << 18
 
 
-def make_optimizer(name: str, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
-    """``"sgd"`` (with ``momentum``) or ``"adam"``."""
+def make_optimizer(name: str, lr: float, momentum: float = 0.0, params: Iterable[torch.Tensor] | None = None,
+                   fused: bool = False):
+    """The one place an optimiser is built: ``"sgd"`` (with ``momentum``) or ``"adam"``.
+
+    Parameters
+    ----------
+    name : {"sgd", "adam"}
+    lr : float
+        The learning rate (the peak rate under a schedule: :func:`make_schedule`,
+        :class:`~coalitions.learners.training.protocol.Scheduled`).
+    momentum : float
+        SGD's momentum (Adam has none).
+    params : iterable of torch.Tensor, optional
+        ``None``: the stacked optimiser of this module (:class:`SGD`, :class:`Adam`), one
+        state per model of a stacked dict.  Given: PyTorch's optimiser of the same rule
+        over these tensors (a network trained as one, whose ``.grad`` autograd fills: SPO's
+        hypernetwork, the protocol-less subset trainers).  Neither decays: weight decay
+        belongs to the objective (:mod:`coalitions.learners.training.decay`).
+    fused : bool
+        With ``params`` and Adam: PyTorch's fused kernel (one pass over the parameters per
+        step) where it has one, else its default Adam.  The fused kernel computes the same
+        update, rounded differently in the last bit (as does the stacked :class:`Adam`, whose
+        operations are PyTorch's in another order), so each trainer keeps the form it has.
+    """
     check_param("optimizer", name, "choice", choices=("sgd", "adam"))
+    if params is not None:
+        params = list(params)
+        if name == "sgd":
+            return torch.optim.SGD(params, lr=lr, momentum=momentum)
+        if fused:
+            try:
+                return torch.optim.Adam(params, lr=lr, fused=True)
+            except (RuntimeError, TypeError, ValueError):   # an older PyTorch, or a device without the kernel
+                pass
+        return torch.optim.Adam(params, lr=lr)
     if name == "sgd":
-        return SGD(lr, momentum, weight_decay)
-    return Adam(lr, weight_decay=weight_decay)
+        return SGD(lr, momentum)
+    return Adam(lr)
+
 
 
 # --------------------------------------------------------------------------- the engine

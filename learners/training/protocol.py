@@ -65,23 +65,68 @@ from dataclasses import asdict, dataclass, replace
 from coalitions.params import MAX_STEPS, ParameterError, check_param
 
 __all__ = ["TrainingProtocol", "OPTIMIZERS", "SCHEDULES", "DEFAULT_PROTOCOLS", "default_protocol", "lr_factor",
+           "make_schedule",
            "DEFAULT_PATIENCE", "GRID_FACTORS", "MAX_STEPS", "rate_grid", "tuned",
-           "Scheduled", "decayed", "default_kind", "protocol_with", "FLAG_FIELDS"]
+           "Scheduled", "default_kind", "protocol_with", "FLAG_FIELDS"]
 
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("cosine", "constant")
 _MODELS = ("linear", "logistic", "mlp", "cnn")
 
 
-def lr_factor(schedule: str, step: int, total: int) -> float:
+def lr_factor(schedule: str, step: int, total: int, floor: float = 0.0) -> float:
     """The multiplier of the learning rate at ``step`` (0-based) of ``total``: cosine or 1.
 
-    The cosine factor is PyTorch's ``CosineAnnealingLR`` with ``eta_min = 0``,
-    ``T_max = total``: ``½(1 + cos(π·step/total))``.
+    The cosine factor is PyTorch's ``CosineAnnealingLR`` law with ``eta_min = 0``,
+    ``T_max = total``: ``c = ½(1 + cos(π·step/total))``; with a ``floor`` in ``[0, 1)``
+    it falls to that share of the rate instead of 0, ``floor + (1 − floor)·c`` (SPO's
+    hypernetwork keeps 1 %).  The one schedule of every trainer: the stacked optimisers'
+    (:class:`Scheduled`) and PyTorch's (:func:`make_schedule`).
+
+    >>> lr_factor("cosine", 0, 10), lr_factor("cosine", 10, 10), lr_factor("cosine", 10, 10, floor=0.01)
+    (1.0, 0.0, 0.01)
     """
     if schedule == "constant":
         return 1.0
-    return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / max(total, 1)))
+    c = 0.5 * (1.0 + math.cos(math.pi * min(step, total) / max(total, 1)))
+    return c if not floor else floor + (1 - floor) * c
+
+
+def make_schedule(optimizer, schedule: str, total: int, floor: float = 0.0, recursive: bool = False):
+    """The protocol's learning-rate schedule on a PyTorch optimiser
+    (:func:`~coalitions.learners.training.engine.make_optimizer` with ``params``).
+
+    Step ``t`` runs at the optimiser's rate times :func:`lr_factor` ``(schedule, t, total, floor)``,
+    the law :class:`Scheduled` applies to the stacked optimisers; call the returned scheduler's
+    ``step()`` after each optimiser step.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+    schedule : {"cosine", "constant"}
+    total : int
+        The steps of the run.
+    floor : float
+        The share of the rate the cosine keeps at its end (SPO's hypernetwork: 0.01).
+    recursive : bool
+        Cosine from 1 to 0 only: PyTorch's ``CosineAnnealingLR``, which moves the rate by a
+        recursion from step to step instead of evaluating the law; the same law, rounded
+        differently (at 5 of 12 steps of a 12-step run).  The stacked subset trainers without a
+        protocol keep it, so that their games stay those ``tests/test_stepper.py`` holds.
+
+    Returns
+    -------
+    torch.optim.lr_scheduler.LRScheduler
+    """
+    import torch
+
+    check_param("schedule", schedule, "choice", choices=SCHEDULES)
+    if recursive:
+        if schedule != "cosine" or floor:
+            raise ParameterError("recursive", "{name} is PyTorch's cosine to 0: schedule cosine, floor 0")
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, int(total)))
+    total = int(total)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda t: lr_factor(schedule, t, total, floor))
 
 
 @dataclass(frozen=True)
@@ -365,8 +410,8 @@ class Scheduled:
 
         self.protocol = protocol
         self.total = int(total)
-        # weight decay enters the loss (weights only, as in the exhaustive oracle), not the update
-        self.inner = make_optimizer(protocol.optimizer, protocol.lr, protocol.momentum, 0.0)
+        # weight decay enters the objective (weights only: training.decay), never the optimiser
+        self.inner = make_optimizer(protocol.optimizer, protocol.lr, protocol.momentum)
 
     def init(self, params: dict) -> dict:
         import torch
@@ -393,9 +438,3 @@ class Scheduled:
         self.inner.step_(params, grads, state, active)
         state["schedule_step"] = state["schedule_step"] + 1
 
-
-def decayed(params: dict, weight_decay: float, names) -> object:
-    """``weight_decay/2·Σ‖p‖²`` over the parameters ``names`` (one model's weights; 0 when off)."""
-    if not weight_decay or not names:
-        return 0.0
-    return 0.5 * weight_decay * sum((params[k] ** 2).sum() for k in names)

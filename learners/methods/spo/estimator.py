@@ -24,9 +24,10 @@ from coalitions.learners.methods.spo.oracle import RULES, SPOOracle
 from coalitions.learners.methods.spo.paper import PaperSearch
 from coalitions.learners.methods.spo.search import DirectionSearch, check_search_memory
 from coalitions.learners.methods.spo.simplex import sample_directions
-from coalitions.learners.training.engine import Padded, resolve_device
+from coalitions.learners.training.decay import decay_penalty, decayed_names
+from coalitions.learners.training.engine import Padded, make_optimizer, resolve_device
 from coalitions.learners.training.models import make_model
-from coalitions.learners.training.protocol import TrainingProtocol, protocol_with
+from coalitions.learners.training.protocol import TrainingProtocol, make_schedule, protocol_with
 from coalitions.learners.training.stopping import Patience
 from coalitions.learners.training.threads import applied, step_macs
 from coalitions.learners.training.tuning import RateChoice
@@ -55,18 +56,9 @@ VARIANTS = ("ours", "paper", "readme")
 PER_SEARCH = ("paper", "readme")
 
 
-def fused_adam(params: list, lr: float) -> torch.optim.Adam:
-    """Adam with PyTorch's fused kernel (one pass over the parameters per step) where it has one, else Adam.
-
-    The hypernetwork's output layer holds nearly all its parameters (fashion: 2.5 M); PyTorch's
-    default CPU Adam makes some ten passes over them per step, and took 60 % of SPO's training
-    there (``benchmarks/spo_cost.py``).  The fused kernel (CPU from PyTorch 2.4) computes the same
-    update, rounded differently in the last bit.
-    """
-    try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except (RuntimeError, TypeError, ValueError):   # an older PyTorch, or a device without the kernel
-        return torch.optim.Adam(params, lr=lr)
+#: The share of SPO's rate its cosine schedule keeps at the end of ``protocol.steps``
+#: (:func:`~coalitions.learners.training.protocol.lr_factor`'s ``floor``).
+LR_FLOOR = 0.01
 
 
 _SPO = TypeVar("_SPO", bound="SPO")   # _conclude returns the instance it was called on (FederatedSPO too)
@@ -373,7 +365,7 @@ class SPO(Learner):
         self.model_ = self.model or default_model(fed, images="logistic")
         self.spec_ = make_model(self.model_, fed.input_shape, fed.n_outputs, hidden=self.target_hidden)
         self.l2_ = float(self.l2) if self.l2 is not None else (1e-2 if fed.task == "regression" else 1e-3)
-        self._decay = tuple(k for k, s in self.spec_.shapes.items() if len(s) > 1)
+        self._decay = decayed_names(self.spec_.shapes)
         self.loss_ = loss_function(fed.task)
         self.train_ = Padded(fed, "train", self.device_)
         self.val_ = Padded(fed, "val", self.device_)
@@ -582,11 +574,13 @@ class SPO(Learner):
         dev = self.device_
         rng = np.random.default_rng(self.seed)
         self.lr_ = float(self.lr if lr is None else lr)
-        opt = fused_adam(list(net.parameters()), self.lr_)
+        # PyTorch's fused Adam (one pass over the parameters per step, where it has the kernel): the hypernetwork's
+        # output layer holds nearly all its parameters (fashion: 2.5 M), and the default CPU Adam's some ten passes
+        # over them took 60 % of SPO's training there (benchmarks/spo_cost.py)
+        opt = make_optimizer("adam", self.lr_, params=net.parameters(), fused=True)
         self.best_val_, self.best_step_, self.stopped_at_, self.hit_max_ = math.inf, steps, steps, True
         best_state, stop = None, Patience(patience)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1))))
+        sched = make_schedule(opt, "cosine", steps, floor=LR_FLOOR)
         history, running = [], []
         # validation loss per evaluation: each client's validation loss under h(d) for 16 fixed
         # directions, weighted by its share d_j (the training objective's terms, on validation data)
@@ -614,8 +608,7 @@ class SPO(Learner):
                 weights = self._epo_weights(D, X, y, m, L) if self.epo else D
                 f = (weights * L).sum(dim=1)
             if self.l2_ > 0 and not net.personal:
-                f = f + 0.5 * self.l2_ * sum((v ** 2).flatten(1).sum(1) for k, v in params.items()
-                                            if k in self._decay)
+                f = f + decay_penalty(params, self._decay, self.l2_, stacked=1)
             loss = torch.log(f).mean() if self.log_loss else f.mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -656,7 +649,7 @@ class SPO(Learner):
         f = (D * L).sum(dim=1)
         if self.l2_ > 0:
             f = f + self.l2_ * head_penalty(self.spec_, heads, D, scale)
-            f = f + 0.5 * self.l2_ * sum((v ** 2).flatten(1).sum(1) for k, v in body.items() if k in self._decay)
+            f = f + decay_penalty(body, self._decay, self.l2_, stacked=1)
         if scale is not None:
             scale[0] = f.detach()
         return f, L

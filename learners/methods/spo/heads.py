@@ -35,6 +35,7 @@ from torch.func import vmap
 
 from coalitions.learners.methods.spo.hypernetwork import ParetoHypernetwork
 from coalitions.learners.methods.spo.search import DirectionSearch
+from coalitions.learners.training.decay import decayed_names
 from coalitions.learners.training.models import ModelSpec
 
 __all__ = ["personal_loss_matrix", "head_penalty", "HeadsDirectionSearch"]
@@ -119,7 +120,7 @@ def head_penalty(spec: ModelSpec, heads: dict, D: torch.Tensor, scale=None) -> t
     The heads enter through the same gradient-scaled view as in :func:`personal_loss_matrix`.
     """
     B = D.shape[0]
-    expanded = _expand({k: v for k, v in heads.items() if len(spec.shapes[k]) >= 2}, B, scale)
+    expanded = _expand({k: heads[k] for k in decayed_names({k: spec.shapes[k] for k in heads})}, B, scale)
     total = D.new_zeros(B)
     for v in expanded.values():
         total = total + 0.5 * (D * v.pow(2).flatten(2).sum(2)).sum(1)

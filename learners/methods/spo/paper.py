@@ -41,7 +41,7 @@ import torch
 from torch.func import jacrev, vmap
 
 from coalitions.learners.methods.spo.epo import epo_lp_batch
-from coalitions.learners.training.engine import Padded
+from coalitions.learners.training.engine import Padded, make_optimizer
 from coalitions.learners.training.models import ModelSpec
 
 __all__ = ["PaperSearch", "clamp_direction", "alternation", "PAPER_SETTINGS", "PAPER_PROTOCOL", "README_SETTINGS",
@@ -214,7 +214,7 @@ class PaperSearch:
         # which other rows share its batch (under full batch; minibatches come from one stream)
         hp = self.init_params(n, [torch.Generator().manual_seed(
             int(np.random.default_rng([int(self.seed), *key]).integers(2 ** 62))) for key in keys])
-        opt = torch.optim.SGD(list(hp.values()), lr=self.lr, momentum=self.momentum)
+        opt = make_optimizer("sgd", self.lr, self.momentum, params=hp.values())
         fm = face.to(dev)
         d = clamp_direction(fm.to(torch.float32) / fm.sum(-1, keepdim=True), fm)
         tg = targets.to(dev)
