@@ -214,8 +214,10 @@ def test_a_rogue_site_is_refused_by_name_and_left_out_the_game_is_the_game_witho
         _run(KeyedGrid(HEART, bad=ROGUE, tamper=tamper), tmp_path)
     assert "\n" not in str(info.value) and "Hungary'" not in str(info.value).split(":")[0]
     assert not (tmp_path / "out" / "game.json").exists()
-    settings = _run(KeyedGrid(HEART, bad=ROGUE, tamper=tamper), tmp_path, exclude_bad_sites=True)
+    grid = KeyedGrid(HEART, bad=ROGUE, tamper=tamper)
+    settings = _run(grid, tmp_path, exclude_bad_sites=True)
     assert list(settings.excluded) == ["VA"]
+    assert grid.types.count("query") == 4      # started again without VA, the others are not asked again
     game = co.read_game(tmp_path / "out" / "game.json")
     assert list(game.clients) == ["Cleveland", "Hungary", "Switzerland"]
     np.testing.assert_allclose(game.raw_values(), _game_without("VA")["val"], atol=1e-6)
