@@ -246,11 +246,13 @@ def test_a_superlink_without_node_keys_stops_a_run_with_a_manifest(tmp_path):
         _run(KeyedGrid(HEART, keys={}), tmp_path)
 
 
-def test_without_a_manifest_two_claimants_of_a_name_stop_the_run_blaming_neither(tmp_path):
+@pytest.mark.parametrize("exclude", [False, True])
+def test_without_a_manifest_two_claimants_of_a_name_stop_the_run_blaming_neither(tmp_path, exclude):
     grid = KeyedGrid(HEART, bad=ROGUE, tamper=_describe(name="Hungary"))
     with pytest.raises(InputError, match=r"both claim to be site 'Hungary'; without a consortium manifest") as info:
-        _run(grid, tmp_path, manifest=None)
+        _run(grid, tmp_path, manifest=None, exclude_bad_sites=exclude)
     assert not isinstance(info.value, BadReply)       # not excludable: either may be the honest one
+    assert not (tmp_path / "out").exists()
 
 
 def test_weights_come_from_the_manifest_or_are_equal_never_from_a_reply(tmp_path):
