@@ -811,6 +811,49 @@ def _tls_and_node_keys(folder: Path, nodes) -> None:
                                                                          serialization.PublicFormat.OpenSSH))
 
 
+def _rogue_sites(folder: Path) -> dict:
+    """The data files of three rogue sites, made as their operators would, from the shipped heart CSV sites.
+
+    Returns ``{key file name: (site-schema path, its train rows)}``:
+
+    * ``lookalike`` reads Switzerland's rows under a schema that names the site ``Hung\u0430ry``
+      (a Cyrillic ``а``: prints as Hungary);
+    * ``oversized`` is Switzerland's rows and schema unchanged (its runtime lies: :func:`_lying_runtime`);
+    * ``reshaped`` is VA's rows with one more feature column, ``x13``, listed in its schema
+      (input shape [14] where the others have [13]).
+    """
+    from coalitions.learners.data.csv_sites import EXAMPLE
+
+    out = {}
+    for key, source, name, extra in (("lookalike", "switzerland", "Hung\u0430ry", False),
+                                     ("oversized", "switzerland", "Switzerland", False),
+                                     ("reshaped", "va", "Long Beach", True)):
+        schema = json.loads((EXAMPLE / f"{source}.json").read_text(encoding="utf-8"))
+        lines = (EXAMPLE / f"{source}.csv").read_text(encoding="utf-8").splitlines()
+        if extra:                   # a column inserted before label and split, and named as a feature
+            lines = [",".join([*row.split(",")[:-2], "x13" if k == 0 else "0.5", *row.split(",")[-2:]])
+                     for k, row in enumerate(lines)]
+            schema["features"] = [*schema["features"], "x13"]
+        (folder / f"{key}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (folder / f"{key}.json").write_text(json.dumps({**schema, "site": name, "csv": f"{key}.csv"}),
+                                            encoding="utf-8")
+        out[key] = (folder / f"{key}.json", sum(row.endswith(",train") for row in lines))
+    return out
+
+
+def _lying_runtime(bindir: Path, folder: Path, **claims) -> Path:
+    """A copy of Flower's commands of ``bindir`` whose ``flwr-clientapp`` (the process that runs the
+    ClientApp for each message) first patches the installed package so that the site's description
+    claims ``claims``: what the operator of a site can do to the software on its own machine."""
+    shutil.copytree(bindir, folder)
+    script = folder / "flwr-clientapp"
+    patch = ("import coalitions.learners.federated.apps as apps\n"
+             "honest = apps.describe\n"
+             f"apps.describe = lambda site: {{**honest(site), **{claims!r}}}\n")
+    script.write_text(script.read_text().replace("import sys\n", "import sys\n" + patch, 1))
+    return folder
+
+
 @needs_flwr
 @pytest.mark.slow
 def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
@@ -822,26 +865,36 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
     register``; a third SuperNode with an unregistered key claims Cleveland's
     partition and is refused by the SuperLink.  A fourth, registered and named
     "VA" in the consortium manifest, serves Cleveland's partition, so it claims
-    to be Cleveland: the run is refused naming VA, and with
-    ``--exclude-bad-sites`` the game has the two honest sites and equals the
-    in-process one.  ``federate --insecure`` against this SuperLink ends with
-    one line.  Every process starts in its own session and is stopped (its
-    whole process group) however the test ends.
+    to be Cleveland: the run is refused naming VA; with ``--exclude-bad-sites``
+    a 500-round run leaves it out and is stopped by SIGTERM after its first
+    round, leaving no run active on the SuperLink.  Then three more registered
+    SuperNodes join, each misbehaving as its operator can make it: one's site
+    schema names it ``Hung\\u0430ry`` (a look-alike), one runs a patched
+    ClientApp that claims 10^9 training rows, one reads a CSV with an extra
+    feature column (input shape [14]).  With a manifest of all six and
+    ``--exclude-bad-sites`` each rogue is refused naming it (never an honest
+    site) and left out, and the game is the in-process game of the two honest
+    hospitals.  ``federate --insecure`` against this SuperLink ends with one
+    line.  Every process starts in its own session and is stopped (its whole
+    process group) however the test ends.
     """
+    import re
+
     bindir = _flower_commands(tmp_path / "bin")
-    _tls_and_node_keys(tmp_path, ["node0", "node1", "rogue", "spoofer"])
+    rogues = _rogue_sites(tmp_path)
+    _tls_and_node_keys(tmp_path, ["node0", "node1", "rogue", "spoofer", *rogues])
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1",
            "FLWR_HOME": str(tmp_path / "flwr-home")}
     (tmp_path / "flwr-home").mkdir()
     (tmp_path / "flwr-home" / "config.toml").write_text(
         f'[superlink]\ndefault = "ce"\n\n[superlink.ce]\naddress = "127.0.0.1:{{port}}"\n'
         f'root-certificates = "{tmp_path / "ca.pem"}"\n')
-    link_port, *node_ports = _free_ports(5)
+    link_port, *node_ports = _free_ports(8)
     (tmp_path / "flwr-home" / "config.toml").write_text(
         (tmp_path / "flwr-home" / "config.toml").read_text().replace("{port}", str(link_port)))
     procs = []
 
-    def start(cmd, name):
+    def start(cmd, name, env=env):
         log = open(tmp_path / f"{name}.log", "w")
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         return procs[-1]
@@ -855,19 +908,21 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
                       "--disable-runtime-dependency-installation"], "superlink")
         assert _wait_listening(link_port, link, time.monotonic() + 60), (tmp_path / "superlink.log").read_text()
         nodes: dict = {}
-        for key in ("node0", "node1", "spoofer"):
-            r = subprocess.run([str(bindir / "flwr"), "supernode", "register", str(tmp_path / f"{key}.pub"), "ce"],
-                               capture_output=True, text=True, env=env, timeout=60)
-            assert r.returncode == 0 and "registered successfully" in r.stdout, r.stdout + r.stderr
-        def supernode(name, port, partition):
+        registering = [subprocess.Popen([str(bindir / "flwr"), "supernode", "register", str(tmp_path / f"{key}.pub"),
+                                         "ce"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                       for key in ("node0", "node1", "spoofer", *rogues)]      # at once: each is a Python start
+        for r in registering:
+            said = r.communicate(timeout=60)[0]
+            assert r.returncode == 0 and "registered successfully" in said, said
+
+        def supernode(name, port, node_config, env=env):
             nodes[name] = start([str(bindir / "flower-supernode"), "--superlink", address, "--root-certificates",
                                  str(tmp_path / "ca.pem"), "--auth-supernode-private-key", str(tmp_path / name),
-                                 "--host", "127.0.0.1", "--port", str(port), "--node-config",
-                                 f"partition-id={partition}"], name)
+                                 "--host", "127.0.0.1", "--port", str(port), "--node-config", node_config], name, env)
 
         for name, port, partition in (("node0", node_ports[0], 0), ("node1", node_ports[1], 1),
                                       ("rogue", node_ports[2], 0)):
-            supernode(name, port, partition)
+            supernode(name, port, f"partition-id={partition}")
         out = tmp_path / "out"
         # the two commands in process (no interpreter of their own to start), in the SuperNodes' environment
         base = ["federate", "heart", "--hospitals", hospitals, "--superlink", address, "--steps", "1",
@@ -886,19 +941,16 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
         # the consortium manifest binds each hospital's name to its registered key and signs its size;
         # VA's registered SuperNode serves Cleveland's partition, so it announces itself as Cleveland
         sizes = {c.name: len(c.train) for c in load("heart", hospitals=hospitals).clients}
-        (tmp_path / "consortium.json").write_text(json.dumps({"format": "coalitions/consortium@1", "sites": [
-            *({"name": name, "public-key": (tmp_path / f"node{k}.pub").read_text(), "n-train": sizes[name]}
-              for k, name in enumerate(hospitals.split(","))),
-            {"name": "VA", "public-key": (tmp_path / "spoofer.pub").read_text(), "n-train": 65}]}))
-        supernode("spoofer", node_ports[3], 0)
+        honest = [{"name": name, "public-key": (tmp_path / f"node{k}.pub").read_text(), "n-train": sizes[name]}
+                  for k, name in enumerate(hospitals.split(","))]
+        spoofer = {"name": "VA", "public-key": (tmp_path / "spoofer.pub").read_text(), "n-train": 65}
+        (tmp_path / "consortium.json").write_text(json.dumps({"format": "coalitions/consortium@1",
+                                                              "sites": [*honest, spoofer]}))
+        supernode("spoofer", node_ports[3], "partition-id=0")
         manifest = ["--root-certificates", tmp_path / "ca.pem", "--manifest", tmp_path / "consortium.json"]
         rc, _, err = run_as_command(*base, *manifest, "-o", tmp_path / "spoofed", env=changed)
         line = err.strip().splitlines()[-1]
         assert rc == 2 and "site 'VA'" in line and "Cleveland" in line, err[-3000:]   # the key's owner is named
-        rc, _, err = run_as_command(*base, *manifest, "--exclude-bad-sites", "-o", out, env=changed)
-        assert rc == 0, err[-3000:]
-        assert "self-declared" not in err
-        assert list(json.loads((out / "run.json").read_text())["excluded_sites"]) == ["VA"]
         # SIGTERM of a long run after its first round: the command stops the run on the SuperLink and says so
         cmd = [sys.executable, "-m", "coalitions.cli", *base[:6], "--steps", "500", "--batch-size", "32",
                "--wait", "60", "--root-certificates", str(tmp_path / "ca.pem"), "--manifest",
@@ -915,6 +967,7 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
                 break
         rest = fed.communicate(timeout=90)[1]
         assert fed.returncode == 143, "".join(seen) + rest
+        assert any("excluded (site 'VA': " in ln for ln in seen), "".join(seen)
         stopped = [ln for ln in rest.splitlines() if ln.startswith("stopped run ")]
         assert len(stopped) == 1 and "on the SuperLink at" in stopped[0], rest
         run_id = stopped[0].split()[2]
@@ -923,6 +976,31 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
         status = {str(x["run-id"]): x["status"] for x in json.loads(r.stdout[r.stdout.index("{"):])["runs"]}
         assert status[run_id] == "finished:stopped", r.stdout
         procs.remove(fed)
+        # three more registered SuperNodes, each a rogue by its operator's own means: a site schema naming it
+        # with a look-alike, a patched ClientApp claiming 10^9 training rows, a CSV with an extra column
+        liar = _lying_runtime(bindir, tmp_path / "liar-bin", **{"n-train": 10 ** 9})
+        claims = {"lookalike": "Basel", "oversized": "Switzerland", "reshaped": "Long Beach"}   # their manifest names
+        for port, (key, (schema, _)) in zip(node_ports[4:], rogues.items(), strict=True):
+            supernode(key, port, f"site-schema='{schema}'",
+                      {**env, "PATH": f"{liar}{os.pathsep}{env['PATH']}"} if key == "oversized" else env)
+        everyone = [*honest, spoofer, *({"name": claims[key], "public-key": (tmp_path / f"{key}.pub").read_text(),
+                                         "n-train": n_train} for key, (_, n_train) in rogues.items())]
+        (tmp_path / "consortium-all.json").write_text(json.dumps({"format": "coalitions/consortium@1",
+                                                                  "sites": everyone}))
+        rc, _, err = run_as_command(*base, "--root-certificates", tmp_path / "ca.pem", "--manifest",
+                                    tmp_path / "consortium-all.json", "--exclude-bad-sites", "-o", out, env=changed)
+        assert rc == 0, err[-3000:]
+        assert "self-declared" not in err
+        faults = {"VA": r"its SuperNode key is registered as 'VA' in .*, but it claims to be 'Cleveland'",
+                  "Basel": "its SuperNode key is registered as 'Basel' in .*, but it claims to be 'Hung\u0430ry'",
+                  "Switzerland": r"claims n-train 1,000,000,000; the consortium manifest declares "
+                                 f"{rogues['oversized'][1]}",
+                  "Long Beach": r"input-shape \[14\] differs from the 2 other sites' \[13\]"}
+        excluded = json.loads((out / "run.json").read_text())["excluded_sites"]
+        assert sorted(excluded) == sorted(faults), excluded
+        for name, fault in faults.items():          # each refused naming that site, with what it did
+            assert re.fullmatch(f"site {name!r}: {fault}", excluded[name]), excluded[name]
+            assert f"excluded ({excluded[name]}); starting again" in err, err[-3000:]
         assert nodes["rogue"].wait(timeout=60) == 1     # refused by the SuperLink: Flower exits 1 (docs/federated.md)
         assert "Failed to activate SuperNode" in (tmp_path / "rogue.log").read_text()
     finally:
@@ -942,6 +1020,7 @@ def test_tls_superlink_with_authenticated_supernodes_on_loopback(tmp_path):
     run = json.loads((out / "run.json").read_text())
     assert [s["name"] for s in run["sites"]] == hospitals.split(",") and run["certificate_holds"] is True
     assert run["site_identity"] == "SuperNode keys of the consortium manifest"    # Grid.get_nodes gave the keys
+    assert run["site_weights"] == "n-train of the consortium manifest"
     assert batch.replicates is None                  # the columns of the whole game federate measured there
     np.testing.assert_allclose(batch.values, co.read_game(out / "game.json").raw_values()[:, [0b11, 0b01]], atol=TOL)
 

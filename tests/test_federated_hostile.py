@@ -256,8 +256,9 @@ def test_a_site_with_a_bad_name_is_left_out_at_discovery(tmp_path):
     grid = HostileGrid(HEART, bad=VICTIM, tamper=_describe(name="Hung\nary"))
     settings = _run(grid, tmp_path, exclude_bad_sites=True)
     assert list(settings.excluded) == ["node 101"]
-    # the first discovery stops at the bad description; the second asks the three others again and skips node 101
-    assert grid.types.count("query") == 4 + 3 and "Hungary" not in co.read_game(tmp_path / "out" / "game.json").clients
+    # the first discovery stops at the bad description; the second checks the three others' descriptions again
+    # (without asking them again) and skips node 101
+    assert grid.types.count("query") == 4 and "Hungary" not in co.read_game(tmp_path / "out" / "game.json").clients
 
 
 # --------------------------------------------------------------------------- the learners' servers

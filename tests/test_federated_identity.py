@@ -214,8 +214,10 @@ def test_a_rogue_site_is_refused_by_name_and_left_out_the_game_is_the_game_witho
         _run(KeyedGrid(HEART, bad=ROGUE, tamper=tamper), tmp_path)
     assert "\n" not in str(info.value) and "Hungary'" not in str(info.value).split(":")[0]
     assert not (tmp_path / "out" / "game.json").exists()
-    settings = _run(KeyedGrid(HEART, bad=ROGUE, tamper=tamper), tmp_path, exclude_bad_sites=True)
+    grid = KeyedGrid(HEART, bad=ROGUE, tamper=tamper)
+    settings = _run(grid, tmp_path, exclude_bad_sites=True)
     assert list(settings.excluded) == ["VA"]
+    assert grid.types.count("query") == 4      # started again without VA, the others are not asked again
     game = co.read_game(tmp_path / "out" / "game.json")
     assert list(game.clients) == ["Cleveland", "Hungary", "Switzerland"]
     np.testing.assert_allclose(game.raw_values(), _game_without("VA")["val"], atol=1e-6)
@@ -244,11 +246,13 @@ def test_a_superlink_without_node_keys_stops_a_run_with_a_manifest(tmp_path):
         _run(KeyedGrid(HEART, keys={}), tmp_path)
 
 
-def test_without_a_manifest_two_claimants_of_a_name_stop_the_run_blaming_neither(tmp_path):
+@pytest.mark.parametrize("exclude", [False, True])
+def test_without_a_manifest_two_claimants_of_a_name_stop_the_run_blaming_neither(tmp_path, exclude):
     grid = KeyedGrid(HEART, bad=ROGUE, tamper=_describe(name="Hungary"))
     with pytest.raises(InputError, match=r"both claim to be site 'Hungary'; without a consortium manifest") as info:
-        _run(grid, tmp_path, manifest=None)
+        _run(grid, tmp_path, manifest=None, exclude_bad_sites=exclude)
     assert not isinstance(info.value, BadReply)       # not excludable: either may be the honest one
+    assert not (tmp_path / "out").exists()
 
 
 def test_weights_come_from_the_manifest_or_are_equal_never_from_a_reply(tmp_path):

@@ -265,9 +265,12 @@ def _measure(grid: Grid, settings: Settings, output: str, semantics: str, tol: f
     With :attr:`Settings.exclude_bad_sites` the site is left out instead
     (:meth:`Settings.exclude`) and the method starts again from the beginning
     without it (what the site sent so far is not used); the outputs record it.
+    The other nodes' descriptions are checked again but not asked again
+    (:attr:`Settings.described`).
     """
     from coalitions.learners.federated.replies import BadReply
 
+    settings.described.clear()       # what the nodes told this run only: not a previous run's on the same ids
     while True:
         try:
             return _measure_once(grid, settings, output, semantics, tol, log, progress)

@@ -114,6 +114,11 @@ class Settings:
     excluded : dict
         The sites left out so far: site name (or ``"node ID"`` when the site's
         description itself was refused) -> the reason; recorded in the outputs.
+    described : dict
+        Node id -> the description (JSON text) it sent in this run: a start
+        again after an exclusion checks it anew but does not ask the node again
+        (a node's data, and so its description, stays what it was; a restarted
+        SuperNode comes back under a new id and is asked).
     manifest : Manifest or None
         The consortium manifest (:mod:`~coalitions.learners.federated.manifest`): each node is
         accepted only as the site its registered SuperNode key belongs to, its claimed sizes
@@ -140,6 +145,7 @@ class Settings:
     exclude_bad_sites: bool = False
     excluded: dict = field(default_factory=dict)
     excluded_nodes: set = field(default_factory=set)
+    described: dict = field(default_factory=dict)
     replicates: int = 0
     masks: list | None = None
     manifest: Manifest | None = None

@@ -159,36 +159,44 @@ class Link:
                 if who in s.excluded:      # an excluded site is not asked again
                     self.ignored.add(node)
                     new.remove(node)
-            if new:
-                msgs = {n: (n, RecordDict({"config": ConfigRecord(self.data_config())})) for n in new}
+            ask = [n for n in new if n not in s.described]     # the others told this run already
+            if ask:
+                msgs = {n: (n, RecordDict({"config": ConfigRecord(self.data_config())})) for n in ask}
                 replies = self._exchange(msgs, "query", "describe", s.round_timeout_s)
-                failed = {n: self.errors.pop(n) for n in new if n in self.errors}
+                failed = {n: self.errors.pop(n) for n in ask if n in self.errors}
                 if failed:
                     why = "; ".join(f"node {k}: {v}" for k, v in failed.items())
                     raise InputError(f"a site could not describe itself ({why})")
                 for node, rep in replies.items():
-                    who = owners.get(node, node)        # with a manifest: the site its key belongs to
-                    if who in s.excluded:
-                        self.ignored.add(node)
-                        self.log(f"node {node}: serves the excluded site {who!r}; ignored")
-                        continue
                     if "site" not in rep.content.config_records or "json" not in rep.content["site"]:
-                        raise BadReply(who, "its description holds no site record", node)
-                    d = check_description(rep.content["site"]["json"], who)
-                    if s.manifest is not None:
-                        check_against_manifest(d, s.manifest, who, node)
-                    name = d["name"]
-                    if name in s.excluded:
-                        self.ignored.add(node)
-                        self.log(f"node {node}: serves the excluded site {name!r}; ignored")
-                        continue
-                    if name in self.nodes and self.nodes[name] in self.grid.get_node_ids() \
-                            and self.nodes[name] != node:
-                        raise InputError(f"two SuperNodes (ids {self.nodes[name]} and {node}) both claim to be site "
-                                         f"{name!r}; without a consortium manifest (--manifest) names are "
-                                         "self-declared and the server cannot tell which one is")
-                    self.nodes[name] = node
-                    self.descriptions[name] = d
+                        s.described[node] = None
+                    else:
+                        s.described[node] = str(rep.content["site"]["json"])
+            for node in new:
+                if node not in s.described:             # no reply yet: asked again on the next pass
+                    continue
+                who = owners.get(node, node)            # with a manifest: the site its key belongs to
+                if who in s.excluded:
+                    self.ignored.add(node)
+                    self.log(f"node {node}: serves the excluded site {who!r}; ignored")
+                    continue
+                if s.described[node] is None:
+                    raise BadReply(who, "its description holds no site record", node)
+                d = check_description(s.described[node], who)
+                if s.manifest is not None:
+                    check_against_manifest(d, s.manifest, who, node)
+                name = d["name"]
+                if name in s.excluded:
+                    self.ignored.add(node)
+                    self.log(f"node {node}: serves the excluded site {name!r}; ignored")
+                    continue
+                if name in self.nodes and self.nodes[name] in self.grid.get_node_ids() \
+                        and self.nodes[name] != node:
+                    raise InputError(f"two SuperNodes (ids {self.nodes[name]} and {node}) both claim to be site "
+                                     f"{name!r}; without a consortium manifest (--manifest) names are "
+                                     "self-declared and the server cannot tell which one is")
+                self.nodes[name] = node
+                self.descriptions[name] = d
             if expected is None or len(self.descriptions) >= expected:
                 return
             if deadline is not None and time.monotonic() > deadline:
