@@ -88,7 +88,7 @@ def train_subsets_personal(spec, task: str, X, y, owner, masks, n_clients: int, 
 
 
 class PersonalHeads:
-    """The head objective of one output layer per member (:func:`~coalitions.learners.game.stepper.train_stacked`).
+    """The head objective of one output layer per member (``coalitions.learners.game.stepper.train_stacked``).
 
     The body of model ``S`` descends the pooled objective and each member's head its own
     client's (:func:`train_subsets_personal`); the body's weights and each member's head weights

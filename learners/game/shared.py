@@ -65,7 +65,7 @@ def train_subsets(spec, task: str, X, y, owner, masks, n_clients: int, init: dic
 
 
 class SharedHead:
-    """The head objective of one output layer per subset model (:func:`~coalitions.learners.game.stepper.train_stacked`).
+    """The head objective of one output layer per subset model (``coalitions.learners.game.stepper.train_stacked``).
 
     Model ``S`` minimises the mean per-sample loss over its members' samples in the batch,
     ``Σ_{i∈S} Σ_{x∈batch_i} ℓ(x) / Σ_{i∈S} |batch_i|``; its weights (not biases) decay.

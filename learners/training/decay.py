@@ -16,7 +16,7 @@ are not decayed.  The term enters a trainer in one of two equivalent forms:
 The optimisers themselves never decay (:func:`~coalitions.learners.training.engine.make_optimizer`):
 a decay inside an optimiser would reach the biases too.  The closed-form solvers are the
 exception the protocol states: there ``weight_decay`` is a ridge on every coefficient, the bias
-included (:mod:`coalitions.learners.game.closed_form`).
+included (``coalitions.learners.game.closed_form``).
 
 Examples
 --------
