@@ -233,12 +233,26 @@ def test_a_silent_site_is_named_and_left_out(tmp_path):
 
 
 def test_a_key_outside_the_manifest_is_refused_naming_the_node(tmp_path):
+    """A stranger (node 104, a key the manifest lacks, VA's data) beside the whole consortium."""
+    configs = [*HEART, HEART[3]]
+    keys = {100 + k: KEYS[k][1] for k in range(5)}
+    with pytest.raises(BadReply, match=r"node 104: its SuperNode key is not one of the 4 keys of"):
+        _run(KeyedGrid(configs, keys=keys), tmp_path)
+    settings = _run(KeyedGrid(configs, keys=keys), tmp_path, exclude_bad_sites=True)
+    assert list(settings.excluded) == ["node 104"]
+    assert settings.sites == 4                       # a stranger was never one of the consortium's sites
+    game = co.read_game(tmp_path / "out" / "game.json")
+    assert list(game.clients) == NAMES
+    np.testing.assert_allclose(game.raw_values(), inprocess_game(load("heart"), federated_protocol("binary", ONE))["val"],
+                               atol=1e-6)
+
+
+def test_a_stranger_in_place_of_a_manifest_site_leaves_that_site_missing(tmp_path):
+    """Node 103 serves VA's data under a key the manifest lacks: excluded, and VA is still expected (and named)."""
     keys = {100 + k: KEYS[k][1] for k in range(3)} | {103: KEYS[4][1]}
-    with pytest.raises(BadReply, match=r"node 103: its SuperNode key is not one of the 4 keys of"):
-        _run(KeyedGrid(HEART, keys=keys), tmp_path)
-    settings = _run(KeyedGrid(HEART, keys=keys), tmp_path, exclude_bad_sites=True)
-    assert list(settings.excluded) == ["node 103"]
-    assert list(co.read_game(tmp_path / "out" / "game.json").clients) == NAMES[:3]
+    with pytest.raises(InputError, match=r"only 3 of 4 sites connected within 0.5 s \(Cleveland, Hungary, "
+                                         r"Switzerland\); not connected or silent: VA"):
+        _run(KeyedGrid(HEART, keys=keys), tmp_path, exclude_bad_sites=True, wait_s=0.5)
 
 
 def test_a_superlink_without_node_keys_stops_a_run_with_a_manifest(tmp_path):

@@ -156,11 +156,19 @@ class Settings:
         return federated_protocol(task, self.training)
 
     def exclude(self, fault) -> None:
-        """Leave out the site of ``fault`` (a :class:`~coalitions.learners.federated.replies.BadReply`)."""
+        """Leave out the site of ``fault`` (a :class:`~coalitions.learners.federated.replies.BadReply`).
+
+        The run then expects one site fewer, unless a consortium manifest is
+        given and the fault is a node that holds none of its keys: such a
+        stranger was never one of the manifest's :attr:`sites`, so the whole
+        consortium is still expected beside it.
+        """
         key = fault.site if isinstance(fault.site, str) else f"node {fault.site}"
         self.excluded[key] = str(fault)
         if fault.node is not None:
             self.excluded_nodes.add(fault.node)
+        if self.manifest is not None and self.manifest.by_name(key) is None:
+            return
         self.sites -= 1
         if self.sites < 1:
             raise InputError(f"no site is left after excluding {', '.join(self.excluded)} ({fault})")
