@@ -134,18 +134,21 @@ def _budget_line(extra: dict, method: str) -> str | None:
 
 
 def _check_finite(e, method: str, settings: dict, flags: dict) -> None:
-    """Refuse an estimate whose every validation metric is NaN or infinite: the training diverged.
+    """Refuse an estimate whose training diverged: a non-finite training loss, or no finite validation metric.
 
     A rate of ``1e308`` (or FedProx's ``--mu 1e308``) makes the loss non-finite
-    in the first step; the estimate would be written with every utility
-    ``null`` and exit 0.  One client's undefined metric (an AUC over one class)
-    is not refused.
+    in the first steps.  The models' predictions then still give numbers (an
+    accuracy of NaN logits is the share of one class), so the estimate would be
+    written from diverged models and exit 0; or every utility is ``null``.  One
+    client's undefined metric (an AUC over one class) is not refused.
     """
     import math
 
     vals = [v for v in e.utilities.get("val", {}).values()]
     bad = [v for v in vals if v is None or not math.isfinite(v)]
-    if vals and (len(bad) == len(vals) or any(v is not None and math.isinf(v) for v in bad)):
+    losses = e.extra.get("loss_history") or []
+    diverged = any(x is None or not math.isfinite(float(x)) for x in losses)
+    if diverged or (vals and (len(bad) == len(vals) or any(v is not None and math.isinf(v) for v in bad))):
         _refuse_diverged(method, settings, flags)
 
 

@@ -398,6 +398,17 @@ def test_a_learner_whose_loss_is_not_finite_exits_2(capsys, tmp_path, args, sett
     assert not (tmp_path / "e.json").exists()
 
 
+def test_a_learner_whose_loss_diverges_after_a_round_exits_2_though_its_accuracies_are_numbers(capsys, tmp_path):
+    """On heart, Adam at 1e308 leaves round 1's loss finite and every later one NaN; the accuracies of the
+    NaN models are still numbers (one class everywhere), so only the training loss tells."""
+    pytest.importorskip("torch")
+    rc, out, err = run(capsys, "learn", "heart", "--method", "fedprox", "--lr", "1e308", "--steps", "3",
+                       "-o", tmp_path / "e.json")
+    line = one_line(err.splitlines()[-1] + "\n") if err else ""
+    assert rc == 2 and "--method fedprox: the training loss became non-finite" in line and "--lr 1e+308" in line
+    assert not (tmp_path / "e.json").exists()
+
+
 def test_a_model_beyond_memory_is_refused_before_drawing(capsys, tmp_path, monkeypatch):
     """``--mlp-hidden 1000000000``: the models' parameters are sized before they are drawn."""
     cap_memory(monkeypatch)
