@@ -144,7 +144,7 @@ def test_each_client_starts_from_its_own_model_so_the_posterior_can_leave_unifor
     fed = blobs(sizes=sizes)
     m = FedeRiCo(neighbours=3, **kw(3, sizes))
     m.prepare(fed, torch.device("cpu"))
-    phi = m._init_params(torch.Generator().manual_seed(0), torch.device("cpu"), fed.n)
+    phi = m.init_params(torch.Generator().manual_seed(0), torch.device("cpu"), fed.n)
     rows = flatten(phi)
     assert all(not torch.equal(rows[i], rows[j]) for i in range(fed.n) for j in range(i))
     fitted = m.fit(fed)   # every client samples every other (K = N - 1): nothing but the start breaks the symmetry

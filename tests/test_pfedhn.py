@@ -24,7 +24,7 @@ def untrained(learner, fed):
     learner.prepare(fed, dev)
     learner.train_data_ = Padded(fed, "train", dev)
     learner.finish(learner.init_state(fed, torch.Generator().manual_seed(int(learner.seed)), dev))
-    learner.utilities_ = learner._utilities(fed, dev)
+    learner.utilities_ = learner.client_utilities(fed, dev)
     return learner
 
 

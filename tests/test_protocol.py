@@ -34,7 +34,7 @@ def _singletons(values, n):
     return np.array([values[i, 1 << i] for i in range(n)])
 
 
-def _utilities(learner, part, names):
+def client_utilities(learner, part, names):
     return np.array([learner.utilities_[part][c] for c in names])
 
 
@@ -100,7 +100,7 @@ def test_local_is_the_exact_games_singleton_on_synthetic(closed_form):
     for part, values in (("val", oracle.values_val_), ("test", oracle.values_test_)):
         exact = _singletons(values, fed.n)
         tol = dict(rtol=0, atol=1e-8) if closed_form else dict(rtol=1e-6, atol=0)
-        np.testing.assert_allclose(_utilities(local, part, fed.names), exact, **tol)
+        np.testing.assert_allclose(client_utilities(local, part, fed.names), exact, **tol)
 
 
 def test_local_is_the_exact_games_singleton_on_heart():
@@ -109,7 +109,7 @@ def test_local_is_the_exact_games_singleton_on_heart():
     oracle = ExhaustiveOracle(protocol=p, seed=1, device="cpu").fit(fed)
     local = Local(protocol=p, seed=1, device="cpu").fit(fed)
     for part, values in (("val", oracle.values_val_), ("test", oracle.values_test_)):
-        assert np.array_equal(_utilities(local, part, fed.names), _singletons(values, fed.n))
+        assert np.array_equal(client_utilities(local, part, fed.names), _singletons(values, fed.n))
     # and the all-alone CE's per-client values are Local's (the game's CE uses the same models)
     assert oracle.config(fed)["protocol"] == p.to_json()
 
@@ -128,7 +128,7 @@ def test_without_a_protocol_both_columns_train_the_tasks_default(name, options):
     assert oracle.protocol_ == local.protocol_ == want
     for part, values in (("val", oracle.values_val_), ("test", oracle.values_test_)):
         # the closed form (synthetic) scores float32 models against float64 ones: 1e-9 apart
-        np.testing.assert_allclose(_utilities(local, part, fed.names), _singletons(values, fed.n), rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(client_utilities(local, part, fed.names), _singletons(values, fed.n), rtol=1e-6, atol=1e-8)
 
 
 # ---------------------------------------------------------------------------- FedAvg
@@ -139,7 +139,7 @@ def test_fedavg_with_one_sgd_step_per_round_is_the_grand_coalitions_model(name, 
     oracle = ExhaustiveOracle(protocol=p, seed=0, device="cpu").fit(fed)
     fedavg = FedAvg(protocol=p, seed=0, device="cpu").fit(fed)
     grand = (1 << fed.n) - 1
-    np.testing.assert_allclose(_utilities(fedavg, "val", fed.names), oracle.values_val_[:, grand], rtol=1e-6)
+    np.testing.assert_allclose(client_utilities(fedavg, "val", fed.names), oracle.values_val_[:, grand], rtol=1e-6)
 
 
 @pytest.mark.parametrize("name,options", [("heart", {}), ("synthetic", {"samples": 50, "rho": 1.0})])
@@ -152,9 +152,9 @@ def test_fedavg_restricted_to_a_coalition_is_that_coalitions_model(name, options
     sub = dataclasses.replace(fed, clients=tuple(fed.clients[i] for i in members), planted_groups=None)
     fedavg = FedAvg(protocol=p, seed=0, device="cpu").fit(sub)
     mask = sum(1 << i for i in members)
-    np.testing.assert_allclose(_utilities(fedavg, "val", sub.names), oracle.values_val_[list(members), mask],
+    np.testing.assert_allclose(client_utilities(fedavg, "val", sub.names), oracle.values_val_[list(members), mask],
                                rtol=1e-6)
-    np.testing.assert_allclose(_utilities(fedavg, "test", sub.names), oracle.values_test_[list(members), mask],
+    np.testing.assert_allclose(client_utilities(fedavg, "test", sub.names), oracle.values_test_[list(members), mask],
                                rtol=1e-6)
 
 
@@ -165,7 +165,7 @@ def test_fedavg_with_several_local_steps_is_not_the_pooled_model():
     fedavg = FedAvg(protocol=p, seed=0, device="cpu").fit(fed)
     assert fedavg.rounds_ == 6
     grand = (1 << fed.n) - 1
-    gap = np.abs(_utilities(fedavg, "val", fed.names) - oracle.values_val_[:, grand]).max()
+    gap = np.abs(client_utilities(fedavg, "val", fed.names) - oracle.values_val_[:, grand]).max()
     assert gap > 1e-3
 
 
@@ -262,7 +262,7 @@ def test_personal_head_singletons_are_local_under_the_protocol():
     local = Local(protocol=p, seed=1, device="cpu").fit(fed)
     assert oracle.config(fed)["heads"] == "personal"
     for part, values in (("val", oracle.values_val_), ("test", oracle.values_test_)):
-        np.testing.assert_allclose(_utilities(local, part, fed.names), _singletons(values, fed.n), rtol=0, atol=1e-9)
+        np.testing.assert_allclose(client_utilities(local, part, fed.names), _singletons(values, fed.n), rtol=0, atol=1e-9)
     # the rest of the game is not the singletons': personal heads on a shared body do change v_i(S)
     assert not np.array_equal(values[0, 0b011], values[0, 0b001])
 

@@ -374,7 +374,7 @@ class PersonalizedLearner(RoundBudget, Readout, Learner):
         self.train_data_ = Padded(fed, "train", dev)
         state = RoundRunner(self, fed, dev).run()
         self.finish(state)
-        self.utilities_ = self._utilities(fed, dev)
+        self.utilities_ = self.client_utilities(fed, dev)
         self.fit_seconds_ = time.perf_counter() - t0
         self.oracle_ = self._benefit_oracle(fed)
         return self
@@ -456,7 +456,7 @@ class PersonalizedLearner(RoundBudget, Readout, Learner):
         return self.engine_.map(self.spec_.forward, params, (data.X,))
 
     # -- helpers for subclasses
-    def _init_params(self, gen: torch.Generator, device, copies: int) -> dict:
+    def init_params(self, gen: torch.Generator, device, copies: int) -> dict:
         """One model drawn from ``gen``, repeated ``copies`` times (every client starts alike)."""
         one = self.spec_.init(gen, 1)
         return {k: v.expand(copies, *v.shape[1:]).clone().to(device) for k, v in one.items()}
@@ -466,7 +466,7 @@ class PersonalizedLearner(RoundBudget, Readout, Learner):
         per = self.per_sample_loss_(self.spec_.forward(params, X), y)
         return (per * m).sum() / m.sum().clamp(min=1.0)
 
-    def _make_optimizer(self):
+    def make_optimizer(self):
         """A site's optimiser: the protocol's, with its schedule over the whole budget.
 
         The weight decay is not the optimiser's: it enters the loss
@@ -504,17 +504,17 @@ class PersonalizedLearner(RoundBudget, Readout, Learner):
         data, epochs, batch_size
             Default to the training split, the epochs of a round and the protocol's batch.
         opt : optimiser, optional
-            Default: :meth:`_make_optimizer`.
+            Default: :meth:`make_optimizer`.
         **kwargs
             Passed on to ``train_epochs`` (``args``, ``step_args``, ``enabled``).
         """
-        opt = self._make_optimizer() if opt is None else opt
+        opt = self.make_optimizer() if opt is None else opt
         kept = state.get(key)
         opt_state = kept if kept is not None else opt.init(params)
         params, opt_state, losses = train_epochs(
             self.engine_, self._decayed_loss(loss), params, opt, opt_state, self.train_data_ if data is None else data,
-            self._epochs_per_round(self.federation_) if epochs is None else epochs,
-            self._batch() if batch_size == "default" else batch_size, rng,
+            self.epochs_per_round(self.federation_) if epochs is None else epochs,
+            self.minibatch_size() if batch_size == "default" else batch_size, rng,
             # a Flower site alone: its schedule advances by the federation's epoch, as in process (train_epochs)
             epoch_steps=self._steps_per_epoch() if (data is None or data is self.train_data_) and batch_size == "default"
             else None, **kwargs)

@@ -191,7 +191,7 @@ class Local(PersonalizedLearner):
         return 1
 
     def init_state(self, fed, gen, device):
-        params = self._init_params(gen, device, fed.n)
+        params = self.init_params(gen, device, fed.n)
         if self._closed_form(fed):
             return {"params": self._closed_form_params(fed, params)}
         return {"params": params}
@@ -256,7 +256,7 @@ class FedAvg(PersonalizedLearner):
     up, down = ("model",), ("global",)
 
     def init_state(self, fed, gen, device):
-        return {"global": self._init_params(gen, device, 1)}
+        return {"global": self.init_params(gen, device, 1)}
 
     def site_step(self, state, r, rng):
         """Each site: its local epochs from the global model (its optimiser state continued); uploads its model."""

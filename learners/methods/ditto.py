@@ -74,7 +74,7 @@ class Ditto(PersonalizedLearner):
                 + 0.5 * float(self.lam) * proximal_term(v, g))
 
     def init_state(self, fed, gen, device):
-        glob = self._init_params(gen, device, 1)
+        glob = self.init_params(gen, device, 1)
         return {"global": glob, "personal": broadcast(glob, fed.n)}
 
     up, down, kept = ("model",), ("global",), ("personal",)

@@ -152,7 +152,7 @@ class _OneGlobal(PersonalizedLearner):
         return rest, state["model"], state["stats"]["F"].detach().double().cpu().numpy()
 
     def init_state(self, fed, gen, device):
-        return {"global": self._init_params(gen, device, 1)}
+        return {"global": self.init_params(gen, device, 1)}
 
     def finish(self, state):
         self.global_ = {k: v.detach().cpu() for k, v in state["global"].items()}

@@ -248,7 +248,7 @@ class FedAMP(PersonalizedLearner):
     up, down, kept = ("params",), ("u",), ("params",)
 
     def init_state(self, fed, gen, device):
-        params = self._init_params(gen, device, fed.n)
+        params = self.init_params(gen, device, fed.n)
         return {"params": params, "history": [], "guarded": 0, **self._passing(params)}
 
     def _passing(self, params: dict) -> dict:
@@ -267,12 +267,12 @@ class FedAMP(PersonalizedLearner):
         xi = self._attention(W)
         return xi, unflatten((xi.to(W.dtype) @ W), params)
 
-    def _epochs_per_round(self, fed) -> int:
+    def epochs_per_round(self, fed) -> int:
         return self._epochs_for(self.train_sizes_)
 
     def _epochs_for(self, sizes) -> int:
         """Epochs of a round: at least ``local_steps`` steps (and the protocol's ``local_steps``) for every client."""
-        return local_epochs_for(sizes, self._batch(), 1, max(int(self.local_steps), self._min_local_steps()))
+        return local_epochs_for(sizes, self.minibatch_size(), 1, max(int(self.local_steps), self._min_local_steps()))
 
     def local_step(self, u: dict, rng: np.random.Generator, sizes, kept: dict | None = None
                    ) -> tuple[dict, dict, np.ndarray]:

@@ -204,7 +204,7 @@ class FedeRiCo(PersonalizedLearner):
     def _pair_eval(self, params, X, y, m):
         return self._task_loss(params, X, y, m)
 
-    def _full_losses(self, phi: dict, clients: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
+    def full_losses(self, phi: dict, clients: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
         """``ℓ(φ_models[p]; D_clients[p])`` on whole training splits, for every pair ``p``.
 
         The sum of the per-sample losses (``likelihood="sum"``) or their mean.
@@ -217,7 +217,7 @@ class FedeRiCo(PersonalizedLearner):
         return mean * d.m[clients].sum(1).to(mean.dtype)
 
     # -- the rounds
-    def _init_params(self, gen, device, copies: int) -> dict:
+    def init_params(self, gen, device, copies: int) -> dict:
         """Each client's model its own draw (the other learners start every client alike).
 
         The models are EM's mixture components: identical ones stay identical (every E-step's losses tie
@@ -227,10 +227,10 @@ class FedeRiCo(PersonalizedLearner):
         return {k: v.to(device) for k, v in self.spec_.init(gen, copies).items()}
 
     def init_state(self, fed, gen, device):
-        phi = self._init_params(gen, device, fed.n)
-        opt = self._make_optimizer()
+        phi = self.init_params(gen, device, fed.n)
+        opt = self.make_optimizer()
         own = torch.arange(fed.n, device=device)
-        l0 = self._full_losses(phi, own, own).to(torch.float64)
+        l0 = self.full_losses(phi, own, own).to(torch.float64)
         n = fed.n
         return {"phi": phi, "opt": opt.init(phi), "ema": l0[:, None].expand(n, n).clone(),
                 "log_prior": torch.full((n, n), -math.log(n), dtype=torch.float64, device=device),
@@ -276,16 +276,16 @@ class FedeRiCo(PersonalizedLearner):
         mod = np.concatenate([np.arange(n)[:, None], nb], axis=1).reshape(-1)
         cli_t, mod_t = torch.as_tensor(cli, device=dev), torch.as_tensor(mod, device=dev)
         # E-step
-        losses = self._full_losses(phi, cli_t, mod_t).to(torch.float64)
+        losses = self.full_losses(phi, cli_t, mod_t).to(torch.float64)
         ema, w, log_prior = self.e_step(state["ema"], state["log_prior"], cli_t, mod_t, losses)
         # M-step
-        opt = self._make_optimizer()
+        opt = self.make_optimizer()
         opt_state = state["opt"]
         weight = w[cli_t, mod_t].to(next(iter(phi.values())).dtype)
         data = self.train_data_
         total, count = 0.0, 0
-        for _ in range(self._epochs_per_round(self.federation_)):
-            idx, mask, active = epoch_plan(data.sizes, self._batch(), rng(0))
+        for _ in range(self.epochs_per_round(self.federation_)):
+            idx, mask, active = epoch_plan(data.sizes, self.minibatch_size(), rng(0))
             for s in range(idx.shape[0]):
                 idx_t = torch.as_tensor(idx[s], device=dev)
                 X, y = data.gather(idx_t[cli_t], cli_t)

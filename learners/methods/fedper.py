@@ -61,7 +61,7 @@ class PartialAverage(PersonalizedLearner):
         return self.spec_.body if self.shared_part == "body" else self.spec_.head
 
     def init_state(self, fed, gen, device):
-        return {"params": self._init_params(gen, device, fed.n)}
+        return {"params": self.init_params(gen, device, fed.n)}
 
     up, down, kept = ("model",), ("shared",), ("params",)
 

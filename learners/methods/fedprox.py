@@ -66,7 +66,7 @@ class FedProx(PersonalizedLearner):
         return self._task_loss(p, X, y, m) + 0.5 * float(self.mu) * proximal_term(p, g)
 
     def init_state(self, fed, gen, device):
-        return {"global": self._init_params(gen, device, 1)}
+        return {"global": self.init_params(gen, device, 1)}
 
     up, down = ("model",), ("global",)
 

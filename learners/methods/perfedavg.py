@@ -84,7 +84,7 @@ class PerFedAvg(PersonalizedLearner):
         return surrogate - surrogate.detach() + value.detach()
 
     def init_state(self, fed, gen, device):
-        return {"global": self._init_params(gen, device, 1)}
+        return {"global": self.init_params(gen, device, 1)}
 
     up, down = ("model",), ("global",)
     step_draws = {1: 2}     # two minibatches (the inner and the outer step's) drawn per local step
@@ -95,7 +95,7 @@ class PerFedAvg(PersonalizedLearner):
         draw = rng(1)
         data = self.train_data_
 
-        b, longest = self._batch(), int(self.train_sizes_.max())
+        b, longest = self.minibatch_size(), int(self.train_sizes_.max())
 
         def extra(step):
             return (*data.sample(b, draw, longest), *data.sample(b, draw, longest))

@@ -106,7 +106,7 @@ class PFedHN(PersonalizedLearner):
         P = self.spec_.n_params
         check_trainable(fed.n * e + (e + 1) * H + (H + 1) * H + (H + 1) * P,
                         f"pFedHN's hypernetwork (--client-embed {e}, --hn-hidden {H})")
-        target = self._init_params(gen, device, 1)
+        target = self.init_params(gen, device, 1)
 
         def u(shape, bound):
             return ((2 * torch.rand(shape, generator=gen, dtype=torch.float64) - 1) * bound).float().to(device)
@@ -155,8 +155,8 @@ class PFedHN(PersonalizedLearner):
 
     def _fresh_inner_state(self, params: dict, r: int) -> dict:
         """A new optimiser state for round ``r``'s inner loop, its schedule at the round's first step."""
-        state = self._make_optimizer().init(params)
-        state["schedule_step"] = torch.full_like(state["schedule_step"], r * self._steps_per_round(self.federation_))
+        state = self.make_optimizer().init(params)
+        state["schedule_step"] = torch.full_like(state["schedule_step"], r * self.steps_per_round(self.federation_))
         return {"site_opt": state}
 
     def finish(self, state):

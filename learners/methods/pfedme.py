@@ -139,7 +139,7 @@ class PFedMe(PersonalizedLearner):
         return theta, resid.cpu().numpy(), steps
 
     def init_state(self, fed, gen, device):
-        return {"global": self._init_params(gen, device, 1)}
+        return {"global": self.init_params(gen, device, 1)}
 
     up, down = ("model",), ("global",)
 
@@ -148,14 +148,14 @@ class PFedMe(PersonalizedLearner):
         data = self.train_data_
         dev = data.X.device
         w = broadcast(state["global"], self.federation_.n)
-        opt = self._make_optimizer()
+        opt = self.make_optimizer()
         ost = state.get("site_opt") or opt.init(w)  # the site's optimiser state persists across rounds
         lam = float(self.lam)
         n = self.federation_.n
         total, count, resid, iters = np.zeros(n), np.zeros(n), 0.0, 0
         plan = rng(0)
-        for _ in range(self._epochs_per_round(self.federation_)):
-            idx, mask, active = epoch_plan(data.sizes, self._batch(), plan)
+        for _ in range(self.epochs_per_round(self.federation_)):
+            idx, mask, active = epoch_plan(data.sizes, self.minibatch_size(), plan)
             for s in range(idx.shape[0]):
                 X, y = data.gather(torch.as_tensor(idx[s], device=dev))
                 mb = torch.as_tensor(mask[s], device=dev)

@@ -1,7 +1,7 @@
 """The readout of a fitted personalised learner: scores, weights, the benefit oracle, the estimate's record.
 
 :class:`Readout` is what a personalised learner reads off its trained clients: each client's
-tuning loss (:meth:`~Readout._val_losses`, what early stopping reads), its validation and test
+tuning loss (:meth:`~Readout.val_losses`, what early stopping reads), its validation and test
 metric (``utilities_``) and its outputs (:meth:`~Readout.client_outputs`), the weight matrix the
 rule reads (:meth:`~Readout.rule_weights`), the benefit oracle, the threshold sensitivity, and the
 estimate's ``config`` and ``extra``.  :class:`RefitOracle` answers ``BG(R)`` by training again.
@@ -123,10 +123,10 @@ class Readout:
         def client_scores(self, data: Padded) -> torch.Tensor: ...
         def config(self) -> dict: ...
         def _lr_for(self) -> float: ...
-        def _patience_for(self) -> int | None: ...
+        def patience_rounds(self) -> int | None: ...
 
     # -- scores
-    def _val_losses(self, state: dict, data: Padded) -> list[float]:
+    def val_losses(self, state: dict, data: Padded) -> list[float]:
         """Each client's mean task loss on its tuning rows (``data``) under the models of ``state``.
 
         What the client would predict with after this round (:meth:`finish`, then
@@ -142,7 +142,7 @@ class Readout:
             mean = (per * data.m).sum(1) / data.m.sum(1).clamp(min=1.0)
         return [float(x) for x in mean.double().cpu().numpy()]
 
-    def _utilities(self, fed: Federation, device) -> dict:
+    def client_utilities(self, fed: Federation, device) -> dict:
         """``{"val": {name: metric}, "test": {name: metric}}``: each client's metric on its own splits."""
         out: dict[str, dict[str, float]] = {}
         for part in ("val", "test"):
@@ -235,7 +235,7 @@ class Readout:
         run = int(getattr(self, "rounds_run_", self.rounds_))
         return {"max_rounds": int(self.rounds_), "best_round": int(getattr(self, "best_round_", run)),
                 "stopped_at": getattr(self, "stopped_at_", None), "hit_max": bool(getattr(self, "hit_max_", True)),
-                "lr": self._lr_for(), "patience": self._patience_for()}
+                "lr": self._lr_for(), "patience": self.patience_rounds()}
 
     def estimate_extra(self, peeling: Peeling) -> dict:
         """The estimate's ``extra``: the training record (losses, rounds, stopping) and the weights' history."""

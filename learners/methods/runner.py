@@ -155,7 +155,7 @@ class RoundBudget:
     """The protocol's budget as rounds, epochs per round and steps, for a learner set up on a federation.
 
     A round is the fewest whole epochs that give every client at least ``protocol.local_steps``
-    steps (a method with its own floor overrides :meth:`_epochs_per_round`); the rounds are the
+    steps (a method with its own floor overrides :meth:`epochs_per_round`); the rounds are the
     fewest that give the largest client ``protocol.steps`` local steps.  Read after
     :meth:`~coalitions.learners.methods.base.PersonalizedLearner.prepare` has set ``protocol_``,
     ``train_sizes_``, ``federation_`` and ``rounds_``.
@@ -166,13 +166,13 @@ class RoundBudget:
     federation_: Federation
     rounds_: int
 
-    def _batch(self) -> int | None:
+    def minibatch_size(self) -> int | None:
         """Minibatch size per client (``None``: full batch)."""
         return self.protocol_.batch_size
 
     def _steps_per_epoch(self) -> int:
         """Steps of one epoch of the largest client: ``⌈n_max / batch⌉`` (1 in full batch)."""
-        b = self._batch()
+        b = self.minibatch_size()
         n = int(self.train_sizes_.max())
         return 1 if b is None else max(1, math.ceil(n / int(b)))
 
@@ -180,26 +180,26 @@ class RoundBudget:
         """The fewest local steps a round gives every client (the protocol's ``local_steps``)."""
         return int(self.protocol_.local_steps)
 
-    def _epochs_per_round(self, fed: Federation) -> int:
+    def epochs_per_round(self, fed: Federation) -> int:
         """Passes over the data per round: the fewest whole epochs that give the smallest client
         ``protocol.local_steps`` steps."""
-        b = self._batch()
+        b = self.minibatch_size()
         per_epoch = min(1 if b is None else max(1, math.ceil(int(n) / int(b))) for n in self.train_sizes_)
         return max(1, math.ceil(self._min_local_steps() / per_epoch))
 
-    def _steps_per_round(self, fed: Federation) -> int:
+    def steps_per_round(self, fed: Federation) -> int:
         """Local gradient steps of the largest client in one round: epochs per round × its batches."""
-        return int(self._epochs_per_round(fed)) * self._steps_per_epoch()
+        return int(self.epochs_per_round(fed)) * self._steps_per_epoch()
 
     def _rounds_for(self, fed: Federation) -> int:
         """Communication rounds: the fewest that give the largest client ``protocol.steps`` local steps."""
-        return self.protocol_.rounds_for(int(self.train_sizes_.max()), steps_per_round=self._steps_per_round(fed))
+        return self.protocol_.rounds_for(int(self.train_sizes_.max()), steps_per_round=self.steps_per_round(fed))
 
     def _total_steps(self) -> int:
         """Optimiser steps of the whole run, the schedule's length: rounds × steps per round."""
-        return int(self.rounds_) * self._steps_per_round(self.federation_)
+        return int(self.rounds_) * self.steps_per_round(self.federation_)
 
-    def _patience_for(self) -> int | None:
+    def patience_rounds(self) -> int | None:
         """Early-stopping patience in rounds, the protocol's."""
         patience = self.protocol_.patience
         return None if patience is None else int(patience)
@@ -225,7 +225,7 @@ class RoundRunner:
 
     def __init__(self, learner: Any, fed: Federation, device: torch.device):
         self.learner, self.fed, self.device = learner, fed, device
-        self.patience = learner._patience_for()
+        self.patience = learner.patience_rounds()
         self.best: dict | None = None
         self.key = fingerprint({k: v for k, v in learner.config().items() if k not in NOT_RESULT}
                                | {"method": learner.method, "model_": learner.model_, "clients": list(fed.names)},
@@ -289,7 +289,7 @@ class RoundRunner:
         seed = int(learner.seed)
         state, info = learner.train_round(state, r, lambda stream: np.random.default_rng([seed, r, stream]))
         learner.loss_history_.append(float(info.get("loss", float("nan"))))
-        per_client = learner._val_losses(state, val_data)
+        per_client = learner.val_losses(state, val_data)
         learner.val_loss_clients_.append(per_client)
         learner.val_loss_history_.append(float(np.mean(per_client)))
         improved = stopper.update_clients(per_client)
@@ -326,7 +326,7 @@ class RoundRunner:
         learner.hit_max_ = run == learner.rounds_   # ran the whole budget (a stop due on the last round saves nothing)
         learner.best_round_clients_ = stopper.best_rounds(n) if self.patience is not None else [run] * n
         learner.best_round_ = max(learner.best_round_clients_)
-        learner.steps_per_round_ = learner._steps_per_round(self.fed)
+        learner.steps_per_round_ = learner.steps_per_round(self.fed)
         learner.stopped_at_ = run * learner.steps_per_round_
         learner.stopped_at_clients_ = [r * learner.steps_per_round_ for r in stopper.stop_rounds(n)]
         learner.lr_ = learner._lr_for()
@@ -334,7 +334,7 @@ class RoundRunner:
             state = self.best
         learner.state_ = state
         learner.best_val_loss_clients_ = (
-            learner._val_losses(state, val_data) if not run else
+            learner.val_losses(state, val_data) if not run else
             [learner.val_loss_clients_[r - 1][i] for i, r in enumerate(learner.best_round_clients_)])
         learner.best_val_loss_ = float(np.mean(learner.best_val_loss_clients_))
         return state

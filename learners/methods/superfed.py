@@ -140,7 +140,7 @@ class SuPerFed(PersonalizedLearner):
 
     # -- rounds
     def init_state(self, fed, gen, device):
-        glob = self._init_params(gen, device, 1)
+        glob = self.init_params(gen, device, 1)
         local = {k: v.to(device) for k, v in self.spec_.init(gen, fed.n).items()}
         return {"global": glob, "local": local}
 

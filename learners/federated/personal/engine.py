@@ -59,7 +59,7 @@ def step_site(learner, cfg: dict, received: dict, kept: dict | None):
     sizes = [int(x) for x in cfg["sizes"]]
     site, first, seed = int(cfg["site-index"]), int(cfg["round"]), int(learner.seed)
     learner.train_sizes_ = np.asarray(sizes, dtype=np.int64)    # every site's, as the server's message says
-    total, mine = _epoch_steps(sizes, learner._batch(), site)
+    total, mine = _epoch_steps(sizes, learner.minibatch_size(), site)
 
     def rng_of(r):
         def rng(stream):   # a stream drawn per minibatch step skips the steps of larger clients
@@ -93,7 +93,7 @@ class StepStrategy(PersonalStrategy):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        patience = self.learner._patience_for()
+        patience = self.learner.patience_rounds()
         #: Early stopping over Flower (:mod:`.stopping`), or None without patience.
         self.stopper = None if patience is None else ServerStopper(patience)
 

@@ -76,7 +76,7 @@ def federico_site(learner, cfg: dict, received: dict, kept: dict | None):
     metrics: dict = {}
     epoch, step = int(cfg["epoch"]), int(cfg["step"])
     if epoch == 0 and step == 0:
-        losses = learner._full_losses(models, cli_t, torch.arange(len(pairs))).to(torch.float64)
+        losses = learner.full_losses(models, cli_t, torch.arange(len(pairs))).to(torch.float64)
         if torch.isnan(row["ema"]).any():     # before the first round every model is the initial one
             row["ema"] = torch.full((1, n), float(losses[0]), dtype=torch.float64)
         ema, w, log_prior = learner.e_step(row["ema"], row["log_prior"], cli_t, mod_t, losses)
@@ -86,7 +86,7 @@ def federico_site(learner, cfg: dict, received: dict, kept: dict | None):
     gen = SiteGenerator(int(learner.seed), r, 0, site, sizes)
     data = learner.train_data_
     for _ in range(epoch + 1):
-        idx, mask, active = epoch_plan(data.sizes, learner._batch(), gen)
+        idx, mask, active = epoch_plan(data.sizes, learner.minibatch_size(), gen)
     weight = row["w"][0, mod_t].to(next(iter(models.values())).dtype)
     if step < idx.shape[0]:
         idx_t = torch.as_tensor(idx[step])
@@ -129,7 +129,7 @@ def _scores(method: str, learner, state: dict) -> dict:
     import torch
 
     learner.finish(state)
-    u = learner._utilities(learner.federation_, torch.device("cpu"))
+    u = learner.client_utilities(learner.federation_, torch.device("cpu"))
     name = learner.federation_.names[0]
     out = {"val": u["val"][name], "test": u["test"][name]}
     if PERSONAL.get(method) in ("superfed-mm", "superfed-lm"):

@@ -2,7 +2,7 @@
 
 In process (:meth:`PersonalizedLearner.fit <coalitions.learners.methods.base.PersonalizedLearner.fit>`)
 the learner scores, after every round ``r``, each client's mean validation loss under the models it
-would predict with (:meth:`~coalitions.learners.methods.base.PersonalizedLearner._val_losses`),
+would predict with (:meth:`~coalitions.learners.methods.base.PersonalizedLearner.val_losses`),
 updates an :class:`~coalitions.learners.methods.base.EarlyStop` with their mean over the clients,
 copies the whole state when that mean improved, stops once ``patience`` rounds in a row did not
 improve it, and predicts with the copy.  Over Flower nobody holds the whole state: each site holds
@@ -66,7 +66,7 @@ def site_val_loss(learner, state: dict) -> float:
     from coalitions.learners.training.engine import Padded
 
     data = Padded(learner.federation_, "val", torch.device("cpu"))
-    return float(learner._val_losses(state, data)[0])
+    return float(learner.val_losses(state, data)[0])
 
 
 def site_validation(learner, cfg, state: dict, kept: dict | None, metrics: dict) -> dict:
@@ -140,5 +140,5 @@ class ServerStopper:
         run = learner.rounds_run_ = len(self.per_site)
         learner.hit_max_ = run == learner.rounds_
         learner.best_round_ = self.rule.best_round
-        learner.steps_per_round_ = learner._steps_per_round(learner.federation_)
+        learner.steps_per_round_ = learner.steps_per_round(learner.federation_)
         learner.stopped_at_ = run * learner.steps_per_round_

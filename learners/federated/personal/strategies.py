@@ -271,8 +271,8 @@ class FedeRiCoStrategy(PersonalStrategy):
         super().__init__(*args, **kwargs)
         n = len(self.sites)
         lr = self.learner   # its batch and epochs per round: its own, or its protocol's (as in process)
-        steps = _epoch_steps(self.sizes, lr._batch(), 0)[0]
-        epochs = int(lr._epochs_per_round(lr.federation_))
+        steps = _epoch_steps(self.sizes, lr.minibatch_size(), 0)[0]
+        epochs = int(lr.epochs_per_round(lr.federation_))
         self.schedule = []
         for r in range(self.rounds):
             self.schedule.append(("sample", r, 0, 0))
@@ -288,8 +288,8 @@ class FedeRiCoStrategy(PersonalStrategy):
         import torch
 
         lr = self.learner
-        phi = lr._init_params(torch.Generator().manual_seed(int(lr.seed)), torch.device("cpu"), len(self.sites))
-        self.opt = lr._make_optimizer()
+        phi = lr.init_params(torch.Generator().manual_seed(int(lr.seed)), torch.device("cpu"), len(self.sites))
+        self.opt = lr.make_optimizer()
         return {"phi": phi, "opt": self.opt.init(phi)}
 
     def exchanges(self) -> int:
