@@ -19,13 +19,13 @@ import numpy as np
 
 from coalitions.learners.federated.personal.learners import (
     PERSONAL,
-    _numpy,
-    _rows,
-    _tensors,
+    as_numpy,
+    as_tensors,
     kept_optimisers,
     restored_optimisers,
+    row_of,
 )
-from coalitions.learners.federated.personal.randomness import SiteGenerator, _epoch_steps
+from coalitions.learners.federated.personal.randomness import SiteGenerator, epoch_steps
 from coalitions.learners.federated.personal.stopping import ServerStopper, early, flat, site_validation
 from coalitions.learners.federated.personal.strategies import METHOD_STRATEGIES, PersonalStrategy
 from coalitions.learners.federated.replies import BadReply, check_arrays, check_metrics, check_number
@@ -43,14 +43,14 @@ def uses_steps(learner) -> bool:
 
 def _row(value, i: int, n: int) -> dict:
     """Site ``i``'s share of a down key: its row when the tensors hold one row per site, else all of it."""
-    return _rows(value, i) if next(iter(value.values())).shape[0] == n else dict(value)
+    return row_of(value, i) if next(iter(value.values())).shape[0] == n else dict(value)
 
 
 def step_site_state(learner, received: dict, kept: dict | None) -> dict:
     """The site's one-row state: what it kept (or, before its first round, its row of the initial state) and the message."""
-    state = {k: _tensors(kept[k] if kept else received[k]) for k in learner.kept}
+    state = {k: as_tensors(kept[k] if kept else received[k]) for k in learner.kept}
     state.update(restored_optimisers(kept))
-    state.update({k: _tensors(received[k]) for k in learner.down if k in received})
+    state.update({k: as_tensors(received[k]) for k in learner.down if k in received})
     return state
 
 
@@ -59,7 +59,7 @@ def step_site(learner, cfg: dict, received: dict, kept: dict | None):
     sizes = [int(x) for x in cfg["sizes"]]
     site, first, seed = int(cfg["site-index"]), int(cfg["round"]), int(learner.seed)
     learner.train_sizes_ = np.asarray(sizes, dtype=np.int64)    # every site's, as the server's message says
-    total, mine = _epoch_steps(sizes, learner.minibatch_size(), site)
+    total, mine = epoch_steps(sizes, learner.minibatch_size(), site)
 
     def rng_of(r):
         def rng(stream):   # a stream drawn per minibatch step skips the steps of larger clients
@@ -76,8 +76,8 @@ def step_site(learner, cfg: dict, received: dict, kept: dict | None):
     for r in (range(first, first + 1) if per_round else range(int(cfg["rounds"]))):
         state, info = learner.site_step(state, r, rng_of(r))
         losses.append(float(info["loss"]))
-    reply = {k: _numpy(state[k]) for k in learner.up}
-    keep = {**{k: _numpy(state[k]) for k in learner.kept}, **kept_optimisers(state), **flat(copies)}
+    reply = {k: as_numpy(state[k]) for k in learner.up}
+    keep = {**{k: as_numpy(state[k]) for k in learner.kept}, **kept_optimisers(state), **flat(copies)}
     return reply, {"losses": losses, **metrics}, keep or None
 
 
@@ -143,15 +143,15 @@ class StepStrategy(PersonalStrategy):
 
     def payload(self, r, i):
         n = len(self.names)
-        out = {k: _numpy(_row(self.state[k], i, n)) for k in self.learner.down if self.state.get(k)}
+        out = {k: as_numpy(_row(self.state[k], i, n)) for k in self.learner.down if self.state.get(k)}
         if r == 0:
-            out.update({k: _numpy(_rows(self.state[k], i)) for k in self.learner.kept})
+            out.update({k: as_numpy(row_of(self.state[k], i)) for k in self.learner.kept})
         return out
 
     def absorb(self, r, replies):
         import torch
 
-        up = {k: {p: torch.cat([_tensors(rep[k])[p] for rep in replies]) for p in replies[0][k]}
+        up = {k: {p: torch.cat([as_tensors(rep[k])[p] for rep in replies]) for p in replies[0][k]}
               for k in self.learner.up}
         self.state = self.learner.server_step({**self.state, **up}, r)
 
@@ -165,7 +165,7 @@ class StepStrategy(PersonalStrategy):
         self.learner.server_finish(self.state)
 
     def final_payload(self, i):
-        return {k: _numpy(_row(self.state[k], i, len(self.names))) for k in self.learner.down if self.state.get(k)}
+        return {k: as_numpy(_row(self.state[k], i, len(self.names))) for k in self.learner.down if self.state.get(k)}
 
     def _arrays(self, rep, key: str, rows: int = 1, names=None) -> dict:
         """Upload ``key`` of a reply as ``{name: (1, ...)}``, checked against the method's :meth:`record_shapes`."""

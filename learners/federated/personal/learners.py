@@ -13,7 +13,8 @@ import numpy as np
 from coalitions.errors import InputError
 from coalitions.learners.methods.registry import OPTIMISER_KEYS, federated
 
-__all__ = ["PERSONAL", "learner_params", "method_params", "check_method", "site_learner", "server_learner", "initial_state"]
+__all__ = ["PERSONAL", "learner_params", "method_params", "check_method", "site_learner", "server_learner", "initial_state",
+           "row_of", "as_tensors", "as_numpy"]
 
 #: ``coalitions federate --method`` name (a registered name or alias) -> the learner's registry name
 #: (coalitions.learners.methods.registry: the methods registered as ``federated``).
@@ -153,17 +154,20 @@ def initial_state(learner, n: int) -> dict:
     return learner.init_state(SimpleNamespace(n=n), gen, torch.device("cpu"))
 
 
-def _rows(params: dict, i: int) -> dict:
+def row_of(params: dict, i: int) -> dict:
+    """Row ``i`` of each stacked tensor (leading dimension kept: one site's share of ``N`` rows)."""
     return {k: v[i:i + 1] for k, v in params.items()}
 
 
-def _tensors(arrays: dict) -> dict:
+def as_tensors(arrays: dict) -> dict:
+    """A message's arrays as float32 tensors, by name."""
     import torch
 
     return {k: torch.as_tensor(np.array(v, dtype=np.float32)) for k, v in arrays.items()}
 
 
-def _numpy(params: dict) -> dict:
+def as_numpy(params: dict) -> dict:
+    """Tensors as float32 numpy arrays, by name (what a message carries)."""
     return {k: v.detach().cpu().numpy().astype(np.float32) for k, v in params.items()}
 
 

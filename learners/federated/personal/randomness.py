@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SiteGenerator"]
+__all__ = ["SiteGenerator", "epoch_steps"]
 
 
 # --------------------------------------------------------------------------- randomness
@@ -57,7 +57,7 @@ class SiteGenerator:
         return out
 
 
-def _epoch_steps(sizes, batch_size, site: int) -> tuple[int, int]:
+def epoch_steps(sizes, batch_size, site: int) -> tuple[int, int]:
     """``(S, s_i)``: minibatch steps of an in-process epoch and of site ``site`` (``epoch_plan``'s rule)."""
     sizes = np.asarray(sizes, dtype=np.int64)
     b = int(sizes.max()) if batch_size is None else int(min(batch_size, sizes.max()))

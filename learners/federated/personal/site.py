@@ -11,8 +11,8 @@ from coalitions.errors import InputError
 from coalitions.learners.federated.personal.engine import step_site, step_site_state, uses_steps
 from coalitions.learners.federated.personal.learners import (
     PERSONAL,
-    _numpy,
-    _tensors,
+    as_numpy,
+    as_tensors,
 )
 from coalitions.learners.federated.personal.randomness import SiteGenerator
 from coalitions.learners.federated.personal.stopping import early, site_val_loss, stashed
@@ -70,7 +70,7 @@ def federico_site(learner, cfg: dict, received: dict, kept: dict | None):
         nb = sample_neighbours(W, k, float(learner.eps), np.random.default_rng([int(learner.seed), r, 1]))[site]
         return {}, {"neighbours": [int(j) for j in nb]}, kept
     pairs = [site, *[int(j) for j in cfg["neighbours"]]]
-    models = _tensors(received["models"])
+    models = as_tensors(received["models"])
     cli_t = torch.zeros(len(pairs), dtype=torch.int64)
     mod_t = torch.as_tensor(pairs, dtype=torch.int64)
     metrics: dict = {}
@@ -98,7 +98,7 @@ def federico_site(learner, cfg: dict, received: dict, kept: dict | None):
     else:   # this site's epoch is over; larger sites still step
         grads = {key: torch.zeros_like(v) for key, v in models.items()}
         metrics.update({"active": 0, "own-loss": 0.0})
-    return {"grads": _numpy(grads)}, metrics, kept
+    return {"grads": as_numpy(grads)}, metrics, kept
 
 
 def site_finish(method: str, learner, received: dict, kept: dict | None, cfg: dict | None = None) -> dict:
@@ -117,7 +117,7 @@ def site_finish(method: str, learner, received: dict, kept: dict | None, cfg: di
         if early(cfg or {}):
             return _final_with_patience(method, learner, cfg or {}, state, kept)
     elif method == "federico":   # every model, mixed by the site's own posterior row
-        state = {"phi": _tensors(received["models"]), "history": [], "ema_history": [], "neighbours": [],
+        state = {"phi": as_tensors(received["models"]), "history": [], "ema_history": [], "neighbours": [],
                  **{key: torch.as_tensor(np.asarray(v, dtype=np.float64)) for key, v in kept["row"].items()}}
     else:
         raise InputError(f"--method {method}: not a federated personalised method ({', '.join(PERSONAL)})")

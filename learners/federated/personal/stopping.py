@@ -32,7 +32,7 @@ import copy
 
 import numpy as np
 
-from coalitions.learners.federated.personal.learners import _numpy
+from coalitions.learners.federated.personal.learners import as_numpy
 from coalitions.learners.federated.replies import BadReply, check_number
 
 __all__ = ["early", "site_validation", "stashed", "site_val_loss", "snapshot", "ServerStopper"]
@@ -44,7 +44,7 @@ def early(cfg) -> bool:
 
 def snapshot(learner, state: dict) -> dict:
     """The site's part of ``state`` its predictions read: the kept keys and the rows it received."""
-    return {k: _numpy(state[k]) for k in (*learner.kept, *learner.down) if state.get(k)}
+    return {k: as_numpy(state[k]) for k in (*learner.kept, *learner.down) if state.get(k)}
 
 
 def stashed(kept: dict | None, tag: str) -> dict:

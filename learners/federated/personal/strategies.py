@@ -9,12 +9,12 @@ import numpy as np
 
 from coalitions.errors import InputError
 from coalitions.learners.federated.personal.learners import (
-    _numpy,
-    _tensors,
+    as_numpy,
+    as_tensors,
     initial_state,
     learner_params,
 )
-from coalitions.learners.federated.personal.randomness import _epoch_steps
+from coalitions.learners.federated.personal.randomness import epoch_steps
 from coalitions.learners.federated.replies import BadReply, check_losses, check_metrics, check_number, reply_json
 
 __all__ = ["PersonalStrategy", "FedeRiCoStrategy",
@@ -271,7 +271,7 @@ class FedeRiCoStrategy(PersonalStrategy):
         super().__init__(*args, **kwargs)
         n = len(self.sites)
         lr = self.learner   # its batch and epochs per round: its own, or its protocol's (as in process)
-        steps = _epoch_steps(self.sizes, lr.minibatch_size(), 0)[0]
+        steps = epoch_steps(self.sizes, lr.minibatch_size(), 0)[0]
         epochs = int(lr.epochs_per_round(lr.federation_))
         self.schedule = []
         for r in range(self.rounds):
@@ -300,7 +300,7 @@ class FedeRiCoStrategy(PersonalStrategy):
         out = []
         for i in range(len(self.names)):
             extra = {"phase": phase, "epoch": e, "step": s, "neighbours": [int(j) for j in self.nb[i]]}
-            payload = {} if phase == "sample" else {"models": _numpy(
+            payload = {} if phase == "sample" else {"models": as_numpy(
                 {k: v[[i, *self.nb[i]]] for k, v in self.state["phi"].items()})}
             out.append(self._message(i, "train", r, payload, grid, extra))
         return out
@@ -321,7 +321,7 @@ class FedeRiCoStrategy(PersonalStrategy):
             self.nb_history.append(torch.as_tensor(self.nb.copy()))
             self._total, self._count = 0.0, 0
         names = list(self.learner.spec_.shapes)
-        grads = {k: torch.cat([_tensors(self._arrays(rep, "grads", self.k + 1))[k] for rep in reps]) for k in names}
+        grads = {k: torch.cat([as_tensors(self._arrays(rep, "grads", self.k + 1))[k] for rep in reps]) for k in names}
         mod_t = torch.as_tensor(np.concatenate([[i, *self.nb[i]] for i in range(len(reps))]), dtype=torch.int64)
         act = torch.as_tensor(np.repeat([bool(m["active"]) for m in metrics], self.k + 1))
         phi, opt_state = self.learner.apply_gradients(self.state["phi"], self.opt, self.state["opt"], mod_t, act,
@@ -356,7 +356,7 @@ class FedeRiCoStrategy(PersonalStrategy):
         return out
 
     def final_payload(self, i):
-        return {"models": _numpy(self.state["phi"])}
+        return {"models": as_numpy(self.state["phi"])}
 
     def finish_weights(self):
         self.learner.finish({"phi": self.state["phi"], "w": self.w_history[-1], "ema": self.ema_history[-1],
