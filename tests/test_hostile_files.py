@@ -419,6 +419,15 @@ def test_a_model_beyond_memory_is_refused_before_drawing(capsys, tmp_path, monke
     assert "only 1 GiB are available" in line and not (tmp_path / "e.json").exists()
 
 
+@pytest.mark.parametrize("command", [["learn", "synthetic", "--method", "fedavg"], ["oracle", "heart"]])
+def test_hidden_units_for_a_model_without_a_hidden_layer_are_refused_not_ignored(capsys, tmp_path, command):
+    """``--mlp-hidden`` on synthetic's linear or heart's logistic model changed nothing and was recorded as if it had."""
+    rc, _, err = run(capsys, *command, "--mlp-hidden", "8", "-o", tmp_path / "e.json")
+    line = one_line(err)
+    assert rc == 2 and "--mlp-hidden 8: hidden units are a setting of model 'mlp'; this run trains model" in line
+    assert not (tmp_path / "e.json").exists()
+
+
 def test_a_dimension_beyond_memory_is_refused_before_drawing(capsys, tmp_path, monkeypatch):
     cap_memory(monkeypatch)
     rc, _, err = run(capsys, "learn", "synthetic", "--method", "local", "--dim", "2000000000", "-o", tmp_path / "e.json")

@@ -385,7 +385,8 @@ def protocol_with(task: str, input_shape: tuple = (), changes: dict | None = Non
     its measured default (:func:`default_protocol`) supplies every field not in
     ``changes`` (field names of :class:`TrainingProtocol`; the command line's flags
     map to them by :data:`FLAG_FIELDS`).  The one place where a run's training
-    settings are put together.
+    settings are put together.  A ``hidden`` asked of a model that has no hidden
+    layer is refused (:class:`~coalitions.params.ParameterError`), not ignored.
 
     >>> p = protocol_with("binary", (13,), {"lr": 0.1, "patience": 5})
     >>> p.model, p.optimizer, p.lr, p.steps, p.patience
@@ -393,6 +394,11 @@ def protocol_with(task: str, input_shape: tuple = (), changes: dict | None = Non
     """
     changes = dict(changes or {})
     model = changes.get("model") or default_kind(task, tuple(input_shape))
+    if changes.get("hidden") is not None and model != "mlp":
+        from coalitions.params import ParameterError
+
+        raise ParameterError("hidden", f"{{name}} {changes['hidden']}: hidden units are a setting of model 'mlp'; "
+                                       f"this run trains model {model!r} (choose the model 'mlp' or drop {{name}})")
     return default_protocol(task, model).with_(**{**changes, "model": model})
 
 
