@@ -88,7 +88,7 @@ class ChunkTrainer:
 
             self.init = personal_init(self.spec, self.init, fed.n)
         n = self.X.shape[0]
-        self.step_samples = n if cfg["batch_size"] is None else min(n, cfg["batch_size"])
+        self.step_samples = n if self.protocol.batch_size is None else min(n, self.protocol.batch_size)
         self.tune_y = torch.as_tensor(cat(tune, "y"), device=device).to(y_dtype)
         self.tune_owner = torch.as_tensor(np.repeat(np.arange(fed.n), fed.sizes(tune)), device=device)
         self.n_tune = torch.as_tensor(fed.sizes(tune), device=device).to(self.dtype)
@@ -141,7 +141,7 @@ class ChunkTrainer:
         loss_game = bool(self.cfg.get("loss_game"))
         if grid is None:
             return self._train_and_score(ms, progress, self.protocol, loss_game)
-        epochs = int(self.cfg["epochs"])
+        epochs = int(self.protocol.epochs_for(int(self.X.shape[0])))
         n_tune = self.fed.sizes(self.tune_part).astype(np.float64)
         reads = "tune_loss" if self.separate else "val_loss"   # the rate reads the tuning rows only
         member = membership(ms, self.fed.n)
@@ -177,17 +177,15 @@ class ChunkTrainer:
         The models :meth:`__call__` scores, and the ones
         :meth:`~coalitions.learners.exact.ExhaustiveOracle.subset_outputs` trains again.
         """
-        fed, cfg = self.fed, self.cfg
+        fed = self.fed
         early = self._early(ms, protocol)
-        if self.personal:
-            params = train_subsets_personal(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
-                                            epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"],
-                                            batch_size=cfg["batch_size"], seed=self.seed, progress=progress,
-                                            protocol=protocol, early=early)
-        else:
-            params = train_subsets(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init,
-                                   epochs=cfg["epochs"], lr=cfg["lr"], l2=cfg["l2"], batch_size=cfg["batch_size"],
-                                   seed=self.seed, progress=progress, protocol=protocol, early=early)
+        # every training setting from the one protocol (a grid's rate included); the oracle's config
+        # records the same values as provenance and is not read here
+        settings = {"epochs": protocol.epochs_for(int(self.X.shape[0])), "lr": float(protocol.lr),
+                    "l2": float(protocol.weight_decay), "batch_size": protocol.batch_size}
+        train = train_subsets_personal if self.personal else train_subsets
+        params = train(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init, **settings,
+                       seed=self.seed, progress=progress, protocol=protocol, early=early)
         return params, early
 
     def _part_scores(self, params, ms, part: str):
