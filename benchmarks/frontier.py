@@ -329,7 +329,8 @@ def draw(path: Path, rows: list[dict], others: tuple[list[dict], ...] = ()) -> N
     """Log CPU seconds against N: the mean over seeds with min–max bars, one line per curve.
 
     ``others``: runs of the same cells whose exhaustive game was trained another way (another
-    backend), drawn as one more exhaustive line each.
+    backend), drawn as one more exhaustive line each; SPO's and the sampled CE's curves take their
+    points from ``rows`` and, at a size ``rows`` lacks, from ``others`` (the same fits, in process).
     """
     import matplotlib
 
@@ -337,9 +338,11 @@ def draw(path: Path, rows: list[dict], others: tuple[list[dict], ...] = ()) -> N
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    own = {r["n"] for r in rows}
+    cheap = rows + [r for o in others for r in o if r["n"] not in own]
     curves = [(rows, "exhaustive", f"exhaustive game to the CE ({_backend(rows)})", "#222222", "o-"),
-              (rows, "spo", "SPO to BG(all) and its CE", "#1f77b4", "s-"),
-              (rows, "sampled", "sampled CE (ε = δ = 0.05)", "#2ca02c", "^-")]
+              (cheap, "spo", "SPO to BG(all) and its CE", "#1f77b4", "s-"),
+              (cheap, "sampled", "sampled CE (ε = δ = 0.05)", "#2ca02c", "^-")]
     curves += [(o, "exhaustive", f"exhaustive game to the CE ({_backend(o)})", "#888888", "o--") for o in others]
     sizes: set[int] = set()
     seeds: set[int] = set()
@@ -401,7 +404,8 @@ def main(argv=None) -> int:
     ap.add_argument("--figure", default=None, help="write the figure here (PNG)")
     ap.add_argument("--from", dest="saved", nargs="+", default=None, metavar="FILE",
                     help="measure nothing: a table and crossover per saved --jsonl file; the figure from the first, "
-                         "with the others' exhaustive game beside")
+                         "with the others' exhaustive game beside (and their SPO and sampled points where the "
+                         "first has no such N)")
     args = ap.parse_args(argv)
     if args.saved:
         runs = [[json.loads(x) for x in Path(f).read_text().splitlines() if x.strip()] for f in args.saved]
@@ -410,8 +414,12 @@ def main(argv=None) -> int:
             table(rows)
         if args.figure:
             draw(Path(args.figure), runs[0], tuple(runs[1:]))
+            own = {r["n"] for r in runs[0]}
+            extra = sorted({r["n"] for o in runs[1:] for r in o} - own)
             print(f"figure: {args.figure} (every curve from {args.saved[0]}"
-                  + (f"; the exhaustive game also from {', '.join(args.saved[1:])})" if runs[1:] else ")"))
+                  + (f"; the exhaustive game also from {', '.join(args.saved[1:])}" if runs[1:] else "")
+                  + (f"; SPO and the sampled CE at N = {', '.join(map(str, extra))} from there" if extra else "")
+                  + ")")
         return 0
     try:
         sizes, seeds = _ints(args.sizes), _ints(args.seeds)
