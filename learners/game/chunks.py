@@ -179,10 +179,12 @@ class ChunkTrainer:
         """
         fed = self.fed
         early = self._early(ms, protocol)
-        # every training setting from the one protocol (a grid's rate included); the oracle's config
-        # records the same values as provenance and is not read here
-        settings = {"epochs": protocol.epochs_for(int(self.X.shape[0])), "lr": float(protocol.lr),
-                    "l2": float(protocol.weight_decay), "batch_size": protocol.batch_size}
+        # every training setting from the one protocol (a grid's rate included; without one, PyTorch's
+        # Adam and cosine at the oracle's protocol's settings); the oracle's config records the same
+        # values as provenance and is not read here
+        p = self.protocol if protocol is None else protocol
+        settings = {"epochs": p.epochs_for(int(self.X.shape[0])), "lr": float(p.lr),
+                    "l2": float(p.weight_decay), "batch_size": p.batch_size}
         train = train_subsets_personal if self.personal else train_subsets
         params = train(self.spec, fed.task, self.X, self.y, self.owner, ms, fed.n, self.init, **settings,
                        seed=self.seed, progress=progress, protocol=protocol, early=early)
