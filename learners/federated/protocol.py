@@ -116,7 +116,7 @@ def federated_protocol(task: str, changes: dict | None = None):
     try:
         protocol = protocol_with(task, (), changes)
     except ParameterError as e:     # hidden units for a model without a hidden layer
-        raise InputError(e.phrase({"hidden": "--mlp-hidden"}.get(e.param, "--" + e.param))) from None
+        raise InputError(e.phrase({"hidden": "--mlp-hidden"}.get(e.param, "--" + e.param.replace("_", "-")))) from None
     if protocol.model == "linear" and task != "regression":
         raise InputError(f"--model linear fits regression; the sites' task is {task} (use --model logistic)")
     return protocol.with_(closed_form=False)    # the game iterates: no site sees the union it would solve for
