@@ -290,10 +290,23 @@ def _utility(value):
 
 
 def _neighbours(kind, reply):
-    from flwr.app import MetricRecord
+    from flwr.app import ArrayRecord
 
-    if kind == "train" and "neighbours" in reply.content["metrics"]:
-        reply.content["metrics"] = MetricRecord({"neighbours": [1, 1]})
+    if kind == "train" and "nb" in reply.content.array_records:
+        reply.content["nb"] = ArrayRecord([np.array([[1, 1, 2]], dtype=np.int64)])
+
+
+def _posterior(kind, reply):
+    from flwr.app import ArrayRecord
+
+    if kind == "train" and "row" in reply.content.array_records:   # FedeRiCo's rows: ema, log_prior, w
+        ema, log_prior, w = reply.content["row"].to_numpy_ndarrays()
+        reply.content["row"] = ArrayRecord([ema, log_prior, 2 * w])
+
+
+def _missing_grads(kind, reply):
+    if kind == "train" and "grads" in reply.content.array_records:
+        del reply.content["grads"]
 
 
 def _spo_grads(kind, reply):
@@ -309,7 +322,9 @@ def _spo_grads(kind, reply):
     ("fedamp", _losses(float("inf")), r"site 'Hungary': its training loss inf"),
     ("local", _losses(-3.0), r"site 'Hungary': its training loss -3.0"),
     ("superfed", _utility(5.0), r"site 'Hungary': its val utility \(accuracy\) 5.0"),
-    ("federico", _neighbours, r"site 'Hungary': neighbours \[1, 1\] are not 3 distinct other sites"),
+    ("federico", _neighbours, r"site 'Hungary': neighbours \[1, 1, 2\] are not 3 distinct other sites"),
+    ("federico", _posterior, r"site 'Hungary': its posterior row is not a probability vector"),
+    ("federico", _missing_grads, r"site 'Hungary': its reply holds records \['active', 'row'\], expected \['active', 'grads', 'row'\]"),
     ("spo", _spo_grads, r"site 'Hungary': its train-loss hold NaN"),
 ])
 def test_the_learners_servers_refuse_bad_replies_by_name(tmp_path, method, tamper, match):

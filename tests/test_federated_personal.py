@@ -128,15 +128,22 @@ def _halves(method, heart, **params):
     # every site's sizes, as the ClientApp has them from the server: a protocol's rounds depend on them
     at_site = [P.site_learner(method, P.learner_params(server), s, strategy.sizes) for s in sites]
     kept = [None] * heart.n
-    for r in range(strategy.exchanges()):
-        replies, losses = [], []
+    for x in range(strategy.exchanges()):
+        r, j, _ = strategy.schedule[x]
+        replies, losses, counts = [], [], []
         for i in range(heart.n):
-            cfg = {"sizes": strategy.sizes, "site-index": i, "round": r, "rounds": strategy.rounds}
-            rep, metrics, kept[i] = P.site_train(method, at_site[i], cfg, strategy.payload(r, i), kept[i])
+            cfg = {"sizes": strategy.sizes, "site-index": i, "round": r, "phase": j, "rounds": strategy.rounds}
+            rep, metrics, kept[i] = P.site_train(method, at_site[i], cfg, strategy.payload(x, i), kept[i])
             replies.append(rep)
             losses.append(metrics["losses"])
-        strategy.loss_history += [float(x) for x in np.mean(losses, axis=0)]
-        strategy.absorb(r, replies)
+            counts.append(metrics["counts"])
+        strategy.absorb(x, replies)
+        # a round's loss: over its phases' losses, each site's weighted by how many it averages
+        if j == 0:
+            total, count = np.zeros(len(losses[0])), np.zeros(len(losses[0]))
+        total, count = total + np.multiply(losses, counts).sum(axis=0), count + np.sum(counts, axis=0)
+        if j == len(server.phases(r)) - 1:
+            strategy.loss_history += [float(x) for x in total / np.maximum(count, 1)]
     for i, name in enumerate(strategy.names):
         res = P.site_finish(method, at_site[i], strategy.final_payload(i), kept[i])
         strategy.utilities["val"][name], strategy.utilities["test"][name] = res.pop("val"), res.pop("test")
@@ -158,6 +165,8 @@ def _halves(method, heart, **params):
     ("ditto", {"lam": 0.5}),
     ("fedper", {"model": "mlp", "hidden": 8}),
     ("lg-fedavg", {"model": "mlp", "hidden": 8, "batch_size": None}),
+    ("federico", {}),
+    ("federico", {"batch_size": 40, "accumulate": True}),   # several step exchanges a round, sites of unequal steps
 ])
 def test_site_and_server_halves_equal_the_inprocess_learner(heart, method, params):
     got = _halves(method, heart, **params)
@@ -249,7 +258,8 @@ def test_strategy_over_a_memory_grid_equals_the_inprocess_learner(heart, method)
     kept = {k for c in grid.contexts.values() for k in c.state.array_records}
     optimiser = {k for k in kept if k.startswith("kept-site_opt")}    # the site's own optimiser state persists
     assert bool(optimiser) == (method != "federico")                   # (FedeRiCo's models are stepped by the server)
-    assert kept - optimiser == {"local": {"kept-params"}, "superfed": {"kept-local"}, "federico": {"kept-row"},
+    assert kept - optimiser == {"local": {"kept-params"}, "superfed": {"kept-local"},
+                                "federico": {"kept-row", "kept-nb", "kept-index"},
                                 "fedamp": {"kept-params"},
                                 "ditto": {"kept-personal"}, "fedper": {"kept-params"},
                                 "lg-fedavg": {"kept-params"}}.get(method, set())

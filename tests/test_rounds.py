@@ -118,16 +118,10 @@ def test_early_stopping_over_flower_equals_the_inprocess_learner(heart, method, 
     np.testing.assert_allclose(got.loss_history_, ref.loss_history_, atol=TOL, rtol=0)
     if ref.weights_ is not None:
         np.testing.assert_allclose(got.weights_, ref.weights_, atol=TOL, rtol=0)
-    # one train message per site and round, and one more that reported the loss which stopped the run
-    trains = ref.rounds_run_ + (0 if ref.hit_max_ else 1)
+    # one train message per site and exchange of a round (FedeRiCo: its sampling, then one per step), and one
+    # more that reported the loss which stopped the run
+    trains = ref.rounds_run_ * len(ref.phases(0)) + (0 if ref.hit_max_ else 1)
     assert grid.types.count("train") == 4 * trains and grid.types.count("evaluate") == 4
-
-
-def test_federico_refuses_patience_over_flower():
-    from coalitions.errors import InputError
-
-    with pytest.raises(InputError, match="--method federico: early stopping"):
-        P.check_method("federico", {"steps": 2, "patience": 2}, {})
 
 
 @pytest.mark.parametrize("value", [None, "0.5", float("nan"), -1.0, True])

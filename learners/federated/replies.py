@@ -13,7 +13,8 @@ names the site and the fault, and the run stops with exit 2 (or, with
   one the node's key is registered under, ``n-train`` (and ``n-val``) what the
   operator declared, the shared fields (shape, features, ...) the manifest's.
 * :func:`check_arrays` — model parameters or gradients: float32, the expected
-  shapes, finite, and ``|x| <= MAX_PARAM``.
+  shapes, finite, and ``|x| <= MAX_PARAM`` (a method's statistics and indices: float64 or
+  int64, the expected shapes, finite; the method checks their meaning).
 * :func:`check_metrics` — the game's values: finite, accuracy and AUC in
   ``[0, 1]``, MSE ``>= 0``.
 * :func:`check_losses` — training losses and other per-site numbers: finite
@@ -163,7 +164,9 @@ def check_against_manifest(d: dict, manifest, who: str, node) -> dict:
 
 
 def check_arrays(arrays, shapes, who, what: str = "models", dtype=np.float32) -> list[np.ndarray]:
-    """Arrays a site returned: their number, ``dtype``, ``shapes`` (a list of tuples), finite and bounded."""
+    """Arrays a site returned: their number, ``dtype``, ``shapes`` (a list of tuples), finite and, for float32
+    (parameters and gradients), bounded by :data:`MAX_PARAM`; float64 and int64 records (statistics, indices)
+    are checked beyond that by their method."""
     arrays = list(arrays)
     if len(arrays) != len(shapes):
         raise BadReply(who, f"its {what} hold {len(arrays)} arrays, expected {len(shapes)}")
@@ -175,7 +178,7 @@ def check_arrays(arrays, shapes, who, what: str = "models", dtype=np.float32) ->
             raise BadReply(who, f"its {what} have shape {a.shape}, expected {tuple(shape)}")
         if a.size and not np.all(np.isfinite(a)):
             raise BadReply(who, f"its {what} hold NaN or infinite values")
-        if a.size and float(np.max(np.abs(a))) > MAX_PARAM:
+        if a.dtype == np.float32 and a.size and float(np.max(np.abs(a))) > MAX_PARAM:   # parameters, gradients
             raise BadReply(who, f"its {what} hold values of magnitude {float(np.max(np.abs(a))):.3g} "
                                 f"(at most {MAX_PARAM:g})")
     return arrays

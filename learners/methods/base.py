@@ -15,7 +15,8 @@ its own settings and results through the public hooks :meth:`Learner.estimate_co
 ``superfed-mm``, ``local``, ``fedavg``, the paper's baselines).  A subclass says how to start
 (:meth:`~PersonalizedLearner.init_state`), what one communication round does — a site step and a
 server step (:meth:`~PersonalizedLearner.site_step`, :meth:`~PersonalizedLearner.server_step`),
-or a whole :meth:`~PersonalizedLearner.train_round` — what the final state means
+or one pair per exchange of a round of several (:meth:`~PersonalizedLearner.phases`,
+:mod:`coalitions.learners.methods.phases`) — what the final state means
 (:meth:`~PersonalizedLearner.finish`) and, if it is not one model per client, how a client
 predicts (:meth:`~PersonalizedLearner.client_scores`).  Three pieces do the rest, each in its
 own module:
@@ -65,6 +66,7 @@ from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import loss_function
 from coalitions.learners.data.roles import data_roles, with_roles
 from coalitions.learners.estimator import EstimatorMixin
+from coalitions.learners.methods.phases import Phase, run_phases
 from coalitions.learners.methods.readout import Readout, RefitOracle
 from coalitions.learners.methods.runner import ClientsEarlyStop, EarlyStop, RoundBudget, RoundRunner
 from coalitions.learners.training.decay import decay_penalty, decayed_names
@@ -421,10 +423,40 @@ class PersonalizedLearner(RoundBudget, Readout, Learner):
         ``server_step(site_step(state))``: every client's site step, batched over
         the stacked clients, then the server's aggregation of what they upload;
         over Flower one generic strategy and one site handler call the same two
-        functions (``coalitions.learners.federated.personal.engine``).
+        functions (``coalitions.learners.federated.personal.engine``).  A round of
+        several exchanges (:meth:`phases`) runs the two for each phase in turn
+        (:func:`~coalitions.learners.methods.phases.run_phases`).
         """
-        state, info = self.site_step(state, r, rng)
-        return self.server_step(state, r), info
+        return run_phases(self, state, r, rng)
+
+    def phases(self, r: int) -> tuple[Phase, ...]:
+        """The exchanges of round ``r`` (:class:`~coalitions.learners.methods.phases.Phase`): one by default.
+
+        A method whose round is several exchanges (FedeRiCo: a neighbour sampling, then one
+        per minibatch step) returns one phase for each and writes :meth:`site_phase` and
+        :meth:`server_phase`; the default phase uploads :attr:`up` and sends :attr:`down`.
+        """
+        return (Phase(self.up, self.down),)
+
+    def site_phase(self, state: dict, r: int, rng: Callable, phase: Phase) -> tuple[dict, dict]:
+        """The site step of ``phase`` (:meth:`site_step` for the one phase of a round by default).
+
+        ``info["count"]``, where given, is how many losses ``info["loss"]`` averages
+        (:func:`~coalitions.learners.methods.phases.combine_infos`).
+        """
+        return self.site_step(state, r, rng)
+
+    def server_phase(self, state: dict, r: int, phase: Phase) -> dict:
+        """The server step of ``phase`` (:meth:`server_step` for the one phase of a round by default)."""
+        return self.server_step(state, r)
+
+    def share(self, key: str, value: dict, i: int, n: int) -> dict:
+        """What site ``i`` of ``n`` receives of the server's down key ``key`` (stacked tensors by name).
+
+        By default its row when the tensors hold one row per site, otherwise all of them
+        (one row: the same to every site).
+        """
+        return {k: v[i:i + 1] for k, v in value.items()} if next(iter(value.values())).shape[0] == n else dict(value)
 
     def server_finish(self, state: dict) -> None:
         """Set what the server alone knows at the end (its own state's record: AFL's ``λ``); nothing by default."""
@@ -432,6 +464,26 @@ class PersonalizedLearner(RoundBudget, Readout, Learner):
     def record_shapes(self, key: str) -> dict:
         """What a site's upload ``key`` holds: ``{name: shape of one row}`` (default: the whole model)."""
         return dict(self.spec_.shapes)
+
+    def record_rows(self, key: str) -> int:
+        """How many rows a site's upload ``key`` holds (one by default: the site's own)."""
+        return 1
+
+    def record_dtype(self, key: str) -> str:
+        """The dtype of a site's upload ``key``: ``"float32"`` (parameters, gradients) by default.
+
+        ``"float64"`` and ``"int64"`` records hold statistics and indices, which
+        :meth:`check_upload` checks beyond their type, shape and finiteness.
+        """
+        return "float32"
+
+    def check_upload(self, key: str, value: dict, site: int) -> str | None:
+        """What is wrong with site ``site``'s upload ``key`` (numpy arrays by name, shapes checked), or None.
+
+        Called by the server on every reply before the server step; the default
+        finds nothing beyond the type, shape and bounds already checked.
+        """
+        return None
 
     def site_step(self, state: dict, r: int, rng: Callable) -> tuple[dict, dict]:
         """What every client does in round ``r`` with its own data and its own kept state.

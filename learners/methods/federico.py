@@ -65,8 +65,9 @@ import numpy as np
 import torch
 
 from coalitions.learners.methods.base import PersonalizedLearner
+from coalitions.learners.methods.phases import Phase
 from coalitions.learners.training.decay import decay_gradient, with_decay
-from coalitions.learners.training.engine import Padded, epoch_plan, stack_select
+from coalitions.learners.training.engine import Padded, epoch_plan, epoch_steps_of, stack_select
 from coalitions.params import MAX_STEPS, check_param
 
 __all__ = ["FedeRiCo", "posterior", "sample_neighbours", "data_weights", "WEIGHTS", "LIKELIHOODS"]
@@ -97,23 +98,29 @@ def posterior(log_prior: torch.Tensor, ema_loss: torch.Tensor) -> torch.Tensor:
     return torch.softmax(log_prior - ema_loss, dim=1)
 
 
-def sample_neighbours(w: np.ndarray, k: int, eps: float, rng: np.random.Generator) -> np.ndarray:
-    """ε-greedy choice of ``k`` other clients for every client: (N, k) int array.
+def sample_neighbours(w: np.ndarray, k: int, eps: float, rng, rows: np.ndarray | None = None) -> np.ndarray:
+    """ε-greedy choice of ``k`` other clients for every row of ``w``: (M, k) int array.
 
-    Per client, with probability ``eps`` a uniform sample without replacement of
-    the others, otherwise the ``k`` others of highest ``w_ij`` (ties to the lower index).
+    ``w`` holds posterior rows (M, N) of the clients ``rows`` (their indices in the federation;
+    default: all ``N``, in order).  Per client, with probability ``eps`` a uniform sample without
+    replacement of the others, otherwise the ``k`` others of highest ``w_ij`` (ties to the lower
+    index).  ``rng`` draws one row per client (``random((M, 1))``, then ``random((M, N))``), so a
+    site drawing its own row from :class:`~coalitions.learners.federated.personal.SiteGenerator`
+    gets what the in-process draw gives it.
     """
-    n = w.shape[0]
-    out = np.zeros((n, k), dtype=np.int64)
-    explore = np.asarray(rng.random(n) < eps)
-    keys = rng.random((n, n))
-    for i in range(n):  # N small rows of bookkeeping, not training
+    w = np.asarray(w)
+    m, n = w.shape
+    rows = np.arange(m) if rows is None else np.asarray(rows, dtype=np.int64)
+    out = np.zeros((m, k), dtype=np.int64)
+    explore = np.asarray(rng.random((m, 1)))[:, 0] < eps
+    keys = np.asarray(rng.random((m, n)))
+    for a, i in enumerate(rows):  # N small rows of bookkeeping, not training
         others = np.delete(np.arange(n), i)
-        if explore[i]:
-            order = others[np.argsort(np.delete(keys[i], i), kind="stable")]
+        if explore[a]:
+            order = others[np.argsort(np.delete(keys[a], i), kind="stable")]
         else:
-            order = others[np.lexsort((others, -w[i, others]))]
-        out[i] = order[:k]
+            order = others[np.lexsort((others, -w[a, others]))]
+        out[a] = order[:k]
     return out
 
 
@@ -216,7 +223,12 @@ class FedeRiCo(PersonalizedLearner):
             return mean
         return mean * d.m[clients].sum(1).to(mean.dtype)
 
-    # -- the rounds
+    # -- the rounds: a neighbour sampling, then one exchange per minibatch step
+    #: What a site keeps between exchanges: its rows of the tracked losses, prior and posterior, its
+    #: neighbours and its index in the federation.  The final evaluation sends every model down.
+    kept = ("row", "nb", "index")
+    down = ("phi",)
+
     def init_params(self, gen, device, copies: int) -> dict:
         """Each client's model its own draw (the other learners start every client alike).
 
@@ -227,21 +239,46 @@ class FedeRiCo(PersonalizedLearner):
         return {k: v.to(device) for k, v in self.spec_.init(gen, copies).items()}
 
     def init_state(self, fed, gen, device):
-        phi = self.init_params(gen, device, fed.n)
-        opt = self.make_optimizer()
-        own = torch.arange(fed.n, device=device)
-        l0 = self.full_losses(phi, own, own).to(torch.float64)
+        """Models, the server's optimiser state over them, uniform prior and posterior, ``L̂`` of the initial models.
+
+        Without data (the server of a federated run) ``L̂`` starts unknown (NaN): each site
+        measures its row on its first E-step, where every model is still the initial one.
+        """
         n = fed.n
-        return {"phi": phi, "opt": opt.init(phi), "ema": l0[:, None].expand(n, n).clone(),
-                "log_prior": torch.full((n, n), -math.log(n), dtype=torch.float64, device=device),
-                "w": torch.full((n, n), 1.0 / n, dtype=torch.float64, device=device),
+        phi = self.init_params(gen, device, n)
+        own = torch.arange(n, device=device)
+        l0 = (self.full_losses(phi, own, own).to(torch.float64) if getattr(self, "train_data_", None) is not None
+              else torch.full((n,), math.nan, dtype=torch.float64, device=device))
+        k = min(int(self.neighbours), n - 1)
+        return {"phi": phi, "opt": self.make_optimizer().init(phi),
+                "row": {"ema": l0[:, None].expand(n, n).clone(),
+                        "log_prior": torch.full((n, n), -math.log(n), dtype=torch.float64, device=device),
+                        "w": torch.full((n, n), 1.0 / n, dtype=torch.float64, device=device)},
+                "nb": {"nb": torch.zeros((n, k), dtype=torch.int64, device=device)},
+                "index": {"i": own.clone()},
                 "history": [], "ema_history": [], "neighbours": []}
+
+    def _k(self) -> int:
+        return min(int(self.neighbours), len(self.train_sizes_) - 1)
+
+    def phases(self, r):
+        """``sample`` (each site names its neighbours), then a ``step`` per minibatch step of each local epoch.
+
+        The round's first step also runs the E-step and uploads the site's rows (``row``).  Under early
+        stopping the sampling exchange also brings every model down, so that a site scores what it
+        would predict with after the previous round (its posterior mixture) before it samples.
+        """
+        steps = int(epoch_steps_of(self.train_sizes_, self.minibatch_size()).max())
+        out = [Phase(up=("nb",), down=() if self.patience_rounds() is None else ("phi",), name="sample")]
+        for e in range(int(self.epochs_per_round(self.federation_))):
+            out += [Phase(up=("grads", "active", "row") if e == s == 0 else ("grads", "active"), down=("models",),
+                          name="step", epoch=e, step=s) for s in range(steps)]
+        return tuple(out)
 
     def e_step(self, ema: torch.Tensor, log_prior: torch.Tensor, cli_t, mod_t, losses: torch.Tensor):
         """``L̂_ij ← (1 − β)·L̂_ij + β·ℓ_ij`` for the pairs ``(cli_t, mod_t)``, then the posterior.
 
         Returns ``(ema, w, log_prior)`` (``log_prior ← log w`` with ``accumulate``).
-        Public so that a site of the federated strategy runs it on its own row.
         """
         ema = ema.clone()
         ema[cli_t, mod_t] = (1 - self.beta) * ema[cli_t, mod_t] + self.beta * losses
@@ -265,54 +302,128 @@ class FedeRiCo(PersonalizedLearner):
         used[mod_t[act_pair]] = True
         return opt.step(phi, summed, opt_state, used)
 
-    def train_round(self, state, r, rng):
-        n = self.federation_.n
-        dev = self.engine_.device_
-        k = min(int(self.neighbours), n - 1)
-        phi, w = state["phi"], state["w"]
-        nb = sample_neighbours(w.cpu().numpy(), k, float(self.eps), rng(1))
-        # pairs (client i, model j): each client's own model first, then its neighbours
-        cli = np.repeat(np.arange(n), k + 1)
-        mod = np.concatenate([np.arange(n)[:, None], nb], axis=1).reshape(-1)
-        cli_t, mod_t = torch.as_tensor(cli, device=dev), torch.as_tensor(mod, device=dev)
-        # E-step
-        losses = self.full_losses(phi, cli_t, mod_t).to(torch.float64)
-        ema, w, log_prior = self.e_step(state["ema"], state["log_prior"], cli_t, mod_t, losses)
-        # M-step
-        opt = self.make_optimizer()
-        opt_state = state["opt"]
-        weight = w[cli_t, mod_t].to(next(iter(phi.values())).dtype)
+    def _pairs(self, state: dict):
+        """``(cli_t, mod_t)``: each row's client (in the state) and model (in the federation), own model first."""
+        rows = state["index"]["i"]
+        cli_t = torch.arange(rows.shape[0], device=rows.device).repeat_interleave(self._k() + 1)
+        return cli_t, torch.cat([rows[:, None], state["nb"]["nb"]], dim=1).reshape(-1)
+
+    def site_phase(self, state, r, rng, phase):
+        """A site's share of a phase, on its rows of the state (all ``N`` in process, its own over Flower).
+
+        ``sample``: its ε-greedy neighbours from its posterior row (:func:`sample_neighbours`, stream 1).
+        ``step`` (epoch ``e``, step ``s``): ``state["models"]`` holds, per row, the row's own model and
+        its neighbours' as they stand; on the round's first step the E-step on them (loss on the whole
+        training split); then ``∇ w_ij·ℓ(φ_j; batch_i)`` for each (:meth:`pair_gradients`), which the
+        server sums per model.  The minibatches are epoch ``e`` of the round's stream 0.
+        """
+        row = state["row"]
+        if phase.name == "sample":
+            rows = state["index"]["i"]
+            nb = sample_neighbours(row["w"].cpu().numpy(), self._k(), float(self.eps), rng(1), rows.cpu().numpy())
+            return {**state, "nb": {"nb": torch.as_tensor(nb, device=rows.device)}}, {"loss": 0.0, "count": 0}
+        models = state["models"]
+        cli_t, mod_t = self._pairs(state)
+        dev = cli_t.device
+        info: dict = {}
+        if phase.epoch == 0 and phase.step == 0:    # the E-step, on the models as the round starts
+            losses = self.full_losses(models, cli_t, torch.arange(cli_t.shape[0], device=dev)).to(torch.float64)
+            own = losses.view(-1, self._k() + 1)[:, :1]
+            ema = torch.where(torch.isnan(row["ema"]), own, row["ema"])   # a site's first: every model the initial one
+            ema, w, log_prior = self.e_step(ema, row["log_prior"], cli_t, mod_t, losses)
+            row = {"ema": ema, "log_prior": log_prior, "w": w}
+            info["self_weight"] = float(w[cli_t[::self._k() + 1], mod_t[::self._k() + 1]].mean())
+        weight = row["w"][cli_t, mod_t].to(next(iter(models.values())).dtype)
         data = self.train_data_
-        total, count = 0.0, 0
-        for _ in range(self.epochs_per_round(self.federation_)):
-            idx, mask, active = epoch_plan(data.sizes, self.minibatch_size(), rng(0))
-            for s in range(idx.shape[0]):
-                idx_t = torch.as_tensor(idx[s], device=dev)
-                X, y = data.gather(idx_t[cli_t], cli_t)
-                mb = torch.as_tensor(mask[s], device=dev)[cli_t]
-                act_pair = torch.as_tensor(active[s], device=dev)[cli_t]
-                grads, values = self.pair_gradients(stack_select(phi, mod_t), X, y, mb, weight, act_pair)
-                phi, opt_state = self.apply_gradients(phi, opt, opt_state, mod_t, act_pair, grads)
-                own = act_pair & (cli_t == mod_t)
-                total += float((values / weight.clamp(min=1e-30))[own].sum())
-                count += int(own.sum())
-        info = {"loss": total / max(count, 1), "self_weight": float(torch.diagonal(w).mean())}
-        return {"phi": phi, "opt": opt_state, "ema": ema, "log_prior": log_prior, "w": w,
-                "history": list(state["history"]) + [w.cpu()],
-                "ema_history": list(state["ema_history"]) + [ema.cpu()],
-                "neighbours": list(state["neighbours"]) + [torch.as_tensor(nb)]}, info
+        gen = rng(0)
+        for _ in range(phase.epoch + 1):
+            idx, mask, active = epoch_plan(data.sizes, self.minibatch_size(), gen)
+        if phase.step < idx.shape[0]:
+            idx_t = torch.as_tensor(idx[phase.step], device=dev)
+            X, y = data.gather(idx_t[cli_t], cli_t)
+            mb = torch.as_tensor(mask[phase.step], device=dev)[cli_t]
+            act_pair = torch.as_tensor(active[phase.step], device=dev)[cli_t]
+            grads, values = self.pair_gradients(models, X, y, mb, weight, act_pair)
+            own_pair = act_pair & (torch.arange(cli_t.shape[0], device=dev) % (self._k() + 1) == 0)
+            count = int(own_pair.sum())
+            total = float((values / weight.clamp(min=1e-30))[own_pair].sum())
+        else:   # this site's epoch is over; larger sites still step
+            grads = {key: torch.zeros_like(v) for key, v in models.items()}
+            act_pair = torch.zeros(cli_t.shape[0], dtype=torch.bool, device=dev)
+            count, total = 0, 0.0
+        return ({**state, "row": row, "grads": grads, "active": {"a": act_pair.to(torch.int64)}},
+                {**info, "loss": total / count if count else 0.0, "count": count})
+
+    def server_phase(self, state, r, phase):
+        """``sample``: each site's models gathered (``models``).  ``step``: Eq. 8's update of every model
+        (:meth:`apply_gradients`) and the models gathered again; the round's first step records the sites'
+        rows (the weights' history), its last drops what only the round needed."""
+        n = next(iter(state["phi"].values())).shape[0]
+        mod_t = torch.cat([torch.arange(n, device=state["nb"]["nb"].device)[:, None], state["nb"]["nb"]],
+                          dim=1).reshape(-1)
+        if phase.name == "sample":
+            return {**state, "models": stack_select(state["phi"], mod_t)}
+        out = dict(state)
+        if phase.epoch == 0 and phase.step == 0:
+            out.update(history=[*state["history"], state["row"]["w"].cpu()],
+                       ema_history=[*state["ema_history"], state["row"]["ema"].cpu()],
+                       neighbours=[*state["neighbours"], state["nb"]["nb"].cpu()])
+        phi, opt_state = self.apply_gradients(state["phi"], self.make_optimizer(), state["opt"], mod_t,
+                                              state["active"]["a"].bool(), state["grads"])
+        out.update(phi=phi, opt=opt_state, models=stack_select(phi, mod_t))
+        if phase == self.phases(r)[-1]:
+            for key in ("models", "grads", "active"):
+                out.pop(key)
+        return out
+
+    # -- what travels over Flower
+    def share(self, key, value, i, n):
+        """``models``: site ``i``'s own model and its neighbours' (its block of ``K + 1`` rows); ``phi``: every model."""
+        if key == "phi":
+            return dict(value)
+        if key == "models":
+            b = self._k() + 1
+            return {name: v[i * b:(i + 1) * b] for name, v in value.items()}
+        return super().share(key, value, i, n)
+
+    def record_rows(self, key):
+        return self._k() + 1 if key in ("grads", "active") else 1
+
+    def record_shapes(self, key):
+        n = len(self.train_sizes_)
+        return {"nb": {"nb": (self._k(),)}, "active": {"a": ()},
+                "row": {"ema": (n,), "log_prior": (n,), "w": (n,)}}.get(key) or super().record_shapes(key)
+
+    def record_dtype(self, key):
+        return {"nb": "int64", "active": "int64", "row": "float64"}.get(key, "float32")
+
+    def check_upload(self, key, value, site):
+        n, k = len(self.train_sizes_), self._k()
+        if key == "nb":
+            nb = [int(j) for j in value["nb"][0]]
+            if len(set(nb)) != k or not all(0 <= j < n and j != site for j in nb):
+                return f"neighbours {nb!r} are not {k} distinct other sites of 0..{n - 1}"
+        if key == "active" and not np.isin(value["a"], (0, 1)).all():
+            return "its active flags are not 0 or 1"
+        if key == "row":
+            w = value["w"][0]
+            if (w < 0).any() or (w > 1).any() or abs(float(w.sum()) - 1.0) > 1e-4:
+                return "its posterior row is not a probability vector"
+            if (value["ema"] < 0).any() or (value["log_prior"] > 0).any():
+                return "its tracked losses are negative or its log-prior positive"
+        return None
 
     def finish(self, state):
         self.params_ = {k: v.detach().cpu() for k, v in state["phi"].items()}
-        w = state["w"].cpu().numpy().astype(np.float64)
+        w = state["row"]["w"].cpu().numpy().astype(np.float64)
         self.posterior_ = w / w.sum(axis=1, keepdims=True)
         convert = data_weights if self.weights == "data" else (lambda x: x / x.sum(axis=1, keepdims=True))
         self.weights_ = convert(self.posterior_)
-        self.posterior_history_ = [np.asarray(h, dtype=np.float64) for h in state["history"]]
+        self.posterior_history_ = [np.asarray(h, dtype=np.float64) for h in state.get("history", [])]
         self.weights_history_ = [convert(h) for h in self.posterior_history_]
-        self.ema_loss_ = state["ema"].cpu().numpy()
-        self.ema_history_ = [np.asarray(x) for x in state["ema_history"]]
-        self.neighbours_history_ = [np.asarray(x) for x in state["neighbours"]]
+        self.ema_loss_ = state["row"]["ema"].cpu().numpy()
+        self.ema_history_ = [np.asarray(x) for x in state.get("ema_history", [])]
+        self.neighbours_history_ = [np.asarray(x) for x in state.get("neighbours", [])]
 
     def client_scores(self, data: Padded) -> torch.Tensor:
         """Mixture prediction ``Σ_j w_ij p(·|x; φ_j)`` for each client, as log-probabilities / logits."""

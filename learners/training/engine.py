@@ -57,7 +57,7 @@ from torch.func import grad_and_value, vmap
 from coalitions.learners.training.paths import choose
 from coalitions.params import ParameterError, check_param
 
-__all__ = ["Engine", "PATHS", "resolve_device", "Padded", "epoch_plan", "SGD", "Adam", "make_optimizer",
+__all__ = ["Engine", "PATHS", "resolve_device", "Padded", "epoch_plan", "epoch_steps_of", "SGD", "Adam", "make_optimizer",
            "masked_mean", "train_epochs", "flatten", "tree_map", "stack_select"]
 
 PATHS = ("auto", "batched", "sequential")
@@ -186,7 +186,7 @@ def epoch_plan(sizes: np.ndarray, batch_size: int | None, rng: Draws):
     keys = rng.random((n, n_max))
     keys[np.arange(n_max)[None, :] >= sizes[:, None]] = 2.0  # padding sorts last
     perm = np.argsort(keys, axis=1, kind="stable")
-    steps_i = -(-sizes // b)
+    steps_i = epoch_steps_of(sizes, batch_size)
     steps = int(steps_i.max())
     full = np.zeros((n, steps * b), dtype=np.int64)
     full[:, :n_max] = perm
@@ -196,6 +196,21 @@ def epoch_plan(sizes: np.ndarray, batch_size: int | None, rng: Draws):
     mask = valid.reshape(n, steps, b).transpose(1, 0, 2).astype(np.float32)
     active = np.arange(steps)[:, None] < steps_i[None, :]
     return np.ascontiguousarray(idx), np.ascontiguousarray(mask), active
+
+
+def epoch_steps_of(sizes, batch_size: int | None) -> np.ndarray:
+    """Each client's minibatch steps in one epoch of :func:`epoch_plan`: ``ceil(n_i / B)``.
+
+    ``B`` is ``batch_size`` capped at the largest client's ``n_max`` (``None``: ``n_max``, one
+    full batch); the plan's ``S`` is the largest of these.
+
+    >>> epoch_steps_of([5, 9, 3], 4).tolist()
+    [2, 3, 1]
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    n_max = int(sizes.max())
+    b = n_max if batch_size is None else int(min(batch_size, n_max))
+    return -(-sizes // b)
 
 
 # --------------------------------------------------------------------------- optimisers

@@ -26,9 +26,11 @@ written on stacked tensors and called on different objects:
   <coalitions.learners.methods.base.Learner.estimate_>`, i.e.
   :func:`coalitions.estimate.build_estimate`, as ``coalitions learn``).
 
-FedeRiCo, which needs several exchanges per round (its neighbour draw, then
-one per minibatch step), keeps a strategy and a site half of its own
-(:class:`~.strategies.FedeRiCoStrategy`, :func:`~.site.federico_site`).
+A method whose round is several exchanges says so by its ``phases``
+(:mod:`coalitions.learners.methods.phases`): FedeRiCo's round is its neighbour draw, then one
+exchange per minibatch step, in which the server sends each site its own model and its
+neighbours' and sums the sites' gradients per model.  The same strategy sends one message per
+phase; the site runs that phase's step.
 
 Randomness.  In process, round ``r``'s draws come from
 ``default_rng([seed, r, stream])`` for all clients at once (stream 0: every
@@ -57,8 +59,8 @@ McMahan et al. (2017), *Communication-efficient learning of deep networks from d
 The package splits the two halves: :mod:`.learners` (the method's learner at a site and at the
 server, its parameters), :mod:`.randomness` (a site's row of the in-process draws), :mod:`.site`
 (the ClientApp's half), :mod:`.engine` (the generic strategy and site step), :mod:`.stopping`
-(early stopping split between the sites and the server), :mod:`.strategies` (the strategy base and
-FedeRiCo's) and :mod:`.serve` (the ServerApp's run of a method).
+(early stopping split between the sites and the server), :mod:`.strategies` (the strategy's
+messages, final evaluation and learner) and :mod:`.serve` (the ServerApp's run of a method).
 """
 
 import importlib
@@ -72,15 +74,14 @@ _HOMES = {
                  "site_learner"),
     "randomness": ("SiteGenerator",),
     "serve": ("run_personal",),
-    "site": ("federico_site", "site_finish", "site_train"),
-    "strategies": ("FedeRiCoStrategy", "PersonalStrategy"),
+    "site": ("site_finish", "site_train"),
+    "strategies": ("PersonalStrategy",),
 }
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = ["PERSONAL", "method_params", "check_method", "SiteGenerator", "site_learner", "server_learner",
            "learner_params", "initial_state", "site_train", "site_finish", "PersonalStrategy",
-           "SuPerFedStrategy", "FedeRiCoStrategy", "STRATEGIES",
-           "StepStrategy", "step_site", "federico_site", "run_personal"]
+           "SuPerFedStrategy", "STRATEGIES", "StepStrategy", "step_site", "run_personal"]
 
 
 def __getattr__(name: str):

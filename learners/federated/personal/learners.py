@@ -62,10 +62,6 @@ def check_method(method: str, training: dict, options: dict | None) -> None:
 
     check_training(training)
     params = method_params(TrainingProtocol(**training), 0, options)
-    if method == "federico" and _patience(params) is not None:
-        raise InputError("--method federico: early stopping (patience) is not offered over Flower; FedeRiCo's own "
-                         "strategy has no validation exchange (the methods written as a site step and a server "
-                         "step have one)")
     if params.get("refit"):
         raise InputError(f"--method-option refit: --method {method} over Flower reads BG(R) off the learned "
                          "weights (refit would train again on every set peeling asks about)")
@@ -75,14 +71,6 @@ def check_method(method: str, training: dict, options: dict | None) -> None:
         raise InputError(f"--method {method}: {e}") from None
     except TypeError as e:
         raise InputError(f"--method-option: {e}") from None
-
-
-def _patience(params: dict):
-    """The patience a learner built from ``params`` would stop with: its protocol's."""
-    protocol = params.get("protocol")
-    if isinstance(protocol, dict):
-        return protocol.get("patience")
-    return None if protocol is None else protocol.patience
 
 
 def _create(method: str, params: dict):
@@ -159,16 +147,29 @@ def row_of(params: dict, i: int) -> dict:
     return {k: v[i:i + 1] for k, v in params.items()}
 
 
+#: The dtypes a message carries as they are: statistics (FedeRiCo's posterior rows) and indices.  Anything
+#: else travels as float32, the models' dtype.
+KEPT_DTYPES = (np.float64, np.int64)
+
+
+def _dtype(dtype) -> type:
+    return next((d for d in KEPT_DTYPES if np.dtype(dtype) == d), np.float32)
+
+
 def as_tensors(arrays: dict) -> dict:
-    """A message's arrays as float32 tensors, by name."""
+    """A message's arrays as tensors, by name: float32, or float64 and int64 as they are (:data:`KEPT_DTYPES`)."""
     import torch
 
-    return {k: torch.as_tensor(np.array(v, dtype=np.float32)) for k, v in arrays.items()}
+    return {k: torch.as_tensor(np.array(v, dtype=_dtype(np.asarray(v).dtype))) for k, v in arrays.items()}
 
 
 def as_numpy(params: dict) -> dict:
-    """Tensors as float32 numpy arrays, by name (what a message carries)."""
-    return {k: v.detach().cpu().numpy().astype(np.float32) for k, v in params.items()}
+    """Tensors as numpy arrays, by name (what a message carries): float32, or float64 and int64 as they are."""
+    out = {}
+    for k, v in params.items():
+        a = v.detach().cpu().numpy()
+        out[k] = a.astype(_dtype(a.dtype))
+    return out
 
 
 # Where a learner's state holds a site's optimiser state: the registry's OPTIMISER_KEYS (every

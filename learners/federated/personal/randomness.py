@@ -59,9 +59,9 @@ class SiteGenerator:
 
 def epoch_steps(sizes, batch_size, site: int) -> tuple[int, int]:
     """``(S, s_i)``: minibatch steps of an in-process epoch and of site ``site`` (``epoch_plan``'s rule)."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    b = int(sizes.max()) if batch_size is None else int(min(batch_size, sizes.max()))
-    steps = -(-sizes // b)
+    from coalitions.learners.training.engine import epoch_steps_of
+
+    steps = epoch_steps_of(sizes, batch_size)
     return int(steps.max()), int(steps[site])
 
 

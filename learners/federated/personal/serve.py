@@ -1,8 +1,8 @@
 """The ServerApp's run of a personalised method over Flower: discover the sites, run the method's strategy.
 
-The strategy comes from :data:`~coalitions.learners.federated.personal.engine.STRATEGIES` (the
-generic :class:`~coalitions.learners.federated.personal.engine.StepStrategy` for every method
-written as a site step and a server step, FedeRiCo's own otherwise).
+The strategy comes from :data:`~coalitions.learners.federated.personal.engine.STRATEGIES`: the
+generic :class:`~coalitions.learners.federated.personal.engine.StepStrategy` for every method,
+each written as site steps and server steps (one pair per phase of its round).
 """
 
 from __future__ import annotations

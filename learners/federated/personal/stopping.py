@@ -35,7 +35,7 @@ import numpy as np
 from coalitions.learners.federated.personal.learners import as_numpy
 from coalitions.learners.federated.replies import BadReply, check_number
 
-__all__ = ["early", "site_validation", "stashed", "site_val_loss", "snapshot", "ServerStopper"]
+__all__ = ["early", "site_validation", "stashed", "carried", "site_val_loss", "snapshot", "ServerStopper"]
 
 def early(cfg) -> bool:
     """Whether a message belongs to a run with early stopping (its ``early`` flag)."""
@@ -52,6 +52,11 @@ def stashed(kept: dict | None, tag: str) -> dict:
     ``<tag>__<state key>``), or ``{}``."""
     prefix = f"{tag}__"
     return {k[len(prefix):]: v for k, v in (kept or {}).items() if k.startswith(prefix)}
+
+
+def carried(kept: dict | None) -> dict:
+    """The copies a site keeps through an exchange that scores nothing (a later phase of a round of several)."""
+    return {tag: snap for tag in ("pending", "best") if (snap := stashed(kept, tag))}
 
 
 def flat(copies: dict) -> dict:
