@@ -14,9 +14,13 @@ sampled by ``nvidia-smi`` every 50 ms while the batched rounds run (alone).
 
 ``accuracy`` trains every method on ``digits`` federations (``practical`` and
 ``twins`` partitions, 9 clients; ``practical`` in 3 groups) for several
-seeds and writes one JSON line per (partition, seed, method): mean and
-worst-client test accuracy, the learned equilibrium, its adjusted Rand index
-against the planted groups under each weight rule, and the engine path used.
+seeds, each as ``coalitions learn`` trains it without training flags (the data's
+protocol stopped on its validation loss, the rate chosen on a grid around the
+protocol's by the kept models' validation loss; ``--steps`` the budget, ``--fixed``
+one fit at the protocol's rate to its whole budget), and writes one JSON line per
+(partition, seed, method): mean and worst-client test accuracy, the learned
+equilibrium, its adjusted Rand index against the planted groups under each weight
+rule, the rate kept, the rounds run of the budget and the engine path used.
 
 Run::
 
@@ -193,7 +197,8 @@ def _labels(partition_masks, n):
 def accuracy(args) -> None:
     from coalitions.learners.data.datasets import load
     from coalitions.learners.methods.federico import data_weights
-    from coalitions.learners.training.protocol import protocol_with
+    from coalitions.learners.training.protocol import protocol_with, tuned
+    from coalitions.learners.training.tuning import fit_on_grid
 
     out = open(args.output, "a") if args.output else sys.stdout
     for partition in args.partitions.split(","):
@@ -206,13 +211,18 @@ def accuracy(args) -> None:
                 planted = _labels([sum(1 << idx[c] for c in g) for g in fed.planted_groups], fed.n)
             for method in args.methods.split(","):
                 t0 = time.perf_counter()
-                # every method under the same protocol: digits' default (the CNN), --steps its budget
+                # every method as `coalitions learn` trains it: digits' default protocol (the CNN; --steps its
+                # budget), stopped on its validation loss, its rate chosen on the grid by the same rule
                 protocol = protocol_with(fed.task, fed.input_shape, {"steps": args.steps} if args.steps else {})
-                m = _make(method, protocol=protocol, seed=seed, engine=args.engine, device=args.device).fit(fed)
+                if not args.fixed:
+                    protocol = tuned(protocol)
+                m, _ = fit_on_grid(lambda lr, method=method, seed=seed: _make(
+                    method, seed=seed, engine=args.engine, device=args.device), protocol, fed)
                 test = np.array([m.utilities_["test"][c] for c in names])
                 row = {"partition": partition, "seed": seed, "method": method, "mean": float(test.mean()),
                        "worst": float(test.min()), "seconds": round(time.perf_counter() - t0, 1),
-                       "engine": m.engine_.label, "blocks": m.estimate_.blocks()}
+                       "engine": m.engine_.label, "blocks": m.estimate_.blocks(), "lr": float(m.protocol_.lr),
+                       "rounds": int(m.rounds_), "rounds_run": int(m.rounds_run_), "hit_max": bool(m.hit_max_)}
                 if planted is not None:
                     row["ari"] = adjusted_rand_index(_labels(m.estimate_.masks, fed.n), planted)
                     if m.weights_ is not None:
@@ -242,6 +252,16 @@ def summary(args) -> None:
             avg_m = np.mean([by[s]["mean"] for s in by])
             avg_w = np.mean([by[s]["worst"] for s in by])
             print(f"| {method} | " + " | ".join(cells) + f" | {avg_m:.3f} / {avg_w:.3f} |")
+        print(f"\n{partition}: rounds run of the budget (a star: the whole budget, the method may not have converged)"
+              " and the rate kept")
+        for method in dict.fromkeys(r["method"] for r in part):
+            by = {r["seed"]: r for r in part if r["method"] == method}
+            if "rounds" in next(iter(by.values())):
+                runs = " ".join(f"{by[s]['rounds_run']}/{by[s]['rounds']}{'*' if by[s]['hit_max'] else ''}"
+                                for s in seeds if s in by)
+                rates = " ".join(f"{by[s]['lr']:g}" for s in seeds if s in by)
+                spent = sum(by[s]["hit_max"] for s in by)
+                print(f"  {method:17} rounds {runs}   whole budget in {spent}/{len(by)}   lr {rates}")
         keys = sorted({k for r in part for k in r if k.startswith("ari")})
         if keys:
             print(f"\n{partition}: adjusted Rand index against the planted groups (per seed)")
@@ -276,6 +296,8 @@ def main(argv=None) -> None:
     a.add_argument("--clients", type=int, default=9)
     a.add_argument("--groups", type=int, default=3)
     a.add_argument("--steps", type=int, default=None, help="local gradient steps per client [the protocol's]")
+    a.add_argument("--fixed", action="store_true",
+                   help="train once at the protocol's rate to its whole budget (not as `coalitions learn` does)")
     a.add_argument("--engine", default="auto")
     a.add_argument("--device", default="auto")
     a.add_argument("-o", "--output", default=None)

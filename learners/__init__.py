@@ -41,23 +41,17 @@ from __future__ import annotations
 
 import importlib
 
-#: Public name → the module (relative to this package) that defines it.  The estimators of the
-#: registered methods are the methods registry's (tests/test_registry.py checks them against it: the
-#: registry is not read here, so that importing this package loads neither it nor PyTorch).
+from coalitions.learners.methods import registry as _registry
+
+#: Public name → the module (relative to this package) that defines it.  The registered methods'
+#: estimators join from the methods registry (:func:`~coalitions.learners.methods.registry.exports`,
+#: which imports no estimator and no PyTorch), so registering a method exports it.
 _EXPORTS = {
     # estimators
     "EstimatorMixin": ".estimator",
     "Learner": ".methods.base", "PersonalizedLearner": ".methods.base", "RefitOracle": ".methods.base",
     "ExhaustiveOracle": ".exact",
-    "SPO": ".methods.spo.estimator", "SPOOracle": ".methods.spo.oracle",
-    "Local": ".methods.baselines", "FedAvg": ".methods.baselines",
-    "FedProx": ".methods.fedprox", "Ditto": ".methods.ditto",
-    "FedAMP": ".methods.fedamp", "FedAMPHeuristic": ".methods.fedamp",
-    "FedeRiCo": ".methods.federico",
-    "SuPerFed": ".methods.superfed", "SuPerFedMM": ".methods.superfed", "SuPerFedLM": ".methods.superfed",
-    "PerFedAvg": ".methods.perfedavg", "PFedMe": ".methods.pfedme", "PFedHN": ".methods.pfedhn",
-    "FedPer": ".methods.fedper", "LGFedAvg": ".methods.fedper",
-    "QFFL": ".methods.fair", "AFL": ".methods.fair",
+    "SPOOracle": ".methods.spo.oracle", "SuPerFed": ".methods.superfed",
     "METHODS": ".methods.registry", "create": ".methods.registry",
     # the training protocol
     "TrainingProtocol": ".training.protocol", "default_protocol": ".training.protocol",
@@ -67,6 +61,7 @@ _EXPORTS = {
     # experiments
     "reproduce": ".experiments.runner", "EXPERIMENTS": ".experiments.catalogue",
 }
+_EXPORTS.update({name: module.removeprefix(__name__) for name, module in _registry.exports().items()})
 
 __all__ = sorted(_EXPORTS)
 
