@@ -12,10 +12,10 @@ options, its report label, any aliases, whether it runs over Flower and where it
 site steps keep optimiser state; everything else is derived from the registry:
 the ``learn`` and ``federate --method`` choices, the report labels
 (:data:`~coalitions.learners.experiments.catalogue.METHOD_LABELS`), the Flower
-site's table (:data:`~coalitions.learners.federated.personal.PERSONAL`) and the
-optimiser states a site keeps (:data:`OPTIMISER_KEYS`); the package's exports
-(:mod:`coalitions.learners`, which does not read the registry on import) are
-checked against it by the tests.  The registration is
+site's table (:data:`~coalitions.learners.federated.personal.PERSONAL`), the
+optimiser states a site keeps (:data:`OPTIMISER_KEYS`) and the package's exports
+(:mod:`coalitions.learners`, through :func:`exports`; docs/adding-a-method.md walks
+through one method's files).  The registration is
 data beside the others, not a decorator on the class: the class's module loads
 PyTorch, and the command line lists the methods and their flags without it.
 What a method exchanges over Flower (its ``up``, ``down`` and ``kept`` keys) is
@@ -29,7 +29,7 @@ line reports it with the option's ``flag``.
 Examples
 --------
 >>> sorted(METHODS)[:6]
-['afl', 'ditto', 'fedamp', 'fedamp-heuristic', 'fedavg', 'federico']
+['afl', 'ditto', 'fedamp', 'fedamp-heuristic', 'fedavg', 'fedavgm']
 >>> METHODS["spo"].option("rule").default
 'elimination'
 """
@@ -377,6 +377,19 @@ register(Method(
     summary="FedProx (Li et al. 2020): FedAvg whose clients minimise F_k(w) + mu/2 |w - w_t|^2 "
             "(baseline; utilities only).",
     options=(Option("mu", "mu", "float", 0.01, "FedProx proximal weight mu (0: FedAvg)."),)
+    + _personalized_options(),
+))
+register(Method(
+    name="fedavgm",
+    label="FedAvgM",
+    federated=True,
+    optimiser_keys=("site_opt",),
+    target="coalitions.learners.methods.fedavgm:FedAvgM",
+    summary="FedAvgM (Hsu, Qi & Brown 2019): FedAvg whose server takes a heavy-ball step on w - average "
+            "(baseline; utilities only).",
+    options=(Option("server-momentum", "server_momentum", "float", 0.9,
+                    "FedAvgM's server momentum beta in [0, 1) (0, with --server-lr 1: FedAvg)."),
+             Option("server-lr", "server_lr", "float", 1.0, "FedAvgM's server step eta on the velocity."))
     + _personalized_options(),
 ))
 register(Method(
