@@ -105,7 +105,7 @@ def sample_neighbours(w: np.ndarray, k: int, eps: float, rng, rows: np.ndarray |
     default: all ``N``, in order).  Per client, with probability ``eps`` a uniform sample without
     replacement of the others, otherwise the ``k`` others of highest ``w_ij`` (ties to the lower
     index).  ``rng`` draws one row per client (``random((M, 1))``, then ``random((M, N))``), so a
-    site drawing its own row from :class:`~coalitions.learners.federated.personal.SiteGenerator`
+    site drawing its own row from ``SiteGenerator`` (``coalitions.learners.federated.personal``)
     gets what the in-process draw gives it.
     """
     w = np.asarray(w)

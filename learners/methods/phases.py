@@ -3,12 +3,13 @@
 Most methods exchange once a round: every site runs its site step, uploads, and the server
 aggregates.  Some exchange several times: FedeRiCo's round is a neighbour sampling, then one
 exchange per minibatch step (Sui, Wen et al. 2022, §3.3: a model is trained by the clients that
-use it, step by step).  A method says so by :meth:`~coalitions.learners.methods.base.
-PersonalizedLearner.phases`: one :class:`Phase` per exchange, each naming what the sites upload
-after it and what the server sends down before it.  In process the round runs
-``server_phase(site_phase(state))`` for each phase in order (:func:`run_phases`); over Flower
-the generic strategy (:class:`~coalitions.learners.federated.personal.engine.StepStrategy`)
-sends one message per phase.  The two paths call the same two functions.
+use it, step by step).  A method says so by
+:meth:`~coalitions.learners.methods.base.PersonalizedLearner.phases`: one :class:`Phase` per
+exchange, each naming what the sites upload after it and what the server sends down before it.
+In process the round runs ``server_phase(site_phase(state))`` for each phase in order
+(:func:`run_phases`); over Flower the generic strategy (``StepStrategy`` of
+``coalitions.learners.federated.personal``) sends one message per phase.  The two paths call the
+same two functions.
 
 Examples
 --------
