@@ -119,10 +119,22 @@ def _source(source: str, opts: dict, tol, z, data: dict):
     return co.GameSource(game), (level if z is not None or game.uncertainty is not None else None)
 
 
-def _start(path: str, clients: tuple[str, ...]):
-    """The starting partition and benefit-graph edges of an estimate or (sampled) equilibrium file."""
+def _start(path: str, src, z: float | None, tol: float):
+    """The starting partition and benefit-graph edges of an estimate or (sampled) equilibrium file, or
+    peeling on the coalitions a measured-game file of the same source holds."""
     from coalitions.sampled_ce import parse_start
 
+    clients = tuple(src.clients)
+    with open(path, "rb") as f:
+        zipped = f.read(4) == b"PK\x03\x04"
+    if zipped:     # coalitions/measured@1: peeling on what it measured (coalitions.measured_peeling)
+        from coalitions.measured import MeasuredGame
+        from coalitions.measured_peeling import peel_measured
+        from coalitions.noise import DEFAULT_Z
+
+        cache = MeasuredGame.load(path, src)
+        level = z if z is not None else DEFAULT_Z if cache.kind not in (None, "exact") else 0.0
+        return peel_measured(cache, level, tol).partition, ()
     data = cio.read_json(path)
     fmt = data.get("format")
     if fmt == "coalitions/estimate@1":
@@ -151,7 +163,8 @@ def _start(path: str, clients: tuple[str, ...]):
               help="With confidence 1 - delta.")
 @click.option("--from", "start_file", type=INPUT, default=None,
               help="Start from this estimate's or equilibrium's partition (and look along the estimate's "
-                   "benefit graph first) [default: everyone alone].")
+                   "benefit graph first), or from peeling on the coalitions a measured-game file (--resume's "
+                   "CACHE of the same source) holds [default: everyone alone].")
 @click.option("--z", "z", type=NON_NEGATIVE, default=None,
               help="Significance level of every comparison [default: 1.96 when the source gives standard errors, "
                    "else 0].")
@@ -208,7 +221,7 @@ def sample_ce(source, budget, epsilon, delta, start_file, z, tol, distribution, 
         raise co.InputError(f"--budget {budget} is below the {need} coalitions the certificate needs "
                             f"(--epsilon {epsilon:g} --delta {delta:g}: the draws, {len(src.clients)} singletons "
                             f"and up to {len(src.clients)} blocks)")
-    start, edges = _start(start_file, tuple(src.clients)) if start_file is not None else (None, ())
+    start, edges = _start(start_file, src, level, tol) if start_file is not None else (None, ())
     cache = None
     if cache_file is not None:
         check_output_path(cache_file)

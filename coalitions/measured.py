@@ -185,8 +185,10 @@ class MeasuredGame:
         fail = _failer(path)
         names = [str(c) for c in arrays["clients"]]
         if tuple(names) != out.clients:
-            fail(f"measured by another source: its clients are {names[:6]}{'...' if len(names) > 6 else ''}, "
-                 f"the source's {list(out.clients[:6])}{'...' if out.n > 6 else ''}")
+            if len(names) != out.n:
+                fail(f"measured by another source: it has {len(names)} clients, the source {out.n}")
+            k = next(k for k, (a, b) in enumerate(zip(names, out.clients, strict=True)) if a != b)
+            fail(f"measured by another source: its client {k} is {names[k]!r}, the source's {out.clients[k]!r}")
         if str(arrays["sense"]) != out.sense:
             fail(f"measured by another source: its sense is {str(arrays['sense'])!r}, the source's {out.sense!r}")
         try:
