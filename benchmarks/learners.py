@@ -223,6 +223,8 @@ def accuracy(args) -> None:
                        "worst": float(test.min()), "seconds": round(time.perf_counter() - t0, 1),
                        "engine": m.engine_.label, "blocks": m.estimate_.blocks(), "lr": float(m.protocol_.lr),
                        "rounds": int(m.rounds_), "rounds_run": int(m.rounds_run_), "hit_max": bool(m.hit_max_)}
+                if getattr(m, "lr_clients_", None) is not None:     # Local: each client's own rate
+                    row["lr_clients"] = [float(x) for x in m.lr_clients_]
                 if planted is not None:
                     row["ari"] = adjusted_rand_index(_labels(m.estimate_.masks, fed.n), planted)
                     if m.weights_ is not None:
@@ -259,7 +261,8 @@ def summary(args) -> None:
             if "rounds" in next(iter(by.values())):
                 runs = " ".join(f"{by[s]['rounds_run']}/{by[s]['rounds']}{'*' if by[s]['hit_max'] else ''}"
                                 for s in seeds if s in by)
-                rates = " ".join(f"{by[s]['lr']:g}" for s in seeds if s in by)
+                rates = " ".join(("/".join(f"{x:g}" for x in sorted(set(by[s]["lr_clients"]))) if "lr_clients" in by[s]
+                                  else f"{by[s]['lr']:g}") for s in seeds if s in by)
                 spent = sum(by[s]["hit_max"] for s in by)
                 print(f"  {method:17} rounds {runs}   whole budget in {spent}/{len(by)}   lr {rates}")
         keys = sorted({k for r in part for k in r if k.startswith("ari")})
