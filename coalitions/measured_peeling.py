@@ -75,7 +75,7 @@ class MeasuredOracle:
         best = cands[int(np.argmax(v))]
         se = self.cache.diff_se(i, cands, np.full(cands.shape, best)) if self.z else np.zeros(cands.shape)
         good = cands[v + self.z * se >= float(np.max(v)) - self.tol]
-        order = np.lexsort((good, [popcount(int(c)) for c in good]))
+        order = np.lexsort((good, popcount(good)))
         return int(good[order[0]]) & ~(1 << i)
 
     def benefit_graph(self, within: int) -> BenefitGraph:

@@ -123,8 +123,7 @@ def _halves(method, heart, **params):
     desc = [describe(s) for s in sites]
     protocol, params = _split(heart, params)
     server = P.server_learner(method, {"protocol": protocol, **params}, desc, "heart", {})
-    strategy = P.STRATEGIES[method](method, server, desc, {d["name"]: i for i, d in enumerate(desc)}, {},
-                                    log=lambda s: None)
+    strategy = P.STRATEGIES[method](method, server, desc, {}, log=lambda s: None)
     # every site's sizes, as the ClientApp has them from the server: a protocol's rounds depend on them
     at_site = [P.site_learner(method, P.learner_params(server), s, strategy.sizes) for s in sites]
     kept = [None] * heart.n

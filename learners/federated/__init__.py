@@ -32,10 +32,10 @@ Modules
     one federated game per batch of coalitions asked (the run config's
     ``masks``), over the Simulation Runtime, a SuperLink or in process.
 :mod:`~coalitions.learners.federated.personal`
-    ``federate --method local|fedavg|fedamp|federico|superfed``: the
-    personalised learners as Flower strategies (the server's step) and their
-    sites' halves (the learner's own round on the site's data); an estimate
-    equal to ``coalitions learn``'s.
+    ``federate --method local|fedavg|fedamp|federico|superfed|…``: the
+    personalised learners' server steps and their sites' halves (the learner's
+    own steps on the site's data), over the one transport; an estimate equal to
+    ``coalitions learn``'s.
 :mod:`~coalitions.learners.federated.spo`
     ``federate --method spo``: the Pareto hypernetwork at the server, the
     sites' losses and gradients with respect to the target models (pFedHN's

@@ -254,28 +254,32 @@ class Link:
             self.discover()       # a node announcing the site's name replaces the one that left
             time.sleep(0.5)
 
-    def ask(self, contents: dict, message_type: str, group: str) -> dict:
+    def ask(self, contents: dict, message_type: str, group: str, *, retries: int | None = None,
+            resumable: bool = True) -> dict:
         """Send ``{site: RecordDict}`` to the named sites; retry the silent ones; ``{site: reply}``.
 
         Each attempt lasts up to the round timeout: a site whose SuperNode is
         gone (stopped, restarting) is waited for until then before the next
-        attempt is spent on it.
+        attempt is spent on it.  ``retries`` overrides the settings' (0 for a message a
+        site must not run twice: a personalised method's site keeps state between
+        messages); ``resumable``: whether the error may point to ``--checkpoint``.
         """
         s = self.settings
+        retries = s.retries if retries is None else int(retries)
         replies: dict = {}
-        for attempt in range(s.retries + 1):
+        for attempt in range(retries + 1):
             pending = {name: c for name, c in contents.items() if name not in replies}
             if not pending:
                 break
             if attempt:
                 self.log(f"{message_type} {group}: no reply from {', '.join(sorted(pending))}; "
-                         f"asking again ({attempt}/{s.retries})")
+                         f"asking again ({attempt}/{retries})")
                 self.discover()
             end = None if s.round_timeout_s is None else time.monotonic() + s.round_timeout_s
             msgs = {name: (self.nodes[name], c) for name, c in pending.items()}
             replies.update(self._exchange(msgs, message_type, group, s.round_timeout_s))
             missing = [name for name in pending if name not in replies]
-            if missing and attempt < s.retries:
+            if missing and attempt < retries:
                 self._await_return(missing, end)
         missing = sorted(set(contents) - set(replies))
         if missing:
@@ -283,8 +287,9 @@ class Link:
 
             why = "; ".join(f"{m}: {self.errors[m]}" for m in missing if self.errors.get(m))
             raise Silent(missing[0], f"site(s) {', '.join(missing)} did not answer {message_type} {group} after "
-                                     f"{s.retries + 1} attempt(s)" + (f" ({why})" if why else "")
-                         + "; rerun with the same --checkpoint to resume", self.nodes.get(missing[0]))
+                                     f"{retries + 1} attempt(s)" + (f" ({why})" if why else "")
+                         + ("; rerun with the same --checkpoint to resume" if resumable else ""),
+                         self.nodes.get(missing[0]))
         return replies
 
 

@@ -48,7 +48,9 @@ What leaves a site: its split sizes, its ``up`` keys each round, its mean
 training loss per round (with early stopping, its mean validation loss too:
 :mod:`.stopping`) and, at the end, its validation and test metric
 (docs/federated.md has the table per method).  Unlike the exact game, these
-runs are not checkpointed: an interrupted run starts again.
+runs are not checkpointed: an interrupted run starts again.  The server's messages go through
+:class:`~coalitions.learners.federated.transport.Link`, as every server's do; a training
+message is never sent twice (a site keeps state between messages).
 
 References
 ----------
@@ -59,7 +61,7 @@ McMahan et al. (2017), *Communication-efficient learning of deep networks from d
 The package splits the two halves: :mod:`.learners` (the method's learner at a site and at the
 server, its parameters), :mod:`.randomness` (a site's row of the in-process draws), :mod:`.site`
 (the ClientApp's half), :mod:`.engine` (the generic strategy and site step), :mod:`.stopping`
-(early stopping split between the sites and the server), :mod:`.strategies` (the strategy's
+(early stopping split between the sites and the server), :mod:`.strategies` (the server's
 messages, final evaluation and learner) and :mod:`.serve` (the ServerApp's run of a method).
 """
 

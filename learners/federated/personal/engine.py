@@ -117,47 +117,46 @@ class StepStrategy(PersonalStrategy):
         self.schedule = [(r, j, phase) for r in range(self.rounds) for j, phase in enumerate(self.learner.phases(r))]
         self._round = [0.0, 0]      # the running round's sum of losses and their count
 
-    def configure_train(self, server_round, arrays, config, grid):
-        if self.stopper is not None and self.stopper.stopped:     # the rule stopped: the remaining rounds send nothing
-            return []
-        x = int(server_round) - 1
+    def group(self, x: int) -> str:
+        """How exchange ``x`` is named in the log and in errors: ``round r`` (and the exchange, in a round of several)."""
+        r = self.schedule[x][0]
+        return f"round {r + 1}" + (f" (exchange {x + 1})" if len(self.learner.phases(r)) > 1 else "")
+
+    def train_contents(self, x: int) -> dict | None:
+        """``{site: message}`` of exchange ``x``; None once early stopping stopped (the rest sends nothing)."""
+        if self.stopper is not None and self.stopper.stopped:
+            return None
         r, j, _ = self.schedule[x]
         extra = {"phase": j}
         if self.stopper is not None and j == 0:     # a round's first exchange scores the previous round
             extra.update({"early": 1, "validate": int(r >= 1), "promote": int(self.stopper.verdict)})
-        return [self._message(i, "train", r, self.payload(x, i), grid, extra) for i in range(len(self.names))]
+        return {name: self.content(i, r, self.payload(x, i), extra) for i, name in enumerate(self.names)}
 
-    def aggregate_train(self, server_round, replies):
-        from flwr.app import MetricRecord
-
-        if self.stopper is not None and self.stopper.stopped:
-            return None, None
-        x = int(server_round) - 1
+    def take_train(self, x: int, replies: dict) -> None:
+        """The sites' replies to exchange ``x`` (``{site: reply}``), checked; the server phase on their uploads."""
         r, j, phase = self.schedule[x]
-        several = len(self.learner.phases(r)) > 1
-        reps = self._replies(replies, f"train round {r + 1}" + (f" (exchange {server_round})" if several else ""))
-        if j == 0 and not self.admit(r, reps):     # the round does not count (early stopping decided before it)
-            return None, None
+        if j == 0 and not self.admit(r, replies):     # the round does not count (early stopping decided before it)
+            return
         n_losses = self.rounds if self.exchanges() == 1 else 1
-        metrics = [self._metrics(rep) for rep in reps]
-        losses = np.array([check_losses(m.get("losses", []), name, n=n_losses)
-                           for name, m in zip(self.names, metrics, strict=True)], dtype=np.float64)
-        counts = np.array([self._counts(m.get("counts", []), name, n_losses)
-                           for name, m in zip(self.names, metrics, strict=True)], dtype=np.float64)
-        self.absorb(x, [{k: self._arrays(rep, k) for k in self._records(rep, phase)} for rep in reps])
+        metrics = {name: self._metrics(name, replies[name]) for name in self.names}
+        losses = np.array([check_losses(metrics[name].get("losses", []), name, n=n_losses) for name in self.names],
+                          dtype=np.float64)
+        counts = np.array([self._counts(metrics[name].get("counts", []), name, n_losses) for name in self.names],
+                          dtype=np.float64)
+        self.absorb(x, [{k: self._arrays(name, replies[name], k) for k in self._records(name, replies[name], phase)}
+                        for name in self.names])
         if n_losses > 1:    # one exchange ran every round: the mean over the sites, round by round
-            self.loss_history += [float(x) for x in (losses * counts).sum(axis=0) / np.maximum(counts.sum(axis=0), 1)]
+            self.loss_history += [float(v) for v in (losses * counts).sum(axis=0) / np.maximum(counts.sum(axis=0), 1)]
             self.log(f"{self.method}: {self.rounds} rounds in one exchange, mean loss {self.loss_history[-1]:.4f}")
-            return None, MetricRecord({"loss": self.loss_history[-1]})
+            return
         self._round = [self._round[0] + float((losses * counts).sum()), self._round[1] + int(counts.sum())]
         phases = len(self.learner.phases(r))
         if j < phases - 1:
-            return None, None
+            return
         self.loss_history.append(self._round[0] / max(self._round[1], 1))    # in process: the mean over the clients
         self._round = [0.0, 0]
         self.log(f"{self.method}: round {r + 1}/{self.rounds}"
                  f"{f' ({phases} exchanges)' if phases > 1 else ''}, mean loss {self.loss_history[-1]:.4f}")
-        return None, MetricRecord({"loss": self.loss_history[-1]})
 
     def _counts(self, values, name: str, n: int) -> list[int]:
         """How many losses each of a site's ``losses`` averages: ``n`` integers in ``[0, n-train]``."""
@@ -170,18 +169,19 @@ class StepStrategy(PersonalStrategy):
             raise BadReply(name, f"its loss counts {values!r} are not whole numbers")
         return [int(c) for c in out]
 
-    def _records(self, rep, phase) -> list[str]:
+    def _records(self, name: str, rep, phase) -> list[str]:
         """The phase's upload keys, every one of them in the reply and nothing else."""
         have = list(rep.content.array_records)
         if sorted(have) != sorted(phase.up):
-            raise BadReply(self._name(rep), f"its reply holds records {sorted(have)}, expected {sorted(phase.up)}")
+            raise BadReply(name, f"its reply holds records {sorted(have)}, expected {sorted(phase.up)}",
+                           rep.metadata.src_node_id)
         return list(phase.up)
 
-    def admit(self, r, reps) -> bool:
+    def admit(self, r, replies: dict) -> bool:
         """With early stopping: the sites' losses of round ``r − 1``; round ``r`` counts unless the rule stopped."""
         if self.stopper is None or r == 0:
             return True
-        losses = self.stopper.losses(self.names, [self._metrics(rep).get("val-loss") for rep in reps])
+        losses = self.stopper.losses(self.names, [self._metrics(n, replies[n]).get("val-loss") for n in self.names])
         self.stopper.update(losses, self.state)
         return not self.stopper.stopped
 
@@ -238,7 +238,7 @@ class StepStrategy(PersonalStrategy):
     def final_payload(self, i):
         return self._shares(self.learner.down, i)
 
-    def _arrays(self, rep, key: str) -> dict:
+    def _arrays(self, name: str, rep, key: str) -> dict:
         """Upload ``key`` of a reply as ``{name: (rows, ...)}``, checked against the method's record
         (:meth:`~coalitions.learners.methods.base.PersonalizedLearner.record_shapes`, ``record_rows``,
         ``record_dtype``, then its own ``check_upload``)."""
@@ -246,7 +246,6 @@ class StepStrategy(PersonalStrategy):
 
         lr = self.learner
         shapes, rows = lr.record_shapes(key), lr.record_rows(key)
-        name = self._name(rep)
         arrays = check_arrays(reply_arrays(rep, key, name, rep.metadata.src_node_id),
                               [(rows, *s) for s in shapes.values()], name, key, dtype=np.dtype(lr.record_dtype(key)))
         value = dict(zip(shapes, arrays, strict=True))

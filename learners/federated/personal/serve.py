@@ -1,8 +1,12 @@
-"""The ServerApp's run of a personalised method over Flower: discover the sites, run the method's strategy.
+"""The ServerApp's run of a personalised method over Flower: discover the sites, run the method's server.
 
-The strategy comes from :data:`~coalitions.learners.federated.personal.engine.STRATEGIES`: the
+The server comes from :data:`~coalitions.learners.federated.personal.engine.STRATEGIES`: the
 generic :class:`~coalitions.learners.federated.personal.engine.StepStrategy` for every method,
-each written as site steps and server steps (one pair per phase of its round).
+each written as site steps and server steps (one pair per phase of its round).  Its messages go
+through :class:`~coalitions.learners.federated.transport.Link`, as the exact game's and SPO's do:
+one transport, with its discovery, timeouts, traffic counters and errors naming the site.  A
+training message is never sent twice (a site keeps state between messages); the final evaluation
+is asked again of a silent site, up to ``--retries`` times.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ def run_personal(grid, settings, method: str, params: dict | None = None, log=pr
     record (sites, traffic, seconds).
     """
     import flwr
-    from flwr.app import ArrayRecord
 
     from coalitions.learners.federated.transport import Link, check_sites
 
@@ -42,15 +45,21 @@ def run_personal(grid, settings, method: str, params: dict | None = None, log=pr
     if params is None:
         params = method_params(settings.protocol_for(sites[0]["task"]), settings.seed, settings.method_options)
     learner = server_learner(method, params, sites, settings.dataset, settings.data_options)
-    strategy = STRATEGIES[method](method, learner, sites, dict(link.nodes), link.data_config(), log=log)
-    strategy.start(grid, ArrayRecord(), num_rounds=strategy.exchanges(),
-                   timeout=settings.round_timeout_s or 3600.0)
-    if len(strategy.utilities["val"]) != len(sites):
-        raise InputError("the sites' final evaluation did not come back (see the log above)")
+    strategy = STRATEGIES[method](method, learner, sites, link.data_config(), log=log)
+    strategy.summary()
+    for x in range(strategy.exchanges()):
+        contents = strategy.train_contents(x)
+        if contents is None:        # early stopping stopped: the remaining exchanges send nothing
+            break
+        # a site keeps state between messages, so a training message is never sent twice
+        strategy.take_train(x, link.ask(contents, "train", strategy.group(x), retries=0, resumable=False))
+    # the final evaluation changes nothing at a site: a silent one is asked again (--retries)
+    strategy.take_evaluation(link.ask(strategy.evaluation_contents(), "evaluate", "of the final models",
+                                      resumable=False))
     seconds = time.perf_counter() - t0
     learner = strategy.finish(seconds)
     record = {"method": method, "sites": [{k: d[k] for k in ("name", "n-train", "n-val", "n-test")} for d in sites],
               "rounds": learner.rounds_, "communication_rounds": strategy.exchanges() + 2,
-              "bytes_sent": link.sent + strategy.sent, "bytes_received": link.received + strategy.received,
-              "messages": link.messages + strategy.messages, "seconds": seconds, "flower_version": flwr.__version__}
+              "bytes_sent": link.sent, "bytes_received": link.received,
+              "messages": link.messages, "seconds": seconds, "flower_version": flwr.__version__}
     return learner, record

@@ -1,4 +1,4 @@
-"""The server's half of a personalised method over Flower: messages, the final evaluation, the learner (docs/federated.md).
+"""The server's half of a personalised method: messages, the final evaluation, the learner (docs/federated.md).
 
 The training exchanges are :class:`~coalitions.learners.federated.personal.engine.StepStrategy`'s.
 """
@@ -9,21 +9,14 @@ import json
 
 import numpy as np
 
-from coalitions.errors import InputError
 from coalitions.learners.federated.personal.learners import initial_state, learner_params
 from coalitions.learners.federated.replies import BadReply, check_metrics, reply_json
 
 __all__ = ["PersonalStrategy"]
 
-# --------------------------------------------------------------------------- the server's half: Flower strategies
-try:
-    from flwr.serverapp.strategy import Strategy as _FlowerStrategy
-except ImportError:  # pragma: no cover - flwr is optional; the strategies need it
-    _FlowerStrategy = object  # type: ignore[assignment,misc]
-
-
-class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
-    """A personalised learner's server over Flower's strategy API (``Strategy.start`` runs the rounds).
+# --------------------------------------------------------------------------- the server's half
+class PersonalStrategy:
+    """A personalised learner's server: the messages to its sites, their final evaluation, the learner.
 
     Parameters
     ----------
@@ -33,26 +26,24 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         :func:`server_learner` of the method.
     sites : list of dict
         The sites' descriptions, in order (site ``i`` is client ``i``).
-    nodes : dict
-        Site name -> Flower node id.
     data_config : dict
         What every message carries so that a site finds its data (dataset,
         loader options, threads).
 
-    Every message to site ``i`` carries ``config`` (the method, the learner's
-    parameters as JSON, the round, ``i`` and every site's training-set size)
-    and the arrays of :meth:`payload`; replies carry the arrays of the site's
-    half (:func:`~.site.site_train`) and its loss.  After the last round
-    ``configure_evaluate`` asks each site for its utilities (:func:`site_finish`).
-    Traffic is counted as in the exact game (the records' bytes).
+    The run (:func:`~.serve.run_personal`) sends the messages through the public transport
+    (:class:`~coalitions.learners.federated.transport.Link`), as every server of the package
+    does.  Every message to site ``i`` carries ``config`` (the method, the learner's parameters
+    as JSON, the round, ``i`` and every site's training-set size) and its arrays; replies carry
+    the arrays of the site's half (:func:`~.site.site_train`) and its losses.  After the last
+    exchange :meth:`evaluation_contents` asks each site for its utilities (:func:`site_finish`)
+    and :meth:`take_evaluation` checks them.
     """
 
-    def __init__(self, method: str, learner, sites: list[dict], nodes: dict, data_config: dict, log=print):
+    def __init__(self, method: str, learner, sites: list[dict], data_config: dict, log=print):
         self.method = method
         self.learner = learner
         self.sites = sites
         self.names = [d["name"] for d in sites]
-        self.nodes = nodes
         self.sizes = [int(d["n-train"]) for d in sites]
         self.data_config = dict(data_config)
         self.log = log
@@ -60,7 +51,6 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         self.loss_history: list[float] = []
         self.utilities: dict = {"val": {}, "test": {}}
         self.site_extra: dict = {}
-        self.sent = self.received = self.messages = 0
         self.state = self.initial_state()
 
     def initial_state(self) -> dict:
@@ -73,7 +63,7 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         return {}
 
     def exchanges(self) -> int:
-        """Training exchanges (Flower rounds)."""
+        """Training exchanges (messages to every site)."""
         return self.rounds
 
     def final_extra(self) -> dict:
@@ -85,10 +75,9 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         return results
 
     # -- messages
-    def _message(self, i: int, kind: str, r: int, arrays: dict, grid, extra: dict | None = None):
-        from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
-
-        from coalitions.learners.federated.transport import record_bytes
+    def content(self, i: int, r: int, arrays: dict, extra: dict | None = None):
+        """The message to site ``i`` in round ``r``: its ``config`` record and ``arrays`` (one record each)."""
+        from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
         cfg = {**self.data_config, "method": self.method, "params": json.dumps(learner_params(self.learner)),
                "round": int(r), "site-index": int(i), "sizes": [int(s) for s in self.sizes],
@@ -100,54 +89,25 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
         content = RecordDict({"config": ConfigRecord(cfg)})
         for key, arr in arrays.items():
             content[key] = ArrayRecord([np.asarray(v) for v in arr.values()])
-        self.sent += record_bytes(content)
-        self.messages += 1
-        return Message(content, dst_node_id=self.nodes[self.names[i]], message_type=kind)
+        return content
 
-    def _replies(self, replies, kind: str) -> list:
-        from coalitions.learners.federated.transport import record_bytes
-
-        by_node = {}
-        for rep in replies:
-            src = rep.metadata.src_node_id
-            site = next((n for n, node in self.nodes.items() if node == src), str(src))
-            if rep.has_error():
-                reason = str(rep.error.reason).strip().splitlines()[-1] if rep.error.reason else ""
-                raise InputError(f"site {site}: {kind} failed ({reason})")
-            self.received += record_bytes(rep.content)
-            self.messages += 1
-            by_node[src] = rep
-        missing = [n for n in self.names if self.nodes[n] not in by_node]
-        if missing:
-            raise InputError(f"site(s) {', '.join(missing)} did not answer {kind}")
-        return [by_node[self.nodes[n]] for n in self.names]
-
-    def _name(self, rep) -> str:
-        src = rep.metadata.src_node_id
-        return next((n for n, node in self.nodes.items() if node == src), str(src))
-
-    def _metrics(self, rep):
+    def _metrics(self, name: str, rep):
         from coalitions.learners.federated.transport import reply_record
 
-        return reply_record(rep, "metrics", self._name(rep), rep.metadata.src_node_id, "metric_records")
+        return reply_record(rep, "metrics", name, rep.metadata.src_node_id, "metric_records")
 
-    # -- Flower's strategy API (training: :class:`~.engine.StepStrategy`)
-    def configure_evaluate(self, server_round, arrays, config, grid):
-        if int(server_round) < self.exchanges():
-            return []
-        return [self._message(i, "evaluate", int(server_round), self.final_payload(i), grid, self.final_extra())
-                for i in range(len(self.names))]
+    # -- the final evaluation
+    def evaluation_contents(self) -> dict:
+        """``{site: message}``: the final evaluation, each site's model as :meth:`final_payload` gives it."""
+        return {name: self.content(i, self.rounds, self.final_payload(i), self.final_extra())
+                for i, name in enumerate(self.names)}
 
-    def aggregate_evaluate(self, server_round, replies):
-        from flwr.app import MetricRecord
-
-        replies = list(replies)
-        if int(server_round) < self.exchanges() and not replies:
-            return None
-        reps = self._replies(replies, "evaluate")
+    def take_evaluation(self, replies: dict) -> None:
+        """The sites' evaluation replies (``{site: reply}``), checked: their utilities and extra fields."""
         metric = self.learner.federation_.metric
         results = []
-        for name, rep in zip(self.names, reps, strict=True):
+        for name in self.names:
+            rep = replies[name]
             if "result" not in rep.content.config_records or "json" not in rep.content["result"]:
                 raise BadReply(name, "its evaluation holds no result record", rep.metadata.src_node_id)
             results.append(reply_json(rep.content["result"]["json"], name))
@@ -156,7 +116,6 @@ class PersonalStrategy(_FlowerStrategy):  # type: ignore[misc,valid-type]
                 self.utilities[part][name] = float(check_metrics(res.pop(part, None), metric, name, 1,
                                                                  f"{part} utility")[0])
             self.site_extra[name] = self.check_extra(name, res)
-        return MetricRecord({"val-mean": float(np.mean(list(self.utilities["val"].values())))})
 
     def check_extra(self, name: str, res: dict) -> dict:
         """What a site's evaluation returns besides its utilities, checked (none for most methods)."""
