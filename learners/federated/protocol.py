@@ -229,7 +229,7 @@ def local_round(spec, task: str, params: dict, X, y, protocol, round_index: int,
 
     from coalitions.learners.data.metrics import loss_function
     from coalitions.learners.training.decay import decay_gradient, decayed_names, with_decay
-    from coalitions.learners.training.engine import epoch_plan
+    from coalitions.learners.training.engine import SGD, epoch_plan
     from coalitions.learners.training.models import stacked_forward
 
     loss = loss_function(task)
@@ -246,7 +246,10 @@ def local_round(spec, task: str, params: dict, X, y, protocol, round_index: int,
         while len(batches) < protocol.local_steps:   # passes over the data until the round's steps are drawn
             idx, mask, _ = epoch_plan(sizes, protocol.batch_size, rng)
             batches += [torch.as_tensor(idx[s, 0][mask[s, 0] > 0]) for s in range(idx.shape[0])]
-    lr, decay = float(protocol.lr), float(protocol.weight_decay)
+    decay = float(protocol.weight_decay)
+    opt = SGD(float(protocol.lr))       # plain gradient descent at the protocol's rate: the toolkit's stacked SGD
+    opt_state = opt.init(p)
+    every = torch.ones(next(iter(p.values())).shape[0], dtype=torch.bool)
     for rows in batches[:protocol.local_steps]:
         q = {k: v.detach().requires_grad_(True) for k, v in p.items()}
         xb, yb = (Xt, yt) if rows is None else (Xt[rows], yt[rows])
@@ -254,7 +257,7 @@ def local_round(spec, task: str, params: dict, X, y, protocol, round_index: int,
         grads = dict(zip(q, torch.autograd.grad(objective, list(q.values())), strict=True))
         with torch.no_grad():
             grads = with_decay(grads, decay_gradient(q, weights, decay))
-            p = {k: v.detach() - lr * grads[k] for k, v in q.items()}
+            p, opt_state = opt.step({k: v.detach() for k, v in q.items()}, grads, opt_state, every)
     return {k: v.numpy().astype(np.float32) for k, v in p.items()}
 
 
