@@ -129,12 +129,12 @@ def _start(path: str, src, z: float | None, tol: float):
         zipped = f.read(4) == b"PK\x03\x04"
     if zipped:     # coalitions/measured@1: peeling on what it measured (coalitions.measured_peeling)
         from coalitions.measured import MeasuredGame
-        from coalitions.measured_peeling import peel_measured
+        from coalitions.measured_peeling import measured_start
         from coalitions.noise import DEFAULT_Z
 
         cache = MeasuredGame.load(path, src)
         level = z if z is not None else DEFAULT_Z if cache.kind not in (None, "exact") else 0.0
-        return peel_measured(cache, level, tol).partition, ()
+        return measured_start(cache, level, tol), ()
     data = cio.read_json(path)
     fmt = data.get("format")
     if fmt == "coalitions/estimate@1":

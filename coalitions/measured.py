@@ -186,9 +186,10 @@ class MeasuredGame:
         names = [str(c) for c in arrays["clients"]]
         if tuple(names) != out.clients:
             if len(names) != out.n:
-                fail(f"measured by another source: it has {len(names)} clients, the source {out.n}")
+                fail(f"measured by another source: its clients are {len(names)}, the source's {out.n}")
             k = next(k for k, (a, b) in enumerate(zip(names, out.clients, strict=True)) if a != b)
-            fail(f"measured by another source: its client {k} is {names[k]!r}, the source's {out.clients[k]!r}")
+            fail(f"measured by another source: its clients differ from the source's at {k}: {names[k]!r} in "
+                 f"the file, {out.clients[k]!r} for the source")
         if str(arrays["sense"]) != out.sense:
             fail(f"measured by another source: its sense is {str(arrays['sense'])!r}, the source's {out.sense!r}")
         try:

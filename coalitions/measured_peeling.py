@@ -9,7 +9,10 @@ comparison rule of the search (:mod:`coalitions.sampled`, docs/scale.md): ``C`` 
 the best ``B`` when it is not significantly worse, ``v_i(C) + z·se_i(C, B) ≥ v_i(B) − tol``,
 and of those ``i`` takes the smallest (fewest members, then the lowest bitmask).  A
 collaboration the measurements cannot show to pay is not formed.  Every other coalition is
-taken as unavailable, so the partition is an equilibrium of the measured part only; the search
+taken as unavailable: a source component of the benefit graph is peeled only when it was
+measured itself (:meth:`MeasuredOracle.stabilize`; the members' choices may chain into a union
+nobody measured), and :func:`measured_start` leaves the clients peeling could not place alone.
+The partition is an equilibrium of the measured part only; the search
 (:func:`coalitions.sampled_ce.sample_ce`, ``start=``) then repairs it on the whole game, and its
 certificate judges the result.
 
@@ -36,7 +39,7 @@ from .graph import BenefitGraph
 from .measured import MeasuredGame
 from .peeling import Peeling, peel_oracle
 
-__all__ = ["MeasuredOracle", "peel_measured"]
+__all__ = ["MeasuredOracle", "peel_measured", "measured_start"]
 
 
 class MeasuredOracle:
@@ -82,7 +85,20 @@ class MeasuredOracle:
         members = [i for i in range(self.cache.n) if within >> i & 1]
         return BenefitGraph(self.clients, int(within), tuple((i, self.ocs(i, within)) for i in members))
 
+    def stabilize(self, component: int, within: int) -> int | None:
+        """``component`` when it was measured (its members' values in it are known), else None (not peeled)."""
+        return int(component) if np.isin(int(component), self._masks) else None
+
 
 def peel_measured(cache: MeasuredGame, z: float = 0.0, tol: float = 1e-9) -> Peeling:
-    """Peeling (:func:`~coalitions.peeling.peel_oracle`) on the measured coalitions of ``cache``."""
+    """Peeling (:func:`~coalitions.peeling.peel_oracle`) on the measured coalitions of ``cache``.
+
+    Its ``remaining`` clients are those left when no source component was measured.
+    """
     return peel_oracle(MeasuredOracle(cache, z, tol))
+
+
+def measured_start(cache: MeasuredGame, z: float = 0.0, tol: float = 1e-9) -> tuple[int, ...]:
+    """A starting partition (bitmasks): :func:`peel_measured`'s blocks, then each client it left, alone."""
+    p = peel_measured(cache, z, tol)
+    return tuple(p.partition) + tuple(1 << i for i in range(cache.n) if p.remaining >> i & 1)

@@ -15,7 +15,7 @@ from coalitions.analytic import planted
 from coalitions.graph import ExactOracle
 from coalitions.lazy import GameSource
 from coalitions.measured import MeasuredGame
-from coalitions.measured_peeling import MeasuredOracle, peel_measured
+from coalitions.measured_peeling import MeasuredOracle, measured_start, peel_measured
 from coalitions.noise import Uncertainty
 
 
@@ -46,17 +46,18 @@ def test_with_every_coalition_measured_each_client_chooses_as_on_the_whole_game(
 @given(groups=st.lists(st.integers(1, 3), min_size=1, max_size=3), seed=st.integers(0, 10_000),
        share=st.floats(0.0, 1.0), ties=st.sampled_from([0.0, 0.5]))
 def test_a_partial_measurement_peels_to_a_partition_of_measured_blocks(groups, seed, share, ties):
-    """Any measured part (singletons always; ties included): a partition whose blocks were all measured, and
-    every client in a block of its own choosing there."""
+    """Any measured part (singletons always; ties included): a partition whose blocks were all measured (a union
+    of the members' choices that nobody measured is not peeled; its clients start alone)."""
     game = planted(groups, noise=0.05, ties=ties, seed=seed)
     n = len(game.clients)
     rng = np.random.default_rng(seed)
     others = [m for m in range(1, 1 << n) if m & (m - 1)]
     masks = [1 << i for i in range(n)] + [m for m in others if rng.random() < share]
     cache = _measured(game, sorted(masks))
-    p = peel_measured(cache)
-    assert sorted(b for k in p.partition for b in co.bitmask.members(k)) == list(range(n))
-    assert set(p.partition) <= set(int(m) for m in cache.masks)
+    start = measured_start(cache)
+    assert sorted(b for k in start for b in co.bitmask.members(k)) == list(range(n))
+    assert set(start) <= set(int(m) for m in cache.masks)
+    assert set(peel_measured(cache).partition) <= set(start)
 
 
 def test_only_singletons_measured_gives_everyone_alone_and_a_missing_singleton_is_refused():
@@ -86,4 +87,4 @@ def test_sample_ce_starts_from_peeling_a_measured_file(capsys, tmp_path):
     assert b["search"]["repairs"] == 0 < a["search"]["repairs"]
     rc, _, err = run(capsys, "sample-ce", "planted", "--groups", "4,4,5", "--seed", "3", "--budget", "600",
                      "--from", tmp_path / "c.npz")
-    assert rc == 2 and "measured by another source: it has 12 clients, the source 13" in one_line(err)
+    assert rc == 2 and "measured by another source: its clients are 12, the source's 13" in one_line(err)

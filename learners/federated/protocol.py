@@ -229,7 +229,7 @@ def local_round(spec, task: str, params: dict, X, y, protocol, round_index: int,
 
     from coalitions.learners.data.metrics import loss_function
     from coalitions.learners.training.decay import decay_gradient, decayed_names, with_decay
-    from coalitions.learners.training.engine import SGD, epoch_plan
+    from coalitions.learners.training.engine import epoch_plan, make_optimizer
     from coalitions.learners.training.models import stacked_forward
 
     loss = loss_function(task)
@@ -247,7 +247,7 @@ def local_round(spec, task: str, params: dict, X, y, protocol, round_index: int,
             idx, mask, _ = epoch_plan(sizes, protocol.batch_size, rng)
             batches += [torch.as_tensor(idx[s, 0][mask[s, 0] > 0]) for s in range(idx.shape[0])]
     decay = float(protocol.weight_decay)
-    opt = SGD(float(protocol.lr))       # plain gradient descent at the protocol's rate: the toolkit's stacked SGD
+    opt = make_optimizer("sgd", float(protocol.lr))     # plain gradient descent at the protocol's rate (stacked SGD)
     opt_state = opt.init(p)
     every = torch.ones(next(iter(p.values())).shape[0], dtype=torch.bool)
     for rows in batches[:protocol.local_steps]:
