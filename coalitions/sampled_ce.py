@@ -217,8 +217,9 @@ def sample_ce(source: ValueSource, budget: int, epsilon: float = 0.01, delta: fl
         raise InputError("the cache was made for another source")
     ledger = Ledger(cache, int(budget), int(budget) - outer_draws_needed(n, m) - 2 * n, save_to, progress)
     if z is None:
-        if ledger.room() >= len(begin):   # the start's blocks: the first thing the search measures anyway
-            ledger.take(list(begin))
+        # the start's blocks, the first thing the search measures anyway, as many as its share holds: what they
+        # are measured with (replicates, standard errors or exact values) decides the level of every comparison
+        ledger.take(list(begin)[:ledger.room()])
         level = DEFAULT_Z if cache.kind not in (None, "exact") else 0.0
     else:
         level = check_z(z)

@@ -310,6 +310,21 @@ def test_noise_aware_blocking_agrees_with_the_exhaustive_check(game, seed, z):
     assert r.certificate.outer_agreement == truth.holds
 
 
+def test_a_budget_too_small_for_every_start_block_still_judges_at_the_sources_level():
+    """The search's share holds fewer coalitions than the start has blocks: the certificate is still at z = 1.96.
+
+    (It was judged on point values, z = 0: the level was read off the start's blocks only when all of them fit.)
+    """
+    n = 12
+    game = co.planted([4, 4, 4], seed=2)
+    se = np.where(np.isnan(game.values), np.nan, 0.05)
+    noisy = game.with_uncertainty(Uncertainty.from_se(game, se))
+    need = co.sampled_ce.required_budget(n, 0.05, 0.05)
+    r = co.sample_ce(GameSource(noisy), budget=need + 5, epsilon=0.05, delta=0.05, seed=0)
+    assert 0 < r.search.trainings < n and r.search.stopped == "budget"
+    assert r.certificate.z == 1.96
+
+
 def test_a_cache_of_one_game_file_is_refused_for_another_with_the_same_provenance(tmp_path):
     a = co.Game.from_mapping(["a", "b"], {"a": {"a": 1, "a,b": 2}, "b": {"b": 1, "a,b": 2}})
     b = co.Game.from_mapping(["a", "b"], {"a": {"a": 1, "a,b": 3}, "b": {"b": 1, "a,b": 2}})
