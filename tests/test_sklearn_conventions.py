@@ -1,6 +1,6 @@
 """scikit-learn's estimator conventions hold for every estimator (learners/estimator.py, issue 32 item 6).
 
-Every estimator: the sixteen registered learners and SPO (:data:`METHODS`), SPO's Flower twin
+Every estimator: the seventeen registered learners and SPO (:data:`METHODS`), SPO's Flower twin
 :class:`FederatedSPO` (not fitted here: it fits through Flower), and :class:`ExhaustiveOracle`.
 
 Which of scikit-learn's checks apply, and why the others do not
