@@ -48,7 +48,7 @@ from coalitions.learners.methods import registry as _registry
 #: which imports no estimator and no PyTorch), so registering a method exports it.
 _EXPORTS = {
     # estimators
-    "EstimatorMixin": ".estimator",
+    "EstimatorMixin": ".estimator", "DeclaredEstimator": ".estimator",
     "Learner": ".methods.base", "PersonalizedLearner": ".methods.base", "RefitOracle": ".methods.base",
     "ExhaustiveOracle": ".exact",
     "SPOOracle": ".methods.spo.oracle", "SuPerFed": ".methods.superfed",
