@@ -40,15 +40,18 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from dataclasses import KW_ONLY, is_dataclass
+from typing import ClassVar
 
 import numpy as np
 import pytest
 from learner_fixtures import blobs
 
 from coalitions.errors import InputError
-from coalitions.learners.estimator import EstimatorMixin
+from coalitions.learners.estimator import DeclaredEstimator, EstimatorMixin
 from coalitions.learners.exact import ExhaustiveOracle
 from coalitions.learners.federated.spo import FederatedSPO
+from coalitions.learners.methods.base import COMMON_PARAMS, PersonalizedLearner
 from coalitions.learners.methods.fedamp import FedAMP
 from coalitions.learners.methods.registry import METHODS
 from coalitions.learners.methods.spo import SPO
@@ -259,3 +262,51 @@ def test_param_names_refuses_a_constructor_without_named_parameters():
         Loose.param_names()
     assert Bare().get_params() == {} and repr(Bare()) == "Bare()"
     assert inspect.signature(EstimatorMixin.get_params).parameters["deep"].default is True
+
+
+PERSONAL = {name: cls for name, cls in CLASSES.items() if issubclass(cls, PersonalizedLearner)}
+
+
+@pytest.mark.parametrize("name", sorted(PERSONAL))
+def test_a_personalised_learner_declares_only_its_own_parameters_and_takes_the_common_ones_last(name):
+    cls = PERSONAL[name]
+    params = inspect.signature(cls.__init__).parameters
+    names = [p for p in params if p != "self"]
+    own, common = names[:len(names) - len(COMMON_PARAMS)], names[len(names) - len(COMMON_PARAMS):]
+    assert tuple(common) == COMMON_PARAMS
+    assert all(params[p].kind is inspect.Parameter.KEYWORD_ONLY for p in common)
+    assert all(params[p].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in own)
+    assert is_dataclass(cls)   # its constructor is generated from the declared fields
+    # each common parameter has the one default PersonalizedLearner declares, and nothing fit() sets is one
+    base = inspect.signature(PersonalizedLearner.__init__).parameters
+    assert all(params[p].default == base[p].default for p in common)
+    assert not any(p.endswith("_") or p.startswith("_") for p in names)
+
+
+def test_a_declared_estimator_refuses_an_init_of_its_own_and_a_required_parameter_after_a_default():
+    class Base(DeclaredEstimator):
+        """Common keyword-only parameters."""
+
+        _: KW_ONLY
+        seed: int = 0
+
+    class Toy(Base):
+        """One parameter of its own."""
+
+        alpha: float = 1.0
+        method: ClassVar[str] = "toy"   # a class-level setting, not a parameter
+
+    toy = Toy(2.0, seed=3)
+    assert Toy.param_names() == ("alpha", "seed") and toy.get_params() == {"alpha": 2.0, "seed": 3}
+    assert repr(toy) == "Toy(alpha=2.0, seed=3)" and toy != Toy(2.0, seed=3)   # identity, as an estimator
+    with pytest.raises(TypeError, match="must not define __init__"):
+        class Explicit(Base):
+            """Declares its parameters twice."""
+
+            def __init__(self, alpha=1.0, *, seed=0):
+                self.alpha, self.seed = alpha, seed
+    with pytest.raises(TypeError, match="non-default argument"):
+        class Required(Toy):
+            """A parameter without a default after one with a default."""
+
+            beta: float

@@ -2,8 +2,10 @@
 
 :class:`Learner` is the abstract base of every method (scikit-learn's conventions, from
 :class:`~coalitions.learners.estimator.EstimatorMixin`): ``__init__`` only stores its explicitly
-named parameters, which ``get_params(deep=True)`` reads off the signature, ``set_params``
-changes (``protocol__lr`` included) and ``sklearn.base.clone`` copies; ``fit(federation)``
+named parameters (a personalised learner declares them as fields, and its constructor is
+generated: :class:`~coalitions.learners.estimator.DeclaredEstimator`), which
+``get_params(deep=True)`` reads off the signature, ``set_params`` changes (``protocol__lr``
+included) and ``sklearn.base.clone`` copies; ``fit(federation)``
 validates them (:meth:`Learner.check_params`, errors naming the parameter), fits, and exposes
 what was learned — ``oracle_`` (a benefit oracle), ``utilities_`` and, where the method has
 them, ``weights_``.  The estimate (``estimate_``) is built from those by the core's one function,
@@ -54,6 +56,7 @@ import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import KW_ONLY
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -65,7 +68,7 @@ from coalitions.graph import BenefitOracle
 from coalitions.learners.data.federation import Federation
 from coalitions.learners.data.metrics import loss_function
 from coalitions.learners.data.roles import data_roles, with_roles
-from coalitions.learners.estimator import EstimatorMixin
+from coalitions.learners.estimator import DeclaredEstimator, EstimatorMixin
 from coalitions.learners.methods.phases import Phase, run_phases
 from coalitions.learners.methods.readout import Readout, RefitOracle
 from coalitions.learners.methods.runner import ClientsEarlyStop, EarlyStop, RoundBudget, RoundRunner
@@ -83,11 +86,6 @@ from coalitions.peeling import Peeling, peel_oracle
 __all__ = ["Learner", "PersonalizedLearner", "RefitOracle", "COMMON_PARAMS", "unflatten", "default_model",
            "default_kind", "EarlyStop", "ClientsEarlyStop"]
 
-#: The parameters every personalised learner takes, after its own (each class names them in its
-#: ``__init__``).  No training setting is among them: the model, optimiser, rate, schedule, batch,
-#: weight decay, budget and patience are the ``protocol``'s alone (one place for each setting).
-COMMON_PARAMS = ("protocol", "rule", "threshold", "refit", "device", "engine", "chunk", "seed", "checkpoint",
-                 "progress")
 
 
 def default_model(federation: Federation, images: str = "cnn") -> str:
@@ -110,7 +108,8 @@ def unflatten(flat: torch.Tensor, like: dict) -> dict:
 class Learner(EstimatorMixin, ABC):
     """Abstract base of every learner: parameters, ``fit``, and the estimate from what was learned.
 
-    Subclasses name every parameter in ``__init__`` (no ``*args`` / ``**kwargs``) and
+    Subclasses name every parameter in ``__init__`` (no ``*args`` / ``**kwargs``; or declare them
+    as the fields of a :class:`~coalitions.learners.estimator.DeclaredEstimator`) and
     store each under its own name, without validating it; :meth:`fit` calls
     :meth:`check_params` first.  After ``fit`` a learner exposes ``federation_``,
     ``oracle_`` (answers ``BG(R)``), ``utilities_`` and ``weights_`` (``None`` without
@@ -165,8 +164,39 @@ class Learner(EstimatorMixin, ABC):
 
 
 # --------------------------------------------------------------------------- the personalised learners
-class PersonalizedLearner(RoundBudget, Readout, Learner):
+class _Fitted:
+    """What a personalised learner's ``fit`` sets (:class:`PersonalizedLearner`'s Attributes), declared for the type checker.
+
+    Not in :class:`PersonalizedLearner`'s body, where an annotation declares a parameter.
+    """
+
+    protocol_: TrainingProtocol
+    params_: dict
+    weights_history_: list[np.ndarray]
+    lr_: float | None   # None: Local whose clients chose their rates (lr_clients_)
+    # What the round runner records of the run (RoundRunner).
+    loss_history_: list[float]
+    val_loss_history_: list[float]
+    val_loss_clients_: list[list[float]]
+    resumed_from_: int
+    rounds_run_: int
+    hit_max_: bool
+    best_round_: int
+    best_round_clients_: list[int]
+    best_val_loss_: float
+    best_val_loss_clients_: list[float]
+    steps_per_round_: int
+    stopped_at_: int
+    stopped_at_clients_: list[int]
+    state_: dict
+
+
+class PersonalizedLearner(_Fitted, RoundBudget, Readout, Learner, DeclaredEstimator):
     """Base of the personalised learners (see the module docstring).
+
+    The parameters below are every personalised learner's, keyword-only after the method's own:
+    they are declared once, here, as fields, and each method declares only its own (the
+    constructor is generated, :class:`~coalitions.learners.estimator.DeclaredEstimator`).
 
     Parameters
     ----------
@@ -263,41 +293,19 @@ class PersonalizedLearner(RoundBudget, Readout, Learner):
         The (peak) learning rate trained with, the protocol's.
     """
 
-    # The parameters (COMMON_PARAMS, kept by __init__ under their own names) and what fit() sets,
-    # declared for the type checker.
-    protocol: TrainingProtocol | None
-    rule: str
-    threshold: float | None
-    refit: bool
-    device: str
-    engine: str
-    chunk: int | None
-    seed: int
-    checkpoint: str | os.PathLike | None
-    progress: Callable[..., Any] | None
-    protocol_: TrainingProtocol
-    params_: dict
-    weights_history_: list[np.ndarray]
-    lr_: float | None   # None: Local whose clients chose their rates (lr_clients_)
-    # What the round runner records of the run (RoundRunner).
-    loss_history_: list[float]
-    val_loss_history_: list[float]
-    val_loss_clients_: list[list[float]]
-    resumed_from_: int
-    rounds_run_: int
-    hit_max_: bool
-    best_round_: int
-    best_round_clients_: list[int]
-    best_val_loss_: float
-    best_val_loss_clients_: list[float]
-    steps_per_round_: int
-    stopped_at_: int
-    stopped_at_clients_: list[int]
-    state_: dict
-
-    def __init__(self, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
-                 chunk=None, seed=0, checkpoint=None, progress=None):
-        self._store(locals())
+    # The parameters every personalised learner takes (the class docstring), keyword-only, after the
+    # method's own: declared here once, the constructor is generated (DeclaredEstimator).
+    _: KW_ONLY
+    protocol: TrainingProtocol | None = None
+    rule: str = "relative"
+    threshold: float | None = None
+    refit: bool = False
+    device: str = "auto"
+    engine: str = "auto"
+    chunk: int | None = None
+    seed: int = 0
+    checkpoint: str | os.PathLike | None = None
+    progress: Callable[..., Any] | None = None
 
     # -- configuration
     def config(self) -> dict:
@@ -410,9 +418,9 @@ class PersonalizedLearner(RoundBudget, Readout, Learner):
     #: one row per site: each site its row; with one row: the same to every site), and the keys each
     #: site keeps between rounds besides its optimiser states (its personal parameters).  Nothing
     #: up (Local): the sites run all their rounds without an exchange.
-    up: tuple[str, ...] = ()
-    down: tuple[str, ...] = ()
-    kept: tuple[str, ...] = ()
+    up: ClassVar[tuple[str, ...]] = ()
+    down: ClassVar[tuple[str, ...]] = ()
+    kept: ClassVar[tuple[str, ...]] = ()
     #: Random draws per local step on a stream other than 0 (``{stream: draws}``; SuPerFed's mixing
     #: coefficient, Per-FedAvg's two minibatches): a Flower site skips the steps of larger clients.
     step_draws: ClassVar[dict[int, int]] = {}
@@ -571,3 +579,9 @@ class PersonalizedLearner(RoundBudget, Readout, Learner):
             epoch_steps=self._steps_per_epoch() if (data is None or data is self.train_data_) and batch_size == "default"
             else None, **kwargs)
         return params, {key: opt_state}, losses
+
+
+#: The parameters every personalised learner takes, after its own (declared once, in
+#: :class:`PersonalizedLearner`'s body).  No training setting is among them: the model, optimiser, rate,
+#: schedule, batch, weight decay, budget and patience are the ``protocol``'s alone (one place for each setting).
+COMMON_PARAMS = PersonalizedLearner.param_names()

@@ -101,9 +101,6 @@ class Local(PersonalizedLearner):
     stops_per_client = True
     tunes_own_rate = True
 
-    def __init__(self, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
-                 chunk=None, seed=0, checkpoint=None, progress=None):
-        self._store(locals())
 
     def _closed_form(self, fed) -> bool:
         """Linear regression under a ``closed_form`` protocol: each client's ridge fit, no rounds."""
@@ -249,9 +246,6 @@ class FedAvg(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
-                 chunk=None, seed=0, checkpoint=None, progress=None):
-        self._store(locals())
 
     up, down = ("model",), ("global",)
 

@@ -59,9 +59,7 @@ class Ditto(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, lam: float = 0.1, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto",
-                 engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
-        self._store(locals())
+    lam: float = 0.1
 
     def check_params(self):
         super().check_params()

@@ -50,6 +50,8 @@ and the structural graph of the one shared model (everybody).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import torch
 
@@ -132,7 +134,7 @@ class _OneGlobal(PersonalizedLearner):
         """Every site's local steps from ``w``, continuing the optimiser state it kept."""
         return self._site_steps(state, broadcast(w, self.federation_.n), self._task_loss, rng(0))
 
-    up: tuple[str, ...] = ("model", "stats")
+    up: ClassVar[tuple[str, ...]] = ("model", "stats")
     down = ("global",)
 
     def record_shapes(self, key: str) -> dict:
@@ -182,9 +184,7 @@ class QFFL(_OneGlobal):
 
     method = "qffl"
 
-    def __init__(self, q: float = 1.0, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto",
-                 engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
-        self._store(locals())
+    q: float = 1.0
 
     def check_params(self):
         super().check_params()
@@ -240,9 +240,7 @@ class AFL(_OneGlobal):
 
     method = "afl"
 
-    def __init__(self, lambda_lr: float = 0.1, *, protocol=None, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
-        self._store(locals())
+    lambda_lr: float = 0.1
 
     def check_params(self):
         super().check_params()

@@ -45,6 +45,7 @@ must be high for their differences to matter) and ``ξ_ii = 0.3``.
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 
 import numpy as np
 import torch
@@ -165,70 +166,19 @@ def proximal_loss(task_loss, coef: float):
     return loss
 
 
-class FedAMP(PersonalizedLearner):
-    """FedAMP with ``ξ_ij = α_k·A'(‖w_i − w_j‖²)`` (module docstring).
+class _AttentiveMessagePassing(PersonalizedLearner):
+    """What FedAMP and HeurFedAMP share: the round (message passing, proximal local steps) and the readout.
 
-    Parameters
-    ----------
-    alpha_k : float
-        Step size of the message-passing gradient step (0.5); ``0`` turns
-        FedAMP into Local.
-    lam : float
-        ``λ``, weight of the attention-inducing regulariser (0.2); the local
-        proximal weight is ``λ/(2α_k)``.
-    sigma : float
-        ``σ`` of ``A(x) = 1 − e^{−x/σ}`` (10.0).
-    local_steps : int
-        At least this many minibatch steps per client and round (5): local
-        epochs are repeated until the smallest client has taken them
-        (:func:`local_epochs_for`).  With one step per round the proximal term
-        is inert: the step starts at ``u_i``, where its gradient
-        ``(λ/α_k)(w − u_i)`` is zero, so ``λ`` changes nothing.
-    graph : {"affinity", "xi"}
-        The matrix the weight rule reads: the attention relative to an
-        identical peer (:func:`affinity_plain`, default; with the relative rule
-        ``j`` collaborates when ``e^{−‖w_i − w_j‖²/σ} ≥ t``), or ``ξ`` itself
-        (whose ``ξ_ij ≤ α_k/σ = 0.05`` makes the relative rule give no edge below
-        20 clients).
-    distance : {"sum", "mean"}
-        The argument of ``A``: the paper's ``‖w_i − w_j‖²`` ("sum", default) or
-        ``‖w_i − w_j‖²/P`` over the parameter count ``P`` ("mean",
-        :func:`squared_distances`).  Under "sum" the default ``σ = 10`` was chosen
-        on the 4.8k-parameter digits MLP, where the final models' median
-        ``‖w_i − w_j‖²`` is 2.4 (``e^{−0.24}``); a 25k-parameter MLP multiplies
-        the distances, ``e^{−‖w_i − w_j‖²/σ} → 0`` and ``ξ → I`` (FedAMP
-        becomes Local).  Under "mean" ``σ`` is in units of a squared coordinate
-        difference (median 5e-4 on digits: ``σ ≈ 2e-3`` reproduces "sum" with
-        ``σ = 10`` there) and means the same on any model.
-    **common
-        See :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
-
-    Attributes
-    ----------
-    weights_ : ndarray (N, N)
-        ``ξ`` from the final models.
-    weights_history_ : list of ndarray
-        ``ξ`` of each round.
-    guarded_rows_ : int
-        Rows the negative-``ξ_ii`` guard rescaled, over all rounds.
-    affinity_ : ndarray (N, N)
-        Row-normalised affinity of the final models (what the rule reads by default).
+    A variant gives its attention ``ξ`` (:meth:`_attention`), its affinity (:meth:`_affinity`)
+    and the parameters of its own; the parameters here are documented on each variant.
     """
 
-    method = "fedamp"
-
-    # Its own parameters (kept by __init__ under their own names), declared for the type checker.
-    alpha_k: float
-    lam: float
-    sigma: float
-    local_steps: int
-    graph: str
-    distance: str
-
-    def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 10.0, local_steps: int = 5,
-                 graph: str = "affinity", distance: str = "sum", *, protocol=None, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
-        self._store(locals())
+    # The parameters of both (PersonalizedLearner adds the common ones after them; each variant its own).
+    alpha_k: float = 0.5
+    lam: float = 0.2
+    sigma: float = 10.0
+    local_steps: int = 5
+    graph: str = "affinity"
 
     def check_params(self):
         super().check_params()
@@ -237,13 +187,10 @@ class FedAMP(PersonalizedLearner):
         check_param("sigma", self.sigma, "number", low=0, low_open=True)
         check_param("local_steps", self.local_steps, "int", low=1, high=MAX_STEPS)
         check_param("graph", self.graph, "choice", choices=GRAPHS)
-        # HeurFedAMP reads cosines and has no `distance` (its check runs through here).
-        check_param("distance", getattr(self, "distance", "sum"), "choice", choices=DISTANCES)
 
+    @abstractmethod
     def _attention(self, W: torch.Tensor) -> torch.Tensor:
-        xi, guarded = attention_plain(W, float(self.alpha_k), float(self.sigma), self.distance)
-        self._guarded = getattr(self, "_guarded", 0) + guarded
-        return xi
+        """``ξ`` of the stacked flattened models ``W`` (each variant its own)."""
 
     up, down, kept = ("params",), ("u",), ("params",)
 
@@ -312,18 +259,86 @@ class FedAMP(PersonalizedLearner):
         self.weights_history_ = [np.asarray(h, dtype=np.float64) for h in state.get("history", [])]
         self.affinity_ = self._affinity(flatten(self.params_))
 
+    @abstractmethod
     def _affinity(self, W: torch.Tensor) -> np.ndarray:
-        return affinity_plain(W, float(self.sigma), self.distance)
+        """The row-normalised affinity of ``W`` the weight rule reads by default (each variant its own)."""
 
     def rule_weights(self) -> np.ndarray:
         """The matrix the weight rule reads: ``affinity_`` (``graph="affinity"``) or ``ξ``."""
         return self.affinity_ if self.graph == "affinity" else super().rule_weights()
 
+
+class FedAMP(_AttentiveMessagePassing):
+    """FedAMP with ``ξ_ij = α_k·A'(‖w_i − w_j‖²)`` (module docstring).
+
+    Parameters
+    ----------
+    alpha_k : float
+        Step size of the message-passing gradient step (0.5); ``0`` turns
+        FedAMP into Local.
+    lam : float
+        ``λ``, weight of the attention-inducing regulariser (0.2); the local
+        proximal weight is ``λ/(2α_k)``.
+    sigma : float
+        ``σ`` of ``A(x) = 1 − e^{−x/σ}`` (10.0).
+    local_steps : int
+        At least this many minibatch steps per client and round (5): local
+        epochs are repeated until the smallest client has taken them
+        (:func:`local_epochs_for`).  With one step per round the proximal term
+        is inert: the step starts at ``u_i``, where its gradient
+        ``(λ/α_k)(w − u_i)`` is zero, so ``λ`` changes nothing.
+    graph : {"affinity", "xi"}
+        The matrix the weight rule reads: the attention relative to an
+        identical peer (:func:`affinity_plain`, default; with the relative rule
+        ``j`` collaborates when ``e^{−‖w_i − w_j‖²/σ} ≥ t``), or ``ξ`` itself
+        (whose ``ξ_ij ≤ α_k/σ = 0.05`` makes the relative rule give no edge below
+        20 clients).
+    distance : {"sum", "mean"}
+        The argument of ``A``: the paper's ``‖w_i − w_j‖²`` ("sum", default) or
+        ``‖w_i − w_j‖²/P`` over the parameter count ``P`` ("mean",
+        :func:`squared_distances`).  Under "sum" the default ``σ = 10`` was chosen
+        on the 4.8k-parameter digits MLP, where the final models' median
+        ``‖w_i − w_j‖²`` is 2.4 (``e^{−0.24}``); a 25k-parameter MLP multiplies
+        the distances, ``e^{−‖w_i − w_j‖²/σ} → 0`` and ``ξ → I`` (FedAMP
+        becomes Local).  Under "mean" ``σ`` is in units of a squared coordinate
+        difference (median 5e-4 on digits: ``σ ≈ 2e-3`` reproduces "sum" with
+        ``σ = 10`` there) and means the same on any model.
+    **common
+        See :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
+
+    Attributes
+    ----------
+    weights_ : ndarray (N, N)
+        ``ξ`` from the final models.
+    weights_history_ : list of ndarray
+        ``ξ`` of each round.
+    guarded_rows_ : int
+        Rows the negative-``ξ_ii`` guard rescaled, over all rounds.
+    affinity_ : ndarray (N, N)
+        Row-normalised affinity of the final models (what the rule reads by default).
+    """
+
+    method = "fedamp"
+
+    distance: str = "sum"
+
+    def check_params(self):
+        super().check_params()
+        check_param("distance", self.distance, "choice", choices=DISTANCES)
+
+    def _attention(self, W: torch.Tensor) -> torch.Tensor:
+        xi, guarded = attention_plain(W, float(self.alpha_k), float(self.sigma), self.distance)
+        self._guarded = getattr(self, "_guarded", 0) + guarded
+        return xi
+
+    def _affinity(self, W: torch.Tensor) -> np.ndarray:
+        return affinity_plain(W, float(self.sigma), self.distance)
+
     def estimate_extra(self, peeling):
         return {**super().estimate_extra(peeling), "guarded_rows": self.guarded_rows_}
 
 
-class FedAMPHeuristic(FedAMP):
+class FedAMPHeuristic(_AttentiveMessagePassing):
     """HeurFedAMP: cosine attention with a fixed self-attention ``ξ_ii`` (module docstring).
 
     Parameters
@@ -335,23 +350,21 @@ class FedAMPHeuristic(FedAMP):
         ``λ`` (0.2).
     sigma : float
         Temperature of the cosine attention ``e^{σ·cos}`` (200.0).
-    self_weight : float
-        ``ξ_ii`` in ``[0, 1]`` (0.3).
     local_steps : int
         As for :class:`FedAMP` (5).
     graph : {"affinity", "xi"}
         The rule reads :func:`affinity_heuristic` ``e^{σ(cos − 1)}`` (default) or ``ξ``
         (with two clients ``ξ_12 = 1 − ξ_ii`` whatever the models: always linked).
+    self_weight : float
+        ``ξ_ii`` in ``[0, 1]`` (0.3).
     **common
         See :class:`~coalitions.learners.methods.base.PersonalizedLearner`.
     """
 
     method = "fedamp-heuristic"
 
-    def __init__(self, alpha_k: float = 0.5, lam: float = 0.2, sigma: float = 200.0, self_weight: float = 0.3,
-                 local_steps: int = 5, graph: str = "affinity", *, protocol=None, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
-        self._store(locals())
+    sigma: float = 200.0
+    self_weight: float = 0.3
 
     def check_params(self):
         super().check_params()
@@ -364,6 +377,3 @@ class FedAMPHeuristic(FedAMP):
 
     def _affinity(self, W):
         return affinity_heuristic(W, float(self.sigma))
-
-    def estimate_extra(self, peeling):
-        return PersonalizedLearner.estimate_extra(self, peeling)  # no guard: no guarded_rows

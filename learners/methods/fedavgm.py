@@ -70,10 +70,8 @@ class FedAvgM(PersonalizedLearner):
     #: What a site uploads after its step, and what the server sends down before it.
     up, down = ("model",), ("global",)
 
-    def __init__(self, server_momentum: float = 0.9, server_lr: float = 1.0, *, protocol=None, rule="relative",
-                 threshold=None, refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None,
-                 progress=None):
-        self._store(locals())
+    server_momentum: float = 0.9
+    server_lr: float = 1.0
 
     def check_params(self):
         super().check_params()

@@ -182,18 +182,13 @@ class FedeRiCo(PersonalizedLearner):
 
     method = "federico"
 
-    # Its own parameters (kept by __init__ under their own names), declared for the type checker.
-    neighbours: int
-    eps: float
-    beta: float
-    accumulate: bool
-    weights: str
-    likelihood: str
-
-    def __init__(self, neighbours: int = 3, eps: float = 0.3, beta: float = 0.6, accumulate: bool = False,
-                 weights: str = "data", likelihood: str = "mean", *, protocol=None, rule="relative", threshold=None,
-                 refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
-        self._store(locals())
+    # Its own parameters (PersonalizedLearner adds the common ones after them).
+    neighbours: int = 3
+    eps: float = 0.3
+    beta: float = 0.6
+    accumulate: bool = False
+    weights: str = "data"
+    likelihood: str = "mean"
 
     def check_params(self):
         super().check_params()

@@ -53,9 +53,6 @@ class PartialAverage(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, *, protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto",
-                 chunk=None, seed=0, checkpoint=None, progress=None):
-        self._store(locals())
 
     def _shared_names(self) -> tuple:
         return self.spec_.body if self.shared_part == "body" else self.spec_.head

@@ -61,9 +61,7 @@ class PerFedAvg(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, alpha: float = 0.01, *, protocol=None, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
-        self._store(locals())
+    alpha: float = 0.01
 
     def check_params(self):
         super().check_params()

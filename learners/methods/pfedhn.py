@@ -90,10 +90,9 @@ class PFedHN(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, embed: int = 8, hn_hidden: int = 100, hn_lr: float = 0.01, *, protocol=None, rule="relative",
-                 threshold=None, refit=False, device="auto", engine="auto", chunk=None, seed=0, checkpoint=None,
-                 progress=None):
-        self._store(locals())
+    embed: int = 8
+    hn_hidden: int = 100
+    hn_lr: float = 0.01
 
     def check_params(self):
         super().check_params()

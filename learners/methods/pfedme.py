@@ -89,17 +89,12 @@ class PFedMe(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    # Its own parameters (kept by __init__ under their own names), declared for the type checker.
-    lam: float
-    beta: float
-    inner_lr: float
-    inner_steps: int
-    inner_tol: float
-
-    def __init__(self, lam: float = 15.0, beta: float = 1.0, inner_lr: float = 0.05, inner_steps: int = 100,
-                 inner_tol: float = 1e-3, *, protocol=None, rule="relative", threshold=None, refit=False,
-                 device="auto", engine="auto", chunk=None, seed=0, checkpoint=None, progress=None):
-        self._store(locals())
+    # Its own parameters (PersonalizedLearner adds the common ones after them).
+    lam: float = 15.0
+    beta: float = 1.0
+    inner_lr: float = 0.05
+    inner_steps: int = 100
+    inner_tol: float = 1e-3
 
     def check_params(self):
         super().check_params()

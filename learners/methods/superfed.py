@@ -106,10 +106,10 @@ class SuPerFed(PersonalizedLearner):
     has_weights = False
     shares_model = True
 
-    def __init__(self, mu: float = 0.01, nu: float = 1.0, start: float = 0.4, lambda_grid=LAMBDA_GRID, *,
-                 protocol=None, rule="relative", threshold=None, refit=False, device="auto", engine="auto", chunk=None,
-                 seed=0, checkpoint=None, progress=None):
-        self._store(locals())
+    mu: float = 0.01
+    nu: float = 1.0
+    start: float = 0.4
+    lambda_grid: tuple[float, ...] = LAMBDA_GRID
 
     def check_params(self):
         super().check_params()
