@@ -368,3 +368,38 @@ def test_every_subset_model_of_the_exact_game_stops_on_its_own_validation_loss()
         best = int(game.stopped_at_[m]) - p.patience
         short = ExhaustiveOracle(protocol=p.with_(steps=best, patience=None), device="cpu").fit(fed)
         np.testing.assert_array_equal(game.values_val_[members, m], short.values_val_[members, m])
+
+
+@pytest.mark.parametrize("method", ["local", "fedavg", "fedprox", "fedavgm", "ditto", "fedper", "lg-fedavg", "qffl",
+                                    "afl", "per-fedavg", "pfedme", "pfedhn", "fedamp", "fedamp-heuristic", "superfed-mm",
+                                    "superfed-lm"])
+def test_the_weight_decay_reaches_every_weight_a_learner_trains(method, monkeypatch):
+    """The protocol's decay is on the weights of every model a site trains (issue 32): Ditto trains its global and
+    personal models, SuPerFed its federated and local ones, in one dict of prefixed names, which the decay once
+    missed (no decay at all on Ditto, none in SuPerFed's phase II)."""
+    from learner_fixtures import blobs
+
+    import coalitions.learners.methods.base as base
+    from coalitions.learners.methods.registry import create
+
+    p = TrainingProtocol(model="mlp", hidden=4, lr=0.01, steps=6, weight_decay=1e-3)
+    options = {"inner_steps": 3} if method == "pfedme" else {"start": 0.5} if method.startswith("superfed") else {}
+    learner = create(method, options, device="cpu", seed=0).set_params(protocol=p)
+    seen, missed, biases = set(), set(), set()
+    real = base.decay_penalty
+
+    def spy(params, names, weight_decay, stacked=0):
+        shapes = learner.spec_.shapes
+        for k in params:
+            own = k if k in shapes else k.partition(".")[2]   # a prefixed model's parameter: its own name
+            assert own in shapes, f"{k} is no parameter of the model"
+            (seen if len(shapes[own]) >= 2 else biases).add(k)
+        missed.update(seen - set(names))
+        assert not set(names) & biases, "a bias is decayed"
+        return real(params, names, weight_decay, stacked)
+
+    monkeypatch.setattr(base, "decay_penalty", spy)
+    learner.fit(blobs())
+    assert seen and not missed
+    if method.startswith("superfed"):   # both phases ran: the plain names, then the prefixed ones
+        assert {k[:2] for k in seen} >= {"f.", "l."} and any("." not in k for k in seen)

@@ -404,9 +404,18 @@ class PersonalizedLearner(_Fitted, RoundBudget, Readout, Learner, DeclaredEstima
         """The kept state after an evaluation where the clients ``improved`` (all of them here) reached their best."""
         return copy.deepcopy(state)
 
+    #: The prefixes of a site step that trains several models of one spec in one parameter dict
+    #: (Ditto's global ``w.`` and personal ``v.`` models, SuPerFed's federated ``f.`` and local ``l.``
+    #: ones): the protocol's weight decay reaches the weights of each (:meth:`_decay_names`).
+    model_prefixes: ClassVar[tuple[str, ...]] = ()
+
     def _decay_names(self) -> tuple[str, ...]:
-        """The weights (not biases) the protocol's weight decay applies to (:func:`decayed_names`)."""
-        return decayed_names(self.spec_.shapes)
+        """The weights (not biases) the protocol's weight decay applies to (:func:`decayed_names`).
+
+        The model's weights under their own names, and under each of :attr:`model_prefixes`.
+        """
+        names = decayed_names(self.spec_.shapes)
+        return names + tuple(prefix + k for prefix in self.model_prefixes for k in names)
 
     # -- the method: what subclasses provide
     @abstractmethod

@@ -76,6 +76,7 @@ class Ditto(PersonalizedLearner):
         return {"global": glob, "personal": broadcast(glob, fed.n)}
 
     up, down, kept = ("model",), ("global",), ("personal",)
+    model_prefixes = ("w.", "v.")   # the global and the personal model train in one dict
 
     def site_step(self, state, r, rng):
         """Each site: the global model's local epochs and its personal model's, together; uploads the former."""

@@ -145,6 +145,7 @@ class SuPerFed(PersonalizedLearner):
         return {"global": glob, "local": local}
 
     up, down, kept = ("model",), ("global",), ("local",)
+    model_prefixes = ("f.", "l.")   # phase II trains the federated and the local model in one dict
     step_draws = {1: 1}     # phase 2: one mixing coefficient per client and local step
 
     def site_step(self, state, r, rng):
