@@ -10,6 +10,7 @@ from coalitions.errors import InputError
 from coalitions.learners.methods.baselines import FedAvg
 from coalitions.learners.methods.superfed import SuPerFedLM, SuPerFedMM, layer_index, mix
 from coalitions.learners.training.engine import flatten
+from coalitions.learners.training.protocol import TrainingProtocol
 
 SIZES = (10, 13, 7, 12)   # the training sizes of the federation most tests build
 KW = dict(protocol=sgd_protocol(4, SIZES, model="mlp", batch_size=5), seed=3, engine="batched")
@@ -79,3 +80,21 @@ def test_mix_and_layers():
 def test_bad_options(kw, match):
     with pytest.raises(InputError, match=match):
         SuPerFedMM(**kw).fit(blobs())
+
+
+def test_early_stopping_counts_only_the_personalised_rounds():
+    """Issue 33: patience once ended SuPerFed in phase I (FedAvg), before its defining step acted.  The early
+    stop now records phase I's rounds but neither stops nor keeps a model there; with ``start = 1`` (no phase
+    II) every round counts, as for FedAvg.  At rate 0.01 the blobs' validation loss rises at round 11 of 40:
+    patience 1 stopped there before."""
+    p = TrainingProtocol(model="mlp", hidden=4, lr=0.01, steps=40, patience=1, weight_decay=1e-3)
+    learner = SuPerFedMM(protocol=p, start=0.5, device="cpu", seed=0).fit(blobs())
+    warmup = learner.warmup_rounds()
+    assert learner.rounds_ == 40 and warmup == 20
+    history = learner.val_loss_history_
+    assert any(b >= a for a, b in zip(history[:warmup], history[1:warmup], strict=False))   # phase I did turn up
+    assert learner.rounds_run_ > warmup and learner.best_round_ > warmup
+    assert len(history) == learner.rounds_run_ and learner.best_val_loss_ == pytest.approx(
+        history[learner.best_round_ - 1])
+    fedavg_like = SuPerFedMM(protocol=p, start=1.0, device="cpu", seed=0).fit(blobs())
+    assert fedavg_like.warmup_rounds() == 0 and fedavg_like.rounds_run_ <= 11

@@ -57,7 +57,8 @@ class EarlyStop:
     The rule of :class:`~coalitions.learners.training.stopping.Patience` on one track, counted
     in rounds: ``update(loss)`` returns whether ``loss`` is the best so far (strictly lower);
     ``stopped`` turns true once ``patience`` consecutive evaluations have not improved on the
-    best.  ``patience=None`` never stops.  ``history`` replays the evaluations of a resumed run.
+    best.  ``patience=None`` never stops.  The first ``warmup`` rounds are recorded but do not
+    count (:meth:`RoundBudget.warmup_rounds`).  ``history`` replays the evaluations of a resumed run.
 
     Examples
     --------
@@ -66,8 +67,8 @@ class EarlyStop:
     ([True, True, False, False], True, 2)
     """
 
-    def __init__(self, patience: int | None, history=()):
-        self.rule = Patience(patience)
+    def __init__(self, patience: int | None, history=(), warmup: int = 0):
+        self.rule = Patience(patience, warmup=warmup)
         self.patience = self.rule.patience
         for v in history:
             self.update(v)
@@ -117,7 +118,8 @@ class ClientsEarlyStop:
     game's model of ``{i}`` does (:mod:`coalitions.learners.game.stopping`): the rule of
     :class:`~coalitions.learners.training.stopping.Patience` with one track per client.
     ``update_clients`` returns which clients improved (a stopped client never does); ``stopped``
-    is true once every client has stopped.  ``history`` (rounds × clients) replays a resumed run.
+    is true once every client has stopped.  ``warmup`` rounds do not count, as for :class:`EarlyStop`.
+    ``history`` (rounds × clients) replays a resumed run.
 
     Examples
     --------
@@ -128,8 +130,8 @@ class ClientsEarlyStop:
     (True, [2, 1], [3, 2])
     """
 
-    def __init__(self, patience: int | None, n: int, history=()):
-        self.rule = Patience(patience, tracks=n)
+    def __init__(self, patience: int | None, n: int, history=(), warmup: int = 0):
+        self.rule = Patience(patience, tracks=n, warmup=warmup)
         for row in history:
             self.update_clients(row)
 
@@ -203,6 +205,14 @@ class RoundBudget:
         """Early-stopping patience in rounds, the protocol's."""
         patience = self.protocol_.patience
         return None if patience is None else int(patience)
+
+    def warmup_rounds(self) -> int:
+        """The first rounds whose tuning loss the early stop records but does not count (0).
+
+        A method whose defining step starts after some rounds (SuPerFed's personalisation) neither
+        stops nor keeps its model before that step acts.
+        """
+        return 0
 
     def _lr_for(self) -> float:
         """The (peak) learning rate trained with, the protocol's."""
@@ -280,8 +290,8 @@ class RoundRunner:
         """The early stop (replaying a resumed run's evaluations): per client or on the mean over clients."""
         learner = self.learner
         if learner.stops_per_client:
-            return ClientsEarlyStop(self.patience, self.fed.n, learner.val_loss_clients_)
-        return EarlyStop(self.patience, learner.val_loss_history_)
+            return ClientsEarlyStop(self.patience, self.fed.n, learner.val_loss_clients_, learner.warmup_rounds())
+        return EarlyStop(self.patience, learner.val_loss_history_, learner.warmup_rounds())
 
     def _round(self, state: dict, r: int, stopper: EarlyStop | ClientsEarlyStop, val_data: Padded) -> dict:
         """Round ``r``: train, score the tuning loss, keep the best, save the checkpoint, report."""

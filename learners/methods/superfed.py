@@ -148,13 +148,22 @@ class SuPerFed(PersonalizedLearner):
     model_prefixes = ("f.", "l.")   # phase II trains the federated and the local model in one dict
     step_draws = {1: 1}     # phase 2: one mixing coefficient per client and local step
 
+    def _phase1_rounds(self) -> int:
+        """Rounds of phase I, ``⌊start·rounds⌋``: phase II starts at round index :meth:`_phase1_rounds`."""
+        return int(math.floor(float(self.start) * int(self.rounds_)))
+
+    def warmup_rounds(self) -> int:
+        """Phase I's rounds, when a phase II follows: the early stop counts personalised rounds only (else 0)."""
+        first = self._phase1_rounds()
+        return first if first < int(self.rounds_) else 0
+
     def site_step(self, state, r, rng):
         """Each site: phase 1 trains the federated model alone, phase 2 both models mixed by a random λ;
         uploads the federated model (its local model stays)."""
         n = self.federation_.n
         self._layers = layer_index(state["global"])
         g = {k: v.expand(n, *v.shape[1:]).clone() for k, v in state["global"].items()}
-        phase2 = r >= int(math.floor(float(self.start) * int(self.rounds_)))
+        phase2 = r >= self._phase1_rounds()
         if not phase2:   # the sites' optimiser states persist within each phase (the phases train different parts)
             f = {k: v.clone() for k, v in g.items()}
             f, kept, loss = self._site_steps(state, f, self._phase1_loss, rng(0), key="site_opt1", args=(g,))

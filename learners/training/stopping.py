@@ -31,7 +31,10 @@ class Patience:
     track's best so far (ties and NaN do not improve); the track's count of evaluations without
     improvement then restarts at 0, else it grows by 1, and the track stops once that count
     reaches ``patience``.  A stopped track ignores later evaluations: its record stays where it
-    stopped.  ``patience=None`` never stops a track (the record is still kept).
+    stopped.  ``patience=None`` never stops a track (the record is still kept).  The first
+    ``warmup`` evaluations are recorded (``stopped_at``, ``evaluations``) but do not count: none
+    improves and none adds to a count, so no track stops or keeps a model before them (a method
+    whose defining step starts later: SuPerFed's personalisation).
 
     Parameters
     ----------
@@ -41,6 +44,8 @@ class Patience:
         The number ``K`` of independent tracks.
     device : torch.device or str, optional
         Where the record's tensors live (default: the CPU).
+    warmup : int, default 0
+        Evaluations, from the first, that do not count (recorded only).
 
     Attributes
     ----------
@@ -77,16 +82,26 @@ class Patience:
     [[True, True], [True, False], [False, False]]
     >>> rule.best_step.tolist(), rule.stopped_at.tolist(), rule.stopped
     ([20, 10], [30, 20], True)
+
+    A warm-up of two evaluations: the low loss of the first does not count, the third is the
+    first that can improve:
+
+    >>> rule = Patience(1, warmup=2)
+    >>> [bool(rule.update(v)) for v in (1.0, 3.0, 2.0, 2.5)], int(rule.best_step), rule.stopped
+    ([False, False, True, False], 3, True)
     """
 
-    def __init__(self, patience: int | None, tracks: int = 1, device=None):
+    def __init__(self, patience: int | None, tracks: int = 1, device=None, warmup: int = 0):
         import torch
 
         if patience is not None:
             if isinstance(patience, bool) or int(patience) != patience or patience < 1:
                 raise ValueError(f"patience must be an integer >= 1 or None, got {patience!r}")
             patience = int(patience)
+        if isinstance(warmup, bool) or int(warmup) != warmup or warmup < 0:
+            raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
         self.patience = patience
+        self.warmup = int(warmup)
         self.best = torch.full((tracks,), math.inf, dtype=torch.float64, device=device)
         self.bad = torch.zeros(tracks, dtype=torch.int64, device=device)
         self.active = torch.ones(tracks, dtype=torch.bool, device=device)
@@ -119,10 +134,11 @@ class Patience:
             if loss.numel() != 1 or self.best.numel() != 1:
                 raise ValueError(f"{tuple(loss.shape)} losses for {self.best.numel()} tracks")
             loss = loss.reshape(self.best.shape)
-        improved = self.active & (loss < self.best)
+        counts = self.evaluations > self.warmup
+        improved = self.active & (loss < self.best) & counts
         self.best = torch.where(improved, loss, self.best)
         self.best_step = torch.where(improved, torch.full_like(self.best_step, step), self.best_step)
-        self.bad = torch.where(improved, torch.zeros_like(self.bad), self.bad + self.active.to(self.bad.dtype))
+        self.bad = torch.where(improved, torch.zeros_like(self.bad), self.bad + (self.active & counts).to(self.bad.dtype))
         self.stopped_at = torch.where(self.active, torch.full_like(self.stopped_at, step), self.stopped_at)
         if self.patience is not None:
             self.active = self.active & (self.bad < self.patience)

@@ -112,7 +112,7 @@ class StepStrategy(PersonalStrategy):
         super().__init__(*args, **kwargs)
         patience = self.learner.patience_rounds()
         #: Early stopping over Flower (:mod:`.stopping`), or None without patience.
-        self.stopper = None if patience is None else ServerStopper(patience)
+        self.stopper = None if patience is None else ServerStopper(patience, self.learner.warmup_rounds())
         #: The training exchanges in order: ``(round, phase index, phase)``.
         self.schedule = [(r, j, phase) for r in range(self.rounds) for j, phase in enumerate(self.learner.phases(r))]
         self._round = [0.0, 0]      # the running round's sum of losses and their count

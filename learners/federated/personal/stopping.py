@@ -93,12 +93,14 @@ class ServerStopper:
     Parameters
     ----------
     patience : int
+    warmup : int, default 0
+        The first rounds recorded but not counted (the learner's ``warmup_rounds()``), as in process.
     """
 
-    def __init__(self, patience: int):
+    def __init__(self, patience: int, warmup: int = 0):
         from coalitions.learners.methods.base import EarlyStop
 
-        self.rule = EarlyStop(int(patience))
+        self.rule = EarlyStop(int(patience), warmup=int(warmup))
         self.verdict = False          # whether the sites' pending copy is the best so far
         self.best_state: dict | None = None
         self.per_site: list[list[float]] = []
