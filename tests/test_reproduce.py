@@ -437,3 +437,26 @@ def test_reproduce_runs_only_the_selected_methods(tmp_path, capsys):
     assert res["methods"] == ["local", "fedprox"]
     assert set(res["regimes"][0]["runs"][0]["methods"]) == {"local", "fedprox"}
     assert "| FedProx |" in (out / "report.md").read_text() or "FedProx" in (out / "report.md").read_text()
+
+
+def test_a_piece_records_its_options_under_the_estimators_names_and_is_read_back():
+    """An option an experiment gives by its flag key is recorded under the estimator's parameter (SPO's
+    ``mlp_hidden`` is its ``target_hidden``, ``hypernet_hidden`` its ``hidden``): compared by flag key, every
+    SPO piece of fashion was trained again on every resume.  Another value is still a piece of other settings."""
+    from types import SimpleNamespace
+
+    from coalitions.learners.experiments.pieces import _is_current
+
+    fed = SimpleNamespace(options={"seed": 11})
+    options = {"mlp_hidden": 32, "hypernet_hidden": 100, "layers": 2}
+
+    def piece(**config):
+        return SimpleNamespace(config={"seed": 5, "data_options": {"seed": 11}, **config},
+                               extra={"test_outputs": {}})
+
+    assert _is_current(piece(target_hidden=32, hidden=100, layers=2), "spo", fed, 5, options)
+    assert not _is_current(piece(target_hidden=16, hidden=100, layers=2), "spo", fed, 5, options)
+    assert not _is_current(piece(target_hidden=32, hidden=100, layers=3), "spo", fed, 5, options)
+    # a variant column's options (FedeRiCo's loss scale) and an option the registry does not list keep their key
+    assert _is_current(piece(likelihood="sum"), "federico-sum", fed, 5, {"likelihood": "sum"})
+    assert not _is_current(piece(likelihood="mean"), "federico-sum", fed, 5, {"likelihood": "sum"})

@@ -144,10 +144,23 @@ def _is_current(piece, what: str, fed, init_seed: int, options: dict | None = No
         return (prov.get("seed") == init_seed and prov.get("options", {}).get("seed") == data_seed
                 and _same_protocol((prov.get("model") or {}).get("protocol"), wanted))
     cfg = piece.config
-    own = {k: v for k, v in options.items() if k != "protocol"}
+    own = {_recorded_as(what, k): v for k, v in options.items() if k != "protocol"}
     return (cfg.get("seed") == init_seed and cfg.get("data_options", {}).get("seed") == data_seed
             and "test_outputs" in piece.extra and _same_protocol(cfg.get("protocol"), wanted)
             and all(k in cfg and cfg[k] == v for k, v in own.items()))
+
+
+def _recorded_as(what: str, key: str) -> str:
+    """The name under which an estimate of column ``what`` records its option ``key``: the estimator's
+    parameter (SPO's ``mlp_hidden`` is its ``target_hidden``), or ``key`` for an option the registry does not list."""
+    from coalitions.learners.experiments.catalogue import method_of
+    from coalitions.learners.methods.registry import METHODS
+
+    method = METHODS.get(method_of(what))
+    try:
+        return method.option(key).arg if method is not None else key
+    except KeyError:
+        return key
 
 
 def _piece(fed, exp: Experiment, what: str, options: dict, seed: int, device: str, where: Path, log, progress,
