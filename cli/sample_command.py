@@ -161,10 +161,11 @@ def _start(path: str, src, z: float | None, tol: float):
               help="Certify that at most this share of coalitions drawn from D blocks (decides the draws m).")
 @click.option("--delta", type=_PROBABILITY, default=0.05, show_default=True,
               help="With confidence 1 - delta.")
-@click.option("--from", "start_file", type=INPUT, default=None,
+@click.option("--from", "start_files", type=INPUT, multiple=True,
               help="Start from this estimate's or equilibrium's partition (and look along the estimate's "
-                   "benefit graph first), or from peeling on the coalitions a measured-game file (--resume's "
-                   "CACHE of the same source) holds [default: everyone alone].")
+                   "benefit graph first), from peeling on the coalitions a measured-game file (--resume's "
+                   "CACHE of the same source) holds, or 'alone' (everyone alone) [default: alone]. Given more "
+                   "than once: search from each, certify each at delta / k and keep the best certified.")
 @click.option("--z", "z", type=NON_NEGATIVE, default=None,
               help="Significance level of every comparison [default: 1.96 when the source gives standard errors, "
                    "else 0].")
@@ -196,7 +197,7 @@ def _start(path: str, src, z: float | None, tol: float):
 @training_options
 @oracle_settings
 @federated_options
-def sample_ce(source, budget, epsilon, delta, start_file, z, tol, distribution, exact_inner_up_to, seed, cache_file,
+def sample_ce(source, budget, epsilon, delta, start_files, z, tol, distribution, exact_inner_up_to, seed, cache_file,
               groups, noise, ties, sizes, mu_e, sigma2, federation, names, fmt, output, **data):
     """A collaboration equilibrium of SOURCE within a budget of trained coalitions, with a statistical certificate.
 
@@ -204,7 +205,8 @@ def sample_ce(source, budget, epsilon, delta, start_file, z, tol, distribution, 
     coalition, never written out whole, or a dataset whose coalitions are trained as
     asked (the options of coalitions oracle). The search repairs a partition on blocking
     coalitions; then m coalitions drawn from D afterwards bound the share that blocks
-    (epsilon at confidence 1 - delta). Exit 0 when certified, 1 when not.
+    (epsilon at confidence 1 - delta). With several --from, one search a start, each
+    certificate at delta / k, the best certified kept. Exit 0 when certified, 1 when not.
     """
     from coalitions.files import check_output_path
     from coalitions.measured import MeasuredGame
@@ -216,12 +218,15 @@ def sample_ce(source, budget, epsilon, delta, start_file, z, tol, distribution, 
     opts = {"groups": groups, "noise": noise, "ties": ties, "seed": seed, "sizes": sizes, "mu_e": mu_e,
             "sigma2": sigma2, "federation": federation, "names": names}
     src, level = _source(source, opts, tol, z, data)
-    need = required_budget(len(src.clients), epsilon, delta)
+    starts = [(None, ()) if f == "alone" else _start(f, src, level, tol) for f in start_files] or [(None, ())]
+    alone = tuple(1 << i for i in range(len(src.clients)))
+    k = len({alone if b is None else tuple(b) for b, _ in starts})
+    need = required_budget(len(src.clients), epsilon, delta, k, distribution)
     if budget < need:
-        raise co.InputError(f"--budget {budget} is below the {need} coalitions the certificate needs "
-                            f"(--epsilon {epsilon:g} --delta {delta:g}: the draws, {len(src.clients)} singletons "
-                            f"and up to {len(src.clients)} blocks)")
-    start, edges = _start(start_file, src, level, tol) if start_file is not None else (None, ())
+        each = f" each, for {k} starts at --delta {delta:g} / {k}" if k > 1 else ""
+        raise co.InputError(f"--budget {budget} is below the {need} coalitions the certificate{'s' * (k > 1)} "
+                            f"need{'s' * (k == 1)} (--epsilon {epsilon:g} --delta {delta:g}: the draws, "
+                            f"{len(src.clients)} singletons and up to {len(src.clients)} blocks{each})")
     cache = None
     if cache_file is not None:
         check_output_path(cache_file)
@@ -229,17 +234,30 @@ def sample_ce(source, budget, epsilon, delta, start_file, z, tol, distribution, 
             cache = MeasuredGame.load(cache_file, src)
             click.echo(f"--resume {cache_file}: {cache.trainings} coalitions measured already", err=True)
     step = progress("sample-ce: coalitions used")
-    result = co.sample_ce(src, budget, epsilon, delta, start=start, edges=edges, z=level, tol=tol,
-                          distribution=distribution, seed=seed, cache=cache, save_to=cache_file,
-                          progress=step, exact_inner_up_to=exact_inner_up_to)
-    step(result.trainings, result.trainings)   # the run is over: a bar ends, a log gets its last line
-    text = cio.write_json(sampled_to_json(result), None) if fmt == "json" else sampled_text(result)
-    emit(text, output)
-    if not result.holds:
-        c = result.certificate
+    common = dict(z=level, tol=tol, distribution=distribution, seed=seed, cache=cache, save_to=cache_file,
+                  progress=step, exact_inner_up_to=exact_inner_up_to)
+    if len(starts) == 1:
+        result = co.sample_ce(src, budget, epsilon, delta, start=starts[0][0], edges=starts[0][1], **common)
+        best = result
+        data_out = sampled_to_json(result)
+        text = sampled_text(result)
+    else:
+        from coalitions.sampled_starts import multistart_text, multistart_to_json, sample_ce_from_starts
+
+        multi = sample_ce_from_starts(src, budget, [b for b, _ in starts], epsilon, delta,
+                                      edges=[e for _, e in starts], **common)
+        best = multi.best
+        data_out = multistart_to_json(multi)
+        text = multistart_text(multi)
+    used = data_out["trainings"]["total"]
+    step(used, used)   # the run is over: a bar ends, a log gets its last line
+    emit(cio.write_json(data_out, None) if fmt == "json" else text, output)
+    if not best.holds:
+        c = best.certificate
         how = "checked" if c.outer_method == "exhaustive" else "drawn"
         why = (f"{c.blocking_draws} of {c.m} coalitions {how} block" if c.blocking_draws else
                "a singleton blocks" if c.individual else
                "a block fails inner agreement" if not c.inner_agreement else
                f"epsilon {c.epsilon:.4g} is above the {epsilon:g} asked")
-        raise Negative(f"{source}: not certified: {why} (see above)")
+        kept = f" (the best of {k} starts)" if len(starts) > 1 else ""
+        raise Negative(f"{source}: not certified{kept}: {why} (see above)")

@@ -45,6 +45,7 @@ from .partition import Partition, format_partition, parse_partition
 from .payoffs import mau, payoff_table
 from .peeling import Peeling, peel, peel_oracle
 from .sampled_ce import SampledEquilibrium, sample_ce
+from .sampled_starts import MultiStartEquilibrium, sample_ce_from_starts
 from .scc import source_components, strongly_connected_components
 
 # The library's messages go to loggers under "coalitions" (the learners' Flower runs); nothing is
@@ -59,5 +60,5 @@ __all__ = [
     "nash_stability", "individual_stability", "strict_core", "all_checks", "AxiomReport",
     "Violation", "Partition", "parse_partition", "format_partition", "InputError", "NoEquilibrium", "Estimate", "read_estimate",
     "Measurement", "ValueSource", "GameSource", "PlantedSource", "MeanEstimationSource", "MeasuredGame",
-    "sample_ce", "SampledEquilibrium",
+    "sample_ce", "SampledEquilibrium", "sample_ce_from_starts", "MultiStartEquilibrium",
 ]

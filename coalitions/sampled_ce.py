@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -40,13 +40,19 @@ __all__ = ["SAMPLED_FORMAT", "SampledEquilibrium", "sample_ce", "required_budget
 SAMPLED_FORMAT = "coalitions/sampled-equilibrium@1"
 
 
-def required_budget(n: int, epsilon: float, delta: float) -> int:
+def required_budget(n: int, epsilon: float, delta: float, starts: int = 1, distribution: str = "uniform-size") -> int:
     """The least budget :func:`sample_ce` accepts: the certificate's draws, the ``N`` singletons, ``N`` blocks.
 
     ``m = ⌈ln δ / ln(1 − ε)⌉`` draws (:func:`coalitions.pac.draws_for`), or every coalition of
-    two or more clients when fewer, plus ``2N``.
+    two or more clients when fewer, plus ``2N``.  For a search from ``starts`` starting
+    partitions (:func:`coalitions.sampled_starts.sample_ce_from_starts`) each certificate is
+    drawn at ``δ / starts``, each candidate's ``N`` blocks are reserved, and under the
+    ``"mixed"`` distribution (whose draws depend on the partition) each candidate's draws;
+    under ``"uniform-size"`` the candidates share one set of draws.
     """
-    return outer_draws_needed(n, draws_for(epsilon, delta)) + 2 * n
+    k = int(starts)
+    m = outer_draws_needed(n, draws_for(epsilon, delta / k))
+    return m * (1 if distribution == "uniform-size" else k) + n + k * n
 
 
 @dataclass(frozen=True)
@@ -186,8 +192,32 @@ def sample_ce(source: ValueSource, budget: int, epsilon: float = 0.01, delta: fl
     Returns
     -------
     SampledEquilibrium
+
+    See Also
+    --------
+    coalitions.sampled_starts.sample_ce_from_starts : several starts, the best certified kept.
     """
     source = check_source(source)
+    begin = parse_start(start, source.clients) if start is not None else None
+    return run_searches(source, budget, epsilon, delta, [begin], [edges], z=z, tol=tol, distribution=distribution,
+                        seed=seed, cache=cache, save_to=save_to, progress=progress,
+                        exact_inner_up_to=exact_inner_up_to, inner_draws=inner_draws, batch=batch)[0]
+
+
+def run_searches(source: ValueSource, budget: int, epsilon: float, delta: float, begins: Sequence,
+                 edge_lists: Sequence[Sequence[tuple[int, int]]], *, z: float | None, tol: float, distribution: str,
+                 seed: int, cache: MeasuredGame | None, save_to, progress, exact_inner_up_to: int, inner_draws: int,
+                 batch: int) -> list[SampledEquilibrium]:
+    """The searches of :func:`sample_ce` from each of ``begins`` (bitmask blocks; ``None``: singletons), then their certificates.
+
+    One ledger and cache for all: a coalition measured for one search is read back by the
+    next.  With ``k`` starts, search ``j`` may use the search's share of the budget up to
+    ``⌊(j + 1)/k⌋`` of it (what an earlier one leaves passes on), from its own stream
+    (``SeedSequence(seed).spawn(k + 1)``: child 0 for the first, ``j + 1`` for the others;
+    child 1 is the certificates'); every certificate is drawn at ``delta / k`` from the same
+    certificate stream, so that under ``"uniform-size"`` the candidates are judged on the same
+    draws.  With one start this is :func:`sample_ce` exactly.
+    """
     n = len(source.clients)
     epsilon = check_probability(epsilon, "epsilon")
     delta = check_probability(delta, "delta")
@@ -195,48 +225,61 @@ def sample_ce(source: ValueSource, budget: int, epsilon: float = 0.01, delta: fl
         raise InputError(f"distribution must be one of {', '.join(DISTRIBUTIONS)}, got {distribution!r}")
     if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
         raise InputError(f"budget must be an integer, got {budget!r}")
-    m = draws_for(epsilon, delta)
-    need = required_budget(n, epsilon, delta)
+    k = len(begins)
+    each = delta / k
+    m = draws_for(epsilon, each)
+    need = required_budget(n, epsilon, delta, k, distribution)
     if budget < need:
-        raise InputError(f"budget {budget} is below the {need} coalitions the certificate needs "
-                         f"(m = {outer_draws_needed(n, m)} draws for epsilon {epsilon:g} at delta {delta:g}, "
-                         f"{n} singletons and up to {n} blocks)")
+        raise InputError(f"budget {budget} is below the {need} coalitions the certificate"
+                         f"{'s of ' + str(k) + ' starts need' if k > 1 else ' needs'} "
+                         f"(m = {outer_draws_needed(n, m)} draws for epsilon {epsilon:g} at delta {each:g}, "
+                         f"{n} singletons and up to {n} blocks{' each' if k > 1 else ''})")
     tol = float(tol)
     if not (math.isfinite(tol) and tol >= 0):
         raise InputError(f"tol must be a finite number >= 0, got {tol!r}")
     for name, value in (("exact_inner_up_to", exact_inner_up_to), ("inner_draws", inner_draws), ("batch", batch)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < (1 if name == "batch" else 0):
             raise InputError(f"{name} must be a non-negative integer{' >= 1' if name == 'batch' else ''}, got {value!r}")
-    for j, i in edges:
-        if not (0 <= int(i) < n and 0 <= int(j) < n):
-            raise InputError(f"benefit-graph edge {j} -> {i} names clients outside the game")
-    begin = parse_start(start, source.clients) if start is not None else tuple(1 << i for i in range(n))
+    for edges in edge_lists:
+        for j, i in edges:
+            if not (0 <= int(i) < n and 0 <= int(j) < n):
+                raise InputError(f"benefit-graph edge {j} -> {i} names clients outside the game")
+    begins = [tuple(1 << i for i in range(n)) if b is None else tuple(b) for b in begins]
     if cache is None:
         cache = MeasuredGame(source)
     elif cache.source is not source:
         raise InputError("the cache was made for another source")
-    ledger = Ledger(cache, int(budget), int(budget) - outer_draws_needed(n, m) - 2 * n, save_to, progress)
+    share = int(budget) - need
+    ledger = Ledger(cache, int(budget), share // k, save_to, progress)
     if z is None:
-        # the start's blocks, the first thing the search measures anyway, as many as its share holds: what they
-        # are measured with (replicates, standard errors or exact values) decides the level of every comparison
-        ledger.take(list(begin)[:ledger.room()])
+        # the first start's blocks, the first thing its search measures anyway, as many as its share holds: what
+        # they are measured with (replicates, standard errors or exact values) decides the level of every comparison
+        ledger.take(list(begins[0])[:ledger.room()])
         level = DEFAULT_Z if cache.kind not in (None, "exact") else 0.0
     else:
         level = check_z(z)
     rules = Rules(tol, level)
-    streams = np.random.SeedSequence(int(seed)).spawn(2)
-    found = search(ledger, begin, rules, np.random.default_rng(streams[0]), edges=[(int(j), int(i)) for j, i in edges],
-                   distribution=distribution, exact_inner_up_to=int(exact_inner_up_to),
-                   batch=int(batch))
-    if z is None and cache.kind is None:   # the search measured nothing: the certificate's blocks decide
+    streams = np.random.SeedSequence(int(seed)).spawn(k + 1)
+    found = []
+    for j, (begin, edges) in enumerate(zip(begins, edge_lists, strict=True)):
+        before = 0 if j == 0 else ledger.count   # the first search's count includes the blocks taken above
+        ledger.limit = share * (j + 1) // k
+        f = search(ledger, begin, rules, np.random.default_rng(streams[0 if j == 0 else j + 1]),
+                   edges=[(int(a), int(b)) for a, b in edges], distribution=distribution,
+                   exact_inner_up_to=int(exact_inner_up_to), batch=int(batch))
+        found.append(replace(f, trainings=f.trainings - before))
+    if z is None and cache.kind is None:   # the searches measured nothing: the certificates' blocks decide
         ledger.limit = ledger.budget
-        ledger.take(list(found.partition))
+        for f in found:
+            ledger.take(list(f.partition))
         rules = Rules(tol, DEFAULT_Z if cache.kind != "exact" else 0.0)
-    cert = certify_sampled(ledger, found.partition, rules, np.random.default_rng(streams[1]), m=m, delta=delta,
-                           requested_epsilon=epsilon, distribution=distribution, inner_draws=int(inner_draws))
+    certs = [certify_sampled(ledger, f.partition, rules, np.random.default_rng(streams[1]), m=m, delta=each,
+                             requested_epsilon=epsilon, distribution=distribution, inner_draws=int(inner_draws))
+             for f in found]
     clients = tuple(source.clients)
-    return SampledEquilibrium(clients, Partition(clients, found.partition), Partition(clients, begin), found, cert,
-                              int(budget), int(seed), dict(cache.provenance), ledger.trained)
+    return [SampledEquilibrium(clients, Partition(clients, f.partition), Partition(clients, b), f, c, int(budget),
+                               int(seed), dict(cache.provenance), ledger.trained)
+            for b, f, c in zip(begins, found, certs, strict=True)]
 
 
 def _names(r: SampledEquilibrium, mask: int) -> list[str]:
