@@ -62,6 +62,9 @@ def main(argv=None) -> None:
     ap.add_argument("--patience", type=int, default=None, help="override the protocol's patience (rounds)")
     ap.add_argument("--local-steps", type=int, default=None, help="override the protocol's local steps per round")
     ap.add_argument("--lr-grid", default=None, help="override the protocol's rate grid, e.g. 0.015,0.05,0.15")
+    ap.add_argument("--tune-split", type=float, default=None,
+                    help="override the protocol's tuning share of each client's training rows, e.g. 0.5")
+    ap.add_argument("--split", default=None, help="override the regime's train/validation/test sizes, e.g. 40/100/100")
     ap.add_argument("--quick", action="store_true", help="heart, local and fedavg, seed 0 (what CI runs)")
     args = ap.parse_args(argv)
     if args.quick or args.experiment is None:
@@ -78,21 +81,23 @@ def main(argv=None) -> None:
     p = exp.protocol_for(quick, regime)
     grid = tuple(float(x) for x in args.lr_grid.split(",")) if args.lr_grid else None
     changes = {k: v for k, v in (("steps", args.steps), ("patience", args.patience), ("local_steps", args.local_steps),
-                                 ("lr_grid", grid)) if v is not None}
+                                 ("lr_grid", grid), ("tune_split", args.tune_split)) if v is not None}
     p = p.with_(**changes)
+    data_options = dict(regime.options) if args.split is None else {**regime.options, "split": args.split}
     print(f"{exp.name} ({regime.name}), seeds {seeds}: {p.optimizer} lr {p.lr} grid {p.lr_grid} steps {p.steps} "
-          f"batch {p.batch_size} patience {p.patience} local steps {p.local_steps} model {p.model}")
+          f"batch {p.batch_size} patience {p.patience} local steps {p.local_steps} tune split {p.tune_split} "
+          f"model {p.model} data {data_options}")
     print(f"{'column':18s} {'lr':>8s} {'stopped':>8s} {'hit max':>8s} {'test':>7s} {'before':>7s}")
     for m in methods:
         rows, t = [], time.perf_counter()
         for seed in seeds:
             pair = separate_seeds(seed)
-            fed = load(exp.dataset, seed=pair.data, **regime.options)
+            fed = load(exp.dataset, seed=pair.data, **data_options)
             opts = budgeted_options(exp, quick, m, fed.sizes("train"), regime)
             if changes and "protocol" in opts:
                 opts["protocol"] = opts["protocol"].with_(**changes)
             elif changes:   # SPO: its steps and patience (no rounds)
-                opts.update({k: v for k, v in changes.items() if k not in ("local_steps", "lr_grid")})
+                opts.update({k: v for k, v in changes.items() if k not in ("local_steps", "lr_grid", "tune_split")})
             est = compute_piece(fed, exp, m, opts, pair.init, "cpu")
             stop = (est.extra or {}).get("stopping") or {}
             rows.append((stop.get("lr"), stop.get("stopped_at"), stop.get("hit_max"),
