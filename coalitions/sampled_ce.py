@@ -273,9 +273,17 @@ def run_searches(source: ValueSource, budget: int, epsilon: float, delta: float,
         for f in found:
             ledger.take(list(f.partition))
         rules = Rules(tol, DEFAULT_Z if cache.kind != "exact" else 0.0)
-    certs = [certify_sampled(ledger, f.partition, rules, np.random.default_rng(streams[1]), m=m, delta=each,
-                             requested_epsilon=epsilon, distribution=distribution, inner_draws=int(inner_draws))
-             for f in found]
+    certs = []
+    budget_all = ledger.budget
+    per_later = n + (0 if distribution == "uniform-size" else outer_draws_needed(n, m))
+    for j, f in enumerate(found):
+        # what the later candidates' certificates were promised (their blocks, and under "mixed" their own draws)
+        # is held back, so that this one's inner checks, which take what is left, cannot spend it
+        ledger.budget = budget_all - per_later * (k - 1 - j)
+        certs.append(certify_sampled(ledger, f.partition, rules, np.random.default_rng(streams[1]), m=m, delta=each,
+                                     requested_epsilon=epsilon, distribution=distribution,
+                                     inner_draws=int(inner_draws)))
+    ledger.budget = budget_all
     clients = tuple(source.clients)
     return [SampledEquilibrium(clients, Partition(clients, f.partition), Partition(clients, b), f, c, int(budget),
                                int(seed), dict(cache.provenance), ledger.trained)

@@ -116,6 +116,18 @@ def test_a_certified_candidate_is_kept_over_a_better_uncertified_one():
     assert [c.holds for c in r.candidates] == [False, True] and r.chosen == 1
 
 
+@FAST
+@given(st.integers(0, 1000), st.integers(0, 6), st.sampled_from(["uniform-size", "mixed"]))
+def test_an_earlier_certificate_never_spends_what_a_later_one_was_promised(seed, extra, distribution):
+    # the grand coalition first: its inner checks take whatever is left, and must leave the later candidates'
+    # blocks (and, under "mixed", their draws) the room the budget check reserved for them (seed 39 failed so)
+    src = PlantedSource((4, 4), seed=seed)
+    starts = [[0xFF], [0x0F, 0xF0], [0x33, 0xCC]]
+    budget = required_budget(8, 0.1, 0.05, 3, distribution) + extra
+    r = sample_ce_from_starts(src, budget, starts, 0.1, 0.05, seed=seed, z=0, distribution=distribution)
+    assert len(r.candidates) == 3 and r.trainings <= budget
+
+
 def test_the_budget_is_checked_for_every_start_before_anything_trains():
     src = Counting(PlantedSource((6, 6), seed=0))
     need = required_budget(12, 0.01, 0.05, 3)
