@@ -1,10 +1,13 @@
 """The sampled equilibrium beside the learned methods, against the exhaustive game (docs/scale.md).
 
-On ``reproduce synthetic``'s regime I federation with ``N`` clients (10 samples per client, two
-groups with opposite tasks; linear regression, the exact game in closed form with 200 bootstrap
-replicates), for each seed:
+On ``reproduce synthetic``'s regime I federation with ``N`` clients (``--game linear``, the
+default: 10 samples per client, two groups with opposite tasks; linear regression, the exact
+game in closed form) or on ``reproduce fashion``'s Dirichlet federation with ``N`` clients
+(``--game fashion``: its protocol, personal heads, the exact game at its fixed rate), both with
+200 bootstrap replicates, for each seed:
 
-* the exhaustive game and its CE (``coalitions.solve`` at z = 1.96: the reference);
+* the exhaustive game and its CE (``coalitions.solve`` at z = 1.96 with the regime's family of
+  comparisons: the reference);
 * the sampled CE (:func:`coalitions.sample_ce` on the same subset models trained on demand,
   :class:`~coalitions.learners.game.source.SubsetSource`, ``--budget`` coalitions,
   ε = 0.05, δ = 0.05), with the coalitions it trained;
@@ -17,7 +20,8 @@ of the full game under shared payoffs (each block's own model, what the sampled 
 and the sampled CE's coalitions used against the ``2^N − 1`` of the exhaustive game.  The exact CE is what all are scored
 against, so a method that reproduces it more often is closer to the reference.
 
-Run:  python benchmarks/sampled_vs_learned.py [--sizes 10] [--seeds 0-9] [--budget 400] [--quick]
+Run:  python benchmarks/sampled_vs_learned.py [--game linear|fashion] [--sizes 10] [--seeds 0-9] [--budget 400]
+      [--quick]
 
 ``--quick``: N = 6, one seed, five training steps, the learners FedAMP only (CI).
 """
@@ -27,32 +31,19 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-from frontier import against, federation, measure, options  # noqa: E402
+from frontier import GAMES, against, federation, measure, sampled  # noqa: E402
 from spo_agreement import parse_seeds  # noqa: E402
 
 import coalitions as co  # noqa: E402
-from coalitions.learners.exact import ExhaustiveOracle  # noqa: E402
-from coalitions.learners.experiments.statistics import separate_seeds  # noqa: E402
-from coalitions.learners.game.source import SubsetSource  # noqa: E402
 from coalitions.learners.training import threads  # noqa: E402
 
 LEARNERS = ("spo", "fedamp", "federico")
-
-
-def sampled(fed, seed: int, budget: int, quick: bool) -> tuple[set, int, float]:
-    """The sampled CE on the exact game's own subset models: partition, coalitions used, CPU seconds."""
-    opts = options("linear", "exact", fed, quick)
-    c0 = time.process_time()
-    src = SubsetSource(fed, ExhaustiveOracle(**opts))
-    r = co.sample_ce(src, budget, epsilon=0.05, delta=0.05, seed=separate_seeds(seed).init)
-    return set(r.masks), r.trainings, time.process_time() - c0
 
 
 def main(argv=None) -> int:
@@ -60,13 +51,15 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="10", help="client counts [10]")
     ap.add_argument("--seeds", default="0-9", help="seeds, e.g. 0-9 [0-9]")
     ap.add_argument("--budget", type=int, default=400, help="coalitions the sampled CE may use [400]")
+    ap.add_argument("--game", choices=sorted(GAMES), default="linear",
+                    help="linear: synthetic regime I; fashion: reproduce fashion's Dirichlet federation [linear]")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
     sizes, seeds = ([6], [0]) if a.quick else (parse_seeds(a.sizes), parse_seeds(a.seeds))
     learners = ("fedamp",) if a.quick else LEARNERS
     threads.configure(1)
     print(f"# sampled CE beside learned methods ({platform.machine()}, python {platform.python_version()}, "
-          f"synthetic regime I, seeds {seeds}, budget {a.budget}, epsilon 0.05, delta 0.05); "
+          f"{'synthetic regime I' if a.game == 'linear' else 'fashion, Dirichlet'}, seeds {seeds}, budget {a.budget}, epsilon 0.05, delta 0.05); "
           "CPU = process time, PyTorch on one thread")
     print("| N | method | CE = exhaustive CE | a CE of the full game (shared) | coalitions trained (mean) "
           "| CPU s (mean) |")
@@ -77,8 +70,8 @@ def main(argv=None) -> int:
         cpu = {m: [] for m in ("exhaustive", "sampled", *learners)}
         used = []
         for seed in seeds:
-            fed = federation("linear", n, seed)
-            exact = measure("linear", "exact", fed, seed, a.quick)
+            fed = federation(a.game, n, seed)
+            exact = measure(a.game, "exact", fed, seed, a.quick)
             cpu["exhaustive"].append(exact["cpu_ce"])
             g = exact["game"]
 
@@ -86,13 +79,14 @@ def main(argv=None) -> int:
                 return bool(co.certify(g, sorted(blocks), semantics="shared").holds)
 
             stable["exhaustive"] += is_ce(exact["partition"])
-            part, k, c = sampled(fed, seed, a.budget, a.quick)
+            got = sampled(a.game, fed, seed, a.budget, a.quick)
+            part, k, c = got["partition"], got["trained"], got["cpu"]
             hits["sampled"] += part == exact["partition"]
             stable["sampled"] += is_ce(part)
             used.append(k)
             cpu["sampled"].append(c)
             for m in learners:
-                r = measure("linear", m, fed, seed, a.quick)
+                r = measure(a.game, m, fed, seed, a.quick)
                 hits[m] += against(exact, r)[1]
                 stable[m] += is_ce(r["estimate"].masks)
                 cpu[m].append(r["cpu_ce"])
