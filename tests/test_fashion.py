@@ -203,7 +203,9 @@ def test_fashion_experiment_is_the_table_3_stand_in():
     exp = EXPERIMENTS["fashion"]
     assert exp.oracle["heads"] == "personal" and exp.oracle["loss_game"] and exp.protocol.model == "mlp"
     assert [r.options["partition"] for r in exp.regimes] == ["dirichlet", "pathological"]
-    assert all(r.options["clients"] == 10 and r.options["split"] == "20/100/100" for r in exp.regimes)
+    assert all(r.options["clients"] == 10 and r.options["split"] == "40/100/100" for r in exp.regimes)
+    # half the training rows tune (rates, stops), so that the validation rows only score; five local steps a round
+    assert exp.protocol.tune_split == 0.5 and exp.protocol.local_steps == 5 and exp.protocol.steps == 250
     assert exp.regimes[0].options["alpha"] == 0.1
     assert set(PAPER_BASELINES) <= set(exp.methods) and {"local", "fedavg", "spo"} <= set(exp.methods)
     assert len(exp.full.seeds) >= 5  # a verdict needs five seeds (statistics.MIN_SEEDS)
