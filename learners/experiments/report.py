@@ -43,7 +43,7 @@ def _lr_section(reg: dict, labels: dict) -> list[str]:
             "same step budget each time) and kept the rate whose kept models (where early stopping left them) have "
             "the lowest mean tuning loss over clients. " if grid else "")
     out = ["### Learning rates chosen on validation", "",
-           lead + "A cell is the rate kept, `@ step` where the column stopped early on its validation loss, "
+           lead + "A cell is the rate kept, `@ step` where the column stopped early on its tuning loss, "
            "`(max)` where it hit the maximum without stopping. Test data are never read.", "",
            "| column | " + " | ".join(f"seed {r['seed']}" for r in runs) + " |",
            "| --- |" + " --- |" * len(runs)]
