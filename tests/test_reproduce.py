@@ -7,6 +7,7 @@ Table 1; a second run must read every piece back instead of training again.
 
 import json
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -460,3 +461,61 @@ def test_a_piece_records_its_options_under_the_estimators_names_and_is_read_back
     # a variant column's options (FedeRiCo's loss scale) and an option the registry does not list keep their key
     assert _is_current(piece(likelihood="sum"), "federico-sum", fed, 5, {"likelihood": "sum"})
     assert not _is_current(piece(likelihood="mean"), "federico-sum", fed, 5, {"likelihood": "sum"})
+
+
+def test_a_piece_tuned_on_another_grid_or_at_a_fixed_rate_is_trained_again():
+    """Under a rate grid the chosen rate is not compared, but the grid is: a game trained at a fixed rate is not
+    the game a grid asks for (a resumed ``reproduce fashion`` read its fixed-rate games back when its exact game
+    took the grid), nor a learner tuned on another grid; and a tuned piece is not current for a fixed rate."""
+    from types import SimpleNamespace
+
+    from coalitions.learners.experiments.pieces import _is_current
+    from coalitions.learners.training.protocol import TrainingProtocol
+
+    grid = TrainingProtocol(model="mlp", lr=0.003, steps=20, lr_grid=(0.001, 0.003, 0.01))
+    fixed = grid.with_(lr_grid=None)
+    fed = SimpleNamespace(options={"seed": 11})
+
+    def game(p):
+        return (SimpleNamespace(provenance={"seed": 5, "options": {"seed": 11}, "model": {"protocol": p.to_json()}}),)
+
+    assert _is_current(game(grid), "exact", fed, 5, {"protocol": grid})
+    assert not _is_current(game(fixed), "exact", fed, 5, {"protocol": grid})
+    assert not _is_current(game(grid), "exact", fed, 5, {"protocol": fixed})
+    assert not _is_current(game(grid.with_(lr_grid=(0.01, 0.03))), "exact", fed, 5, {"protocol": grid})
+
+    def column(chosen, tuned_on):   # a learner records the rate it kept and, when it tuned, the grid
+        extra = {"test_outputs": {}, **({"lr_tuning": {"grid": list(tuned_on)}} if tuned_on else {})}
+        return SimpleNamespace(config={"seed": 5, "data_options": {"seed": 11},
+                                       "protocol": fixed.with_(lr=chosen).to_json()}, extra=extra)
+
+    assert _is_current(column(0.01, grid.lr_grid), "fedavg", fed, 5, {"protocol": grid})
+    assert not _is_current(column(0.01, (0.01, 0.03)), "fedavg", fed, 5, {"protocol": grid})
+    assert not _is_current(column(0.003, None), "fedavg", fed, 5, {"protocol": grid})
+    assert not _is_current(column(0.003, grid.lr_grid), "fedavg", fed, 5, {"protocol": fixed})
+    assert _is_current(column(0.003, None), "fedavg", fed, 5, {"protocol": fixed})
+
+
+def test_the_exact_games_stored_test_outputs_are_of_the_oracles_settings(quick, tmp_path, monkeypatch):
+    """``<piece>-exact-outputs.npz`` is read back only under the settings it was made with: outputs of models trained
+    under another protocol are trained again (it was stamped with the seeds alone)."""
+    import shutil
+
+    from coalitions.learners.exact import ExhaustiveOracle
+
+    out = tmp_path / "copy"
+    shutil.copytree(quick, out)
+    assert cli.main(["reproduce", "synthetic", "--quick", "-o", str(out)]) == 0   # every output read back
+    calls = []
+    real = ExhaustiveOracle.subset_outputs
+    monkeypatch.setattr(ExhaustiveOracle, "subset_outputs",
+                        lambda self, *a, **k: calls.append(a[1]) or real(self, *a, **k))
+    assert cli.main(["reproduce", "synthetic", "--quick", "-o", str(out)]) == 0
+    assert calls == []
+    stored = next((out / "runs" / "quick").glob("*-exact-outputs.npz"))
+    with np.load(stored) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["settings"] = np.array('{"protocol": "another"}')
+    np.savez_compressed(stored, **arrays)
+    assert cli.main(["reproduce", "synthetic", "--quick", "-o", str(out)]) == 0
+    assert len(calls) == 1

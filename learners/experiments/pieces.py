@@ -101,11 +101,15 @@ def _read_piece(files, what: str):
     return est
 
 
-def _same_protocol(recorded, wanted) -> bool:
+def _same_protocol(recorded, wanted, tuned=None) -> bool:
     """Was a piece that records ``recorded`` (its protocol's JSON) trained under ``wanted`` (None: nothing to check)?
 
-    Under a rate grid a fitted column records the rate it chose, so the rate and the grid are then not
-    compared; every other field is (the budget, the local steps, the patience, the rows that tune, ...).
+    Under a rate grid a fitted column records the rate it chose, so the rate is then not compared,
+    but the grid it was tuned on must be ``wanted``'s: the recorded protocol's ``lr_grid``, or
+    ``tuned`` (the grid of the piece's ``lr_tuning`` record) where the column records only the rate it
+    kept. A piece tuned on a grid is not current for a fixed rate, nor one trained at a fixed rate
+    for a grid. Every other field is compared (the budget, the local steps, the patience, the rows
+    that tune, ...).
     """
     from dataclasses import asdict
 
@@ -121,6 +125,10 @@ def _same_protocol(recorded, wanted) -> bool:
     except (ParameterError, InputError, TypeError, ValueError):
         return False
     want = asdict(wanted)
+    grid = got["lr_grid"] if got["lr_grid"] is not None else tuned
+    grid = None if grid is None else [float(g) for g in grid]
+    if grid != (None if wanted.lr_grid is None else [float(g) for g in wanted.lr_grid]):
+        return False
     if wanted.lr_grid is not None:
         for k in ("lr", "lr_grid"):
             got.pop(k)
@@ -145,8 +153,9 @@ def _is_current(piece, what: str, fed, init_seed: int, options: dict | None = No
                 and _same_protocol((prov.get("model") or {}).get("protocol"), wanted))
     cfg = piece.config
     own = {_recorded_as(what, k): v for k, v in options.items() if k != "protocol"}
+    tuned = (piece.extra.get("lr_tuning") or {}).get("grid")
     return (cfg.get("seed") == init_seed and cfg.get("data_options", {}).get("seed") == data_seed
-            and "test_outputs" in piece.extra and _same_protocol(cfg.get("protocol"), wanted)
+            and "test_outputs" in piece.extra and _same_protocol(cfg.get("protocol"), wanted, tuned)
             and all(k in cfg and cfg[k] == v for k, v in own.items()))
 
 

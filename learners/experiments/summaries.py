@@ -9,6 +9,7 @@ and the threshold sensitivity (:func:`sensitivity_summary`).
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -123,10 +124,16 @@ def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Eq
             **{k: [int(m) for m in ms] for k, ms in (extra or {}).items()}}
     path = where.with_name(where.name + "-exact-outputs.npz")
     stamp = np.array([fed.options.get("seed", -1), init_seed], dtype=np.int64)
+    settings = options if options is not None else oracle_settings(exp)
+    # the oracle's settings too: outputs of models trained under another protocol (a fixed rate where a grid is
+    # wanted, another budget) are trained again, never mixed in
+    made = np.array(json.dumps({k: v.to_json() if hasattr(v, "to_json") else v for k, v in settings.items()},
+                               sort_keys=True, default=str))
     stored: dict[str, Any] = {}   # arrays (Any: numpy's savez stub would also match **stored against allow_pickle)
     if path.exists():
         with np.load(path) as z:
-            if "seeds" in z.files and np.array_equal(z["seeds"], stamp):
+            if ("seeds" in z.files and np.array_equal(z["seeds"], stamp) and "settings" in z.files
+                    and str(z["settings"]) == str(made)):
                 stored = {k: z[k] for k in z.files}
 
     def key(m: int, i: int) -> str:
@@ -137,14 +144,13 @@ def exact_outputs(fed, exp: Experiment, init_seed: int, game: co.Game, eq: co.Eq
         from coalitions.learners.exact import ExhaustiveOracle
 
         # ``options``: the oracle's (Experiment.oracle_options), whose protocol holds the oracle's protocol fields
-        rows = ExhaustiveOracle(device=device, seed=init_seed,
-                                **(options if options is not None else oracle_settings(exp))).subset_outputs(
-            fed, missing, "test")
+        rows = ExhaustiveOracle(device=device, seed=init_seed, **settings).subset_outputs(fed, missing, "test")
         for m, row in zip(missing, rows, strict=True):
             for i, o in enumerate(row):
                 if o is not None:
                     stored[key(m, i)] = np.asarray(o, dtype=np.float32)
         stored["seeds"] = stamp
+        stored["settings"] = made
         tmp = path.with_name(path.name + ".tmp.npz")
         np.savez_compressed(tmp, **stored)
         tmp.replace(path)
