@@ -29,10 +29,10 @@ patience 10) and each seed of ``--seeds`` (the data split and the training seed,
 
 **Both sides are tuned by the same rule: the experiment protocol's fixed rate, no search.**  The
 exhaustive game trains every subset model with Adam at the protocol's rate 0.003 (chosen on the
-validation rows of seeds 100-101; ``reproduce fashion`` tunes each subset model on the three-rate
-grid since 2026-12-03, which triples the most expensive piece, so here the grid is removed), and
-SPO's hypernetwork is trained with Adam at the same 0.003, its protocol's grid removed; both under
-the same protocol (the experiment's budget, local steps and patience).  ``reproduce`` instead gives SPO the grid (0.001, 0.003, 0.01),
+validation rows of seeds 100-101; ``reproduce fashion`` fixes it too, since tuning each subset model
+on the three-rate grid costs 3-4.5 times as much; should an experiment's oracle take the grid, it is
+removed here), and SPO's hypernetwork is trained with Adam at the same 0.003, its protocol's grid
+removed; both under the same protocol (the experiment's budget, local steps and patience).  ``reproduce`` instead gives SPO the grid (0.001, 0.003, 0.01),
 three trainings where the exhaustive game has one per subset: a cost the exhaustive side does
 not pay.  ``--diagnose`` also fits SPO on that grid and at its default hypernetwork rate 0.01
 (what this script ran before) against the same exhaustive game, printed per (N, seed).
@@ -109,7 +109,7 @@ def options(game: str, what: str, fed, quick: bool, spo: str | float = "grid") -
     exp, r = regime(game)
     if what == "exact":
         opts = exp.oracle_options(quick, r)
-        if "protocol" in opts:   # the protocol's own rate, one training per subset (reproduce tunes it on the grid)
+        if "protocol" in opts:   # the protocol's own rate, one training per subset model, whatever the oracle takes
             opts["protocol"] = opts["protocol"].with_(lr_grid=None)
     else:
         opts = budgeted_options(exp, quick, what, fed.sizes("train"), r)
