@@ -30,7 +30,7 @@ patience 10) and each seed of ``--seeds`` (the data split and the training seed,
 **Both sides are tuned by the same rule: the experiment protocol's fixed rate, no search.**  The
 exhaustive game trains every subset model with Adam at the protocol's rate 0.003 (chosen on the
 validation rows of seeds 100-101; ``reproduce fashion`` fixes it too, since tuning each subset model
-on the three-rate grid costs 3-4.5 times as much; should an experiment's oracle take the grid, it is
+on the three-rate grid costs 3.5-5.8 times as much; should an experiment's oracle take the grid, it is
 removed here), and SPO's hypernetwork is trained with Adam at the same 0.003, its protocol's grid
 removed; both under the same protocol (the experiment's budget, local steps and patience).  ``reproduce`` instead gives SPO the grid (0.001, 0.003, 0.01),
 three trainings where the exhaustive game has one per subset: a cost the exhaustive side does

@@ -460,7 +460,7 @@ FASHION = Experiment(
                     primary="loss")),
     # the exact game's rate stays fixed at 0.003 (chosen on validation of seeds 100-102 by
     # benchmarks/fashion_settings.py): tuning each of the 1,023 personal-head subset models on the grid
-    # triples the run's most expensive piece
+    # multiplies the run's most expensive piece by 3.5-5.8 (docs/learners-protocol.md)
     oracle={"heads": "personal", "loss_game": True, "lr_grid": None},
     methods=ALL_METHODS + PAPER_BASELINES,
     # One protocol for every column: Adam, weight decay 1e-3, full batch; lr 0.003, the lowest mean validation
