@@ -40,6 +40,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -52,8 +53,13 @@ import numpy as np  # noqa: E402
 from coalitions.learners.exact import ExhaustiveOracle  # noqa: E402
 from coalitions.learners.training.protocol import TrainingProtocol  # noqa: E402
 
-#: The GCS declares a silent node dead after 5 missed checks 1 s apart (Ray's default: 3 s apart).
-HEALTH_CHECK = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "5"}
+#: Cluster settings every node and the driver run under.  The GCS declares a silent node dead after 20 missed
+#: checks 1 s apart (Ray's default: 5 checks 3 s apart), so the kill test ends within seconds of the kill while a
+#: head raylet starved by a loaded 2-core machine for a few seconds is not declared dead (its ``ray start
+#: --block`` would then end the whole head, GCS included); a driver or raylet that loses the GCS waits up to
+#: 180 s for it to answer again before it gives up (Ray's default: 60 s).
+CLUSTER_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "20",
+               "RAY_gcs_rpc_server_reconnect_timeout_s": "180"}
 
 
 def _load() -> str:
@@ -86,6 +92,7 @@ class LoopbackCluster:
         self.temp = Path(tempfile.mkdtemp(prefix="rn", dir="/tmp"))  # short: Ray's socket paths have a limit
         self.nodes: list[subprocess.Popen] = []
         self.address: str | None = None
+        self._closing = False
 
     def _start(self, head: bool) -> subprocess.Popen:
         p = _free_ports(8)
@@ -103,7 +110,7 @@ class LoopbackCluster:
         # neither a cluster address nor the single-machine switch this driver sets when it joins a loopback
         # head (coalitions.learners.distributed._single_machine): a node started in that mode never joins
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
-        env.update(HEALTH_CHECK)
+        env.update(CLUSTER_ENV)
         log = open(self.temp / f"node{len(self.nodes)}.log", "w")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         self.nodes.append(proc)
@@ -124,6 +131,26 @@ class LoopbackCluster:
                 time.sleep(0.5)
         raise RuntimeError(f"the head node did not start: see {self.temp / 'node0.log'}")
 
+    def watch_head(self) -> None:
+        """End this process, printing the nodes' logs, if the head's ``ray start --block`` ends before ``shutdown``.
+
+        Without the head's GCS the connected driver would otherwise wait for it and then end itself with
+        one line of Ray's that does not say why the head ended.
+        """
+        def watch():
+            while not self._closing:
+                if self.nodes[0].poll() is not None and not self._closing:
+                    print(f"ray_nodes.py: the head node ended (exit code {self.nodes[0].returncode}) during the run",
+                          file=sys.stderr)
+                    self.print_logs(sys.stderr)
+                    for i in range(len(self.nodes)):
+                        self.kill(i)
+                    shutil.rmtree(self.temp, ignore_errors=True)
+                    os._exit(1)
+                time.sleep(1)
+
+        threading.Thread(target=watch, daemon=True).start()
+
     def add_node(self, ray, timeout: float = 120) -> None:
         """Start one more node and wait until the cluster (seen by the connected driver ``ray``) counts it."""
         want = len(self.nodes) + 1
@@ -143,8 +170,17 @@ class LoopbackCluster:
             pass
         self.nodes[i].wait()
 
+    def print_logs(self, file, lines: int = 15) -> None:
+        """The last ``lines`` lines of every node's ``ray start`` log, to ``file`` (before ``shutdown`` removes them)."""
+        for i in range(len(self.nodes)):
+            log = self.temp / f"node{i}.log"
+            tail = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else ["(no log)"]
+            print(f"--- node {i} ({'running' if self.nodes[i].poll() is None else 'ended'}): {log}", file=file)
+            print("\n".join(tail), file=file, flush=True)
+
     def shutdown(self) -> None:
         """End every node this object started (worker nodes first), then remove the temp dir."""
+        self._closing = True
         for i in reversed(range(len(self.nodes))):
             if self.nodes[i].poll() is None:
                 try:
@@ -214,6 +250,8 @@ def main(argv=None) -> int:
     try:
         t = time.perf_counter()
         address = cluster.start_head()
+        cluster.watch_head()
+        os.environ.update(CLUSTER_ENV)  # this driver's core worker reads them at ray.init
         ray.init(address=address, log_to_driver=False, configure_logging=False)
         print(f"   (head started at {address} in {time.perf_counter() - t:.1f} s, not counted)", flush=True)
         times, wrong = {}, []
@@ -263,6 +301,9 @@ def main(argv=None) -> int:
         print(f"   killed at {at[0]}/{at[1]} model-epochs; {alive} raylet(s) alive after; finished in {t_k:.2f} s; "
               f"same game as local: {same_game(local, on)}" if at else "   the run ended before the kill point")
         ray.shutdown()
+    except BaseException:
+        cluster.print_logs(sys.stderr)
+        raise
     finally:
         cluster.shutdown()
     print(f"# load average {_load()} at the end")

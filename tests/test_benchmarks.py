@@ -41,7 +41,7 @@ def test_benchmark_quick_runs_to_its_end(script, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
     r = subprocess.run([sys.executable, str(script), "--quick"], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, f"stdout:\n{r.stdout[-2000:]}\nstderr:\n{r.stderr[-3000:]}"
     assert "Traceback" not in r.stderr
     assert len(r.stdout.splitlines()) >= 3, r.stdout
 
