@@ -2,8 +2,9 @@
 
 Trains the exhaustive oracle of the ``fashion`` experiment alone (ten clients, all 1023 subsets,
 one body per subset and one output layer per member, the experiment's MLP, epochs and 50
-bootstrap replicates; ``learners/experiments/catalogue.py``) on the CPU with one thread, and
-prints:
+bootstrap replicates; ``learners/experiments/catalogue.py``) on the CPU with one thread, at the
+protocol's own rate (one training per subset model; ``reproduce`` tunes each on the grid, one
+training per rate), and prints:
 
 * wall time, CPU time and peak resident memory of this process (``resource.getrusage``);
 * the training work in multiply-adds, ``3 × step_macs × epochs`` (forward plus a backward pass of
@@ -67,6 +68,9 @@ def main(argv=None) -> int:
     exp = get_experiment("fashion")
     data = dict(exp.regimes[0].options)
     opts = {"replicates": REPLICATES, **exp.oracle_options(False)}
+    # one training per subset model, at the protocol's own rate: the work below counts one (``reproduce``
+    # tunes each subset model on the grid, as many trainings as rates)
+    opts["protocol"] = opts["protocol"].with_(lr_grid=None)
     if args.game == "issue22":
         from coalitions.learners.training.protocol import TrainingProtocol
 

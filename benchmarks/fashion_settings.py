@@ -53,7 +53,8 @@ def main(argv=None) -> int:
             fed = load(exp.dataset, seed=pair.data, **regime.options)
             for lr in args.lrs:
                 opts = {**exp.oracle_options(False, regime), **({"replicates": 20} if args.quick else {})}
-                p = opts.pop("protocol").with_(lr=lr, **({"steps": args.steps} if args.steps else {}))
+                # at this one rate, no grid: the rate is what is measured
+                p = opts.pop("protocol").with_(lr=lr, lr_grid=None, **({"steps": args.steps} if args.steps else {}))
                 t = time.perf_counter()
                 o = ExhaustiveOracle(protocol=p, seed=pair.init, device="cpu", threads=1, **opts).fit(fed)
                 loss = float(np.nanmean(o.loss_game_.raw_values()))
