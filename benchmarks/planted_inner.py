@@ -14,7 +14,7 @@ A group with a violation is not a block of any CE of the measured game, so a sea
 returns it would be wrong.
 
 Run:  python benchmarks/planted_inner.py [--clients 50] [--groups 5] [--seeds 0-9] [--samples 10]
-      [--rho 0.1] [--noise 0.01] [--quick]
+      [--rho 0.1] [--noise 0.01] [--val 1000] [--quick]
 
 ``--quick``: 12 clients in 3 groups, seed 0 (CI).
 """
@@ -66,6 +66,7 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=10, help="training samples per client [10]")
     ap.add_argument("--rho", type=float, default=0.1, help="spread of the tasks within a group [0.1]")
     ap.add_argument("--noise", type=float, default=0.01, help="label noise [0.01]")
+    ap.add_argument("--val", type=int, default=1000, help="fresh validation points per client [1000]")
     ap.add_argument("--quick", action="store_true", help="12 clients, 3 groups, seed 0 (CI)")
     a = ap.parse_args(argv)
     if a.quick:
@@ -76,13 +77,13 @@ def main(argv=None) -> int:
                  f"(2^k - 2 sub-coalitions each)")
     rules = Rules(z=DEFAULT_Z)
     print(f"synthetic --clients {a.clients} --groups {a.groups} --samples {a.samples} --rho {a.rho:g} "
-          f"--noise {a.noise:g}: every proper sub-coalition of every planted group, 200 replicates, z = {rules.z}")
+          f"--noise {a.noise:g} --val {a.val}: every proper sub-coalition of every planted group, 200 replicates, z = {rules.z}")
     print("seed | group | sub-coalitions that split off | largest | members not needed | passes")
     passed = total = 0
     for seed in seeds_of(a.seeds):
         t = time.perf_counter()
         fed = load("synthetic", seed=seed, clients=a.clients, groups=a.groups, samples=a.samples, rho=a.rho,
-                   noise=a.noise)
+                   noise=a.noise, val=a.val)
         cache = MeasuredGame(SubsetSource(fed, ExhaustiveOracle(seed=seed, replicates=200, threads=1)))
         for g, names in enumerate(fed.planted_groups):
             block = sum(1 << fed.names.index(c) for c in names)
