@@ -36,6 +36,7 @@ from coalitions.learners.exact import ExhaustiveOracle  # noqa: E402
 from coalitions.learners.game.source import SubsetSource  # noqa: E402
 from coalitions.measured import MeasuredGame  # noqa: E402
 from coalitions.noise import DEFAULT_Z  # noqa: E402
+from coalitions.params import ParameterError  # noqa: E402
 from coalitions.sampled import Rules, inner_violations, proper_subsets  # noqa: E402
 
 
@@ -77,13 +78,17 @@ def main(argv=None) -> int:
                  f"(2^k - 2 sub-coalitions each)")
     rules = Rules(z=DEFAULT_Z)
     print(f"synthetic --clients {a.clients} --groups {a.groups} --samples {a.samples} --rho {a.rho:g} "
-          f"--noise {a.noise:g} --val {a.val}: every proper sub-coalition of every planted group, 200 replicates, z = {rules.z}")
+          f"--noise {a.noise:g} --val {a.val}: every proper sub-coalition of every planted group, 200 replicates, "
+          f"z = {rules.z}")
     print("seed | group | sub-coalitions that split off | largest | members not needed | passes")
     passed = total = 0
     for seed in seeds_of(a.seeds):
         t = time.perf_counter()
-        fed = load("synthetic", seed=seed, clients=a.clients, groups=a.groups, samples=a.samples, rho=a.rho,
-                   noise=a.noise, val=a.val)
+        try:
+            fed = load("synthetic", seed=seed, clients=a.clients, groups=a.groups, samples=a.samples, rho=a.rho,
+                       noise=a.noise, val=a.val)
+        except ParameterError as e:   # a bad --samples, --rho, --noise or --val: one line, exit code 2
+            ap.error(str(e))
         cache = MeasuredGame(SubsetSource(fed, ExhaustiveOracle(seed=seed, replicates=200, threads=1)))
         for g, names in enumerate(fed.planted_groups):
             block = sum(1 << fed.names.index(c) for c in names)
