@@ -174,7 +174,8 @@ def _start(path: str, src, z: float | None, tol: float):
               help="D: a size uniform in 2..N then a uniform subset; mixed: half of the draws from the partition's "
                    "neighbourhood.")
 @click.option("--exact-inner-up-to", type=click.IntRange(0, 20), default=4, show_default=True,
-              help="The search checks every sub-coalition of blocks up to this size (the leave-one-out ones beyond).")
+              help="The search checks every sub-coalition of blocks up to this size whenever they change (the "
+                   "leave-one-out ones beyond; every one of a larger block once nothing blocks, where they fit).")
 @click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed of the draws, and of the generator for a generated SOURCE (as coalitions game takes it).")
 @click.option("--resume", "cache_file", default=None, metavar="CACHE",

@@ -28,9 +28,11 @@ weakest-member z-score, then margin, then the smaller bitmask) — ``C`` becomes
 every block it cut keeps its remaining members — and, in the same step, every further one
 whose members' blocks the earlier ones did not cut (each still blocks when formed), so
 blocks merge in few steps; the changed blocks are checked again.  A
-partition already visited is never formed again (no cycling).  It stops when a full
-pass finds nothing (``"stable"``: no candidate blocks, every block passes its inner
-check), when every blocking coalition found leads back to a visited partition
+partition already visited is never formed again (no cycling).  When no candidate blocks,
+each block larger than ``exact_inner_up_to`` whose every sub-coalition still fits in the
+search's share has them all checked, as the certificate will check them, and is split on
+the smallest that splits off.  It stops when a full pass finds nothing (``"stable"``: no
+candidate blocks, every block passes its inner checks), when every blocking coalition found leads back to a visited partition
 (``"cycle"``), or when its share of the budget is spent (``"budget"``).
 
 The run counts the distinct coalitions it *uses*, whether the cache had them or the
@@ -332,8 +334,10 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
     distribution : str
         The D of the candidates' draws (:mod:`coalitions.pac`).
     exact_inner_up_to : int
-        Blocks of at most this many clients have every sub-coalition checked (where their
-        ``2^|K| − 2`` sub-coalitions fit in ``ledger.limit``; else as a larger block).
+        Blocks of at most this many clients have every sub-coalition checked each time they
+        change (where their ``2^|K| − 2`` sub-coalitions fit in ``ledger.limit``; else as a
+        larger block); a larger block has them all checked once no candidate blocks, where
+        they fit in what is left of the share.
     inner_draws : int
         Sub-coalitions drawn for a larger block besides its ``|K|`` leave-one-out ones (default
         none: the search re-checks a block every time it changes, the certificate draws once).
@@ -355,6 +359,28 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
         partition, repairs = new, repairs + 1
         return True
 
+    def split_on(k: int, subs: np.ndarray) -> bool:
+        """Split block ``k`` on its smallest sub-coalition in ``subs`` (measured) that splits off."""
+        bad = subs[inner_violations(ledger.cache, k, subs, rules)]
+        for sub in sorted(bad.tolist(), key=lambda m: (int(popcount(np.array([m]))[0]), m)):
+            if move([b for b in partition if b != k] + [sub, k & ~sub]):
+                return True
+        return False
+
+    def whole_inner() -> bool:
+        """Check every sub-coalition of each larger block wherever they fit, as the certificate will."""
+        for k in sorted(partition, key=lambda b: (int(popcount(np.array([b]))[0]), b)):
+            size = int(popcount(np.array([k]))[0])
+            # counted before any is listed (a 50-client block has 10^15), as in the certificate
+            if size <= exact_inner_up_to or (1 << size) - 2 > ledger.room() + ledger.count:
+                continue
+            subs = proper_subsets(k)
+            if len(ledger.unused(subs.tolist())) > ledger.room():
+                continue
+            if split_on(k, ledger.take(subs.tolist())):
+                return True
+        return False
+
     while True:
         got = ledger.take(list(partition))
         if got.size < len(partition):
@@ -372,13 +398,8 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
             subs = ledger.take(list(dict.fromkeys(int(s) for s in subs)))
             if not subs.size:
                 continue
-            bad = subs[inner_violations(ledger.cache, k, subs, rules)]
-            if bad.size:
-                for sub in sorted(bad.tolist(), key=lambda m: (int(popcount(np.array([m]))[0]), m)):
-                    if move([b for b in partition if b != k] + [sub, k & ~sub]):
-                        split = True
-                        break
-            if split:
+            if split_on(k, subs):
+                split = True
                 break
         if split:
             continue
@@ -405,7 +426,11 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
             continue
         if exhausted:
             stopped = "budget"
+        elif found_any:
+            stopped = "cycle"
+        elif whole_inner():   # no candidate blocks: a larger block's sub-coalitions, where the budget holds them
+            continue
         else:
-            stopped = "cycle" if found_any else "stable"
+            stopped = "stable"
         break
     return SearchResult(partition, stopped, repairs, ledger.count)

@@ -183,8 +183,9 @@ def sample_ce(source: ValueSource, budget: int, epsilon: float = 0.01, delta: fl
     progress : callable, optional
         ``progress(coalitions used, budget)`` after each batch.
     exact_inner_up_to, batch
-        The search's inner checks (every sub-coalition of blocks up to this size, the
-        leave-one-out ones beyond) and batch size (:func:`coalitions.sampled.search`).
+        The search's inner checks (every sub-coalition of blocks up to this size each time
+        they change, the leave-one-out ones beyond, and every sub-coalition of a larger block
+        once nothing blocks, where they fit) and batch size (:func:`coalitions.sampled.search`).
     inner_draws : int
         The certificate's sub-coalitions drawn per block too large to check whole within the
         budget (:func:`coalitions.sampled_certificate.certify_sampled`).

@@ -387,6 +387,33 @@ def test_a_block_too_large_to_check_exhaustively_is_never_enumerated(monkeypatch
     assert r.trainings <= budget
 
 
+@FAST
+@given(games(min_n=3, max_n=6, ties=None), st.integers(0, 3))
+def test_a_stable_search_passes_the_certificates_exhaustive_inner_checks(game, seed):
+    # leave-one-out checks alone (exact_inner_up_to=1) miss a smaller part that splits off; the search
+    # checks a larger block's every sub-coalition once no candidate blocks, where they fit, as the certificate does
+    r = co.sample_ce(GameSource(game), budget=400, epsilon=0.05, delta=0.05, start=[list(game.clients)], seed=seed,
+                     exact_inner_up_to=1)
+    if r.search.stopped == "stable":
+        assert all(c.found == 0 for c in r.certificate.inner if c.method == "exhaustive"), r.certificate.inner
+
+
+def test_a_part_that_splits_off_a_block_is_found_beyond_the_leave_one_out_checks():
+    # c0 and c1 do as well alone together as in the grand coalition, where c2..c4 need them; every
+    # leave-one-out sub-coalition loses somebody, so only the whole inner check finds the part {c0, c1}
+    n = 5
+    masks = np.arange(1 << n)
+    size = popcount(masks).astype(float)
+    member = (masks[None, :] >> np.arange(n)[:, None]) & 1
+    values = np.where(member, size[None, :], np.nan)
+    values[:2] = np.where(member[:2], np.where((masks & 3) == 3, 5.0, size), np.nan)
+    game = co.Game([f"c{i}" for i in range(n)], values)
+    r = co.sample_ce(GameSource(game), budget=200, epsilon=0.05, delta=0.05, start=[list(game.clients)], seed=0,
+                     exact_inner_up_to=1)
+    assert r.search.stopped == "stable" and r.blocks() == [["c0", "c1"], ["c2", "c3", "c4"]]
+    assert r.certificate.inner_agreement and r.holds
+
+
 def test_the_search_checks_each_client_alone_as_the_certificate_does():
     # client 0 is best alone; the others gain from every member, 0 included, so no leave-one-out
     # split of the grand coalition frees it, and the draws (sizes 2..N) never hold a singleton:
