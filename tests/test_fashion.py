@@ -218,7 +218,7 @@ def test_fashion_experiment_is_the_table_3_stand_in():
         assert budgeted_options(exp, quick, "pfedhn", sizes)["protocol"] == p   # every learner: the protocol itself
         assert budgeted_options(exp, quick, "local", sizes) == {"protocol": p}
         oracle = exp.oracle_options(quick)
-        assert oracle["heads"] == "personal" and oracle["protocol"] == p.with_(lr_grid=None)  # its rate is fixed
+        assert oracle["heads"] == "personal" and oracle["protocol"] == p  # tuned on the grid, as Local
         assert spo["protocol"].lr_grid == p.lr_grid == budgeted_options(exp, quick, "fedamp", sizes)["protocol"].lr_grid
     assert exp.protocol_for(True).steps < exp.protocol_for(False).steps
     assert exp.published["table"] == "Table 3"
