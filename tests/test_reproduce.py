@@ -279,10 +279,10 @@ def test_the_exact_games_keywords_hold_no_training_setting():
     assert oracle_settings(digits) == digits.oracle_options(False)
     assert oracle_settings(digits)["protocol"] == digits.protocol_for(False)
     assert digits.protocol_for(False).model == "logistic"
-    fashion = EXPERIMENTS["fashion"]  # its exact game keeps one rate: the oracle overrides the protocol's grid
+    fashion = EXPERIMENTS["fashion"]  # its exact game tunes on the protocol's grid, so Local is its singletons
     p = oracle_settings(fashion)["protocol"]
-    assert (p.model, p.lr_grid, p.lr, p.steps) == ("mlp", None, 0.003, fashion.protocol_for(False).steps)
-    bare = dataclasses.replace(fashion, protocol=None)
+    assert p == fashion.protocol_for(False) and p.model == "mlp" and p.lr_grid == (0.001, 0.003, 0.01)
+    bare = dataclasses.replace(fashion, protocol=None, oracle={"heads": "personal", "lr_grid": None})
     with pytest.raises(ParameterError, match=r"^oracle of experiment 'fashion' sets the protocol field\(s\) "
                                              r"lr_grid but the experiment has no protocol") as e:
         bare.oracle_options(False)
