@@ -441,3 +441,14 @@ def one_line(err: str) -> str:
     lines = err.splitlines()
     assert len(lines) == 1 and "Traceback" not in err and "Warning" not in err, err
     return lines[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the ``slow`` tests first, each group in its collection order.
+
+    Under pytest-xdist (``-n 2 --dist worksteal``, pyproject.toml) a long end-to-end test that starts
+    last keeps one worker busy while the other has nothing left to do; started first, the short tests
+    fill in around it.  The order is a stable sort of the collected order, the same in every worker
+    (xdist requires that), and does not change what runs.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

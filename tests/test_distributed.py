@@ -129,6 +129,7 @@ def test_task_input_errors_arrive_as_input_errors(local_ray):
         distributed.run_tasks(bad, [()], lambda item, v: None)
 
 
+@pytest.mark.slow
 def test_reproduce_on_ray_equals_local(local_ray, tmp_path):
     from coalitions.learners.experiments.runner import reproduce
 
@@ -157,6 +158,7 @@ def test_reproduce_on_ray_equals_local(local_ray, tmp_path):
 RESUME_STEPS = 150
 
 
+@pytest.mark.slow
 def test_cli_oracle_on_ray_resumes_after_the_driver_is_stopped(tmp_path):
     """The driver is interrupted once the checkpoint holds a chunk; the same command then finishes."""
     ck, out = tmp_path / "ck.npz", tmp_path / "game.json"

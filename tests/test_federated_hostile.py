@@ -360,6 +360,7 @@ def test_a_restarted_supernode_is_waited_for_before_a_retry_is_spent(tmp_path):
 
 
 # --------------------------------------------------------------------------- through the simulation engine
+@pytest.mark.slow
 def test_a_newline_name_is_refused_at_discovery_in_the_simulation_engine(tmp_path):
     """A CSV site named "Evil\\nSite" in Flower's simulation engine: exit 2, one line, no round run."""
     rows = ["x1,x2,y,split"] + [f"{i % 5},{i % 3},{i % 2},{('train', 'val', 'test')[i % 3]}" for i in range(30)]
