@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
-#: Scripts whose --quick run takes 15 s or more on this 2-core machine (a Ray cluster, trained games).
+#: Scripts whose --quick run takes about 15 s or more on this 2-core machine (a Ray cluster, trained games).
 SLOW = {"ray_nodes.py", "data_roles.py", "distributed.py", "threads.py", "protocol_defaults.py"}
 #: Scripts whose --quick run reads Fashion-MNIST, which a Debian package ships (docs/learners-data.md):
 #: skipped, saying so, where it is not installed, as every test of that data is.
