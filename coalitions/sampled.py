@@ -317,7 +317,7 @@ def _form(order: list[int], partition: tuple[int, ...], move: Callable[[list], b
 
 def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Generator, *,
            edges: Sequence[tuple[int, int]] = (), distribution: str = DEFAULT_DISTRIBUTION,
-           exact_inner_up_to: int = 4, inner_draws: int = 0, batch: int = 16) -> SearchResult:
+           exact_inner_up_to: int = 4, inner_draws: int = 0, batch: int = 16, reserve: int = 0) -> SearchResult:
     """Repair ``start`` towards a partition no candidate blocks, within ``ledger.limit`` (module docstring).
 
     Parameters
@@ -343,6 +343,12 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
         none: the search re-checks a block every time it changes, the certificate draws once).
     batch : int
         Candidates measured at once.
+    reserve : int
+        Coalitions beyond ``ledger.limit`` that the certificate keeps for the singletons and the
+        partition's blocks (``2N`` on the last search, :func:`coalitions.sampled_ce.run_searches`).
+        When the search's share is spent, what of it is measured already (every singleton and
+        block asked by then) pays for checking the blocks whole, as the certificate would: a block
+        that fails is split there, on coalitions the certificate then reads back for free.
     """
     n = ledger.cache.n
     partition = _canonical(start)
@@ -367,12 +373,26 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
                 return True
         return False
 
-    def whole_inner() -> bool:
-        """Check every sub-coalition of each larger block wherever they fit, as the certificate will."""
+    def whole_inner(spare: bool = False) -> bool:
+        """Check every sub-coalition of each larger block wherever they fit, as the certificate will.
+
+        ``spare``: the share is spent; spend the measured part of ``reserve`` too, and check the
+        smaller blocks (those a split made) as well: their sub-coalitions are measured already.
+        """
+        limit = ledger.limit
+        if spare:
+            pending = len(ledger.unused([1 << i for i in range(n)])) + len(ledger.unused(list(partition)))
+            ledger.limit = limit + max(0, int(reserve) - pending)
+        try:
+            return _whole_inner(spare)
+        finally:
+            ledger.limit = limit
+
+    def _whole_inner(spare: bool) -> bool:
         for k in sorted(partition, key=lambda b: (int(popcount(np.array([b]))[0]), b)):
             size = int(popcount(np.array([k]))[0])
             # counted before any is listed (a 50-client block has 10^15), as in the certificate
-            if size <= exact_inner_up_to or (1 << size) - 2 > ledger.room() + ledger.count:
+            if size < 2 or (size <= exact_inner_up_to and not spare) or (1 << size) - 2 > ledger.room() + ledger.count:
                 continue
             subs = proper_subsets(k)
             if len(ledger.unused(subs.tolist())) > ledger.room():
@@ -428,9 +448,15 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
             stopped = "budget"
         elif found_any:
             stopped = "cycle"
-        elif whole_inner():   # no candidate blocks: a larger block's sub-coalitions, where the budget holds them
-            continue
+            break
+        elif whole_inner(spare=True):   # no candidate blocks: a larger block's sub-coalitions, where they fit
+            if ledger.count <= ledger.limit:
+                continue
+            stopped = "budget"   # it took some of the reserve: no more candidates, only the checks below
         else:
             stopped = "stable"
+            break
+        while reserve and whole_inner(spare=True):   # the share is spent: split what the certificate would refuse
+            pass
         break
     return SearchResult(partition, stopped, repairs, ledger.count)

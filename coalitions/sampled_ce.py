@@ -265,9 +265,13 @@ def run_searches(source: ValueSource, budget: int, epsilon: float, delta: float,
     for j, (begin, edges) in enumerate(zip(begins, edge_lists, strict=True)):
         before = 0 if j == 0 else ledger.count   # the first search's count includes the blocks taken above
         ledger.limit = share * (j + 1) // k
+        # the last search's final whole-block checks may spend what of the certificates' reserve for the N
+        # singletons and its own blocks is measured already (the draws and the other candidates' blocks stay
+        # reserved); a sub-coalition checked then is read back by the certificate for free
         f = search(ledger, begin, rules, np.random.default_rng(streams[0 if j == 0 else j + 1]),
                    edges=[(int(a), int(b)) for a, b in edges], distribution=distribution,
-                   exact_inner_up_to=int(exact_inner_up_to), batch=int(batch))
+                   exact_inner_up_to=int(exact_inner_up_to), batch=int(batch),
+                   reserve=2 * n if j == k - 1 else 0)
         found.append(replace(f, trainings=f.trainings - before))
     if z is None and cache.kind is None:   # the searches measured nothing: the certificates' blocks decide
         ledger.limit = ledger.budget

@@ -414,6 +414,25 @@ def test_a_part_that_splits_off_a_block_is_found_beyond_the_leave_one_out_checks
     assert r.certificate.inner_agreement and r.holds
 
 
+def test_the_certificates_measured_reserve_pays_for_the_last_whole_check():
+    # the game above at a budget where the grand coalition's 30 sub-coalitions fit in the search's share only
+    # with the certificate's reserve for the singletons and the blocks, all measured by then: the search splits
+    # the part off there (its share spent: "budget") instead of leaving the refusal to the certificate
+    n = 5
+    masks = np.arange(1 << n)
+    size = popcount(masks).astype(float)
+    member = (masks[None, :] >> np.arange(n)[:, None]) & 1
+    values = np.where(member, size[None, :], np.nan)
+    values[:2] = np.where(member[:2], np.where((masks & 3) == 3, 5.0, size), np.nan)
+    game = co.Game([f"c{i}" for i in range(n)], values)
+    budget = 60
+    assert budget - co.sampled_ce.required_budget(n, 0.05, 0.05) < 30   # the share alone cannot hold them
+    r = co.sample_ce(GameSource(game), budget=budget, epsilon=0.05, delta=0.05, start=[list(game.clients)], seed=0,
+                     exact_inner_up_to=1)
+    assert r.search.stopped == "budget" and r.blocks() == [["c0", "c1"], ["c2", "c3", "c4"]]
+    assert r.holds and r.trainings <= budget
+
+
 def test_the_search_checks_each_client_alone_as_the_certificate_does():
     # client 0 is best alone; the others gain from every member, 0 included, so no leave-one-out
     # split of the grand coalition frees it, and the draws (sizes 2..N) never hold a singleton:
