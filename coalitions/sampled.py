@@ -31,7 +31,10 @@ blocks merge in few steps; the changed blocks are checked again.  A
 partition already visited is never formed again (no cycling).  When no candidate blocks,
 each block larger than ``exact_inner_up_to`` whose every sub-coalition still fits in the
 search's share has them all checked, as the certificate will check them, and is split on
-the smallest that splits off.  It stops when a full pass finds nothing (``"stable"``: no
+the smallest that splits off.  When the share is spent (or such a check overruns it), the
+last search goes on checking its blocks whole on ``reserve``, the certificate's coalitions for
+the singletons and the blocks, less those still unmeasured: the certificate would spend them
+on the same checks, and reads them back for free.  It stops when a full pass finds nothing (``"stable"``: no
 candidate blocks, every block passes its inner checks), when every blocking coalition found leads back to a visited partition
 (``"cycle"``), or when its share of the budget is spent (``"budget"``).
 
