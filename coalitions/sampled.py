@@ -348,7 +348,7 @@ def search(ledger: Ledger, start: Sequence[int], rules: Rules, rng: np.random.Ge
         Candidates measured at once.
     reserve : int
         Coalitions beyond ``ledger.limit`` that the certificate keeps for the singletons and the
-        partition's blocks (``2N`` on the last search, :func:`coalitions.sampled_ce.run_searches`).
+        partition's blocks (``2N`` on the last search that :func:`coalitions.sampled_ce.sample_ce` runs).
         When the search's share is spent, what of it is measured already (every singleton and
         block asked by then) pays for checking the blocks whole, as the certificate would: a block
         that fails is split there, on coalitions the certificate then reads back for free.
