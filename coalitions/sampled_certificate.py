@@ -15,19 +15,31 @@ would bias the bound: the search discards the partitions its own draws blocked).
   sample of them (``"sampled"``, as many as fit; ``checked = 0`` says none did).
 
 The rules (tolerance, level ``z``, measured payoffs) are those of :mod:`coalitions.sampled`.
+
+Where the whole game is known (calibration), :func:`blocking_share` gives the true ``D``-share
+that ``ε`` bounds, under the same rules.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .bitmask import members, popcount
-from .pac import d_weights, draw_coalitions, epsilon_bound
+from .errors import InputError
+from .game import Game
+from .lazy import GameSource
+from .measured import MeasuredGame
+from .noise import check_z
+from .pac import DISTRIBUTIONS, d_weights, draw_coalitions, epsilon_bound
+from .partition import Partition, check_partition
 from .sampled import Ledger, Rules, blocking, inner_violations, proper_subsets, sampled_subsets
 
-__all__ = ["Blocker", "InnerCheck", "SampledCertificate", "certify_sampled", "outer_draws_needed"]
+__all__ = ["Blocker", "InnerCheck", "SampledCertificate", "blocking_share", "certify_sampled", "outer_draws_needed"]
+
+_SHARE_CHUNK = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -197,3 +209,74 @@ def certify_sampled(ledger: Ledger, partition: tuple[int, ...], rules: Rules, rn
                               blocking_draws=k, distinct=int(distinct.size), outer_method=method, blockers=blockers,
                               individual=individual, inner=tuple(inner), distribution=distribution, z=rules.z,
                               tol=rules.tol, trainings=ledger.count - before)
+
+
+def blocking_share(game: Game, partition: Sequence[int] | Partition, *, z: float = 0.0, tol: float = 1e-9,
+                   distribution: str = "uniform-size") -> float:
+    r"""The exact ``D``-share of the coalitions that block ``partition`` in a whole game.
+
+    What a sampled certificate's ``ε`` bounds, computed over every coalition of two or more
+    clients of ``game`` (its values and uncertainty read as :class:`~coalitions.lazy.GameSource`
+    serves them to :func:`coalitions.sample_ce`), under the sampled search's rules
+    (:func:`coalitions.sampled.blocking`): a coalition :math:`C \notin \pi` blocks when every
+    member gains significantly over its own block's model,
+
+    .. math::
+
+        v_i(C) - v_i(\pi(i)) - \mathrm{tol} > z \, \widehat{\mathrm{se}}\bigl(v_i(C) - v_i(\pi(i))\bigr)
+        \quad \forall i \in C,
+
+    and the share is :math:`\sum_{C \text{ blocks}} D(C)`, with :math:`D` of
+    :func:`coalitions.pac.d_weights`. A certificate is *covering* when this share is at most its
+    ``ε``; over repeated runs that should happen with probability at least ``1 − δ``.
+
+    Parameters
+    ----------
+    game : Game
+        The whole game (an exhaustive oracle's, or an analytic one).
+    partition : sequence of int or Partition
+        The partition's blocks, as bitmasks (or a :class:`~coalitions.partition.Partition`).
+    z : float, default 0
+        The level of every comparison (use the certificate's ``z``).
+    tol : float, default 1e-9
+        The tolerance of every comparison (the certificate's ``tol``).
+    distribution : {"uniform-size", "mixed"}, default "uniform-size"
+        The certificate's ``D``.
+
+    Returns
+    -------
+    float
+        The share, in ``[0, 1]``.
+
+    Examples
+    --------
+    >>> import coalitions as co
+    >>> from coalitions.sampled_certificate import blocking_share
+    >>> g = co.planted([3, 3], noise=0.0, seed=0)
+    >>> blocking_share(g, (0b000111, 0b111000))
+    0.0
+    >>> blocking_share(g, tuple(1 << i for i in range(6))) > 0
+    True
+
+    References
+    ----------
+    .. [1] J. Sliwinski and Y. Zick, "Learning hedonic games", IJCAI 2017.
+    """
+    n = game.n
+    blocks = np.asarray(check_partition(game, partition), dtype=np.int64)
+    z = check_z(z)
+    if distribution not in DISTRIBUTIONS:
+        raise InputError(f"distribution must be one of {', '.join(DISTRIBUTIONS)}, got {distribution!r}")
+    rules = Rules(tol=float(tol), z=z)
+    share = 0.0
+    for start in range(1, 1 << n, _SHARE_CHUNK):
+        masks = np.arange(start, min(start + _SHARE_CHUNK, 1 << n), dtype=np.int64)
+        masks = masks[popcount(masks) >= 2]
+        if not masks.size:
+            continue
+        cache = MeasuredGame(GameSource(game))        # one chunk's columns in memory at a time
+        cache.measure(np.union1d(masks, blocks))
+        ok, _, _ = blocking(cache, blocks.tolist(), masks, rules)
+        share += float(d_weights(masks[ok], n, distribution, blocks.tolist()).sum())
+    return share
+

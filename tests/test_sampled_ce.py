@@ -446,3 +446,66 @@ def test_the_search_checks_each_client_alone_as_the_certificate_does():
     r = co.sample_ce(GameSource(game), budget=200, epsilon=0.05, delta=0.05, start=[list(game.clients)], seed=0)
     assert r.search.stopped == "stable" and r.blocks() == [["c0"], ["c1", "c2", "c3", "c4", "c5"]]
     assert r.holds
+
+
+# ------------------------------------------------------------------ the true share ε bounds
+
+
+def _brute_share(game, partition, z, tol):
+    """The D-share of blocking coalitions, coalition by coalition from the game's own values and SEs."""
+    from coalitions.bitmask import members as mem
+
+    n, share = game.n, 0.0
+    own = {i: k for k in partition for i in mem(k)}
+    for c in range(1, 1 << n):
+        size = bin(c).count("1")
+        if size < 2 or c in partition:
+            continue
+        gains = [(game.values[i, c] - game.values[i, own[i]] - tol,
+                  game.uncertainty.diff_se(i, np.array([c]), own[i])[0] if game.uncertainty else 0.0)
+                 for i in mem(c)]
+        if all(d > z * se for d, se in gains):
+            share += 1.0 / ((n - 1) * math.comb(n, size))
+    return share
+
+
+@FAST
+@given(games(min_n=2, max_n=4, ties=None), st.integers(0, 2**32 - 1), st.sampled_from([0.0, 1.0, 1.96]),
+       st.sampled_from([0.0, 0.3]))
+def test_the_true_blocking_share_is_the_brute_force_share_and_the_exhaustive_epsilon(game, seed, z, tol):
+    from coalitions.sampled_certificate import blocking_share
+
+    se = np.random.default_rng(seed).uniform(0.0, 0.5, game.values.shape)
+    noisy = game.with_uncertainty(Uncertainty.from_se(game, se))
+    r = co.sample_ce(GameSource(noisy), budget=200, epsilon=0.05, delta=0.05, seed=1, z=z, tol=tol)
+    got = blocking_share(noisy, r.masks, z=z, tol=tol)
+    assert got == pytest.approx(_brute_share(noisy, r.masks, z, tol), abs=1e-12)
+    assert r.certificate.outer_method == "exhaustive"                      # every coalition drawn: ε is the share
+    assert got == pytest.approx(r.certificate.epsilon, abs=1e-12)
+    singletons = tuple(1 << i for i in range(game.n))
+    assert blocking_share(noisy, singletons, z=z, tol=tol) == pytest.approx(
+        _brute_share(noisy, singletons, z, tol), abs=1e-12)
+
+
+def test_the_certified_epsilon_covers_the_true_share_of_a_noisy_planted_game():
+    from coalitions.sampled_certificate import blocking_share
+
+    for seed in range(5):
+        game = co.planted([4, 3, 3], noise=0.3, seed=seed)
+        r = co.sample_ce(GameSource(game), budget=1000, epsilon=0.05, delta=0.05, seed=seed)
+        assert r.certificate.outer_method == "sampled"
+        assert blocking_share(game, r.masks, z=r.certificate.z, tol=r.certificate.tol) <= r.certificate.epsilon
+    every = blocking_share(game, tuple(1 << i for i in range(10)))          # the singletons: blocked often
+    assert 0 < every <= 1
+
+
+@pytest.mark.parametrize("partition, distribution, fragment", [
+    ((0b011,), "uniform-size", "client 'c2'"),
+    ((0b011, 0b110), "uniform-size", "two blocks"),
+    ((0b111,), "cubes", "distribution must be one of"),
+])
+def test_the_true_share_refuses_a_bad_partition_or_distribution(partition, distribution, fragment):
+    from coalitions.sampled_certificate import blocking_share
+
+    with pytest.raises(co.InputError, match=fragment):
+        blocking_share(co.planted([3], seed=0), partition, distribution=distribution)
