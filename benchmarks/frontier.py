@@ -202,8 +202,8 @@ def against(exact: dict, r: dict) -> tuple[float, bool]:
 def sampled(game: str, fed, seed: int, budget: int, quick: bool) -> dict:
     """The sampled CE on the exhaustive oracle's own subset models, trained on demand (in this process, one thread).
 
-    ``{"cpu", "wall", "partition", "trained"}``; ε = δ = 0.05, the search's level z = 1.96 from
-    the oracle's replicates.
+    ``{"cpu", "wall", "partition", "trained", "certificate"}``; ε = δ = 0.05, the search's level
+    z = 1.96 from the oracle's replicates.
     """
     from coalitions.learners.exact import ExhaustiveOracle
     from coalitions.learners.experiments.columns import REPLICATES
@@ -216,7 +216,7 @@ def sampled(game: str, fed, seed: int, budget: int, quick: bool) -> dict:
     src = SubsetSource(fed, ExhaustiveOracle(seed=init, device="cpu", **{"replicates": REPLICATES, **opts}))
     res = co.sample_ce(src, max(budget, required_budget(fed.n, 0.05, 0.05)), epsilon=0.05, delta=0.05, seed=init)
     return {"cpu": time.process_time() - c0, "wall": time.perf_counter() - w0, "partition": set(res.masks),
-            "trained": int(res.trainings)}
+            "trained": int(res.trainings), "certificate": res.certificate}
 
 
 def spo_fit(fed, seed: int, exact: dict, quick: bool, spo: str | float) -> dict:

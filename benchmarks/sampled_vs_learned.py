@@ -16,8 +16,13 @@ game in closed form) or on ``reproduce fashion``'s Dirichlet federation with ``N
 
 It prints, per method, how often its CE is the exhaustive CE, how often its partition is a CE
 of the full game under shared payoffs (each block's own model, what the sampled search judges;
-``coalitions.certify`` at z = 1.96 over every coalition) — equilibria need not be unique —
-and the sampled CE's coalitions used against the ``2^N − 1`` of the exhaustive game.  The exact CE is what all are scored
+``coalitions.certify`` at z = 1.96 over every coalition) — equilibria need not be unique —,
+the true ``D``-share of the coalitions that block its partition under the sampled certificate's
+rules (:func:`coalitions.sampled_certificate.blocking_share` over all ``2^N`` coalitions of the
+exhaustive game), and the sampled CE's coalitions used against the ``2^N − 1`` of the exhaustive
+game.  For the sampled CE it also prints the certified ε and its **coverage**: how often the
+true share is at most ε, with the exact 95 % interval of that rate (the certificate promises
+at least ``1 − δ = 0.95``).  The exact CE is what all are scored
 against, so a method that reproduces it more often is closer to the reference.
 
 Run:  python benchmarks/sampled_vs_learned.py [--game linear|fashion] [--sizes 10] [--seeds 0-9] [--budget 400]
@@ -38,10 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 from frontier import GAMES, against, federation, measure, sampled  # noqa: E402
+from sampled_ce import interval  # noqa: E402
 from spo_agreement import parse_seeds  # noqa: E402
 
 import coalitions as co  # noqa: E402
 from coalitions.learners.training import threads  # noqa: E402
+from coalitions.sampled_certificate import blocking_share  # noqa: E402
 
 LEARNERS = ("spo", "fedamp", "federico")
 
@@ -61,14 +68,16 @@ def main(argv=None) -> int:
     print(f"# sampled CE beside learned methods ({platform.machine()}, python {platform.python_version()}, "
           f"{'synthetic regime I' if a.game == 'linear' else 'fashion, Dirichlet'}, seeds {seeds}, budget {a.budget}, epsilon 0.05, delta 0.05); "
           "CPU = process time, PyTorch on one thread")
-    print("| N | method | CE = exhaustive CE | a CE of the full game (shared) | coalitions trained (mean) "
-          "| CPU s (mean) |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| N | method | CE = exhaustive CE | a CE of the full game (shared) | true blocking share (mean, max) "
+          "| coalitions trained (mean) | CPU s (mean) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    notes = []
     for n in sizes:
         hits = {m: 0 for m in ("sampled", *learners)}
         stable = {m: 0 for m in ("exhaustive", "sampled", *learners)}
         cpu = {m: [] for m in ("exhaustive", "sampled", *learners)}
-        used = []
+        used, eps = [], []
+        share = {m: [] for m in ("exhaustive", "sampled", *learners)}
         for seed in seeds:
             fed = federation(a.game, n, seed)
             exact = measure(a.game, "exact", fed, seed, a.quick)
@@ -80,7 +89,14 @@ def main(argv=None) -> int:
 
             stable["exhaustive"] += is_ce(exact["partition"])
             got = sampled(a.game, fed, seed, a.budget, a.quick)
-            part, k, c = got["partition"], got["trained"], got["cpu"]
+            part, k, c, cert = got["partition"], got["trained"], got["cpu"], got["certificate"]
+
+            def true_share(blocks, g=g, cert=cert) -> float:
+                return blocking_share(g, sorted(blocks), z=cert.z, tol=cert.tol, distribution=cert.distribution)
+
+            share["exhaustive"].append(true_share(exact["partition"]))
+            share["sampled"].append(true_share(part))
+            eps.append(cert.epsilon)
             hits["sampled"] += part == exact["partition"]
             stable["sampled"] += is_ce(part)
             used.append(k)
@@ -89,14 +105,27 @@ def main(argv=None) -> int:
                 r = measure(a.game, m, fed, seed, a.quick)
                 hits[m] += against(exact, r)[1]
                 stable[m] += is_ce(r["estimate"].masks)
+                share[m].append(true_share(r["estimate"].masks))
                 cpu[m].append(r["cpu_ce"])
         s = len(seeds)
-        print(f"| {n} | exhaustive | (the reference) | {stable['exhaustive']}/{s} | {(1 << n) - 1} "
-              f"| {np.mean(cpu['exhaustive']):.2f} |")
-        print(f"| {n} | sampled | {hits['sampled']}/{s} | {stable['sampled']}/{s} | {np.mean(used):.0f} "
-              f"| {np.mean(cpu['sampled']):.2f} |")
+
+        def sh(m: str, share=share) -> str:
+            return f"{np.mean(share[m]):.2g}, {max(share[m]):.2g}"
+
+        print(f"| {n} | exhaustive | (the reference) | {stable['exhaustive']}/{s} | {sh('exhaustive')} "
+              f"| {(1 << n) - 1} | {np.mean(cpu['exhaustive']):.2f} |")
+        print(f"| {n} | sampled | {hits['sampled']}/{s} | {stable['sampled']}/{s} | {sh('sampled')} "
+              f"| {np.mean(used):.0f} | {np.mean(cpu['sampled']):.2f} |")
         for m in learners:
-            print(f"| {n} | {m} | {hits[m]}/{s} | {stable[m]}/{s} | (no coalition models) | {np.mean(cpu[m]):.2f} |")
+            print(f"| {n} | {m} | {hits[m]}/{s} | {stable[m]}/{s} | {sh(m)} | (no coalition models) "
+                  f"| {np.mean(cpu[m]):.2f} |")
+        cover = sum(t <= e for t, e in zip(share["sampled"], eps, strict=True))
+        lo, hi = interval(cover, s)
+        notes.append(f"N = {n}: the sampled CE's certified ε (mean {np.mean(eps):.4f}, max {max(eps):.4f}) covers "
+                     f"the true share on {cover}/{s} seeds = {cover / s:.2f} [95 % CI {lo:.2f}, {hi:.2f}]")
+    print()
+    for line in notes:
+        print(line)
     return 0
 
 
