@@ -26,7 +26,9 @@ at least ``1 − δ = 0.95``).  The exact CE is what all are scored
 against, so a method that reproduces it more often is closer to the reference.
 
 Run:  python benchmarks/sampled_vs_learned.py [--game linear|fashion] [--sizes 10] [--seeds 0-9] [--budget 400]
-      [--quick]
+      [--learners spo,fedamp,federico | none] [--quick]
+
+``--learners none`` runs the exhaustive game and the sampled CE only (coverage over many seeds).
 
 ``--quick``: N = 6, one seed, five training steps, the learners FedAMP only (CI).
 """
@@ -60,10 +62,16 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=int, default=400, help="coalitions the sampled CE may use [400]")
     ap.add_argument("--game", choices=sorted(GAMES), default="linear",
                     help="linear: synthetic regime I; fashion: reproduce fashion's Dirichlet federation [linear]")
+    ap.add_argument("--learners", default=",".join(LEARNERS),
+                    help=f"learned methods beside the sampled CE, comma-separated, or none [{','.join(LEARNERS)}]")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
     sizes, seeds = ([6], [0]) if a.quick else (parse_seeds(a.sizes), parse_seeds(a.seeds))
-    learners = ("fedamp",) if a.quick else LEARNERS
+    learners = () if a.learners.strip() == "none" else tuple(m.strip() for m in a.learners.split(","))
+    if unknown := sorted(set(learners) - set(LEARNERS)):
+        ap.error(f"--learners: unknown {', '.join(unknown)}; choose from {', '.join(LEARNERS)} or none")
+    if a.quick:
+        learners = ("fedamp",)
     threads.configure(1)
     print(f"# sampled CE beside learned methods ({platform.machine()}, python {platform.python_version()}, "
           f"{'synthetic regime I' if a.game == 'linear' else 'fashion, Dirichlet'}, seeds {seeds}, budget {a.budget}, epsilon 0.05, delta 0.05); "
