@@ -23,6 +23,10 @@ validation rows.  Printed per experiment and regime, at ``z = 0`` (point values)
 An empty graph against an empty graph counts as F1 = 1 (both say: nobody needs anybody).
 
 Run:  python benchmarks/self_agreement.py [--quick] [--experiments synthetic,heart] [--seeds 3] [--json OUT]
+      [--split TRAIN/VAL/TEST]
+
+``--split`` replaces the regime's rows a client (``fashion``'s ``40/100/100``; for the regimes that
+take a ``split``), e.g. ``40/1000/100`` to ask what ten times the validation rows do to the noise.
 """
 
 from __future__ import annotations
@@ -47,10 +51,15 @@ CASES = (("point", 0.0, "comparison"), ("aware", 1.96, "comparison"), ("client-w
          ("game-wise", 1.96, "game"))
 
 
-def games(exp_name: str, regime, data_seed: int, seeds: int, quick: bool, replicates: int):
+def games(exp_name: str, regime, data_seed: int, seeds: int, quick: bool, replicates: int, split: str | None = None):
     """Per training seed: the metric game and, for a classification task, the validation-loss game."""
     exp = get_experiment(exp_name)
-    fed = load(exp.dataset, seed=separate_seeds(data_seed).data, **regime.options)
+    data = dict(regime.options)
+    if split is not None:
+        if "split" not in data:
+            raise SystemExit(f"self_agreement.py: error: --split: {exp_name}/{regime.name} takes no split")
+        data["split"] = split
+    fed = load(exp.dataset, seed=separate_seeds(data_seed).data, **data)
     options = dict(exp.oracle_options(quick, regime))
     options["loss_game"] = fed.task != "regression"   # a regression metric (MSE) is its loss already
     metric, loss = [], []
@@ -98,6 +107,7 @@ def main() -> None:
                     help="The experiments' oracle settings (reproduce) or their --quick ones.")
     ap.add_argument("--regimes", default=None, help="Only these regimes, e.g. dirichlet [default: all].")
     ap.add_argument("--json", default=None, help="Also write the rows here.")
+    ap.add_argument("--split", default=None, help="Rows a client, TRAIN/VAL/TEST, for the regimes that take one.")
     args = ap.parse_args()
     names = ["synthetic", "heart"] if args.quick else args.experiments.split(",")
     seeds = 2 if args.quick else args.seeds
@@ -107,7 +117,8 @@ def main() -> None:
     lo, _, hi = args.data_seeds.partition("-")
     data_seeds = list(range(int(lo), int(hi or lo) + 1))
     print(f"self-agreement of the exhaustive game: {seeds} training seeds, data seeds {args.data_seeds}, "
-          f"{args.replicates} replicates, {'quick' if quick else 'full'} oracle settings; "
+          f"{args.replicates} replicates, {'quick' if quick else 'full'} oracle settings"
+          f"{'' if args.split is None else f', split {args.split}'}; "
           f"python {platform.python_version()}, torch via coalitions.learners, {platform.machine()}")
     print(f"{'experiment':<24} {'game':<8} {'z':>4} {'family':<6}  {'edges':>5}  {'F1 resample':>11}  {'same graph':>10}  "
           f"{'F1 retrain':>10}  "
@@ -119,7 +130,7 @@ def main() -> None:
             if args.regimes and regime.name not in args.regimes.split(","):
                 continue
             start = time.perf_counter()
-            fed, by_game = games(name, regime, data_seed, seeds, quick, args.replicates)
+            fed, by_game = games(name, regime, data_seed, seeds, quick, args.replicates, args.split)
             label = name if len(exp.regimes) == 1 else f"{name}/{regime.name}"
             for game_name, found in by_game.items():
                 row = measure(found)
