@@ -62,7 +62,10 @@ def _source(source: str, opts: dict, tol, z, data: dict):
     from coalitions.lazy_sources import make_source, source_names
 
     names = source_names()
-    if source in DATASETS:
+    if source == "csv" and data["federated"] is None:
+        raise co.InputError("SOURCE csv is measured where the data lives: --federated simulation or in-process with "
+                            "--site-schema (a rehearsal), or --federated superlink with --manifest")
+    if source in DATASETS or source == "csv":
         for key in _GENERATOR:
             if key not in ("groups", "noise") and _given(key):
                 raise co.InputError(f"--{key.replace('_', '-')} is an option of a generated source "
@@ -84,7 +87,8 @@ def _source(source: str, opts: dict, tol, z, data: dict):
             return federated_source(source, given, {k: data[k] for k in keys}), z
         for key in FEDERATED_KEYS[1:]:
             if _given(key):
-                raise co.InputError(f"--{key.replace('_', '-')} goes with --federated superlink")
+                flag = "--site-schema" if key == "schemas" else f"--{key.replace('_', '-')}"
+                raise co.InputError(f"{flag} goes with --federated" + (" superlink" if key != "schemas" else ""))
         return data_source(source, given, {k: data[k] for k in ORACLE_KEYS}), z
     _refuse(DATA_ONLY, source if source in names else f"the game file {source}")
     if source in names:

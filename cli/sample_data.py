@@ -63,7 +63,7 @@ def oracle_settings(f):
 
 
 #: The options of a federated dataset source (``--federated``).
-FEDERATED_KEYS = ("federated", "superlink", "insecure", "root_certificates")
+FEDERATED_KEYS = ("federated", "superlink", "insecure", "root_certificates", "manifest", "schemas")
 #: The subset models' own settings, which a federated source (FedOpt within each coalition, over Flower) has not.
 SUBSET_ONLY = ("heads", "game", "memory_mb", "device", "backend", "address")
 
@@ -73,7 +73,14 @@ DATA_ONLY = (tuple(k for k in DATASET_OPTIONS if k not in ("groups", "noise", "s
 
 
 def federated_options(f):
-    """``--federated simulation|superlink|in-process`` and the SuperLink's connection (as ``coalitions federate``)."""
+    """``--federated simulation|superlink|in-process``, the SuperLink's connection and the CSV sites (as ``coalitions federate``)."""
+    f = click.option("--site-schema", "schemas", multiple=True, type=click.Path(dir_okay=False),
+                     help="SOURCE csv with --federated simulation or in-process: a site's schema file (repeat per "
+                          "site; a rehearsal, this machine reads them).")(f)
+    f = click.option("--manifest", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                     help="--federated superlink: the consortium manifest (coalitions/consortium@1), each site's "
+                          "name bound to its SuperNode key; SOURCE csv there needs it, with the shared task and "
+                          "metric.")(f)
     f = click.option("--root-certificates", "root_certificates", type=click.Path(dir_okay=False), default=None,
                      help="--federated superlink over TLS: the PEM file of the CA that signed the SuperLink's "
                           "certificate [the system's trust store].")(f)
@@ -81,7 +88,7 @@ def federated_options(f):
                      help="--federated superlink without TLS (prints a warning): only for a rehearsal on loopback.")(f)
     f = click.option("--superlink", default=None, metavar="ADDR",
                      help="--federated superlink: the SuperLink's Control API (e.g. 127.0.0.1:9093); its SuperNodes "
-                          "load the dataset by partition-id.")(f)
+                          "load the dataset by partition-id, or (SOURCE csv) read their own site schemas.")(f)
     return click.option("--federated", type=click.Choice(["simulation", "superlink", "in-process"]), default=None,
                         help="dataset: measure each batch of coalitions as one federated exact game over them "
                              "(coalitions federate's FedOpt within each coalition), in Flower's simulation engine, "
@@ -103,14 +110,29 @@ def federated_source(dataset: str, opts: dict, settings: dict):
     if (mode == "superlink") != (address is not None):
         raise co.InputError("--superlink ADDR goes with --federated superlink" if address is not None else
                             "--federated superlink needs --superlink ADDR (the SuperLink's Control API)")
-    if mode != "superlink" and (settings["insecure"] or settings["root_certificates"]):
-        raise co.InputError("--insecure and --root-certificates are for --federated superlink")
+    for key in ("insecure", "root_certificates", "manifest"):
+        if mode != "superlink" and settings[key]:
+            raise co.InputError(f"--{key.replace('_', '-')} is for --federated superlink")
     options = {k: v for k, v in opts.items() if k in DATASET_OPTIONS and v is not None}
+    schemas = list(settings["schemas"] or ())
+    if dataset == "csv":
+        options.pop("seed", None)      # the run's seed, not a loader's
+        if options:
+            raise co.InputError(f"SOURCE csv takes no loader options (got --{', --'.join(options)}): each site's "
+                                "schema says what its data is")
+        if mode == "superlink" and schemas:
+            raise co.InputError("--site-schema is for --federated simulation or in-process; on a SuperLink each "
+                                "SuperNode names its own with --node-config \"site-schema='...'\"")
+        if mode != "superlink" and not schemas:
+            raise co.InputError(f"SOURCE csv with --federated {mode} needs --site-schema, once per site")
+        options = {"schemas": schemas} if schemas else {}
+    elif schemas:
+        raise co.InputError(f"--site-schema goes with SOURCE csv, not {dataset}")
     with flag_errors(TRAINING_FLAG_OF):
         return FederatedSource(dataset, options, training, seed=opts.get("seed") or 0,
                                replicates=settings["replicates"], backend=mode, superlink=address,
-                               threads=settings["threads"] or 1, insecure=settings["insecure"],
-                               root_certificates=settings["root_certificates"])
+                               manifest=settings["manifest"], threads=settings["threads"] or 1,
+                               insecure=settings["insecure"], root_certificates=settings["root_certificates"])
 
 
 def data_source(dataset: str, opts: dict, settings: dict):

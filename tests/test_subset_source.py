@@ -185,7 +185,7 @@ def test_sample_ce_federated_in_process_is_the_sample_ce_of_the_whole_federated_
      "--heads is a setting of the oracle's subset models, not of --federated in-process"),
     (["synthetic", "--federated", "superlink"], "--federated superlink needs --superlink ADDR"),
     (["synthetic", "--superlink", "127.0.0.1:9"], "--superlink goes with --federated superlink"),
-    (["synthetic", "--federated", "simulation", "--insecure"], "--insecure and --root-certificates are for"),
+    (["synthetic", "--federated", "simulation", "--insecure"], "--insecure is for --federated superlink"),
     (["synthetic", "--federated", "in-process", "--model", "cnn"], "--model cnn: the sites ship flat features"),
     (["synthetic", "--federated", "in-process", "--replicates", "1"], "--replicates 1: standard errors need"),
 ])

@@ -32,6 +32,7 @@ messages and the same checks of the sites' replies as the game over all coalitio
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -51,9 +52,14 @@ class FederatedSource:
     ----------
     dataset : str
         A loader's name (each site loads its client of it: the simulation's partition ids, or the
-        SuperNodes' ``partition-id`` node config on a SuperLink).
+        SuperNodes' ``partition-id`` node config on a SuperLink), or ``"csv"``: sites that read
+        their own CSV file through a schema (:mod:`~coalitions.learners.federated.sites`).  In the
+        simulation engine and in process the schemas are ``data_options={"schemas": [path, ...]}``
+        (a rehearsal: this machine reads them); on a SuperLink each SuperNode names its own
+        (``--node-config "site-schema='...'"``), nothing is read here, and ``manifest`` says who the
+        sites are and what they measure.
     data_options : dict, optional
-        The loader's options.
+        The loader's options (``{"schemas": [...]}`` for ``"csv"`` off a SuperLink).
     training : dict, optional
         The training flags (:class:`~coalitions.learners.training.protocol.TrainingProtocol` field ->
         value), as ``coalitions federate`` takes them: the sites' task's default protocol with these
@@ -65,6 +71,13 @@ class FederatedSource:
     backend : {"simulation", "superlink", "in-process"}
     superlink : str, optional
         ``backend="superlink"``: the SuperLink's Control API address (HOST:PORT).
+    manifest : path or Manifest, optional
+        ``backend="superlink"``: the consortium manifest
+        (:func:`~coalitions.learners.federated.manifest.read_manifest`), each site's name bound to its
+        SuperNode key and its signed training size (as ``coalitions federate --manifest``).  Required
+        for ``"csv"`` there, with the ``task`` and ``metric`` of its ``shared`` part: the run needs
+        the sites' names (the server orders them by name) and the game's sense before it asks
+        a coalition, and the server holds every site to them.
     threads : int
         PyTorch threads of a site (and of the in-process game).
     wait_s, timeout_s, insecure, root_certificates, log
@@ -92,11 +105,13 @@ class FederatedSource:
 
     def __init__(self, dataset: str, data_options: dict | None = None, training: dict | None = None, *,
                  seed: int = 0, replicates: int = DEFAULT_REPLICATES, backend: str = "simulation",
-                 superlink: str | None = None, threads: int = 1, wait_s: float = 120.0,
+                 superlink: str | None = None, manifest=None, threads: int = 1, wait_s: float = 120.0,
                  timeout_s: float | None = None, insecure: bool = False, root_certificates=None, log=None,
                  progress=None):
         from coalitions.lazy import MAX_LAZY_CLIENTS
         from coalitions.learners.data.datasets import load
+        from coalitions.learners.data.federation import METRIC_SENSE
+        from coalitions.learners.federated.manifest import Manifest, read_manifest
         from coalitions.learners.federated.protocol import federated_protocol
         from coalitions.learners.federated.run import check_replicates
 
@@ -104,26 +119,38 @@ class FederatedSource:
             raise InputError(f"backend {backend!r}: choose {', '.join(BACKENDS)}")
         if (backend == "superlink") != (superlink is not None):
             raise InputError("a SuperLink address goes with the superlink backend, and only with it")
-        if dataset == "csv":
-            raise InputError("dataset csv: a federated source loads its sites with a loader; measure CSV sites' "
-                             "whole game with coalitions federate csv")
+        if manifest is not None and backend != "superlink":
+            raise InputError("a consortium manifest is for the superlink backend (a site's identity is its "
+                             "SuperNode key)")
+        if manifest is not None and not isinstance(manifest, Manifest):
+            manifest = read_manifest(manifest)
+        self.manifest = manifest
         self.dataset, self.data_options = dataset, dict(data_options or {})
         self.training = dict(training or {})
         self.replicates = check_replicates(replicates)
-        self.federation = fed = load(dataset, **self.data_options)
-        if fed.n > MAX_LAZY_CLIENTS:
-            raise InputError(f"{fed.n} clients: a lazy game holds at most {MAX_LAZY_CLIENTS} (64-bit bitmasks)")
-        self.protocol = federated_protocol(fed.task, self.training)
+        if dataset == "csv":
+            self.federation, names, task, metric = _csv_sites(self.data_options, backend, manifest)
+            if self.federation is not None:
+                self.data_options = {"schemas": [str(Path(p).resolve()) for p in self.data_options["schemas"]]}
+        else:
+            self.federation = fed = load(dataset, **self.data_options)
+            names, task, metric = tuple(fed.names), fed.task, fed.metric
+        if len(names) > MAX_LAZY_CLIENTS:
+            raise InputError(f"{len(names)} clients: a lazy game holds at most {MAX_LAZY_CLIENTS} (64-bit bitmasks)")
+        self.protocol = federated_protocol(task, self.training)
         self.seed, self.backend, self.superlink = int(seed), backend, superlink
         self.threads, self.wait_s, self.timeout_s = int(threads), float(wait_s), timeout_s
         self.insecure, self.root_certificates, self.log = insecure, root_certificates, log
         self.progress = progress
-        self.clients = tuple(fed.names)
-        self.sense = fed.sense
+        self.clients = tuple(names)
+        self.task, self.metric, self.sense = task, metric, METRIC_SENSE[metric]
+        options = dict(self.data_options)
+        if dataset == "csv" and self.federation is None:      # the sites read their own files: who they are
+            options = {"manifest": manifest.to_json()}
         self.provenance = {"source": "the federated exact game (FedOpt within each coalition, measured per batch "
                                      "of coalitions; docs/federated.md)",
-                           "dataset": dataset, "options": dict(self.data_options), "task": fed.task,
-                           "metric": fed.metric,
+                           "dataset": dataset, "options": options, "task": task,
+                           "metric": metric,
                            "protocol": {**self.protocol.to_json(), "seed": self.seed,
                                         "aggregation": "fedopt-within-coalition"},
                            "replicates": self.replicates, "lazy": True}
@@ -179,13 +206,65 @@ class FederatedSource:
                 federate_superlink(self.superlink, len(self.clients), self.training, out, seed=self.seed,
                                    dataset=self.dataset, data_options=self.data_options, threads=self.threads,
                                    wait_s=self.wait_s, timeout_s=self.timeout_s, insecure=self.insecure,
-                                   root_certificates=self.root_certificates, replicates=self.replicates, masks=ms)
+                                   root_certificates=self.root_certificates, replicates=self.replicates, masks=ms,
+                                   manifest=self.manifest)
             arrays, record = read_measurement(out)
         if tuple(record.get("names", ())) != self.clients:
-            raise InputError(f"the sites ({', '.join(record.get('names', ()))}) are not the clients of "
+            raise InputError(f"the sites ({', '.join(map(str, record.get('names', ())))}) are not the clients of "
                              f"{self.dataset} ({', '.join(self.clients)})")
+        if (record.get("task"), record.get("metric")) != (self.task, self.metric):
+            raise InputError(f"the sites measured {record.get('task')}/{record.get('metric')}, not the "
+                             f"{self.task}/{self.metric} of {self.dataset}")
         return arrays, record
 
     def __repr__(self) -> str:
         return (f"FederatedSource({self.dataset!r}, {len(self.clients)} clients, backend={self.backend!r}, "
                 f"games={self.games_}, trained={self.trained_})")
+
+
+def _csv_sites(options: dict, backend: str, manifest) -> tuple:
+    """CSV sites: ``(federation or None, names, task, metric)``, the names in the server's order (by name).
+
+    Off a SuperLink this machine reads the schemas (``options["schemas"]``) and builds the
+    federation; on a SuperLink nothing is read, and the manifest says who the sites are and what
+    they measure.  Every fault is one :class:`InputError` naming the file or the option.
+    """
+    from coalitions.learners.data.federation import METRIC_SENSE, TASKS, Federation
+
+    if backend == "superlink":
+        if options:
+            raise InputError("dataset csv on a SuperLink: each SuperNode names its own site schema "
+                             "(--node-config \"site-schema='...'\"); give no --site-schema here")
+        if manifest is None:
+            raise InputError("dataset csv on a SuperLink needs the consortium manifest (--manifest): the sites' "
+                             "names and the game's metric are known before the first coalition is asked")
+        shared = manifest.shared
+        task, metric = shared.get("task"), shared.get("metric")
+        if task not in TASKS or metric not in METRIC_SENSE:
+            raise InputError(f"{manifest.source}: dataset csv on a SuperLink needs the manifest's shared task "
+                             f"({', '.join(TASKS)}) and metric ({', '.join(METRIC_SENSE)}), which every site "
+                             "is held to")
+        return None, tuple(sorted(site.name for site in manifest.sites)), task, metric
+    from coalitions.learners.federated.sites import from_schema
+
+    schemas = options.get("schemas")
+    if set(options) != {"schemas"} or not isinstance(schemas, (list, tuple)) or not schemas:
+        raise InputError("dataset csv needs its sites' schema files (--site-schema, once per site) and no "
+                         "loader options")
+    sites = [from_schema(p) for p in schemas]           # each file checked, naming it
+    names = [s.name for s in sites]
+    if len(set(names)) != len(names):
+        raise InputError(f"--site-schema: two schema files name the same site ({', '.join(names)})")
+    for key in ("task", "metric", "n_classes", "features"):
+        told = {str(getattr(s, key)) for s in sites}
+        if len(told) > 1:
+            raise InputError(f"--site-schema: the sites' schemas disagree on {key} "
+                             f"({', '.join(f'{s.name}: {getattr(s, key)}' for s in sites)})")
+    shapes = {tuple(s.client.train.X.shape[1:]) for s in sites}
+    if len(shapes) > 1:
+        raise InputError(f"--site-schema: the sites' feature counts differ "
+                         f"({', '.join(f'{s.name}: {s.client.train.X.shape[1]}' for s in sites)})")
+    sites.sort(key=lambda s: s.name)                    # the server orders CSV sites by name
+    first = sites[0]
+    fed = Federation("csv", first.task, first.metric, tuple(s.client for s in sites), first.n_classes, None, {})
+    return fed, tuple(s.name for s in sites), first.task, first.metric
