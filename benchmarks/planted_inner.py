@@ -14,7 +14,7 @@ A group with a violation is not a block of any CE of the measured game, so a sea
 returns it would be wrong.
 
 Run:  python benchmarks/planted_inner.py [--clients 50] [--groups 5] [--seeds 0-9] [--samples 10]
-      [--rho 0.1] [--noise 0.01] [--val 1000] [--quick]
+      [--dim 20] [--rho 0.1] [--noise 0.01] [--val 1000] [--quick]
 
 ``--quick``: 12 clients in 3 groups, seed 0 (CI).
 """
@@ -65,6 +65,7 @@ def main(argv=None) -> int:
     ap.add_argument("--groups", type=int, default=5)
     ap.add_argument("--seeds", default="0-9")
     ap.add_argument("--samples", type=int, default=10, help="training samples per client [10]")
+    ap.add_argument("--dim", type=int, default=20, help="features (the model has one more unknown) [20]")
     ap.add_argument("--rho", type=float, default=0.1, help="spread of the tasks within a group [0.1]")
     ap.add_argument("--noise", type=float, default=0.01, help="label noise [0.01]")
     ap.add_argument("--val", type=int, default=1000, help="fresh validation points per client [1000]")
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
         ap.error(f"--groups {a.groups} of --clients {a.clients}: groups of 1 to 16 clients are measured whole "
                  f"(2^k - 2 sub-coalitions each)")
     rules = Rules(z=DEFAULT_Z)
-    print(f"synthetic --clients {a.clients} --groups {a.groups} --samples {a.samples} --rho {a.rho:g} "
+    print(f"synthetic --clients {a.clients} --groups {a.groups} --samples {a.samples} --dim {a.dim} --rho {a.rho:g} "
           f"--noise {a.noise:g} --val {a.val}: every proper sub-coalition of every planted group, 200 replicates, "
           f"z = {rules.z}")
     print("seed | group | sub-coalitions that split off | largest | members not needed | passes")
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
     for seed in seeds_of(a.seeds):
         t = time.perf_counter()
         try:
-            fed = load("synthetic", seed=seed, clients=a.clients, groups=a.groups, samples=a.samples, rho=a.rho,
+            fed = load("synthetic", seed=seed, clients=a.clients, groups=a.groups, samples=a.samples, dim=a.dim, rho=a.rho,
                        noise=a.noise, val=a.val)
         except ParameterError as e:   # a bad --samples, --rho, --noise or --val: one line, exit code 2
             ap.error(str(e))
