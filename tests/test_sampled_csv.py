@@ -147,9 +147,16 @@ def test_bad_csv_input_exits_2_with_one_line(args, match):
     assert rc == 2 and match in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_a_superlink_manifest_must_say_what_csv_sites_measure(tmp_path):
+@pytest.mark.parametrize("shared, change, match", [
+    ({"task": "binary"}, {}, "needs the manifest's shared task"),
+    ({"task": "binary", "metric": "accuracy"}, {"n-train": None, "n-train-max": 200},
+     "site(s) Cleveland declare only n-train-max; the coalitions' averages need each site's n-train"),
+])
+def test_a_superlink_manifest_must_say_what_csv_sites_measure_and_weigh(tmp_path, shared, change, match):
+    data = _manifest(_keys(), shared)
+    data["sites"][0] = {k: v for k, v in {**data["sites"][0], **change}.items() if v is not None}
     path = tmp_path / "consortium.json"
-    path.write_text(json.dumps(_manifest(_keys(), {"task": "binary"})))
+    path.write_text(json.dumps(data))
     rc, _, err = run_as_command("sample-ce", "csv", "--federated", "superlink", "--superlink", "127.0.0.1:9",
                                 "--manifest", str(path), "--budget", "40", "--epsilon", "0.1")
-    assert rc == 2 and "needs the manifest's shared task" in err and str(path) in err, err
+    assert rc == 2 and match in err and str(path) in err and len(err.strip().splitlines()) == 1, err

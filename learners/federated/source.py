@@ -124,6 +124,10 @@ class FederatedSource:
                              "SuperNode key)")
         if manifest is not None and not isinstance(manifest, Manifest):
             manifest = read_manifest(manifest)
+        unsigned = [site.name for site in manifest.sites if site.n_train is None] if manifest is not None else []
+        if unsigned:                     # each site's signed n-train weighs it in its coalitions: before anything starts
+            raise InputError(f"{manifest.source}: site(s) {', '.join(unsigned)} declare only n-train-max; the "
+                             "coalitions' averages need each site's n-train")
         self.manifest = manifest
         self.dataset, self.data_options = dataset, dict(data_options or {})
         self.training = dict(training or {})
