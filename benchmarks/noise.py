@@ -19,7 +19,9 @@ point values (``z = 0``) and noise-aware at ``z = 1.96`` for each family of comp
 comparison) — and reports, over ``--runs`` games:
 
 * how often each equals the true game's equilibrium (the true game's CE, unique here), to
-  show the trade-off the level and the family set;
+  show the trade-off the level and the family set, and, paired on the same games, in how many
+  a noise-aware rule finds it where point values do not and the reverse, with the exact McNemar
+  test of the difference (a difference within its noise is a tie);
 * how often "stable at z = 1.96" is said of a partition that the true game *blocks*
   (outer agreement fails on the true values: a group that truly gains is split), and, apart,
   of a partition that is not a CE of the true game for the other reason (a block holds
@@ -113,9 +115,19 @@ def measure(game: co.Game, sigma: float, b: int, rng: np.random.Generator) -> co
     return g.with_uncertainty(Uncertainty.from_replicates(Replicates.from_array(reps, g.clients)))
 
 
+def mcnemar(gains: int, losses: int) -> float:
+    """Two-sided exact McNemar p-value of ``gains`` against ``losses`` discordant games (1 when there are none)."""
+    from scipy.stats import binomtest
+
+    return float(binomtest(gains, gains + losses, 0.5).pvalue) if gains + losses else 1.0
+
+
 def run_level(sigma: float, runs: int, b: int, seed: int) -> dict:
     rng = np.random.default_rng([seed, int(sigma * 1e6)])
     equal = {"point": 0, "z1": 0, **{f: 0 for f in FAMILIES}}
+    # games where one rule finds the true CE and point values do not, and the reverse (McNemar's discordant pairs)
+    gains = {f: 0 for f in FAMILIES}
+    losses = {f: 0 for f in FAMILIES}
     spurious = {"point": 0, **{f: 0 for f in FAMILIES}}
     stable = {f: 0 for f in FAMILIES}
     blocked = {f: 0 for f in FAMILIES}
@@ -143,6 +155,8 @@ def run_level(sigma: float, runs: int, b: int, seed: int) -> dict:
             eq = co.solve(g.with_uncertainty(g.uncertainty.with_family(f)), z=DEFAULT_Z)
             found = canonical(eq.masks)
             equal[f] += found == want
+            gains[f] += found == want and point != want
+            losses[f] += found != want and point == want
             # a block holding a client who truly gains nothing from it (a spurious collaboration)
             spurious[f] += not inner_agreement(truth, found, tol=1e-12).holds
             if f == "comparison":
@@ -156,6 +170,8 @@ def run_level(sigma: float, runs: int, b: int, seed: int) -> dict:
         tally("margin", eq.certificate, canonical(eq.masks))
     return {"sigma": sigma, "runs": runs,
             "equal": {k: v / runs for k, v in equal.items()},
+            "versus_point": {f: {"gains": gains[f], "losses": losses[f], "p": mcnemar(gains[f], losses[f])}
+                             for f in FAMILIES},
             "spurious": {k: v / runs for k, v in spurious.items()},
             "stable": stable,
             "stable_but_blocked": {f: blocked[f] / max(stable[f], 1) for f in FAMILIES},
@@ -233,6 +249,12 @@ def main() -> None:
     for f in FAMILIES:
         ratio = sum(r["equal"][f] for r in rows) / max(sum(r["equal"]["point"] for r in rows), 1e-12)
         print(f"ratio {f}-wise / point-value equal-to-truth, summed over levels: {ratio:.2f}")
+    print("\neach family at z = 1.96 against point values, paired on the same games: games where only it finds the "
+          "true CE (+) and only point values do (-), and the exact McNemar p-value (two-sided; p >= 0.05: a tie)")
+    print(f"{'SE':>7}  " + "  ".join(f"{f:>24}" for f in FAMILIES))
+    for r in rows:
+        cells = (f"+{v['gains']} -{v['losses']} p {v['p']:.2g}" for v in (r["versus_point"][f] for f in FAMILIES))
+        print(f"{r['sigma']:7.4f}  " + "  ".join(f"{c:>24}" for c in cells))
     print(f"\nthe verdicts at z = 1.96 per comparison, at tol 1e-9 and at the margin tol {MARGIN:g}: how often each "
           "is said (of the runs) and the share of those the true game blocks; then the share equal to the true CE "
           "at the margin")
