@@ -114,6 +114,7 @@ class FederatedSource:
         from coalitions.learners.federated.manifest import Manifest, read_manifest
         from coalitions.learners.federated.protocol import federated_protocol
         from coalitions.learners.federated.run import check_replicates
+        from coalitions.learners.federated.sites import from_schema
 
         if backend not in BACKENDS:
             raise InputError(f"backend {backend!r}: choose {', '.join(BACKENDS)}")
@@ -134,8 +135,9 @@ class FederatedSource:
         self.replicates = check_replicates(replicates)
         if dataset == "csv":
             self.federation, names, task, metric = _csv_sites(self.data_options, backend, manifest)
-            if self.federation is not None:
-                self.data_options = {"schemas": [str(Path(p).resolve()) for p in self.data_options["schemas"]]}
+            if self.federation is not None:      # the schema files in the clients' order, whatever the order given
+                paths = {from_schema(p).name: str(Path(p).resolve()) for p in self.data_options["schemas"]}
+                self.data_options = {"schemas": [paths[name] for name in names]}
         else:
             self.federation = fed = load(dataset, **self.data_options)
             names, task, metric = tuple(fed.names), fed.task, fed.metric
